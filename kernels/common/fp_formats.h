@@ -1,0 +1,117 @@
+// Scalar number formats shared by the CPU reference backend and the CUDA kernels:
+// bf16, FP8 e4m3 (the "fn" variant: no infinities, max 448) and FP4 e2m1.
+// All encoders round to nearest, ties to even. Tested exhaustively in tests/kernels/fp_formats_test.cpp.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "hostdev.h"
+
+namespace moeprof::kern {
+
+MOEPROF_HD uint32_t f32_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+MOEPROF_HD float bits_f32(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+// ---- bf16 ---------------------------------------------------------------------------------
+MOEPROF_HD uint16_t f32_to_bf16(float f) {
+  uint32_t u = f32_bits(f);
+  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN
+  uint32_t lsb = (u >> 16) & 1u;
+  u += 0x7FFFu + lsb;
+  return static_cast<uint16_t>(u >> 16);
+}
+MOEPROF_HD float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
+MOEPROF_HD float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+
+// ---- FP8 e4m3 (fn) -------------------------------------------------------------------------
+// 1 sign, 4 exponent (bias 7), 3 mantissa; max normal 448 (0x7E), NaN 0x7F; min normal 2^-6,
+// subnormals k * 2^-9.
+MOEPROF_HD float e4m3_to_f32(uint8_t v) {
+  const uint32_t sign = v >> 7, exp = (v >> 3) & 0xF, man = v & 0x7;
+  float mag;
+  if (exp == 0xF && man == 0x7) {
+    mag = bits_f32(0x7FC00000u);  // NaN
+  } else if (exp == 0) {
+    mag = static_cast<float>(man) * (1.0f / 512.0f);
+  } else {
+    mag = bits_f32(((exp + 120u) << 23) | (man << 20));  // 2^(exp-7) * (1 + man/8)
+  }
+  return sign ? -mag : mag;
+}
+
+// Saturating encode (values beyond 448 become 448; NaN stays NaN).
+MOEPROF_HD uint8_t f32_to_e4m3(float f) {
+  uint32_t u = f32_bits(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  u &= 0x7FFFFFFFu;
+  if (u > 0x7F800000u) return static_cast<uint8_t>(sign | 0x7F);
+  const float a = bits_f32(u);
+  if (a >= 448.0f) return static_cast<uint8_t>(sign | 0x7E);
+  if (a < 0.015625f) {
+    // Subnormal range: multiples of 2^-9. a * 512 is exact; round to nearest even integer.
+    const float s = a * 512.0f;
+    uint32_t k = static_cast<uint32_t>(s);
+    const float rem = s - static_cast<float>(k);
+    if (rem > 0.5f || (rem == 0.5f && (k & 1u))) ++k;
+    return static_cast<uint8_t>(sign | k);  // k == 8 is the smallest normal (exp 1, man 0)
+  }
+  // Normal: keep 3 mantissa bits, round to nearest even on the 20 dropped bits.
+  const uint32_t lsb = (u >> 20) & 1u;
+  u += 0x7FFFFu + lsb;
+  const uint32_t exp = (u >> 23) - 120u;  // rebias 127 -> 7
+  const uint32_t man = (u >> 20) & 0x7u;
+  uint32_t code = (exp << 3) | man;
+  if (code > 0x7E) code = 0x7E;  // rounding up past 448 saturates
+  return static_cast<uint8_t>(sign | code);
+}
+
+// ---- FP4 e2m1 ------------------------------------------------------------------------------
+// Codes 0..7: 0, 0.5, 1, 1.5, 2, 3, 4, 6; bit 3 is the sign.
+MOEPROF_HD float e2m1_to_f32(uint8_t code) {
+  const uint8_t m = code & 0x7;
+  const float mag = m < 4 ? 0.5f * static_cast<float>(m) : (m == 4 ? 2.0f : (m == 5 ? 3.0f : (m == 6 ? 4.0f : 6.0f)));
+  return (code & 0x8) ? -mag : mag;
+}
+
+// Round to nearest e2m1 value, ties to the even code; saturates at 6. A result of magnitude 0 is
+// encoded as +0 (code 0).
+MOEPROF_HD uint8_t f32_to_e2m1(float f) {
+  const bool neg = f < 0.0f;
+  const float a = neg ? -f : f;
+  uint8_t m;
+  if (!(a == a)) return 0x7;  // NaN -> saturate (never produced by finite inputs)
+  if (a <= 0.25f) m = 0;          // tie 0.25 -> 0 (even)
+  else if (a < 0.75f) m = 1;
+  else if (a <= 1.25f) m = 2;     // tie 0.75 -> 1.0 (even code 2); tie 1.25 -> 1.0
+  else if (a < 1.75f) m = 3;
+  else if (a <= 2.5f) m = 4;      // tie 1.75 -> 2 (code 4); tie 2.5 -> 2
+  else if (a < 3.5f) m = 5;
+  else if (a <= 5.0f) m = 6;      // tie 3.5 -> 4 (code 6); tie 5 -> 4
+  else m = 7;
+  if (m == 0) return 0;
+  return static_cast<uint8_t>(m | (neg ? 0x8 : 0x0));
+}
+
+// Packs two codes: element 0 in the low nibble.
+MOEPROF_HD uint8_t pack_e2m1(uint8_t lo, uint8_t hi) { return static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4)); }
+
+// NVFP4 block scale for a block with max |x| = amax and tensor global scale gs.
+MOEPROF_HD uint8_t nvfp4_block_scale(float amax, float gs) { return f32_to_e4m3(amax / (6.0f * gs)); }
+
+}  // namespace moeprof::kern

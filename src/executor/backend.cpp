@@ -1,0 +1,65 @@
+#include "executor/backend.h"
+
+#include <algorithm>
+
+namespace moeprof {
+
+Storage::~Storage() {
+  if (backend_) backend_->release(*this);
+}
+
+Tensor Tensor::cols_view(int64_t c0, int64_t n) const {
+  Tensor t = *this;
+  t.offset_ += static_cast<size_t>(c0) * dtype_size(dtype_);
+  t.cols_ = n;
+  return t;
+}
+
+Tensor Tensor::rows_view(int64_t r0, int64_t n) const {
+  Tensor t = *this;
+  t.offset_ += static_cast<size_t>(r0 * ld_) * dtype_size(dtype_);
+  t.rows_ = n;
+  return t;
+}
+
+Tensor Tensor::reshaped(int64_t rows, int64_t cols) const {
+  Tensor t = *this;
+  t.rows_ = rows;
+  t.cols_ = cols;
+  t.ld_ = cols;
+  return t;
+}
+
+std::string Tensor::shape_string() const { return std::to_string(rows_) + "x" + std::to_string(cols_); }
+
+Result<Tensor> Backend::empty(DType dtype, int64_t rows, int64_t cols, const AllocTag& tag) {
+  return empty(dtype, rows, cols, tag, default_mem_kind(tag.category));
+}
+
+Result<Tensor> Backend::empty(DType dtype, int64_t rows, int64_t cols, const AllocTag& tag, MemKind mem_kind) {
+  if (rows < 0 || cols < 0) return Status::bad_input("negative tensor shape for " + tag.scope + "/" + tag.name);
+  size_t bytes = static_cast<size_t>(rows) * static_cast<size_t>(cols) * dtype_size(dtype);
+  auto p = do_allocate(bytes, mem_kind, tag);
+  if (!p.is_ok())
+    return p.status().with_context("allocating " + tag.scope + "/" + tag.name + " (" + std::to_string(bytes) + " bytes)");
+  auto storage = std::make_shared<Storage>(this, p.value(), bytes, next_id_++, tag.category, mem_kind);
+  Tensor t(storage, dtype, rows, cols);
+  const std::string shape = t.shape_string();
+  for (auto* o : observers_) o->on_alloc(*storage, tag, dtype, shape);
+  return t;
+}
+
+void Backend::release(Storage& s) {
+  for (auto* o : observers_) o->on_free(s);
+  do_free(s.data(), s.bytes(), s.mem_kind());
+}
+
+void Backend::remove_observer(AllocationObserver* o) {
+  observers_.erase(std::remove(observers_.begin(), observers_.end(), o), observers_.end());
+}
+
+void Backend::marker(const std::string& name, bool begin) {
+  for (auto* o : observers_) o->on_marker(name, begin);
+}
+
+}  // namespace moeprof

@@ -1,0 +1,169 @@
+// The op interface the model forward is written against, once. Two implementations:
+// CpuBackend (plain C++ reference, src/executor/cpu_backend.*) and CudaBackend (kernels/*.cu,
+// src/executor/cuda_backend.*). Every CUDA op is tested against the CPU op.
+//
+// Numeric conventions shared by both backends (so results can be compared tightly):
+//  * bf16 <-> f32 conversion: round to nearest even (kernels/common/fp_formats.h).
+//  * Every op computes in fp32 and rounds once, when it stores its output dtype.
+//  * Products and sums that must match bit for bit (combine, quantize) are written without
+//    fused multiply-add (explicit round-to-nearest multiply, then add).
+//  * NVFP4: x ~= e2m1 * e4m3_block_scale * global_scale, blocks of 16 along the row (K).
+//    Block scale s = e4m3_rne(amax / (6 * gs)) (saturating at 448); codes q = e2m1_rne(x / (s * gs)),
+//    both divisions as a single fp32 division by the fp32 product; an all-zero block has s = 0 and
+//    codes 0. Element 2i is the low nibble of byte i. Magnitude-zero codes are stored as +0.
+//  * Weights come from init_* ops with a counter-based hash (kernels/common/random.h), so both
+//    backends generate bit-identical weights from the same seed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "executor/tensor.h"
+
+namespace moeprof {
+
+// Receives every allocation and release a backend makes (CPU recorder, accounting, CUDA NVTX
+// side channel). Called synchronously from allocate()/~Storage.
+class AllocationObserver {
+ public:
+  virtual ~AllocationObserver() = default;
+  virtual void on_alloc(const Storage& s, const AllocTag& tag, DType dtype, const std::string& shape) = 0;
+  virtual void on_free(const Storage& s) = 0;
+  // Phase markers ("layer.3", "prefill"): begin=true/false.
+  virtual void on_marker(const std::string& /*name*/, bool /*begin*/) {}
+};
+
+enum class TopkMethod { kGreedy, kGroupLimitedGreedy, kNoauxTc };
+enum class ScoringFunc { kSoftmax, kSigmoid };
+
+struct RouterParams {
+  int top_k = 2;
+  int n_group = 1;
+  int topk_group = 1;
+  TopkMethod method = TopkMethod::kGreedy;
+  ScoringFunc scoring = ScoringFunc::kSoftmax;
+  bool norm_topk_prob = false;
+  float routed_scaling_factor = 1.0f;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;         // "cpu" | "cuda"
+  virtual std::string device_name() const = 0;  // "CPU reference" | "NVIDIA H200"
+  virtual uint16_t device_index() const { return 0; }
+
+  // ---- memory ------------------------------------------------------------------------------
+  // Allocates rows x cols of dtype, tagged. `mem_kind` lets weights/KV cache use plain device
+  // allocations and activations the stream-ordered pool (CUDA); the CPU backend ignores it.
+  Result<Tensor> empty(DType dtype, int64_t rows, int64_t cols, const AllocTag& tag);
+  Result<Tensor> empty(DType dtype, int64_t rows, int64_t cols, const AllocTag& tag, MemKind mem_kind);
+  void add_observer(AllocationObserver* o) { observers_.push_back(o); }
+  void remove_observer(AllocationObserver* o);
+  void marker(const std::string& name, bool begin);
+  // Called by ~Storage.
+  void release(Storage& s);
+  virtual MemKind default_mem_kind(Category c) const = 0;
+  uint64_t allocation_count() const { return next_id_ - 1; }
+
+  // ---- data movement ------------------------------------------------------------------------
+  virtual Status copy_from_host(Tensor& dst, const void* src) = 0;   // contiguous dst
+  virtual Status copy_to_host(const Tensor& src, void* dst) = 0;     // contiguous src
+  virtual Status synchronize() = 0;
+
+  // ---- deterministic initialization (bit-identical across backends) -------------------------
+  // bf16/f32: v = scale * (2u - 1), u = (hash(seed, i) >> 40) * 2^-24, i = row * cols + col.
+  virtual Status init_uniform(Tensor& t, uint64_t seed, float scale) = 0;
+  // e4m3: v = e4m3_rne(lo + (hi - lo) * u) with u as above.
+  virtual Status init_e4m3(Tensor& t, uint64_t seed, float lo, float hi) = 0;
+  // u8 / fp4x2: byte = hash(seed, i) & 0xFF.
+  virtual Status init_bytes(Tensor& t, uint64_t seed) = 0;
+  // i32: v = lo + hash(seed, i) % (hi - lo).
+  virtual Status init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) = 0;
+  // i32: v = start + i.
+  virtual Status iota(Tensor& t, int32_t start) = 0;
+
+  // ---- dense ops (bf16 activations unless noted) ---------------------------------------------
+  // out[t, :] = table[ids[t] - vocab_start, :] if vocab_start <= ids[t] < vocab_start + rows(table), else 0.
+  virtual Status embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) = 0;
+  // out = x * rsqrt(mean(x^2) + eps) * w  (per row; out may alias x).
+  virtual Status rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
+  // residual = bf16(x + residual); x = rmsnorm(residual) (both in place).
+  virtual Status fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps) = 0;
+  // out[T, N] = x[T, K] @ w[N, K]^T, fp32 accumulation; out dtype bf16 or f32. `workspace` may be
+  // undefined when linear_workspace_bytes() is 0.
+  virtual size_t linear_workspace_bytes(int64_t T, int64_t N, int64_t K) const { (void)T; (void)N; (void)K; return 0; }
+  virtual Status linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& workspace) = 0;
+  // Interleaved rotary embedding on `rot_dim` columns starting at `rot_offset` inside each of
+  // `n_heads` heads of `head_stride` columns: (x[2i], x[2i+1]) rotated by angle of pair i at
+  // position pos[t]; cos_sin [max_pos, rot_dim] f32 holds cos (first rot_dim/2) then sin.
+  virtual Status rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t rot_offset, int64_t rot_dim,
+                      const Tensor& positions, const Tensor& cos_sin) = 0;
+  // k[t, h, :] = concat(kv[t, h*kv_head_stride : +nope], k_pe[t, :rope]) for h < n_heads.
+  virtual Status mla_build_k(const Tensor& kv, int64_t n_heads, int64_t kv_head_stride, int64_t nope,
+                             const Tensor& k_pe, Tensor& k) = 0;
+  // cache[slot0 + t, :] = concat(latent[t, :], k_pe[t, :]).
+  virtual Status kv_cache_write(const Tensor& latent, const Tensor& k_pe, Tensor& cache, int64_t slot0) = 0;
+  // Causal prefill attention per head: out[t, h*v_dim : +v_dim] = sum_{s<=t} softmax_s(scale * q_t . k_s) v_s
+  // with q/k heads at stride qk_head_stride (dim qk_dim) and v heads at column v_offset + h*v_head_stride.
+  virtual Status causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_heads,
+                                  int64_t qk_dim, int64_t v_dim, int64_t v_offset, int64_t v_head_stride,
+                                  float scale, Tensor& out) = 0;
+  // out[T, I] = silu(x[:, :I]) * x[:, I:2I].
+  virtual Status silu_and_mul(const Tensor& x, Tensor& out) = 0;
+  // dst += src (bf16, elementwise, same shape).
+  virtual Status add_inplace(Tensor& dst, const Tensor& src) = 0;
+  // Tensor-parallel sum over ranks; a no-op for one rank or emulated TP.
+  virtual Status all_reduce(Tensor& t) = 0;
+
+  // ---- MoE ----------------------------------------------------------------------------------
+  // logits [T, E] f32 (+ bias [E] f32 for noaux_tc, else undefined) -> ids [T, k] i32 and
+  // weights [T, k] f32 (normalized when norm_topk_prob, then times routed_scaling_factor).
+  // Ties go to the lower expert index.
+  virtual Status router_topk(const Tensor& logits, const Tensor& bias, const RouterParams& p, Tensor& topk_ids,
+                             Tensor& topk_weights) = 0;
+  // NVFP4 quantization of x [T, K] bf16 (K % 16 == 0): out [T, K/2] fp4x2, scales [T, K/16] e4m3.
+  virtual Status fp4_quantize(const Tensor& x, float global_scale, Tensor& out, Tensor& scales) = 0;
+  // Expert-contiguous permutation with rows padded to multiples of `tile` per expert, stable in
+  // the flat index i = t*k + j: offsets [E+1] i32 (padded row starts), permuted_to_token [P] i32
+  // (-1 for padding and for rows past offsets[E]), expanded_to_permuted [T*k] i32.
+  virtual size_t moe_permute_workspace_bytes(int64_t T, int64_t k, int64_t E) const { (void)T; (void)k; (void)E; return 0; }
+  virtual Status moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile, Tensor& offsets,
+                             Tensor& permuted_to_token, Tensor& expanded_to_permuted, const Tensor& workspace) = 0;
+  // gemm1: for padded row r of expert e with token t = permuted_to_token[r]:
+  //   acc[n] = sum_k (e2m1*e4m3)(a[t,k]) * (e2m1*e4m3)(w13[e*2I + n, k])   (fp32 accumulation)
+  //   gate = acc[n] * (a_gs * w13_gs[e]), up = acc[I+n] * (a_gs * w13_gs[e]),
+  //   h = bf16(silu(gate) * up), then NVFP4-quantized with global scale out_gs into
+  //   out [P, I/2] fp4x2 + out_scales [P, I/16]. Rows with t = -1 get codes 0 and scales 0.
+  //   w13 [E*2I, H/2] fp4x2 (rows 0..I-1 gate, I..2I-1 up per expert), w13_scales [E*2I, H/16],
+  //   w13_gs [E] f32.
+  virtual Status moe_gemm1_fp4(const Tensor& a, const Tensor& a_scales, float a_gs, const Tensor& w13,
+                               const Tensor& w13_scales, const Tensor& w13_gs, const Tensor& offsets,
+                               const Tensor& permuted_to_token, float out_gs, Tensor& out, Tensor& out_scales) = 0;
+  // gemm2: out[r, n] = bf16(sum_k deq(h[r,k]) * deq(w2[e*H + n, k]) * (h_gs * w2_gs[e])) for rows
+  // r < offsets[E] whose permuted_to_token is >= 0; every other row is written as zeros.
+  virtual Status moe_gemm2_fp4(const Tensor& h, const Tensor& h_scales, float h_gs, const Tensor& w2,
+                               const Tensor& w2_scales, const Tensor& w2_gs, const Tensor& offsets,
+                               const Tensor& permuted_to_token, Tensor& out) = 0;
+  // out[t, n] = bf16(acc + shared[t, n]) with acc = sum over j = 0..k-1 in order of
+  // (w[t,j] * g2[expanded_to_permuted[t*k+j], n]) (no FMA); `shared` may be undefined (adds 0).
+  virtual Status moe_combine(const Tensor& gemm2_out, const Tensor& expanded_to_permuted, const Tensor& topk_weights,
+                             const Tensor& shared, Tensor& out) = 0;
+
+ protected:
+  // `tag` lets a backend name the allocation to an outside tracer (the CUDA backend wraps the
+  // driver call in an NVTX range "moeprof.tensor:<scope>/<name>|<category>").
+  virtual Result<void*> do_allocate(size_t bytes, MemKind kind, const AllocTag& tag) = 0;
+  virtual void do_free(void* ptr, size_t bytes, MemKind kind) = 0;
+
+ private:
+  std::vector<AllocationObserver*> observers_;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace moeprof

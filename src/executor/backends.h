@@ -1,0 +1,19 @@
+// Backend factories.
+#pragma once
+
+#include <memory>
+
+#include "core/status.h"
+#include "executor/backend.h"
+
+namespace moeprof {
+
+std::unique_ptr<Backend> make_cpu_backend();
+
+// True when this binary has the CUDA backend compiled in.
+bool cuda_backend_compiled();
+// Creates the CUDA backend on `device`; kRunFailure with a one-line reason when no usable GPU
+// (no driver, no device, unsupported compute capability) or when CUDA was not compiled in.
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device);
+
+}  // namespace moeprof
