@@ -1,5 +1,7 @@
 #include "executor/backend.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 namespace moeprof {
@@ -56,6 +58,25 @@ void Backend::release(Storage& s) {
 
 void Backend::remove_observer(AllocationObserver* o) {
   observers_.erase(std::remove(observers_.begin(), observers_.end(), o), observers_.end());
+}
+
+void Backend::note_use(const std::string& op, std::initializer_list<const Tensor*> reads,
+                       std::initializer_list<const Tensor*> writes) {
+  if (observers_.empty()) return;
+  for (const Tensor* t : reads)
+    if (t && t->defined())
+      for (auto* o : observers_) o->on_use(*t->storage(), op, false);
+  for (const Tensor* t : writes)
+    if (t && t->defined())
+      for (auto* o : observers_) o->on_use(*t->storage(), op, true);
+}
+
+bool Backend::memory_info(size_t* free_bytes, size_t* total_bytes) const {
+  long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return false;
+  *total_bytes = static_cast<size_t>(pages) * static_cast<size_t>(page);
+  *free_bytes = static_cast<size_t>(avail > 0 ? avail : 0) * static_cast<size_t>(page);
+  return true;
 }
 
 void Backend::marker(const std::string& name, bool begin) {

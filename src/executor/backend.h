@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,8 @@ class AllocationObserver {
   virtual void on_free(const Storage& s) = 0;
   // Phase markers ("layer.3", "prefill"): begin=true/false.
   virtual void on_marker(const std::string& /*name*/, bool /*begin*/) {}
+  // An op read (write=false) or wrote (write=true) the storage.
+  virtual void on_use(const Storage& /*s*/, const std::string& /*op*/, bool /*write*/) {}
 };
 
 enum class TopkMethod { kGreedy, kGroupLimitedGreedy, kNoauxTc };
@@ -66,6 +69,12 @@ class Backend {
   void add_observer(AllocationObserver* o) { observers_.push_back(o); }
   void remove_observer(AllocationObserver* o);
   void marker(const std::string& name, bool begin);
+  // Records that `op` read/wrote the tensors (use events let the planner find memory held
+  // after its last use). Cheap: observers only.
+  void note_use(const std::string& op, std::initializer_list<const Tensor*> reads,
+                std::initializer_list<const Tensor*> writes);
+  // Free and total memory of the device (host RAM for the CPU backend); false if unknown.
+  virtual bool memory_info(size_t* free_bytes, size_t* total_bytes) const;
   // Called by ~Storage.
   void release(Storage& s);
   virtual MemKind default_mem_kind(Category c) const = 0;

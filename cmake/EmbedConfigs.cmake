@@ -1,0 +1,12 @@
+# Generates a .cpp holding examples/configs/*.json as string literals (builtin model configs).
+file(GLOB _cfgs ${CONFIG_DIR}/*.json)
+list(SORT _cfgs)
+set(_body "// Generated from examples/configs by cmake/EmbedConfigs.cmake. Do not edit.\n#include \"model/builtin_configs.h\"\nnamespace moeprof {\nconst std::vector<BuiltinConfig>& builtin_configs() {\n  static const std::vector<BuiltinConfig> kConfigs = {\n")
+foreach(f ${_cfgs})
+  get_filename_component(_n ${f} NAME_WLE)
+  file(READ ${f} _txt)
+  string(APPEND _body "    {\"${_n}\", R\"moeprof_json(${_txt})moeprof_json\"},\n")
+endforeach()
+string(APPEND _body "  };\n  return kConfigs;\n}\n}  // namespace moeprof\n")
+file(WRITE ${OUTPUT}.tmp "${_body}")
+execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different ${OUTPUT}.tmp ${OUTPUT})

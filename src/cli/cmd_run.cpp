@@ -1,0 +1,191 @@
+// moeprof run: executes the DeepSeek-V2-family model in baseline and/or reuse mode, records one
+// trace per mode, analyses them and writes DIR/report.json (+ .md, .html).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/trace_io.h"
+#include "core/version.h"
+#include "executor/backends.h"
+#include "executor/recorder.h"
+#include "executor/run.h"
+#include "model/config.h"
+#include "planner/analysis.h"
+#include "reports/json_report.h"
+
+namespace moeprof::cli {
+
+namespace {
+
+struct RunArgs {
+  std::string model;
+  std::string backend = "auto";
+  std::string mode = "both";
+  int64_t tokens = 0;
+  int64_t layers = 0;
+  int tp = 0;
+  std::string weights = "auto";
+  std::string out = "moeprof-out";
+  uint64_t seed = 0x5EED;
+  bool quiet = false;
+  bool json = false;
+};
+
+std::string mb(uint64_t b) { return fmt::format("{:.1f} MB", double(b) / 1e6); }
+std::string signed_mb(int64_t b) { return fmt::format("{:+.1f} MB", double(b) / 1e6); }
+
+int run_command(const RunArgs& a) {
+  // Backend choice. "auto": the CUDA backend when a usable GPU is present, else the CPU reference.
+  std::unique_ptr<Backend> backend;
+  std::string backend_note;
+  if (a.backend == "cuda" || a.backend == "auto") {
+    auto cb = make_cuda_backend(0);
+    if (cb.is_ok()) {
+      backend = std::move(cb).value();
+    } else if (a.backend == "cuda") {
+      std::fprintf(stderr, "moeprof run: %s\n", cb.status().message().c_str());
+      return kExitRunFailure;
+    } else {
+      backend_note = cb.status().message();
+    }
+  }
+  if (!backend) backend = make_cpu_backend();
+  const bool on_gpu = backend->name() == "cuda";
+
+  // Defaults: the seed case on a GPU, the tiny model on the CPU.
+  RunPlan plan;
+  plan.model = a.model.empty() ? (on_gpu ? "kimi-k2.5" : "tiny") : a.model;
+  plan.tokens = a.tokens > 0 ? a.tokens : (on_gpu ? 16384 : (plan.model == "tiny" ? 100 : 64));
+  plan.tp = a.tp > 0 ? a.tp : (on_gpu && a.model.empty() ? 4 : 1);
+  plan.layers = a.layers;
+  plan.seed = a.seed;
+  plan.out_dir = a.out;
+  if (a.mode == "both") plan.modes = {MemoryMode::kBaseline, MemoryMode::kReuse};
+  else if (a.mode == "baseline") plan.modes = {MemoryMode::kBaseline};
+  else plan.modes = {MemoryMode::kReuse};
+  plan.weights = a.weights == "shared" ? WeightsMode::kShared
+                                       : (a.weights == "per-layer" ? WeightsMode::kPerLayer : WeightsMode::kAuto);
+  plan.progress = !a.quiet && ::isatty(STDERR_FILENO);
+  plan.log = a.quiet ? nullptr : stderr;
+
+  auto res = execute_run_plan(*backend, plan);
+  if (!res.is_ok()) {
+    std::fprintf(stderr, "moeprof run: %s\n", res.status().message().c_str());
+    return res.status().exit_code();
+  }
+  const RunPlanResult& r = res.value();
+
+  // Analyse the traces as written (read back from disk), check them against the executor's own
+  // accounting, and write the report.
+  std::vector<planner::RunAnalysis> analyses;
+  for (const auto& m : r.modes) {
+    auto tr = read_trace(m.trace_path);
+    if (!tr.is_ok()) {
+      std::fprintf(stderr, "moeprof run: %s\n", tr.status().message().c_str());
+      return kExitRunFailure;
+    }
+    analyses.push_back(planner::analyze(tr.value()));
+    const auto& an = analyses.back();
+    if (an.peak_total_bytes != m.accounting.peak_total || an.peak_activation_bytes != m.accounting.peak_activation) {
+      std::fprintf(stderr,
+                   "moeprof run: %s trace disagrees with the executor's accounting (peak total %llu vs %llu, "
+                   "activation %llu vs %llu)\n",
+                   m.mode.c_str(), static_cast<unsigned long long>(an.peak_total_bytes),
+                   static_cast<unsigned long long>(m.accounting.peak_total),
+                   static_cast<unsigned long long>(an.peak_activation_bytes),
+                   static_cast<unsigned long long>(m.accounting.peak_activation));
+      return kExitRunFailure;
+    }
+  }
+  const std::string report_path = (std::filesystem::path(a.out) / "report.json").string();
+  {
+    Status st = reports::write_json_report(report_path, analyses);
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "moeprof run: %s\n", st.message().c_str());
+      return kExitRunFailure;
+    }
+    auto doc = reports::make_report(analyses);
+    if (doc.is_ok()) {
+      std::ofstream(std::filesystem::path(a.out) / "report.md") << reports::report_markdown(doc.value());
+      std::ofstream(std::filesystem::path(a.out) / "report.html") << reports::report_html(doc.value());
+    }
+  }
+
+  if (a.json) {
+    std::ifstream in(report_path);
+    std::printf("%s", std::string(std::istreambuf_iterator<char>(in), {}).c_str());
+    return kExitOk;
+  }
+  std::printf("moeprof run: %s, %lld tokens, TP=%d%s, %lld layers, backend %s (%s)\n", r.model.c_str(),
+              static_cast<long long>(r.tokens), r.tp, r.tp_emulated ? " (TP emulated on one device)" : "",
+              static_cast<long long>(r.layers), backend->name().c_str(), backend->device_name().c_str());
+  if (!backend_note.empty() && !a.quiet) std::printf("  (no GPU backend: %s)\n", backend_note.c_str());
+  if (!r.weights_note.empty()) std::printf("  weights: %s\n", r.weights_note.c_str());
+  std::printf("\n%-9s %16s %16s %16s %12s %10s\n", "mode", "peak activation", "peak total", "churn", "allocations",
+              "wall");
+  for (size_t i = 0; i < r.modes.size(); ++i) {
+    const auto& m = r.modes[i];
+    const auto& an = analyses[i];
+    std::printf("%-9s %16s %16s %16s %12llu %9.2fs\n", m.mode.c_str(), mb(an.peak_activation_bytes).c_str(),
+                mb(an.peak_total_bytes).c_str(), mb(an.churn_bytes).c_str(),
+                static_cast<unsigned long long>(an.allocations), m.forward_seconds);
+  }
+  if (r.modes.size() == 2) {
+    const auto& b = analyses[0];
+    const auto& c = analyses[1];
+    const int64_t d = static_cast<int64_t>(c.peak_activation_bytes) - static_cast<int64_t>(b.peak_activation_bytes);
+    std::printf("\npeak activation delta (reuse - baseline): %s (%lld bytes, %.1f%%)\n", signed_mb(d).c_str(),
+                static_cast<long long>(d), b.peak_activation_bytes ? 100.0 * double(d) / double(b.peak_activation_bytes) : 0.0);
+    std::printf("churn delta: %s\n",
+                signed_mb(static_cast<int64_t>(c.churn_bytes) - static_cast<int64_t>(b.churn_bytes)).c_str());
+    std::printf("outputs bitwise identical: %s\n", r.outputs_identical ? "yes" : "NO");
+  }
+  for (const auto& m : r.modes)
+    std::printf("MoE output buffers (%s): %lld reused, %lld fresh, %lld fallback\n", m.mode.c_str(),
+                static_cast<long long>(m.moe.reused), static_cast<long long>(m.moe.fresh),
+                static_cast<long long>(m.moe.fallback));
+  std::printf("\ntraces: ");
+  for (const auto& m : r.modes) std::printf("%s ", m.trace_path.c_str());
+  std::printf("\nreport: %s (+ report.md, report.html)\n", report_path.c_str());
+  if (r.modes.size() == 2 && !r.outputs_identical) {
+    std::fprintf(stderr, "moeprof run: baseline and reuse outputs differ: the reused buffer was not dead\n");
+    return kExitRunFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void register_run(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "run", "Run the DeepSeek-V2-family executor (baseline and/or reuse mode), trace it, write a report");
+  cmd->add_option("--model", args->model,
+                  "Built-in model (tiny, deepseek-v2-lite, deepseek-v2, deepseek-v3, kimi-k2.5) or a config.json path "
+                  "[default: kimi-k2.5 on a GPU, tiny on the CPU]");
+  cmd->add_option("--backend", args->backend, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--mode", args->mode, "baseline | reuse | both")->check(CLI::IsMember({"baseline", "reuse", "both"}));
+  cmd->add_option("--tokens", args->tokens, "Prefill tokens [default: 16384 on a GPU, 100 for tiny, 64 otherwise]")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--layers", args->layers, "Run only the first N layers")->check(CLI::PositiveNumber);
+  cmd->add_option("--tp", args->tp, "Tensor-parallel size (one rank's shapes; emulated on one device)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--weights", args->weights, "auto | per-layer | shared")
+      ->check(CLI::IsMember({"auto", "per-layer", "shared"}));
+  cmd->add_option("--out", args->out, "Output directory [default: moeprof-out]");
+  cmd->add_option("--seed", args->seed, "Seed of the deterministic weights and inputs");
+  cmd->add_flag("--quiet,-q", args->quiet, "No progress or notes on stderr");
+  cmd->add_flag("--json", args->json, "Print the JSON report instead of the table");
+  cmd->callback([args, exit_code]() { *exit_code = run_command(*args); });
+}
+
+}  // namespace moeprof::cli

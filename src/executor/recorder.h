@@ -1,0 +1,66 @@
+// Observers of a backend's allocations: the trace recorder (writes .mtrace through the streamed
+// TraceWriter) and the executor's own memory accounting (bytes asked for, per category).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "core/trace_io.h"
+#include "executor/backend.h"
+
+namespace moeprof {
+
+// Writes one record per allocation, release, use and marker. Names/scopes/shapes are interned
+// once per distinct string; nothing else grows with the trace length.
+class TraceRecorder : public AllocationObserver {
+ public:
+  explicit TraceRecorder(TraceWriter* writer, uint16_t device = 0);
+  void on_alloc(const Storage& s, const AllocTag& tag, DType dtype, const std::string& shape) override;
+  void on_free(const Storage& s) override;
+  void on_marker(const std::string& name, bool begin) override;
+  void on_use(const Storage& s, const std::string& op, bool write) override;
+  // First write error, if any (recording never throws).
+  const Status& status() const { return status_; }
+
+ private:
+  uint64_t now_ns() const;
+  void append(TraceRecord r);
+  struct Live {
+    uint32_t name_id, scope_id, shape_id;
+    uint8_t category, dtype;
+  };
+  TraceWriter* writer_;
+  uint16_t device_;
+  uint32_t pid_;
+  uint64_t seq_ = 0;
+  std::chrono::steady_clock::time_point t0_;
+  std::unordered_map<uint64_t, Live> live_;  // storage id -> tags (for free records)
+  std::vector<uint32_t> marker_scopes_;
+  Status status_;
+};
+
+struct CategoryCounters {
+  std::array<uint64_t, kNumCategories> current{};
+  std::array<uint64_t, kNumCategories> peak{};         // each category's own high-water mark
+  std::array<uint64_t, kNumCategories> allocated{};    // bytes allocated in total (churn)
+  std::array<uint64_t, kNumCategories> allocations{};
+  uint64_t current_total = 0, peak_total = 0;
+  uint64_t current_activation = 0, peak_activation = 0;  // categories counted as activation
+};
+
+// The executor's own accounting of the bytes it asked for.
+class MemoryAccounting : public AllocationObserver {
+ public:
+  void on_alloc(const Storage& s, const AllocTag& tag, DType dtype, const std::string& shape) override;
+  void on_free(const Storage& s) override;
+  const CategoryCounters& counters() const { return c_; }
+
+ private:
+  CategoryCounters c_;
+};
+
+}  // namespace moeprof

@@ -1,0 +1,96 @@
+// DeepSeek-V2-family model configuration, read from HF config.json files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "executor/backend.h"
+
+namespace moeprof {
+
+struct RopeScaling {
+  std::string type;  // "" (none) or "yarn"
+  double factor = 1.0;
+  double original_max_position_embeddings = 4096;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double mscale = 1.0;
+  double mscale_all_dim = 0.0;
+};
+
+struct ModelConfig {
+  std::string name;        // "kimi-k2.5", "tiny", or the file stem
+  std::string model_type;  // as in the file ("deepseek_v3", "kimi_k2", ...)
+  std::string source;      // where it came from (path or "builtin:<name>")
+  int64_t hidden_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t first_k_dense_replace = 0;
+  int64_t moe_layer_freq = 1;
+  int64_t n_routed_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t n_shared_experts = 0;
+  int64_t moe_intermediate_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_attention_heads = 0;
+  int64_t q_lora_rank = 0;  // 0: no q LoRA (q_proj H -> heads * qk_head_dim)
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 4096;
+  TopkMethod topk_method = TopkMethod::kGreedy;
+  ScoringFunc scoring_func = ScoringFunc::kSoftmax;
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  double routed_scaling_factor = 1.0;
+  bool norm_topk_prob = false;
+  double rms_norm_eps = 1e-6;     // default when absent
+  double rope_theta = 10000.0;    // default when absent
+  RopeScaling rope_scaling;
+
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  // Width of the fused qkv_a projection output (the attention latent).
+  int64_t latent_dim() const { return (q_lora_rank > 0 ? q_lora_rank : 0) + kv_lora_rank + qk_rope_head_dim; }
+  bool is_moe_layer(int64_t layer) const {
+    return n_routed_experts > 0 && layer >= first_k_dense_replace && (layer % moe_layer_freq) == 0;
+  }
+};
+
+// Shapes of one TP rank.
+struct RankShape {
+  int64_t tokens = 0;
+  int64_t layers = 0;
+  int tp_size = 1;
+  int tp_rank = 0;
+  int64_t heads = 0;             // local attention heads
+  int64_t moe_inter = 0;         // local routed-expert intermediate
+  int64_t shared_inter = 0;      // local shared-expert intermediate (all shared experts fused)
+  int64_t dense_inter = 0;       // local dense-MLP intermediate
+  int64_t vocab = 0;             // local vocab rows
+  int64_t vocab_start = 0;
+  int64_t moe_tile = 8;          // rows per expert tile of the FP4 runner
+  int64_t padded_rows = 0;       // P = T*k + E*(tile-1)
+};
+
+// Parses config.json text. DeepSeek-V2/V3 fields at top level, Kimi-K2.5 nested under
+// "text_config". Errors name the field.
+Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source);
+Result<ModelConfig> load_model_config_file(const std::string& path);
+// Built-in names: tiny, deepseek-v2-lite, deepseek-v2, deepseek-v3, kimi-k2.5 (the files in
+// examples/configs/, compiled in). A value ending in .json or naming an existing file is read
+// from disk.
+Result<ModelConfig> resolve_model_config(const std::string& name_or_path);
+std::vector<std::string> builtin_model_names();
+
+// Validates and derives the rank's shapes. tokens > 0, tp_size divides heads and the
+// intermediate sizes, FP4 alignment (hidden and intermediates multiples of 32).
+Result<RankShape> make_rank_shape(const ModelConfig& cfg, int64_t tokens, int tp_size, int tp_rank,
+                                  int64_t layers_override);
+
+// Rows per expert tile: clamp(next_pow2(T*k/E), 8, 64) (vLLM's flashinfer integration).
+int64_t moe_tile_rows(int64_t tokens, int64_t top_k, int64_t experts);
+
+}  // namespace moeprof

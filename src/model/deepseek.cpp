@@ -1,0 +1,588 @@
+#include "model/deepseek.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "kernels/common/fp_formats.h"
+#include "kernels/common/random.h"
+
+namespace moeprof {
+
+std::string_view memory_mode_name(MemoryMode m) { return m == MemoryMode::kBaseline ? "baseline" : "reuse"; }
+
+// ---------------------------------------------------------------------------------------------
+// Output-buffer scope (per thread).
+
+namespace {
+thread_local const Tensor* t_moe_output_buffer = nullptr;
+}
+
+MoeOutputBufferScope::MoeOutputBufferScope(const Tensor* buffer) : previous_(t_moe_output_buffer) {
+  t_moe_output_buffer = buffer;
+}
+MoeOutputBufferScope::~MoeOutputBufferScope() { t_moe_output_buffer = previous_; }
+const Tensor* MoeOutputBufferScope::current() { return t_moe_output_buffer; }
+
+// ---------------------------------------------------------------------------------------------
+// Weights
+
+struct LayerWeights {
+  Tensor input_norm, post_attn_norm;
+  // attention
+  Tensor qkv_a;       // [q_lora + kv_lora + rope, H]   (q_lora > 0)
+  Tensor q_proj;      // [h * qk_head, H]               (q_lora == 0)
+  Tensor kv_a;        // [kv_lora + rope, H]            (q_lora == 0)
+  Tensor q_a_norm, kv_a_norm;
+  Tensor q_b;         // [h * qk_head, q_lora]
+  Tensor kv_b;        // [h * (nope + v), kv_lora]
+  Tensor o_proj;      // [H, h * v]
+  // dense MLP
+  Tensor mlp_gate_up, mlp_down;
+  // MoE
+  Tensor gate, gate_bias;
+  Tensor shared_gate_up, shared_down;
+  Tensor w13, w13_scales, w13_gs, w2, w2_scales, w2_gs;
+  float a_gs = 1.0f, h_gs = 1.0f;
+  Tensor kv_cache;    // [kv_tokens, kv_lora + rope]
+};
+
+struct DeepseekModel::Weights {
+  Tensor embed, final_norm, lm_head, cos_sin, workspace;
+  std::vector<LayerWeights> layers;
+};
+
+namespace {
+
+uint64_t mix_seed(uint64_t seed, uint64_t layer, uint64_t tensor) {
+  return kern::hash64(seed, layer * 1000003ull + tensor);
+}
+
+double yarn_mscale(double scale, double mscale) { return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+
+// cos/sin table [positions, rot_dim]: cos in the first rot_dim/2 columns, sin in the rest, with
+// DeepSeek's YaRN frequency correction and mscale when configured.
+std::vector<float> rope_table(const ModelConfig& c, int64_t positions) {
+  const int64_t dim = c.qk_rope_head_dim, half = dim / 2;
+  const double base = c.rope_theta;
+  std::vector<double> inv_freq(half);
+  double mscale = 1.0;
+  for (int64_t i = 0; i < half; ++i) inv_freq[i] = 1.0 / std::pow(base, double(2 * i) / double(dim));
+  if (c.rope_scaling.type == "yarn" && c.rope_scaling.factor > 1.0) {
+    const auto& rs = c.rope_scaling;
+    auto corr_dim = [&](double rot) {
+      return (double(dim) * std::log(rs.original_max_position_embeddings / (rot * 2.0 * std::numbers::pi))) /
+             (2.0 * std::log(base));
+    };
+    double low = std::max(0.0, std::floor(corr_dim(rs.beta_fast)));
+    double high = std::min(double(dim - 1), std::ceil(corr_dim(rs.beta_slow)));
+    if (high == low) high += 0.001;
+    for (int64_t i = 0; i < half; ++i) {
+      double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0);
+      double extra_mask = 1.0 - ramp;
+      double f_extra = inv_freq[i], f_inter = inv_freq[i] / rs.factor;
+      inv_freq[i] = f_inter * (1.0 - extra_mask) + f_extra * extra_mask;
+    }
+    mscale = yarn_mscale(rs.factor, rs.mscale) / yarn_mscale(rs.factor, rs.mscale_all_dim);
+  }
+  std::vector<float> t(static_cast<size_t>(positions * dim));
+  for (int64_t p = 0; p < positions; ++p) {
+    for (int64_t i = 0; i < half; ++i) {
+      double a = double(p) * inv_freq[i];
+      t[p * dim + i] = static_cast<float>(std::cos(a) * mscale);
+      t[p * dim + half + i] = static_cast<float>(std::sin(a) * mscale);
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+WeightBytes estimate_weight_bytes(const ModelConfig& c, const RankShape& s) {
+  const uint64_t H = c.hidden_size, h = s.heads, qk = c.qk_head_dim();
+  uint64_t attn = 2 * H * 2;  // norms
+  if (c.q_lora_rank > 0)
+    attn += 2 * (H * c.latent_dim() + c.q_lora_rank + h * qk * c.q_lora_rank);
+  else
+    attn += 2 * (H * h * qk + H * (c.kv_lora_rank + c.qk_rope_head_dim));
+  attn += 2 * (c.kv_lora_rank + h * (c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank + H * h * c.v_head_dim);
+  const uint64_t dense = 2 * (3 * H * s.dense_inter);
+  const uint64_t E = c.n_routed_experts, I = s.moe_inter;
+  const uint64_t experts = E * (2 * I * H / 2 + 2 * I * H / 16 + H * I / 2 + H * I / 16) + 8 * E;
+  const uint64_t moe_other = 2 * (E * H + 3 * H * s.shared_inter) + 4 * E;
+  WeightBytes b;
+  uint64_t common = 2 * (2 * s.vocab * H + H);
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < s.layers; ++l) {
+    common += attn;
+    if (c.is_moe_layer(l)) {
+      common += moe_other;
+      ++moe_layers;
+    } else {
+      common += dense;
+    }
+  }
+  b.per_layer = common + experts * moe_layers;
+  b.shared = common + (moe_layers > 0 ? experts : 0);
+  return b;
+}
+
+DeepseekModel::DeepseekModel(Backend& backend, const ModelConfig& cfg, const RankShape& shape, MemoryMode mode,
+                             const ModelOptions& opt)
+    : be_(backend), cfg_(cfg), shape_(shape), mode_(mode), opt_(opt), w_(std::make_unique<Weights>()) {
+  // Per-layer decisions, computed once.
+  plans_.resize(shape_.layers);
+  for (int64_t l = 0; l < shape_.layers; ++l) {
+    LayerPlan& p = plans_[l];
+    p.moe = cfg_.is_moe_layer(l);
+    p.scope = "layer." + std::to_string(l);
+    // Layer 0's input is the embedding output, which also becomes the residual: never dead.
+    p.provide_output_buffer = mode_ == MemoryMode::kReuse && p.moe && l > 0;
+    p.clear_attn_inputs = mode_ == MemoryMode::kReuse;
+  }
+  softmax_scale_ = static_cast<float>(1.0 / std::sqrt(double(cfg_.qk_head_dim())));
+  if (cfg_.rope_scaling.type == "yarn" && cfg_.rope_scaling.mscale_all_dim > 0) {
+    double m = yarn_mscale(cfg_.rope_scaling.factor, cfg_.rope_scaling.mscale_all_dim);
+    softmax_scale_ = static_cast<float>(softmax_scale_ * m * m);
+  }
+}
+
+DeepseekModel::~DeepseekModel() = default;
+
+Result<std::unique_ptr<DeepseekModel>> DeepseekModel::create(Backend& backend, const ModelConfig& cfg,
+                                                              const RankShape& shape, MemoryMode mode,
+                                                              const ModelOptions& opt) {
+  std::unique_ptr<DeepseekModel> m(new DeepseekModel(backend, cfg, shape, mode, opt));
+  WeightBytes wb = estimate_weight_bytes(cfg, shape);
+  switch (opt.weights) {
+    case WeightsMode::kShared:
+      m->weights_shared_ = true;
+      m->weights_note_ = "all MoE layers alias one layer's expert weights (--weights shared)";
+      break;
+    case WeightsMode::kPerLayer:
+      break;
+    case WeightsMode::kAuto: {
+      size_t free_b = 0, total_b = 0;
+      if (backend.memory_info(&free_b, &total_b)) {
+        // Leave room for the KV cache and activations: take per-layer weights only when they use
+        // at most 85% of the free memory.
+        if (wb.per_layer > static_cast<uint64_t>(0.85 * double(free_b))) {
+          m->weights_shared_ = true;
+          m->weights_note_ = "per-layer weights (" + std::to_string(wb.per_layer / 1000000) + " MB) do not fit in " +
+                             std::to_string(free_b / 1000000) +
+                             " MB free: all MoE layers alias one layer's expert weights (activation memory is unchanged)";
+        }
+      }
+      break;
+    }
+  }
+  MOEPROF_RETURN_IF_ERROR(m->init_weights());
+  return m;
+}
+
+Result<Tensor> DeepseekModel::act(DType dt, int64_t rows, int64_t cols, const std::string& name,
+                                  const std::string& scope, Category cat) {
+  return be_.empty(dt, rows, cols, AllocTag{name, scope, cat});
+}
+
+Status DeepseekModel::op(const std::string& what, Status st, std::initializer_list<const Tensor*> reads,
+                         std::initializer_list<const Tensor*> writes) {
+  if (!st.is_ok()) return st.with_context(what);
+  be_.note_use(what, reads, writes);
+  return st;
+}
+
+Status DeepseekModel::init_weights() {
+  const int64_t H = cfg_.hidden_size, h = shape_.heads, qk = cfg_.qk_head_dim(), nope = cfg_.qk_nope_head_dim,
+                vd = cfg_.v_head_dim, kvl = cfg_.kv_lora_rank, rope = cfg_.qk_rope_head_dim, ql = cfg_.q_lora_rank;
+  const uint64_t seed = opt_.seed;
+  uint64_t tensor_idx = 0;
+  auto alloc = [&](DType dt, int64_t r, int64_t c, const std::string& name, const std::string& scope,
+                   Category cat = Category::kWeights) { return be_.empty(dt, r, c, AllocTag{name, scope, cat}); };
+  // bf16 linear weight [N, K], uniform with variance 1/K.
+  auto linear_w = [&](int64_t layer, int64_t n, int64_t k, const std::string& name,
+                      const std::string& scope) -> Result<Tensor> {
+    MOEPROF_ASSIGN_OR_RETURN(Tensor t, alloc(DType::kBF16, n, k, name, scope));
+    MOEPROF_RETURN_IF_ERROR(be_.init_uniform(t, mix_seed(seed, layer, ++tensor_idx), std::sqrt(3.0f / float(k))));
+    return t;
+  };
+  // Host-generated small vectors: v = center + spread * (2u - 1).
+  auto host_vec = [&](int64_t layer, DType dt, int64_t n, float center, float spread, const std::string& name,
+                      const std::string& scope) -> Result<Tensor> {
+    MOEPROF_ASSIGN_OR_RETURN(Tensor t, alloc(dt, 1, n, name, scope));
+    const uint64_t s = mix_seed(seed, layer, ++tensor_idx);
+    if (dt == DType::kBF16) {
+      std::vector<uint16_t> v(n);
+      for (int64_t i = 0; i < n; ++i) v[i] = kern::f32_to_bf16(center + spread * (2.0f * kern::hash_unit(s, i) - 1.0f));
+      MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(t, v.data()));
+    } else {
+      std::vector<float> v(n);
+      for (int64_t i = 0; i < n; ++i) v[i] = center + spread * (2.0f * kern::hash_unit(s, i) - 1.0f);
+      MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(t, v.data()));
+    }
+    return t;
+  };
+
+  Weights& W = *w_;
+  MOEPROF_ASSIGN_OR_RETURN(W.embed, linear_w(-1, shape_.vocab, H, "embed_tokens", "model/embed"));
+  MOEPROF_ASSIGN_OR_RETURN(W.final_norm, host_vec(-1, DType::kBF16, H, 1.0f, 0.1f, "final_norm", "model/norm"));
+  MOEPROF_ASSIGN_OR_RETURN(W.lm_head, linear_w(-2, shape_.vocab, H, "lm_head", "model/lm_head"));
+  {
+    std::vector<float> table = rope_table(cfg_, shape_.tokens);
+    MOEPROF_ASSIGN_OR_RETURN(W.cos_sin, alloc(DType::kF32, shape_.tokens, rope, "rope_cos_sin", "model/rope"));
+    MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(W.cos_sin, table.data()));
+  }
+  // One cuBLASLt-style workspace for all dense projections (0 bytes on the CPU backend).
+  size_t ws = 0;
+  const int64_t T = shape_.tokens;
+  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{
+           {cfg_.latent_dim(), H}, {h * qk, std::max<int64_t>(ql, H)}, {h * (nope + vd), kvl}, {H, h * vd},
+           {2 * shape_.dense_inter, H}, {H, shape_.dense_inter}, {2 * std::max<int64_t>(shape_.shared_inter, 1), H},
+           {H, std::max<int64_t>(shape_.shared_inter, 1)}, {cfg_.n_routed_experts, H}, {shape_.vocab, H}})
+    ws = std::max(ws, be_.linear_workspace_bytes(T, n, k));
+  if (ws > 0) {
+    MOEPROF_ASSIGN_OR_RETURN(W.workspace, alloc(DType::kU8, 1, static_cast<int64_t>(ws), "linear_workspace",
+                                                "model/workspace", Category::kWorkspace));
+  }
+
+  W.layers.resize(shape_.layers);
+  const LayerWeights* shared_experts = nullptr;
+  for (int64_t l = 0; l < shape_.layers; ++l) {
+    LayerWeights& L = W.layers[l];
+    const std::string sa = "layer." + std::to_string(l) + "/attn/weights";
+    MOEPROF_ASSIGN_OR_RETURN(L.input_norm, host_vec(l, DType::kBF16, H, 1.0f, 0.1f, "input_layernorm", sa));
+    MOEPROF_ASSIGN_OR_RETURN(L.post_attn_norm, host_vec(l, DType::kBF16, H, 1.0f, 0.1f, "post_attention_layernorm", sa));
+    if (ql > 0) {
+      MOEPROF_ASSIGN_OR_RETURN(L.qkv_a, linear_w(l, cfg_.latent_dim(), H, "fused_qkv_a_proj_with_mqa", sa));
+      MOEPROF_ASSIGN_OR_RETURN(L.q_a_norm, host_vec(l, DType::kBF16, ql, 1.0f, 0.1f, "q_a_layernorm", sa));
+      MOEPROF_ASSIGN_OR_RETURN(L.q_b, linear_w(l, h * qk, ql, "q_b_proj", sa));
+    } else {
+      MOEPROF_ASSIGN_OR_RETURN(L.q_proj, linear_w(l, h * qk, H, "q_proj", sa));
+      MOEPROF_ASSIGN_OR_RETURN(L.kv_a, linear_w(l, kvl + rope, H, "kv_a_proj_with_mqa", sa));
+    }
+    MOEPROF_ASSIGN_OR_RETURN(L.kv_a_norm, host_vec(l, DType::kBF16, kvl, 1.0f, 0.1f, "kv_a_layernorm", sa));
+    MOEPROF_ASSIGN_OR_RETURN(L.kv_b, linear_w(l, h * (nope + vd), kvl, "kv_b_proj", sa));
+    MOEPROF_ASSIGN_OR_RETURN(L.o_proj, linear_w(l, H, h * vd, "o_proj", sa));
+    MOEPROF_ASSIGN_OR_RETURN(L.kv_cache, alloc(DType::kBF16, shape_.tokens, kvl + rope, "kv_cache",
+                                               "layer." + std::to_string(l) + "/attn", Category::kKvCache));
+    if (!plans_[l].moe) {
+      const std::string sm = "layer." + std::to_string(l) + "/mlp/weights";
+      MOEPROF_ASSIGN_OR_RETURN(L.mlp_gate_up, linear_w(l, 2 * shape_.dense_inter, H, "gate_up_proj", sm));
+      MOEPROF_ASSIGN_OR_RETURN(L.mlp_down, linear_w(l, H, shape_.dense_inter, "down_proj", sm));
+      continue;
+    }
+    const std::string sm = "layer." + std::to_string(l) + "/moe/weights";
+    const int64_t E = cfg_.n_routed_experts, I = shape_.moe_inter;
+    MOEPROF_ASSIGN_OR_RETURN(L.gate, linear_w(l, E, H, "gate", sm));
+    if (cfg_.topk_method == TopkMethod::kNoauxTc) {
+      MOEPROF_ASSIGN_OR_RETURN(L.gate_bias, host_vec(l, DType::kF32, E, 0.0f, 0.05f, "e_score_correction_bias", sm));
+    }
+    if (shape_.shared_inter > 0) {
+      MOEPROF_ASSIGN_OR_RETURN(L.shared_gate_up, linear_w(l, 2 * shape_.shared_inter, H, "shared_experts.gate_up_proj", sm));
+      MOEPROF_ASSIGN_OR_RETURN(L.shared_down, linear_w(l, H, shape_.shared_inter, "shared_experts.down_proj", sm));
+    }
+    // NVFP4 activation scales (static per-tensor input_scale, as in ModelOpt checkpoints).
+    L.a_gs = 12.0f / (6.0f * 448.0f);
+    L.h_gs = 4.0f / (6.0f * 448.0f);
+    if (weights_shared_ && shared_experts) {
+      L.w13 = shared_experts->w13;
+      L.w13_scales = shared_experts->w13_scales;
+      L.w13_gs = shared_experts->w13_gs;
+      L.w2 = shared_experts->w2;
+      L.w2_scales = shared_experts->w2_scales;
+      L.w2_gs = shared_experts->w2_gs;
+      continue;
+    }
+    // Codes uniform over all 16 e2m1 values (mean |v| = 2.25), block scales in [16, 64]; the
+    // global scale makes the dequantized weights' spread about 1/sqrt(K).
+    MOEPROF_ASSIGN_OR_RETURN(L.w13, alloc(DType::kFP4x2, E * 2 * I, H / 2, "experts.w13_weight", sm));
+    MOEPROF_RETURN_IF_ERROR(be_.init_bytes(L.w13, mix_seed(seed, l, ++tensor_idx)));
+    MOEPROF_ASSIGN_OR_RETURN(L.w13_scales, alloc(DType::kE4M3, E * 2 * I, H / 16, "experts.w13_weight_scale", sm));
+    MOEPROF_RETURN_IF_ERROR(be_.init_e4m3(L.w13_scales, mix_seed(seed, l, ++tensor_idx), 16.0f, 64.0f));
+    const float gs13 = 1.0f / (std::sqrt(float(H)) * 2.8f * 40.0f);
+    MOEPROF_ASSIGN_OR_RETURN(L.w13_gs, host_vec(l, DType::kF32, E, gs13, 0.25f * gs13, "experts.w13_weight_scale_2", sm));
+    MOEPROF_ASSIGN_OR_RETURN(L.w2, alloc(DType::kFP4x2, E * H, I / 2, "experts.w2_weight", sm));
+    MOEPROF_RETURN_IF_ERROR(be_.init_bytes(L.w2, mix_seed(seed, l, ++tensor_idx)));
+    MOEPROF_ASSIGN_OR_RETURN(L.w2_scales, alloc(DType::kE4M3, E * H, I / 16, "experts.w2_weight_scale", sm));
+    MOEPROF_RETURN_IF_ERROR(be_.init_e4m3(L.w2_scales, mix_seed(seed, l, ++tensor_idx), 16.0f, 64.0f));
+    const float gs2 = 1.0f / (std::sqrt(float(I)) * 2.8f * 40.0f);
+    MOEPROF_ASSIGN_OR_RETURN(L.w2_gs, host_vec(l, DType::kF32, E, gs2, 0.25f * gs2, "experts.w2_weight_scale_2", sm));
+    if (!shared_experts) shared_experts = &L;
+  }
+  return be_.synchronize();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward
+
+Result<ForwardOutput> DeepseekModel::forward() {
+  const int64_t T = shape_.tokens, H = cfg_.hidden_size;
+  ForwardOutput out;
+  be_.marker("prefill", true);
+  MOEPROF_ASSIGN_OR_RETURN(Tensor ids, act(DType::kI32, 1, T, "input_ids", "model/input"));
+  MOEPROF_RETURN_IF_ERROR(be_.init_ints(ids, opt_.seed ^ 0x1D5ull, static_cast<int32_t>(shape_.vocab_start),
+                                        static_cast<int32_t>(shape_.vocab_start + std::min<int64_t>(shape_.vocab, cfg_.vocab_size - shape_.vocab_start))));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor positions, act(DType::kI32, 1, T, "positions", "model/input"));
+  MOEPROF_RETURN_IF_ERROR(be_.iota(positions, 0));
+  positions_ = positions;
+
+  MOEPROF_ASSIGN_OR_RETURN(Tensor hidden, act(DType::kBF16, T, H, "embed_out", "model/embed"));
+  MOEPROF_RETURN_IF_ERROR(op("embedding", be_.embedding(ids, w_->embed, shape_.vocab_start, hidden), {&ids}, {&hidden}));
+  ids.reset();
+  Tensor residual;
+  for (int64_t l = 0; l < shape_.layers; ++l) {
+    if (opt_.progress) opt_.progress(l, shape_.layers);
+    MOEPROF_RETURN_IF_ERROR(layer_forward(l, hidden, residual, &out.moe).with_context("layer " + std::to_string(l)));
+  }
+  attn_inputs_ = {};
+  // Final norm (fused add of the last residual) and the LM head on the last token only.
+  MOEPROF_RETURN_IF_ERROR(op("final_norm", be_.fused_add_rmsnorm(hidden, residual, w_->final_norm, float(cfg_.rms_norm_eps)),
+                             {&hidden, &residual}, {&hidden, &residual}));
+  residual.reset();
+  Tensor last = hidden.rows_view(T - 1, 1);
+  MOEPROF_ASSIGN_OR_RETURN(Tensor logits, act(DType::kF32, 1, shape_.vocab, "logits", "model/lm_head"));
+  MOEPROF_RETURN_IF_ERROR(op("lm_head", be_.linear(last, w_->lm_head, logits, w_->workspace), {&hidden}, {&logits}));
+  out.logits.resize(shape_.vocab);
+  MOEPROF_RETURN_IF_ERROR(be_.copy_to_host(logits, out.logits.data()));
+  std::vector<uint16_t> host(static_cast<size_t>(T * H));
+  MOEPROF_RETURN_IF_ERROR(be_.copy_to_host(hidden, host.data()));
+  uint64_t hsh = 1469598103934665603ull;
+  for (uint16_t v : host) {
+    hsh ^= v;
+    hsh *= 1099511628211ull;
+  }
+  out.hidden_hash = hsh;
+  out.hidden_tail.assign(host.end() - H, host.end());
+  positions_.reset();
+  be_.marker("prefill", false);
+  MOEPROF_RETURN_IF_ERROR(be_.synchronize());
+  return out;
+}
+
+Status DeepseekModel::layer_forward(int64_t l, Tensor& hidden, Tensor& residual, MoeRunnerStats* stats) {
+  const LayerPlan& plan = plans_[l];
+  const LayerWeights& L = w_->layers[l];
+  const int64_t T = shape_.tokens, H = cfg_.hidden_size;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  be_.marker(plan.scope, true);
+  // The layer's input ("hidden_states_orig"): referenced by this frame until the layer returns.
+  const Tensor x = hidden;
+
+  // 1. prepare_attn: residual add and out-of-place input RMSNorm. Replacing attn_inputs_ drops
+  //    the previous layer's post-norm hidden and latent (baseline: they lived until here).
+  {
+    MOEPROF_ASSIGN_OR_RETURN(Tensor post_norm, act(DType::kBF16, T, H, "post_norm", plan.scope + "/attn"));
+    if (!residual.defined()) {
+      residual = x;
+      MOEPROF_RETURN_IF_ERROR(op("input_layernorm", be_.rmsnorm(x, L.input_norm, eps, post_norm), {&x}, {&post_norm}));
+    } else {
+      MOEPROF_RETURN_IF_ERROR(op("residual_add", be_.add_inplace(residual, x), {&x, &residual}, {&residual}));
+      MOEPROF_RETURN_IF_ERROR(op("input_layernorm", be_.rmsnorm(residual, L.input_norm, eps, post_norm), {&residual}, {&post_norm}));
+    }
+    attn_inputs_.latent.reset();
+    attn_inputs_.post_norm = std::move(post_norm);
+  }
+
+  // 2. self-attention
+  MOEPROF_ASSIGN_OR_RETURN(Tensor attn_out, attention(l));
+  if (plan.clear_attn_inputs) attn_inputs_ = {};  // clear_attn_inputs()
+
+  // 3. post-attention RMSNorm, fused add into the residual; in place: attn_out becomes the MoE input.
+  MOEPROF_RETURN_IF_ERROR(op("post_attention_layernorm", be_.fused_add_rmsnorm(attn_out, residual, L.post_attn_norm, eps),
+                             {&attn_out, &residual}, {&attn_out, &residual}));
+
+  // 4. MLP
+  Tensor mlp_out;
+  if (plan.moe) {
+    if (plan.provide_output_buffer) {
+      MoeOutputBufferScope scope(&x);
+      MOEPROF_ASSIGN_OR_RETURN(mlp_out, moe(l, attn_out, stats));
+    } else {
+      MOEPROF_ASSIGN_OR_RETURN(mlp_out, moe(l, attn_out, stats));
+    }
+  } else {
+    MOEPROF_ASSIGN_OR_RETURN(mlp_out, dense_mlp(attn_out, L.mlp_gate_up, L.mlp_down, plan.scope + "/mlp"));
+  }
+  attn_out.reset();
+  hidden = std::move(mlp_out);
+  be_.marker(plan.scope, false);
+  return Status::ok();
+}
+
+Result<Tensor> DeepseekModel::attention(int64_t l) {
+  const LayerWeights& L = w_->layers[l];
+  const std::string scope = plans_[l].scope + "/attn";
+  const int64_t T = shape_.tokens, H = cfg_.hidden_size, h = shape_.heads, qk = cfg_.qk_head_dim(),
+                nope = cfg_.qk_nope_head_dim, vd = cfg_.v_head_dim, kvl = cfg_.kv_lora_rank,
+                rope = cfg_.qk_rope_head_dim, ql = cfg_.q_lora_rank;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const Tensor& ws = w_->workspace;
+  const Tensor& post_norm = attn_inputs_.post_norm;
+
+  Tensor q, kv_a, k_pe;
+  if (ql > 0) {
+    MOEPROF_ASSIGN_OR_RETURN(Tensor latent, act(DType::kBF16, T, cfg_.latent_dim(), "qkv_a_latent", scope));
+    MOEPROF_RETURN_IF_ERROR(op("fused_qkv_a_proj", be_.linear(post_norm, L.qkv_a, latent, ws), {&post_norm}, {&latent}));
+    attn_inputs_.latent = latent;
+    Tensor q_a = latent.cols_view(0, ql);
+    MOEPROF_ASSIGN_OR_RETURN(Tensor q_a_n, act(DType::kBF16, T, ql, "q_a_normed", scope));
+    MOEPROF_RETURN_IF_ERROR(op("q_a_layernorm", be_.rmsnorm(q_a, L.q_a_norm, eps, q_a_n), {&latent}, {&q_a_n}));
+    MOEPROF_ASSIGN_OR_RETURN(q, act(DType::kBF16, T, h * qk, "q", scope));
+    MOEPROF_RETURN_IF_ERROR(op("q_b_proj", be_.linear(q_a_n, L.q_b, q, ws), {&q_a_n}, {&q}));
+    kv_a = latent.cols_view(ql, kvl);
+    k_pe = latent.cols_view(ql + kvl, rope);
+  } else {
+    MOEPROF_ASSIGN_OR_RETURN(q, act(DType::kBF16, T, h * qk, "q", scope));
+    MOEPROF_RETURN_IF_ERROR(op("q_proj", be_.linear(post_norm, L.q_proj, q, ws), {&post_norm}, {&q}));
+    MOEPROF_ASSIGN_OR_RETURN(Tensor latent, act(DType::kBF16, T, kvl + rope, "kv_a_latent", scope));
+    MOEPROF_RETURN_IF_ERROR(op("kv_a_proj_with_mqa", be_.linear(post_norm, L.kv_a, latent, ws), {&post_norm}, {&latent}));
+    attn_inputs_.latent = latent;
+    kv_a = latent.cols_view(0, kvl);
+    k_pe = latent.cols_view(kvl, rope);
+  }
+  const Tensor& latent = attn_inputs_.latent;
+  MOEPROF_ASSIGN_OR_RETURN(Tensor kv_a_n, act(DType::kBF16, T, kvl, "kv_a_normed", scope));
+  MOEPROF_RETURN_IF_ERROR(op("kv_a_layernorm", be_.rmsnorm(kv_a, L.kv_a_norm, eps, kv_a_n), {&latent}, {&kv_a_n}));
+  MOEPROF_RETURN_IF_ERROR(op("rope_q", be_.rope(q, h, qk, nope, rope, positions_, w_->cos_sin), {&q}, {&q}));
+  MOEPROF_RETURN_IF_ERROR(op("rope_k", be_.rope(k_pe, 1, rope, 0, rope, positions_, w_->cos_sin), {&latent}, {&latent}));
+  Tensor& cache = w_->layers[l].kv_cache;
+  MOEPROF_RETURN_IF_ERROR(op("kv_cache_write", be_.kv_cache_write(kv_a_n, k_pe, cache, 0), {&kv_a_n, &latent}, {&cache}));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor kv, act(DType::kBF16, T, h * (nope + vd), "kv", scope));
+  MOEPROF_RETURN_IF_ERROR(op("kv_b_proj", be_.linear(kv_a_n, L.kv_b, kv, ws), {&kv_a_n}, {&kv}));
+  kv_a_n.reset();
+  MOEPROF_ASSIGN_OR_RETURN(Tensor k, act(DType::kBF16, T, h * qk, "k", scope));
+  MOEPROF_RETURN_IF_ERROR(op("build_k", be_.mla_build_k(kv, h, nope + vd, nope, k_pe, k), {&kv, &latent}, {&k}));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor attn, act(DType::kBF16, T, h * vd, "attn_out", scope));
+  MOEPROF_RETURN_IF_ERROR(op("causal_attention",
+                             be_.causal_attention(q, k, kv, h, qk, vd, nope, nope + vd, softmax_scale_, attn),
+                             {&q, &k, &kv}, {&attn}));
+  q.reset();
+  k.reset();
+  kv.reset();
+  kv_a.reset();
+  k_pe.reset();
+  MOEPROF_ASSIGN_OR_RETURN(Tensor o, act(DType::kBF16, T, H, "o_proj_out", scope));
+  MOEPROF_RETURN_IF_ERROR(op("o_proj", be_.linear(attn, L.o_proj, o, ws), {&attn}, {&o}));
+  attn.reset();
+  MOEPROF_RETURN_IF_ERROR(op("attn_all_reduce", be_.all_reduce(o), {&o}, {&o}));
+  return o;
+}
+
+Result<Tensor> DeepseekModel::dense_mlp(const Tensor& x, const Tensor& gate_up_w, const Tensor& down_w,
+                                        const std::string& scope) {
+  const int64_t T = x.rows(), H = cfg_.hidden_size, I = gate_up_w.rows() / 2;
+  const Tensor& ws = w_->workspace;
+  MOEPROF_ASSIGN_OR_RETURN(Tensor gate_up, act(DType::kBF16, T, 2 * I, "gate_up", scope));
+  MOEPROF_RETURN_IF_ERROR(op("gate_up_proj", be_.linear(x, gate_up_w, gate_up, ws), {&x}, {&gate_up}));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor a, act(DType::kBF16, T, I, "act", scope));
+  MOEPROF_RETURN_IF_ERROR(op("silu_and_mul", be_.silu_and_mul(gate_up, a), {&gate_up}, {&a}));
+  gate_up.reset();
+  MOEPROF_ASSIGN_OR_RETURN(Tensor out, act(DType::kBF16, T, H, "mlp_out", scope));
+  MOEPROF_RETURN_IF_ERROR(op("down_proj", be_.linear(a, down_w, out, ws), {&a}, {&out}));
+  a.reset();
+  MOEPROF_RETURN_IF_ERROR(op("mlp_all_reduce", be_.all_reduce(out), {&out}, {&out}));
+  return out;
+}
+
+Result<Tensor> DeepseekModel::moe(int64_t l, const Tensor& moe_in, MoeRunnerStats* stats) {
+  const LayerWeights& L = w_->layers[l];
+  const std::string scope = plans_[l].scope + "/moe";
+  const int64_t T = shape_.tokens, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
+  Tensor shared_out;
+  if (shape_.shared_inter > 0) {
+    // The shared expert's own output is reduced together with the routed output (no all-reduce here).
+    const int64_t I = shape_.shared_inter, H = cfg_.hidden_size;
+    const Tensor& ws = w_->workspace;
+    const std::string ss = scope + "/shared";
+    MOEPROF_ASSIGN_OR_RETURN(Tensor gate_up, act(DType::kBF16, T, 2 * I, "gate_up", ss));
+    MOEPROF_RETURN_IF_ERROR(op("shared_gate_up_proj", be_.linear(moe_in, L.shared_gate_up, gate_up, ws), {&moe_in}, {&gate_up}));
+    MOEPROF_ASSIGN_OR_RETURN(Tensor a, act(DType::kBF16, T, I, "act", ss));
+    MOEPROF_RETURN_IF_ERROR(op("shared_silu_and_mul", be_.silu_and_mul(gate_up, a), {&gate_up}, {&a}));
+    gate_up.reset();
+    MOEPROF_ASSIGN_OR_RETURN(shared_out, act(DType::kBF16, T, H, "shared_output", ss));
+    MOEPROF_RETURN_IF_ERROR(op("shared_down_proj", be_.linear(a, L.shared_down, shared_out, ws), {&a}, {&shared_out}));
+  }
+  MOEPROF_ASSIGN_OR_RETURN(Tensor logits, act(DType::kF32, T, E, "router_logits", scope + "/router"));
+  MOEPROF_RETURN_IF_ERROR(op("router_gate", be_.linear(moe_in, L.gate, logits, w_->workspace), {&moe_in}, {&logits}));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor topk_ids, act(DType::kI32, T, k, "topk_ids", scope + "/router"));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor topk_w, act(DType::kF32, T, k, "topk_weights", scope + "/router"));
+  RouterParams rp;
+  rp.top_k = static_cast<int>(k);
+  rp.n_group = static_cast<int>(cfg_.n_group);
+  rp.topk_group = static_cast<int>(cfg_.topk_group);
+  rp.method = cfg_.topk_method;
+  rp.scoring = cfg_.scoring_func;
+  rp.norm_topk_prob = cfg_.norm_topk_prob;
+  rp.routed_scaling_factor = static_cast<float>(cfg_.routed_scaling_factor);
+  MOEPROF_RETURN_IF_ERROR(op("router_topk", be_.router_topk(logits, L.gate_bias, rp, topk_ids, topk_w), {&logits},
+                             {&topk_ids, &topk_w}));
+  // Router logits, top-k and the shared output stay referenced until the MoE call returns.
+  return routed_experts(l, moe_in, topk_ids, topk_w, shared_out, stats);
+}
+
+Result<Tensor> DeepseekModel::routed_experts(int64_t l, const Tensor& moe_in, const Tensor& topk_ids,
+                                             const Tensor& topk_w, const Tensor& shared_out, MoeRunnerStats* stats) {
+  const LayerWeights& L = w_->layers[l];
+  const std::string scope = plans_[l].scope + "/moe/experts";
+  const int64_t T = moe_in.rows(), H = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok,
+                I = shape_.moe_inter;
+  const int64_t tile = moe_tile_rows(T, k, E);
+  const int64_t P = T * k + E * (tile - 1);
+
+  // Output-buffer protocol: use the provided buffer only if it matches exactly.
+  Tensor out;
+  if (const Tensor* buf = MoeOutputBufferScope::current()) {
+    const bool match = buf->defined() && buf->rows() == T && buf->cols() == H && buf->contiguous() &&
+                       buf->dtype() == DType::kBF16 && buf->storage()->backend() == &be_ &&
+                       (!opt_.require_symmetric_output || buf->storage()->mem_kind() == MemKind::kSymmetric);
+    if (match) {
+      out = *buf;
+      ++stats->reused;
+    } else {
+      ++stats->fallback;
+    }
+  } else {
+    ++stats->fresh;
+  }
+  if (!out.defined()) {
+    MOEPROF_ASSIGN_OR_RETURN(out, act(DType::kBF16, T, H, "moe_output", scope));
+  }
+
+  MOEPROF_ASSIGN_OR_RETURN(Tensor hs_fp4, act(DType::kFP4x2, T, H / 2, "hs_fp4", scope));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor hs_sf, act(DType::kE4M3, T, H / 16, "hs_scales", scope));
+  MOEPROF_RETURN_IF_ERROR(op("fp4_quantize", be_.fp4_quantize(moe_in, L.a_gs, hs_fp4, hs_sf), {&moe_in}, {&hs_fp4, &hs_sf}));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor offsets, act(DType::kI32, 1, E + 1, "expert_offsets", scope));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor p2t, act(DType::kI32, 1, P, "permuted_to_token", scope));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor e2p, act(DType::kI32, 1, T * k, "expanded_to_permuted", scope));
+  Tensor perm_ws;
+  if (size_t b = be_.moe_permute_workspace_bytes(T, k, E); b > 0) {
+    MOEPROF_ASSIGN_OR_RETURN(perm_ws, act(DType::kU8, 1, static_cast<int64_t>(b), "permute_workspace", scope,
+                                          Category::kWorkspace));
+  }
+  MOEPROF_RETURN_IF_ERROR(op("moe_permute", be_.moe_permute(topk_ids, E, tile, offsets, p2t, e2p, perm_ws), {&topk_ids},
+                             {&offsets, &p2t, &e2p}));
+  perm_ws.reset();
+  MOEPROF_ASSIGN_OR_RETURN(Tensor g1, act(DType::kFP4x2, P, I / 2, "gemm1_out_fp4", scope));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor g1_sf, act(DType::kE4M3, P, I / 16, "gemm1_out_scales", scope));
+  MOEPROF_RETURN_IF_ERROR(op("moe_gemm1_fp4",
+                             be_.moe_gemm1_fp4(hs_fp4, hs_sf, L.a_gs, L.w13, L.w13_scales, L.w13_gs, offsets, p2t,
+                                               L.h_gs, g1, g1_sf),
+                             {&hs_fp4, &hs_sf, &offsets, &p2t}, {&g1, &g1_sf}));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor g2, act(DType::kBF16, P, H, "gemm2_out", scope));
+  MOEPROF_RETURN_IF_ERROR(op("moe_gemm2_fp4",
+                             be_.moe_gemm2_fp4(g1, g1_sf, L.h_gs, L.w2, L.w2_scales, L.w2_gs, offsets, p2t, g2),
+                             {&g1, &g1_sf, &offsets, &p2t}, {&g2}));
+  MOEPROF_RETURN_IF_ERROR(op("moe_combine", be_.moe_combine(g2, e2p, topk_w, shared_out, out),
+                             {&g2, &e2p, &topk_w, &shared_out}, {&out}));
+  MOEPROF_RETURN_IF_ERROR(op("moe_all_reduce", be_.all_reduce(out), {&out}, {&out}));
+  // The runner's buffers are released when it returns (one fused kernel call in trtllm).
+  return out;
+}
+
+Result<Tensor> DeepseekModel::run_routed_experts_for_test(int64_t layer, const Tensor& moe_in, const Tensor& topk_ids,
+                                                          const Tensor& topk_weights, const Tensor& shared_out,
+                                                          MoeRunnerStats* stats) {
+  if (layer < 0 || layer >= shape_.layers || !plans_[layer].moe) return Status::bad_input("not a MoE layer");
+  return routed_experts(layer, moe_in, topk_ids, topk_weights, shared_out, stats);
+}
+
+}  // namespace moeprof

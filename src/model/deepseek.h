@@ -1,0 +1,132 @@
+// The DeepSeek-V2-family decoder (MLA attention + MoE with shared and NVFP4 routed experts),
+// written once against the Backend op interface. Its allocations mirror SGLang's prefill path
+// (see docs/executor.md and ../shared/docs/seed-model.md), in two memory modes:
+//  * baseline: attention inputs (post-norm hidden + qkv_a latent) stay referenced until the next
+//    layer's attention preparation; every MoE layer allocates a fresh output buffer;
+//  * reuse: the layer's input hidden-states buffer is handed to the MoE runner as its output
+//    buffer through MoeOutputBufferScope, and attention inputs are cleared right after attention.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "executor/backend.h"
+#include "model/config.h"
+
+namespace moeprof {
+
+enum class MemoryMode { kBaseline, kReuse };
+enum class WeightsMode { kAuto, kPerLayer, kShared };
+std::string_view memory_mode_name(MemoryMode m);
+
+// The C++ analogue of SGLang's `_moe_output_buf` ContextVar + `moe_output_buffer_ctx`: sets the
+// calling thread's provided MoE output buffer for the lifetime of the scope and restores the
+// previous one on exit (also when an error unwinds the stack).
+class MoeOutputBufferScope {
+ public:
+  explicit MoeOutputBufferScope(const Tensor* buffer);
+  ~MoeOutputBufferScope();
+  MoeOutputBufferScope(const MoeOutputBufferScope&) = delete;
+  MoeOutputBufferScope& operator=(const MoeOutputBufferScope&) = delete;
+  static const Tensor* current();
+
+ private:
+  const Tensor* previous_;
+};
+
+struct ModelOptions {
+  WeightsMode weights = WeightsMode::kAuto;
+  uint64_t seed = 0x5EEDull;
+  // When set, a provided MoE output buffer must come from the symmetric-memory pool
+  // (MemKind::kSymmetric), as with SGLang's symmetric all-reduce.
+  bool require_symmetric_output = false;
+  // Called at the start of each layer (layer index, layer count).
+  std::function<void(int64_t, int64_t)> progress;
+};
+
+// Decisions made once per layer at construction (never on the forward's hot path).
+struct LayerPlan {
+  bool moe = false;
+  bool provide_output_buffer = false;  // reuse mode, MoE layer whose input is not the residual
+  bool clear_attn_inputs = false;      // reuse mode
+  std::string scope;                   // "layer.N"
+};
+
+struct MoeRunnerStats {
+  int64_t reused = 0;          // provided buffer used as the output
+  int64_t fallback = 0;        // buffer provided but rejected (shape/dtype/device/pool mismatch)
+  int64_t fresh = 0;           // no buffer provided (baseline, layer 0)
+};
+
+struct ForwardOutput {
+  std::vector<float> logits;           // last token's logits over the rank's vocab shard
+  uint64_t hidden_hash = 0;            // FNV-1a of the final normed hidden states' bf16 bits
+  std::vector<uint16_t> hidden_tail;   // the last token's final hidden states (bf16 bits)
+  MoeRunnerStats moe;
+};
+
+class DeepseekModel {
+ public:
+  // Allocates the weights (deterministic from opt.seed) and the KV cache.
+  static Result<std::unique_ptr<DeepseekModel>> create(Backend& backend, const ModelConfig& cfg,
+                                                        const RankShape& shape, MemoryMode mode,
+                                                        const ModelOptions& opt);
+  ~DeepseekModel();
+  // One prefill over shape.tokens tokens (ids drawn deterministically from the seed).
+  Result<ForwardOutput> forward();
+
+  const std::vector<LayerPlan>& plans() const { return plans_; }
+  bool weights_shared() const { return weights_shared_; }
+  const std::string& weights_note() const { return weights_note_; }
+  // Runs only the routed-expert runner on `moe_in` (for tests of the output-buffer protocol).
+  Result<Tensor> run_routed_experts_for_test(int64_t layer, const Tensor& moe_in, const Tensor& topk_ids,
+                                             const Tensor& topk_weights, const Tensor& shared_out,
+                                             MoeRunnerStats* stats);
+
+  struct Weights;  // defined in deepseek.cpp
+
+ private:
+  DeepseekModel(Backend& backend, const ModelConfig& cfg, const RankShape& shape, MemoryMode mode,
+                const ModelOptions& opt);
+  Status init_weights();
+  Status layer_forward(int64_t layer, Tensor& hidden, Tensor& residual, MoeRunnerStats* stats);
+  Result<Tensor> attention(int64_t layer);
+  Result<Tensor> moe(int64_t layer, const Tensor& moe_in, MoeRunnerStats* stats);
+  Result<Tensor> routed_experts(int64_t layer, const Tensor& moe_in, const Tensor& topk_ids,
+                                const Tensor& topk_weights, const Tensor& shared_out, MoeRunnerStats* stats);
+  Result<Tensor> dense_mlp(const Tensor& x, const Tensor& gate_up, const Tensor& down, const std::string& scope);
+  Status op(const std::string& what, Status st, std::initializer_list<const Tensor*> reads,
+            std::initializer_list<const Tensor*> writes);
+  Result<Tensor> act(DType dt, int64_t rows, int64_t cols, const std::string& name, const std::string& scope,
+                     Category cat = Category::kActivation);
+
+  Backend& be_;
+  ModelConfig cfg_;
+  RankShape shape_;
+  MemoryMode mode_;
+  ModelOptions opt_;
+  std::vector<LayerPlan> plans_;
+  std::unique_ptr<Weights> w_;
+  bool weights_shared_ = false;
+  std::string weights_note_;
+  float softmax_scale_ = 1.0f;
+  // attn_tp_context.attn_inputs_: the post-norm hidden and the qkv_a latent of the current layer.
+  Tensor positions_;  // [1, T] i32, alive during forward()
+  struct AttnInputs {
+    Tensor post_norm;
+    Tensor latent;
+  } attn_inputs_;
+};
+
+// Bytes of weights one rank holds (per-layer experts vs shared), for the --weights auto choice.
+struct WeightBytes {
+  uint64_t per_layer = 0;
+  uint64_t shared = 0;
+};
+WeightBytes estimate_weight_bytes(const ModelConfig& cfg, const RankShape& shape);
+
+}  // namespace moeprof
