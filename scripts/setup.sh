@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# moeprof set-up: installs the Debian packages moeprof needs (when missing), then configures and
+# builds with CMake. Idempotent; run as root on a fresh Debian 12 machine (or with sudo).
+# The CUDA toolkit is taken from /usr/local/cuda when present; without it, moeprof builds its
+# CPU-only parts (CPU reference backend, planner, reports, gate).
+#   usage: scripts/setup.sh [--no-build]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(cmake ninja-build g++ libfmt-dev libcli11-dev nlohmann-json3-dev catch2)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "moeprof setup: installing Debian packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "moeprof setup: Debian packages present (${PACKAGES[*]})"
+fi
+
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "moeprof setup: CUDA toolkit $(/usr/local/cuda/bin/nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') at /usr/local/cuda: building the CUDA backend for sm_90"
+else
+  echo "moeprof setup: no CUDA toolkit at /usr/local/cuda: building the CPU-only parts"
+fi
+
+[ "${1:-}" = "--no-build" ] && exit 0
+cmake --preset release >/dev/null
+cmake --build --preset release -j "${MOEPROF_JOBS:-$(nproc)}"
+echo "moeprof setup: built build/src/cli/moeprof"
