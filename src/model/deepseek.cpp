@@ -321,6 +321,8 @@ Result<ForwardOutput> DeepseekModel::forward() {
   MOEPROF_ASSIGN_OR_RETURN(Tensor ids, act(DType::kI32, 1, T, "input_ids", "model/input"));
   MOEPROF_RETURN_IF_ERROR(be_.init_ints(ids, opt_.seed ^ 0x1D5ull, static_cast<int32_t>(shape_.vocab_start),
                                         static_cast<int32_t>(shape_.vocab_start + std::min<int64_t>(shape_.vocab, cfg_.vocab_size - shape_.vocab_start))));
+  out.input_ids.resize(T);
+  MOEPROF_RETURN_IF_ERROR(be_.copy_to_host(ids, out.input_ids.data()));
   MOEPROF_ASSIGN_OR_RETURN(Tensor positions, act(DType::kI32, 1, T, "positions", "model/input"));
   MOEPROF_RETURN_IF_ERROR(be_.iota(positions, 0));
   positions_ = positions;
@@ -576,6 +578,49 @@ Result<Tensor> DeepseekModel::routed_experts(int64_t l, const Tensor& moe_in, co
   MOEPROF_RETURN_IF_ERROR(op("moe_all_reduce", be_.all_reduce(out), {&out}, {&out}));
   // The runner's buffers are released when it returns (one fused kernel call in trtllm).
   return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> DeepseekModel::named_weights() const {
+  std::vector<std::pair<std::string, Tensor>> v;
+  auto add = [&](const std::string& n, const Tensor& t) {
+    if (t.defined()) v.emplace_back(n, t);
+  };
+  add("model.embed_tokens.weight", w_->embed);
+  add("model.norm.weight", w_->final_norm);
+  add("lm_head.weight", w_->lm_head);
+  add("rope.cos_sin", w_->cos_sin);
+  for (size_t l = 0; l < w_->layers.size(); ++l) {
+    const LayerWeights& L = w_->layers[l];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", L.input_norm);
+    add(p + "post_attention_layernorm.weight", L.post_attn_norm);
+    add(p + "self_attn.fused_qkv_a_proj_with_mqa.weight", L.qkv_a);
+    add(p + "self_attn.q_proj.weight", L.q_proj);
+    add(p + "self_attn.kv_a_proj_with_mqa.weight", L.kv_a);
+    add(p + "self_attn.q_a_layernorm.weight", L.q_a_norm);
+    add(p + "self_attn.kv_a_layernorm.weight", L.kv_a_norm);
+    add(p + "self_attn.q_b_proj.weight", L.q_b);
+    add(p + "self_attn.kv_b_proj.weight", L.kv_b);
+    add(p + "self_attn.o_proj.weight", L.o_proj);
+    add(p + "mlp.gate_up_proj.weight", L.mlp_gate_up);
+    add(p + "mlp.down_proj.weight", L.mlp_down);
+    add(p + "mlp.gate.weight", L.gate);
+    add(p + "mlp.gate.e_score_correction_bias", L.gate_bias);
+    add(p + "mlp.shared_experts.gate_up_proj.weight", L.shared_gate_up);
+    add(p + "mlp.shared_experts.down_proj.weight", L.shared_down);
+    add(p + "mlp.experts.w13_weight", L.w13);
+    add(p + "mlp.experts.w13_weight_scale", L.w13_scales);
+    add(p + "mlp.experts.w13_weight_scale_2", L.w13_gs);
+    add(p + "mlp.experts.w2_weight", L.w2);
+    add(p + "mlp.experts.w2_weight_scale", L.w2_scales);
+    add(p + "mlp.experts.w2_weight_scale_2", L.w2_gs);
+  }
+  return v;
+}
+
+std::pair<float, float> DeepseekModel::moe_activation_scales(int64_t layer) const {
+  const LayerWeights& L = w_->layers.at(static_cast<size_t>(layer));
+  return {L.a_gs, L.h_gs};
 }
 
 Result<Tensor> DeepseekModel::run_routed_experts_for_test(int64_t layer, const Tensor& moe_in, const Tensor& topk_ids,

@@ -66,6 +66,7 @@ struct ForwardOutput {
   std::vector<float> logits;           // last token's logits over the rank's vocab shard
   uint64_t hidden_hash = 0;            // FNV-1a of the final normed hidden states' bf16 bits
   std::vector<uint16_t> hidden_tail;   // the last token's final hidden states (bf16 bits)
+  std::vector<int32_t> input_ids;      // the prompt (deterministic from the seed)
   MoeRunnerStats moe;
 };
 
@@ -86,6 +87,13 @@ class DeepseekModel {
   Result<Tensor> run_routed_experts_for_test(int64_t layer, const Tensor& moe_in, const Tensor& topk_ids,
                                              const Tensor& topk_weights, const Tensor& shared_out,
                                              MoeRunnerStats* stats);
+
+  // Read-only access for tests and tools: every weight tensor under its HF-style name, e.g.
+  // "model.layers.1.self_attn.q_b_proj.weight" (see deepseek.cpp for the list).
+  std::vector<std::pair<std::string, Tensor>> named_weights() const;
+  // NVFP4 per-tensor activation scales of a MoE layer: {input_scale of gemm1, of gemm2}.
+  std::pair<float, float> moe_activation_scales(int64_t layer) const;
+  float softmax_scale() const { return softmax_scale_; }
 
   struct Weights;  // defined in deepseek.cpp
 

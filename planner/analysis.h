@@ -1,0 +1,210 @@
+// Trace replay: allocation lifetimes, live bytes over time, peaks and the live set at the peak,
+// per-category and per-scope high-water marks, churn, anomalies, reuse findings, and the
+// comparison of two runs. CPU only; depends on the trace model (core/trace.h) alone.
+//
+// Definitions (docs/metrics.md is the reference):
+// - Replay order: records sorted stably by (timestamp_ns, seq, position in the file). Only kAlloc,
+//   kFree and kUse (and kPoolReserve / kGraphMem for their own peaks) take part; other kinds are
+//   ignored. Live allocations are keyed by (device, address).
+// - An "instant" is one replayed event; live bytes are measured after each event. A peak is the
+//   first instant (in replay order) at which the maximum is reached.
+// - Peak activation memory = the peak of live bytes summed over the categories for which
+//   counts_as_activation() is true (activation, workspace, communication, unknown).
+// - Run-level figures are the maximum over devices (one device = one TP rank).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/trace.h"
+
+namespace moeprof::planner {
+
+inline constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
+
+// Bytes per category (indexed by static_cast<int>(Category)).
+struct CategoryBytes {
+  std::array<uint64_t, kNumCategories> bytes{};
+
+  uint64_t& operator[](Category c) { return bytes[static_cast<size_t>(c)]; }
+  uint64_t operator[](Category c) const { return bytes[static_cast<size_t>(c)]; }
+  uint64_t total() const;
+  // Sum over the categories for which counts_as_activation() is true.
+  uint64_t activation() const;
+};
+
+// One allocation, from its kAlloc to its kFree (or the end of the trace).
+struct Lifetime {
+  uint64_t seq = 0;
+  uint64_t address = 0;
+  uint64_t bytes = 0;
+  uint64_t t_alloc = 0;              // timestamp_ns of the alloc
+  uint64_t t_free = kNever;          // timestamp_ns of the free; kNever = never freed
+  uint64_t first_use = 0;            // timestamps of the first/last kUse; meaningful iff uses > 0
+  uint64_t last_use = 0;
+  uint32_t alloc_index = 0;          // position of the alloc in replay order (all replayed events)
+  uint32_t free_index = 0;           // position of the free; UINT32_MAX = never freed
+  uint32_t last_use_index = 0;       // position of the last kUse; meaningful iff uses > 0
+  uint32_t uses = 0;                 // number of kUse events that hit this allocation
+  uint32_t name_id = 0;              // ids into RunAnalysis::strings (same ids as the trace)
+  uint32_t scope_id = 0;
+  uint32_t shape_id = 0;
+  uint32_t stream = 0;
+  uint16_t device = 0;
+  Category category = Category::kUnknown;
+  DType dtype = DType::kUnknown;
+  MemKind mem_kind = MemKind::kHost;
+
+  bool freed() const { return t_free != kNever; }
+  bool used() const { return uses > 0; }
+};
+
+// An allocation live at a peak (strings resolved).
+struct LiveEntry {
+  std::string name, scope, shape;
+  Category category = Category::kUnknown;
+  DType dtype = DType::kUnknown;
+  uint64_t bytes = 0;
+  uint64_t address = 0;
+  uint64_t t_alloc = 0;
+  uint64_t last_use = 0;             // 0 with uses == 0
+  uint32_t uses = 0;
+  bool held_after_last_use = false;  // had uses, and the last one was before the peak instant
+};
+
+// High-water marks of one scope. Scopes are '/'-separated paths; every allocation counts toward
+// its exact scope and each of its prefixes ("layer.3/moe/experts" counts toward
+// "layer.3/moe/experts", "layer.3/moe" and "layer.3"). Unscoped allocations have scope "".
+struct ScopeStat {
+  std::string scope;
+  uint32_t depth = 0;                          // number of '/'-separated components (0 for "")
+  uint64_t high_water_bytes = 0;               // max live bytes in this scope subtree, all categories
+  uint64_t activation_high_water_bytes = 0;    // same, activation categories only
+  uint64_t live_at_activation_peak_bytes = 0;  // this subtree's share of the device's activation peak
+  uint64_t allocated_bytes = 0;                // churn in this subtree
+  uint64_t allocations = 0;
+};
+
+// A reuse finding: `alloc` was allocated while `dead` (same device, same size) was still live but
+// already past its last use. Each dead buffer is offered to at most one later allocation.
+struct Handoff {
+  uint32_t alloc_lifetime = 0;  // indices into RunAnalysis::lifetimes' numbering (all devices)
+  uint32_t dead_lifetime = 0;
+  uint64_t bytes = 0;
+  std::string alloc_name, alloc_scope, dead_name, dead_scope;
+  bool at_activation_peak = false;  // both live at the device's activation peak
+};
+
+struct DeviceAnalysis {
+  uint16_t device = 0;
+  uint64_t peak_total_bytes = 0, peak_total_ts = 0;
+  uint64_t peak_activation_bytes = 0, peak_activation_ts = 0;
+  uint32_t peak_total_index = 0, peak_activation_index = 0;  // replay positions of the peaks
+  CategoryBytes live_at_activation_peak;
+  CategoryBytes live_at_total_peak;
+  CategoryBytes peak_by_category;   // each category's own high-water mark
+  CategoryBytes churn_by_category;  // bytes allocated in total, per category
+  std::vector<LiveEntry> live_set_at_activation_peak;  // activation categories; bytes desc, then t_alloc
+  std::vector<ScopeStat> scopes;                        // sorted by scope name
+  uint64_t churn_bytes = 0, allocations = 0, frees = 0;
+  uint64_t pool_reserved_peak_bytes = 0;  // max kPoolReserve bytes (summed over pools)
+  uint64_t graph_mem_peak_bytes = 0;      // max kGraphMem bytes
+  // Downsampled (timestamp_ns, live bytes) after events; at most AnalyzeOptions::timeline_points
+  // points; each time bucket keeps its min and max sample, so the peak is always present.
+  std::vector<std::pair<uint64_t, uint64_t>> timeline_total, timeline_activation;
+
+  // Reuse findings (meaningful when the trace has kUse events: has_uses).
+  bool has_uses = false;
+  uint64_t held_after_last_use_bytes = 0;  // at the activation peak, activation categories
+  uint64_t never_used_at_peak_bytes = 0;   // at the activation peak: live, no uses at all
+  uint64_t handoff_count = 0, handoff_bytes = 0;
+  uint64_t handoff_bytes_at_activation_peak = 0;
+  std::vector<Handoff> handoffs;  // first AnalyzeOptions::handoff_limit findings, replay order
+};
+
+struct Anomalies {
+  uint64_t unknown_frees = 0;         // free of an address never allocated on that device
+  uint64_t double_frees = 0;          // free of an address whose allocation was already freed
+  uint64_t never_freed = 0;           // allocations live at the end of the trace
+  uint64_t never_freed_bytes = 0;
+  uint64_t zero_size_allocs = 0;
+  uint64_t null_frees = 0;            // free of address 0 (a no-op, like free(nullptr))
+  uint64_t alloc_over_live = 0;       // alloc at a live address: the old one is ended there
+  uint64_t free_size_mismatches = 0;  // free with bytes != 0 that differ from the alloc's
+  uint64_t unknown_uses = 0;          // kUse at an address with no live allocation
+  uint64_t total() const {
+    return unknown_frees + double_frees + zero_size_allocs + alloc_over_live + free_size_mismatches;
+  }
+};
+
+// Allocations grouped by (scope, name, bytes): the multiset compare() matches runs by.
+struct AllocGroup {
+  std::string scope, name;
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+};
+
+struct RunAnalysis {
+  RunMeta meta;
+  std::vector<DeviceAnalysis> devices;  // sorted by device id
+  // Run level = max over devices. peak_device: index into `devices` with the largest activation peak.
+  uint64_t peak_activation_bytes = 0, peak_total_bytes = 0, churn_bytes = 0, allocations = 0;
+  size_t peak_device = 0;
+  Anomalies anomalies;                  // summed over devices
+  uint64_t dropped_records = 0;
+  bool truncated = false;
+  std::string truncation_note;
+  uint64_t replayed_events = 0;         // kAlloc + kFree + kUse + kPoolReserve + kGraphMem
+  bool reordered = false;               // input was not in replay order and was sorted
+  std::vector<std::string> strings;     // the trace's string table (ids used by Lifetime)
+  std::vector<AllocGroup> alloc_groups; // sorted by (scope, name, bytes)
+  // All lifetimes in alloc replay order, when AnalyzeOptions::keep_lifetimes. Handoff indices
+  // refer to this numbering (which is also used when lifetimes are not kept).
+  std::vector<Lifetime> lifetimes;
+
+  const std::string& str(uint32_t id) const { return id < strings.size() ? strings[id] : strings.at(0); }
+  const DeviceAnalysis* device(uint16_t id) const;
+};
+
+struct AnalyzeOptions {
+  size_t timeline_points = 2000;  // per timeline; 0 = no timeline
+  bool keep_lifetimes = true;
+  size_t live_set_limit = 0;      // 0 = all
+  size_t handoff_limit = 100;     // handoffs listed per device (counts are always complete)
+};
+
+RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt = {});
+
+// Comparison of two runs. Deltas are candidate - baseline.
+struct ScopeDelta {
+  std::string scope;
+  uint64_t baseline_high_water_bytes = 0, candidate_high_water_bytes = 0;  // max over devices
+  int64_t delta = 0;
+};
+struct AllocGroupDelta {
+  std::string scope, name;
+  uint64_t bytes = 0;
+  uint64_t count = 0;  // how many more of these the run that has them holds
+};
+struct Comparison {
+  std::string baseline_name, candidate_name;
+  uint64_t baseline_peak_activation_bytes = 0, candidate_peak_activation_bytes = 0;
+  uint64_t baseline_peak_total_bytes = 0, candidate_peak_total_bytes = 0;
+  int64_t peak_activation_delta = 0;
+  int64_t peak_total_delta = 0;
+  int64_t churn_delta = 0;
+  int64_t allocations_delta = 0;
+  // Live-at-activation-peak per category, on each run's peak device.
+  std::array<int64_t, kNumCategories> category_deltas{};
+  std::vector<ScopeDelta> scope_deltas;  // scopes in either run; nonzero first by |delta| desc, then name
+  std::vector<AllocGroupDelta> only_in_baseline, only_in_candidate;  // multiset difference
+};
+
+Comparison compare(const RunAnalysis& baseline, const RunAnalysis& candidate);
+
+}  // namespace moeprof::planner

@@ -1,0 +1,456 @@
+// Replay tests on hand-computed traces (exact peaks, instants and live sets) and a randomized
+// cross-check against a brute-force replay.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <random>
+
+#include "planner/analysis.h"
+#include "planner/arena.h"
+#include "tests/planner/trace_builder.h"
+
+using namespace moeprof;
+using namespace moeprof::planner;
+using moeprof::planner::testing::TraceBuilder;
+
+namespace {
+std::vector<std::string> names(const std::vector<LiveEntry>& v) {
+  std::vector<std::string> out;
+  for (const auto& e : v) out.push_back(e.name);
+  return out;
+}
+const ScopeStat* find_scope(const DeviceAnalysis& d, const std::string& s) {
+  for (const auto& st : d.scopes) {
+    if (st.scope == s) return &st;
+  }
+  return nullptr;
+}
+}  // namespace
+
+TEST_CASE("peak ties report the first instant the maximum is reached", "[planner][analysis]") {
+  TraceBuilder b;
+  b.alloc(1, 0x1000, 100, Category::kActivation, "", "a");
+  b.alloc(2, 0x2000, 50, Category::kActivation, "", "b");
+  b.free(3, 0x2000);
+  b.alloc(4, 0x3000, 50, Category::kActivation, "", "c");  // 150 again: a tie, not reported
+  b.free(5, 0x1000);
+  b.free(6, 0x3000);
+  RunAnalysis r = analyze(b.trace);
+  REQUIRE(r.devices.size() == 1);
+  const DeviceAnalysis& d = r.devices[0];
+  CHECK(d.peak_activation_bytes == 150);
+  CHECK(d.peak_activation_ts == 2);
+  CHECK(d.peak_activation_index == 1);
+  CHECK(d.peak_total_bytes == 150);
+  CHECK(d.peak_total_ts == 2);
+  CHECK(names(d.live_set_at_activation_peak) == std::vector<std::string>{"a", "b"});
+  CHECK(d.live_set_at_activation_peak[0].bytes == 100);
+  CHECK(d.churn_bytes == 200);
+  CHECK(d.allocations == 3);
+  CHECK(d.frees == 3);
+  CHECK(r.anomalies.total() == 0);
+  CHECK(r.anomalies.never_freed == 0);
+  CHECK_FALSE(r.reordered);
+  CHECK(std::find(d.timeline_activation.begin(), d.timeline_activation.end(), std::make_pair(uint64_t{2}, uint64_t{150})) !=
+        d.timeline_activation.end());
+  REQUIRE(r.lifetimes.size() == 3);
+  CHECK(r.lifetimes[1].t_free == 3);
+  CHECK(r.lifetimes[1].free_index == 2);
+}
+
+TEST_CASE("unordered input is replayed by timestamp, then seq, then file order", "[planner][analysis]") {
+  SECTION("a free written before its alloc") {
+    TraceBuilder b;
+    b.free(5, 0x10);
+    b.alloc(3, 0x20, 7, Category::kActivation, "", "y");
+    b.alloc(1, 0x10, 10, Category::kActivation, "", "x");
+    b.free(4, 0x20);
+    RunAnalysis r = analyze(b.trace);
+    CHECK(r.reordered);
+    CHECK(r.anomalies.unknown_frees == 0);
+    CHECK(r.anomalies.never_freed == 0);
+    CHECK(r.peak_activation_bytes == 17);
+    CHECK(r.devices[0].peak_activation_ts == 3);
+    REQUIRE(r.lifetimes.size() == 2);
+    CHECK(r.str(r.lifetimes[0].name_id) == "x");  // lifetimes are in replay order
+    CHECK(r.lifetimes[0].t_free == 5);
+  }
+  SECTION("equal timestamps: lower seq first") {
+    TraceBuilder b;
+    b.alloc(1, 0x1, 20, Category::kActivation, "", "w").seq = 1;
+    b.alloc(10, 0x2, 30, Category::kActivation, "", "z").seq = 5;
+    b.free(10, 0x1).seq = 4;  // replayed before z's alloc
+    RunAnalysis r = analyze(b.trace);
+    CHECK(r.reordered);
+    CHECK(r.peak_activation_bytes == 30);
+    CHECK(r.devices[0].peak_activation_ts == 10);
+  }
+  SECTION("equal timestamps and seq: file order") {
+    TraceBuilder b;
+    b.alloc(1, 0x1, 20, Category::kActivation, "", "w").seq = 0;
+    b.alloc(10, 0x2, 30, Category::kActivation, "", "z").seq = 0;
+    b.free(10, 0x1).seq = 0;
+    RunAnalysis r = analyze(b.trace);
+    CHECK_FALSE(r.reordered);
+    CHECK(r.peak_activation_bytes == 50);
+  }
+}
+
+TEST_CASE("zero-size allocations are counted and hold nothing", "[planner][analysis]") {
+  TraceBuilder b;
+  b.alloc(1, 0x40, 0, Category::kActivation, "", "empty");
+  b.alloc(2, 0x0, 0, Category::kActivation, "", "null");
+  b.alloc(3, 0x50, 8, Category::kActivation, "", "eight");
+  b.free(4, 0x40);
+  b.free(5, 0x50);
+  b.free(6, 0x0);
+  RunAnalysis r = analyze(b.trace);
+  CHECK(r.anomalies.zero_size_allocs == 2);
+  CHECK(r.anomalies.null_frees == 1);
+  CHECK(r.anomalies.unknown_frees == 0);
+  CHECK(r.anomalies.double_frees == 0);
+  CHECK(r.anomalies.never_freed == 0);
+  CHECK(r.lifetimes.size() == 3);
+  const DeviceAnalysis& d = r.devices[0];
+  CHECK(d.peak_activation_bytes == 8);
+  CHECK(d.peak_activation_ts == 3);
+  CHECK(d.allocations == 3);
+  CHECK(names(d.live_set_at_activation_peak) == std::vector<std::string>{"eight"});
+}
+
+TEST_CASE("double frees and unknown frees are counted, not fatal", "[planner][analysis]") {
+  TraceBuilder b;
+  b.alloc(1, 0xA0, 64, Category::kActivation, "", "a");
+  b.free(2, 0xA0);
+  b.free(3, 0xA0);                        // double free
+  b.free(4, 0xB0);                        // unknown
+  b.alloc(5, 0xC0, 32, Category::kWorkspace, "", "c");  // never freed
+  b.free(6, 0xA0, /*device=*/1);          // unknown: that address was never allocated on device 1
+  RunAnalysis r = analyze(b.trace);
+  CHECK(r.anomalies.double_frees == 1);
+  CHECK(r.anomalies.unknown_frees == 2);
+  CHECK(r.anomalies.never_freed == 1);
+  CHECK(r.anomalies.never_freed_bytes == 32);
+  CHECK(r.anomalies.total() == 3);
+  const DeviceAnalysis* d0 = r.device(0);
+  REQUIRE(d0 != nullptr);
+  CHECK(d0->peak_activation_bytes == 64);
+  CHECK(d0->peak_activation_ts == 1);
+  CHECK(d0->frees == 1);
+  CHECK(r.lifetimes[1].t_free == kNever);
+  CHECK_FALSE(r.lifetimes[1].freed());
+}
+
+TEST_CASE("an alloc at a live address ends the old allocation", "[planner][analysis]") {
+  TraceBuilder b;
+  b.alloc(1, 0x10, 100);
+  b.alloc(2, 0x10, 40);
+  b.free(3, 0x10);
+  RunAnalysis r = analyze(b.trace);
+  CHECK(r.anomalies.alloc_over_live == 1);
+  CHECK(r.anomalies.never_freed == 0);
+  CHECK(r.peak_activation_bytes == 100);
+  REQUIRE(r.lifetimes.size() == 2);
+  CHECK(r.lifetimes[0].t_free == 2);
+  CHECK(r.lifetimes[0].free_index == 1);
+  CHECK(r.lifetimes[1].t_free == 3);
+  CHECK(r.devices[0].timeline_total.back() == std::make_pair(uint64_t{3}, uint64_t{0}));
+}
+
+TEST_CASE("free records with a size take the alloc's size and count mismatches", "[planner][analysis]") {
+  TraceBuilder b;
+  b.alloc(1, 0x10, 100);
+  b.alloc(2, 0x20, 30);
+  b.free(3, 0x10, 0, 99);  // wrong size: the alloc's 100 is released
+  b.alloc(4, 0x30, 100);   // live 130 (a tie, not a new peak) only if 100 was released
+  b.free(5, 0x20, 0, 30);
+  RunAnalysis r = analyze(b.trace);
+  CHECK(r.anomalies.free_size_mismatches == 1);
+  CHECK(r.peak_activation_bytes == 130);
+  CHECK(r.devices[0].peak_activation_ts == 2);
+}
+
+TEST_CASE("several devices: allocations keyed by (device, address); run level is the max", "[planner][analysis]") {
+  TraceBuilder b;
+  b.alloc(1, 0x100, 1000, Category::kActivation, "", "a0", 0);
+  b.alloc(2, 0x100, 600, Category::kActivation, "", "a1", 1);
+  b.alloc(3, 0x200, 600, Category::kActivation, "", "b1", 1);
+  b.free(4, 0x100, 0);
+  b.free(5, 0x100, 1);
+  b.free(6, 0x200, 1);
+  b.alloc(7, 0x300, 300, Category::kWeights, "", "w0", 0);
+  RunAnalysis r = analyze(b.trace);
+  CHECK(r.anomalies.alloc_over_live == 0);
+  CHECK(r.anomalies.unknown_frees == 0);
+  REQUIRE(r.devices.size() == 2);
+  CHECK(r.devices[0].device == 0);
+  CHECK(r.devices[1].device == 1);
+  CHECK(r.devices[0].peak_activation_bytes == 1000);
+  CHECK(r.devices[0].peak_activation_ts == 1);
+  CHECK(r.devices[0].peak_total_bytes == 1000);
+  CHECK(r.devices[0].churn_bytes == 1300);
+  CHECK(r.devices[1].peak_activation_bytes == 1200);
+  CHECK(r.devices[1].peak_activation_ts == 3);
+  CHECK(names(r.devices[1].live_set_at_activation_peak) == std::vector<std::string>{"a1", "b1"});
+  CHECK(r.peak_activation_bytes == 1200);
+  CHECK(r.peak_device == 1);
+  CHECK(r.churn_bytes == 1300);
+  CHECK(r.allocations == 2);
+  CHECK(r.anomalies.never_freed == 1);
+  CHECK(r.anomalies.never_freed_bytes == 300);
+}
+
+TEST_CASE("category split: activation peak, total peak and per-category high-water marks", "[planner][analysis]") {
+  TraceBuilder b;
+  b.alloc(1, 0x1, 1000, Category::kWeights, "", "W");
+  b.alloc(2, 0x2, 500, Category::kKvCache, "", "K");
+  b.alloc(3, 0x3, 100, Category::kActivation, "", "A1");
+  b.alloc(4, 0x4, 30, Category::kWorkspace, "", "S");
+  b.alloc(5, 0x5, 20, Category::kCommunication, "", "C");
+  b.alloc(6, 0x6, 7, Category::kUnknown, "", "U");
+  b.free(7, 0x3);
+  b.alloc(8, 0x7, 300, Category::kActivation, "", "A2");  // activation peak: 357
+  b.free(9, 0x7);
+  b.alloc(10, 0x8, 1000, Category::kKvCache, "", "K2");
+  b.alloc(11, 0x9, 50, Category::kGraph, "", "G");       // total peak: 2607
+  RunAnalysis r = analyze(b.trace);
+  const DeviceAnalysis& d = r.devices[0];
+  CHECK(d.peak_activation_bytes == 357);
+  CHECK(d.peak_activation_ts == 8);
+  CHECK(d.peak_total_bytes == 2607);
+  CHECK(d.peak_total_ts == 11);
+  const CategoryBytes& a = d.live_at_activation_peak;
+  CHECK(a[Category::kWeights] == 1000);
+  CHECK(a[Category::kKvCache] == 500);
+  CHECK(a[Category::kActivation] == 300);
+  CHECK(a[Category::kWorkspace] == 30);
+  CHECK(a[Category::kCommunication] == 20);
+  CHECK(a[Category::kUnknown] == 7);
+  CHECK(a[Category::kGraph] == 0);
+  CHECK(a.activation() == 357);
+  CHECK(a.total() == 1857);
+  const CategoryBytes& t = d.live_at_total_peak;
+  CHECK(t[Category::kKvCache] == 1500);
+  CHECK(t[Category::kActivation] == 0);
+  CHECK(t[Category::kGraph] == 50);
+  CHECK(t.total() == 2607);
+  CHECK(t.activation() == 57);
+  CHECK(d.peak_by_category[Category::kActivation] == 300);
+  CHECK(d.peak_by_category[Category::kKvCache] == 1500);
+  CHECK(d.peak_by_category[Category::kWeights] == 1000);
+  CHECK(d.churn_by_category[Category::kActivation] == 400);
+  CHECK(d.churn_bytes == 3007);
+  CHECK(names(d.live_set_at_activation_peak) == std::vector<std::string>{"A2", "S", "C", "U"});
+}
+
+TEST_CASE("scope high-water marks count the exact scope and each prefix", "[planner][analysis]") {
+  TraceBuilder b;
+  b.alloc(0, 0x100, 100, Category::kWeights, "layer.1/moe/experts", "w");  // never freed
+  b.alloc(1, 0x1, 10, Category::kActivation, "layer.0/attn", "q");
+  b.alloc(2, 0x2, 20, Category::kActivation, "layer.0/attn", "kv");
+  b.free(3, 0x1);
+  b.alloc(4, 0x3, 40, Category::kActivation, "layer.0/moe/experts", "e");
+  b.alloc(5, 0x4, 5, Category::kActivation, "layer.0/moe", "out");  // activation peak: 65
+  b.free(6, 0x2);
+  b.free(7, 0x3);
+  b.alloc(8, 0x5, 40, Category::kActivation, "layer.1/moe/experts", "e1");
+  b.alloc(9, 0x6, 3, Category::kActivation, "", "x");
+  b.free(10, 0x4);
+  b.free(11, 0x5);
+  b.free(12, 0x6);
+  RunAnalysis r = analyze(b.trace);
+  const DeviceAnalysis& d = r.devices[0];
+  CHECK(d.peak_activation_bytes == 65);
+  CHECK(d.peak_activation_ts == 5);
+  CHECK(d.scopes.size() == 8);
+  struct Want {
+    const char* scope;
+    uint32_t depth;
+    uint64_t hw, act_hw, at_peak, allocated, allocations;
+  };
+  const Want want[] = {
+      {"", 0, 3, 3, 0, 3, 1},
+      {"layer.0", 1, 65, 65, 65, 75, 4},
+      {"layer.0/attn", 2, 30, 30, 20, 30, 2},
+      {"layer.0/moe", 2, 45, 45, 45, 45, 2},
+      {"layer.0/moe/experts", 3, 40, 40, 40, 40, 1},
+      {"layer.1", 1, 140, 40, 0, 140, 2},
+      {"layer.1/moe", 2, 140, 40, 0, 140, 2},
+      {"layer.1/moe/experts", 3, 140, 40, 0, 140, 2},
+  };
+  for (const Want& w : want) {
+    INFO("scope " << w.scope);
+    const ScopeStat* s = find_scope(d, w.scope);
+    REQUIRE(s != nullptr);
+    CHECK(s->depth == w.depth);
+    CHECK(s->high_water_bytes == w.hw);
+    CHECK(s->activation_high_water_bytes == w.act_hw);
+    CHECK(s->live_at_activation_peak_bytes == w.at_peak);
+    CHECK(s->allocated_bytes == w.allocated);
+    CHECK(s->allocations == w.allocations);
+  }
+  CHECK(d.scopes.front().scope.empty());  // sorted by name
+}
+
+TEST_CASE("use events: held-after-last-use bytes and hand-off opportunities", "[planner][analysis]") {
+  TraceBuilder b;
+  b.alloc(1, 0x1, 100, Category::kActivation, "layer.1", "x");
+  b.use(2, 0x1);
+  b.alloc(3, 0x2, 100, Category::kActivation, "layer.1/attn", "h");
+  b.use(4, 0x2);
+  b.alloc(5, 0x3, 30, Category::kActivation, "layer.1/attn", "latent");
+  b.use(6, 0x3);
+  b.alloc(7, 0x4, 100, Category::kActivation, "layer.1/moe", "o");  // peak 330; x, h dead
+  b.use(8, 0x4);
+  b.free(9, 0x1);
+  b.free(10, 0x2);
+  b.free(11, 0x3);
+  b.alloc(12, 0x5, 100, Category::kActivation, "layer.2/moe", "o2");  // o is dead: a hand-off
+  b.free(13, 0x4);
+  b.free(14, 0x5);
+  b.use(15, 0x99);
+  RunAnalysis r = analyze(b.trace);
+  const DeviceAnalysis& d = r.devices[0];
+  CHECK(d.has_uses);
+  CHECK(d.peak_activation_bytes == 330);
+  CHECK(d.peak_activation_index == 6);
+  CHECK(d.held_after_last_use_bytes == 230);
+  CHECK(d.never_used_at_peak_bytes == 0);
+  CHECK(r.anomalies.unknown_uses == 1);
+  REQUIRE(d.live_set_at_activation_peak.size() == 4);
+  for (const LiveEntry& e : d.live_set_at_activation_peak) {
+    INFO(e.name);
+    CHECK(e.held_after_last_use == (e.name != "o"));
+  }
+  // h is allocated while x (same size) is dead: h <- x; o <- h; o2 <- o. Each dead buffer once.
+  CHECK(d.handoff_count == 3);
+  CHECK(d.handoff_bytes == 300);
+  CHECK(d.handoff_bytes_at_activation_peak == 200);
+  REQUIRE(d.handoffs.size() == 3);
+  CHECK(d.handoffs[0].alloc_name == "h");
+  CHECK(d.handoffs[0].dead_name == "x");
+  CHECK(d.handoffs[0].at_activation_peak);
+  CHECK(d.handoffs[1].alloc_name == "o");
+  CHECK(d.handoffs[1].dead_name == "h");
+  CHECK(d.handoffs[1].at_activation_peak);
+  CHECK(d.handoffs[2].alloc_name == "o2");
+  CHECK(d.handoffs[2].dead_name == "o");
+  CHECK(d.handoffs[2].dead_scope == "layer.1/moe");
+  CHECK_FALSE(d.handoffs[2].at_activation_peak);
+  const Lifetime& x = r.lifetimes[0];
+  CHECK(x.uses == 1);
+  CHECK(x.first_use == 2);
+  CHECK(x.last_use == 2);
+  CHECK(r.lifetimes[d.handoffs[2].dead_lifetime].address == 0x4);
+}
+
+TEST_CASE("options: live-set limit, no lifetimes, no timeline", "[planner][analysis]") {
+  TraceBuilder b;
+  for (uint64_t i = 0; i < 9; ++i) b.alloc(i + 1, 0x10 * (i + 1), 3 + 2 * i, Category::kActivation, "", "t" + std::to_string(i));
+  AnalyzeOptions opt;
+  opt.live_set_limit = 3;
+  opt.keep_lifetimes = false;
+  opt.timeline_points = 0;
+  RunAnalysis r = analyze(b.trace, opt);
+  const DeviceAnalysis& d = r.devices[0];
+  CHECK(names(d.live_set_at_activation_peak) == std::vector<std::string>{"t8", "t7", "t6"});
+  CHECK(r.lifetimes.empty());
+  CHECK(d.timeline_total.empty());
+  CHECK(d.peak_activation_bytes == 9 * 3 + 2 * 36);
+  CHECK(r.anomalies.never_freed == 9);
+}
+
+namespace {
+struct Ev {
+  uint64_t ts;
+  bool alloc;
+  uint64_t addr, bytes;
+  uint16_t dev;
+  Category cat;
+};
+}  // namespace
+
+TEST_CASE("random traces: replay matches a brute-force replay; LOAD of the lifetimes equals the peak",
+          "[planner][analysis]") {
+  std::mt19937_64 rng(12345);
+  for (int iter = 0; iter < 30; ++iter) {
+    // Each device has a pool of addresses; an address is reused only after its free.
+    std::vector<Ev> evs;
+    uint64_t ts = 1;
+    std::map<std::pair<uint16_t, uint64_t>, Ev> live;
+    const int n = 200 + static_cast<int>(rng() % 300);
+    for (int i = 0; i < n; ++i) {
+      ts += 1 + rng() % 5;  // distinct timestamps: no tie rule involved
+      const uint16_t dev = static_cast<uint16_t>(rng() % 3);
+      const uint64_t addr = 0x1000 * (1 + rng() % 40);
+      auto key = std::make_pair(dev, addr);
+      auto it = live.find(key);
+      if (it != live.end()) {
+        evs.push_back(Ev{ts, false, addr, 0, dev, Category::kUnknown});
+        live.erase(it);
+      } else {
+        Ev e{ts, true, addr, 1 + 2 * (rng() % 5000), dev, static_cast<Category>(rng() % kNumCategories)};
+        evs.push_back(e);
+        live.emplace(key, e);
+      }
+    }
+    // Brute force: per device, live sums after each event in time order.
+    std::map<uint16_t, std::array<uint64_t, 4>> want;  // peak act, ts, peak total, ts
+    std::map<std::pair<uint16_t, uint64_t>, Ev> cur;
+    std::map<uint16_t, std::pair<uint64_t, uint64_t>> sums;
+    for (const Ev& e : evs) {
+      auto& s = sums[e.dev];
+      auto& w = want[e.dev];
+      if (e.alloc) {
+        cur.emplace(std::make_pair(e.dev, e.addr), e);
+        s.second += e.bytes;
+        if (counts_as_activation(e.cat)) s.first += e.bytes;
+      } else {
+        auto it = cur.find({e.dev, e.addr});
+        s.second -= it->second.bytes;
+        if (counts_as_activation(it->second.cat)) s.first -= it->second.bytes;
+        cur.erase(it);
+      }
+      if (s.first > w[0]) w[0] = s.first, w[1] = e.ts;
+      if (s.second > w[2]) w[2] = s.second, w[3] = e.ts;
+    }
+    // Write the trace shuffled.
+    std::vector<size_t> perm(evs.size());
+    for (size_t i = 0; i < perm.size(); ++i) perm[i] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    TraceBuilder b;
+    for (size_t i : perm) {
+      const Ev& e = evs[i];
+      if (e.alloc) {
+        b.alloc(e.ts, e.addr, e.bytes, e.cat, "s", "", e.dev);
+      } else {
+        b.free(e.ts, e.addr, e.dev);
+      }
+    }
+    AnalyzeOptions opt;
+    opt.timeline_points = 16;
+    RunAnalysis r = analyze(b.trace, opt);
+    REQUIRE(r.anomalies.total() == 0);
+    REQUIRE(r.anomalies.unknown_frees == 0);
+    REQUIRE(r.devices.size() == want.size());
+    for (const DeviceAnalysis& d : r.devices) {
+      const auto& w = want.at(d.device);
+      REQUIRE(w[2] > 0);
+      CHECK(d.peak_activation_bytes == w[0]);
+      if (w[0] > 0) CHECK(d.peak_activation_ts == w[1]);
+      CHECK(d.peak_total_bytes == w[2]);
+      CHECK(d.peak_total_ts == w[3]);
+      CHECK(d.live_at_total_peak.total() == d.peak_total_bytes);
+      CHECK(d.live_at_activation_peak.activation() == d.peak_activation_bytes);
+      CHECK(arena_load(buffers_from_lifetimes(r, d.device, false)) == d.peak_total_bytes);
+      CHECK(arena_load(buffers_from_lifetimes(r, d.device, true)) == d.peak_activation_bytes);
+      // Timeline: bounded, contains the peak, never above it.
+      CHECK(d.timeline_total.size() <= 16);
+      CHECK(std::find(d.timeline_total.begin(), d.timeline_total.end(), std::make_pair(w[3], w[2])) !=
+            d.timeline_total.end());
+      for (const auto& p : d.timeline_total) CHECK(p.second <= d.peak_total_bytes);
+      CHECK(std::is_sorted(d.timeline_total.begin(), d.timeline_total.end()));
+    }
+  }
+}
