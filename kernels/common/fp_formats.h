@@ -1,6 +1,6 @@
 // Scalar number formats shared by the CPU reference backend and the CUDA kernels:
 // bf16, FP8 e4m3 (the "fn" variant: no infinities, max 448) and FP4 e2m1.
-// All encoders round to nearest, ties to even. Tested exhaustively in tests/kernels/fp_formats_test.cpp.
+// All encoders round to nearest, ties to even. Tested exhaustively in tests/executor/nvfp4_test.cpp.
 #pragma once
 #include <cstdint>
 #include <cstring>

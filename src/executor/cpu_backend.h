@@ -1,0 +1,115 @@
+// CpuBackend: the plain C++ reference implementation of every Backend op (backend.h holds the
+// exact numeric contract). Readable loops over fp32; the only parallelism is a row/column split
+// over std::threads, which never changes results (every output element is computed by one
+// thread in one fixed order). Memory is 64-byte aligned host memory, filled with 0xFF on
+// allocation (NaN for bf16/f32) so that reads of memory no op wrote show up.
+//
+// Files: cpu_backend.cpp (memory, init, data movement, dense ops), cpu_moe.cpp (router,
+// permutation, NVFP4 quantization and the FP4 expert GEMMs, combine).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "executor/backend.h"
+
+namespace moeprof {
+
+class CpuBackend final : public Backend {
+ public:
+  // num_threads <= 0: $MOEPROF_CPU_THREADS if set, else std::thread::hardware_concurrency().
+  explicit CpuBackend(int num_threads = 0);
+  ~CpuBackend() override = default;
+
+  std::string name() const override { return "cpu"; }
+  std::string device_name() const override { return "CPU reference"; }
+  MemKind default_mem_kind(Category /*c*/) const override { return MemKind::kHost; }
+  int num_threads() const { return num_threads_; }
+
+  Status copy_from_host(Tensor& dst, const void* src) override;
+  Status copy_to_host(const Tensor& src, void* dst) override;
+  Status synchronize() override { return Status::ok(); }
+
+  Status init_uniform(Tensor& t, uint64_t seed, float scale) override;
+  Status init_e4m3(Tensor& t, uint64_t seed, float lo, float hi) override;
+  Status init_bytes(Tensor& t, uint64_t seed) override;
+  Status init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) override;
+  Status iota(Tensor& t, int32_t start) override;
+
+  Status embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) override;
+  Status rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  Status fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps) override;
+  Status linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& workspace) override;
+  Status rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t rot_offset, int64_t rot_dim,
+              const Tensor& positions, const Tensor& cos_sin) override;
+  Status mla_build_k(const Tensor& kv, int64_t n_heads, int64_t kv_head_stride, int64_t nope, const Tensor& k_pe,
+                     Tensor& k) override;
+  Status kv_cache_write(const Tensor& latent, const Tensor& k_pe, Tensor& cache, int64_t slot0) override;
+  Status causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_heads, int64_t qk_dim,
+                          int64_t v_dim, int64_t v_offset, int64_t v_head_stride, float scale, Tensor& out) override;
+  Status silu_and_mul(const Tensor& x, Tensor& out) override;
+  Status add_inplace(Tensor& dst, const Tensor& src) override;
+  Status all_reduce(Tensor& /*t*/) override { return Status::ok(); }
+
+  Status router_topk(const Tensor& logits, const Tensor& bias, const RouterParams& p, Tensor& topk_ids,
+                     Tensor& topk_weights) override;
+  Status fp4_quantize(const Tensor& x, float global_scale, Tensor& out, Tensor& scales) override;
+  Status moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile, Tensor& offsets,
+                     Tensor& permuted_to_token, Tensor& expanded_to_permuted, const Tensor& workspace) override;
+  Status moe_gemm1_fp4(const Tensor& a, const Tensor& a_scales, float a_gs, const Tensor& w13,
+                       const Tensor& w13_scales, const Tensor& w13_gs, const Tensor& offsets,
+                       const Tensor& permuted_to_token, float out_gs, Tensor& out, Tensor& out_scales) override;
+  Status moe_gemm2_fp4(const Tensor& h, const Tensor& h_scales, float h_gs, const Tensor& w2, const Tensor& w2_scales,
+                       const Tensor& w2_gs, const Tensor& offsets, const Tensor& permuted_to_token,
+                       Tensor& out) override;
+  Status moe_combine(const Tensor& gemm2_out, const Tensor& expanded_to_permuted, const Tensor& topk_weights,
+                     const Tensor& shared, Tensor& out) override;
+
+ protected:
+  Result<void*> do_allocate(size_t bytes, MemKind kind, const AllocTag& tag) override;
+  void do_free(void* ptr, size_t bytes, MemKind kind) override;
+
+ private:
+  int num_threads_ = 1;
+};
+
+// Helpers shared by the cpu_*.cpp files (not part of the public interface).
+namespace cpu_detail {
+
+// Runs fn(i) for every i in [0, n) exactly once, on up to `threads` threads (dynamic
+// scheduling). Runs inline when threads <= 1 or n <= 1.
+void parallel_for(int64_t n, int threads, const std::function<void(int64_t)>& fn);
+
+// Checks that `t` is defined and has dtype `dt`; the message names the op and the argument.
+Status need(const Tensor& t, DType dt, const char* op, const char* arg);
+// need() plus an exact rows x cols shape.
+Status need_shape(const Tensor& t, DType dt, int64_t rows, int64_t cols, const char* op, const char* arg);
+// need() plus numel == n (vectors may be 1 x n, n x 1 or any view; read with vec_index()).
+Status need_numel(const Tensor& t, DType dt, int64_t n, const char* op, const char* arg);
+
+// Storage index of logical (row-major) element i of a possibly strided view.
+inline int64_t vec_index(const Tensor& t, int64_t i) { return (i / t.cols()) * t.ld() + i % t.cols(); }
+template <typename T>
+T* row_ptr(const Tensor& t, int64_t r) {
+  return t.data<T>() + r * t.ld();
+}
+
+// Rows of an fp32 matrix packed for gemm_packed(): tiles of kRowTile rows stored [tile][k][row in
+// tile], the last tile zero-padded.
+inline constexpr int64_t kRowTile = 16;
+struct PackedRows {
+  int64_t rows = 0;
+  int64_t K = 0;
+  std::vector<float> data;
+};
+// fill(j, dst) writes the K values of row j to dst.
+PackedRows pack_rows(int64_t rows, int64_t K, const std::function<void(int64_t, float*)>& fill);
+// For n in [n0, n1): wrow(n, buf) writes the K values of weight row n; then for every packed row j
+// acc = sum_k a[j][k] * w[n][k] accumulated in fp32 in increasing k, and store(j, n, acc).
+void gemm_packed(const PackedRows& a, int64_t n0, int64_t n1, const std::function<void(int64_t, float*)>& wrow,
+                 const std::function<void(int64_t, int64_t, float)>& store);
+
+}  // namespace cpu_detail
+}  // namespace moeprof
