@@ -1,0 +1,40 @@
+#include "kernels/fp4_quant.cuh"
+
+namespace moeprof::kern {
+namespace {
+
+// One thread per 16-element block.
+__global__ void fp4_quantize_kernel(const uint16_t* x, int64_t ld_x, int64_t T, int64_t K, float gs, uint8_t* out,
+                                    int64_t ld_out, uint8_t* scales, int64_t ld_scales) {
+  const int64_t nb = K / 16;
+  const int64_t n = T * nb;
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < n;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = j / nb, b = j - t * nb;
+    const uint16_t* src = x + t * ld_x + b * 16;
+    float v[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) v[i] = bf16_to_f32(src[i]);
+    uint8_t packed[8];
+    scales[t * ld_scales + b] = nvfp4_quantize16(v, gs, packed);
+    uint8_t* dst = out + t * ld_out + b * 8;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dst[i] = packed[i];
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_fp4_quantize(const uint16_t* x, int64_t ld_x, int64_t T, int64_t K, float global_scale, uint8_t* out,
+                                int64_t ld_out, uint8_t* scales, int64_t ld_scales, cudaStream_t stream) {
+  if (K % 16 != 0) return cudaErrorInvalidValue;
+  const int64_t n = T * (K / 16);
+  if (n <= 0) return cudaSuccess;
+  int64_t blocks = (n + 255) / 256;
+  if (blocks > 65536) blocks = 65536;
+  fp4_quantize_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, ld_x, T, K, global_scale, out, ld_out, scales,
+                                                                         ld_scales);
+  return last_launch_error();
+}
+
+}  // namespace moeprof::kern

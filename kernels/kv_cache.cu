@@ -1,0 +1,44 @@
+#include "kernels/kv_cache.cuh"
+
+namespace moeprof::kern {
+namespace {
+
+__global__ void kv_cache_write_kernel(const uint16_t* latent, int64_t ld_latent, int64_t L, const uint16_t* k_pe,
+                                      int64_t ld_kpe, int64_t R, uint16_t* cache, int64_t ld_cache, int64_t slot0) {
+  const int64_t t = blockIdx.x;
+  uint16_t* dst = cache + (slot0 + t) * ld_cache;
+  for (int64_t c = threadIdx.x; c < L + R; c += blockDim.x)
+    dst[c] = c < L ? latent[t * ld_latent + c] : k_pe[t * ld_kpe + (c - L)];
+}
+
+__global__ void build_k_kernel(const uint16_t* kv, int64_t ld_kv, int64_t n_heads, int64_t kv_head_stride, int64_t nope,
+                               const uint16_t* k_pe, int64_t ld_kpe, int64_t R, uint16_t* k, int64_t ld_k) {
+  const int64_t t = blockIdx.x;
+  const int64_t hd = nope + R;
+  for (int64_t j = threadIdx.x; j < n_heads * hd; j += blockDim.x) {
+    const int64_t h = j / hd, c = j - h * hd;
+    k[t * ld_k + j] = c < nope ? kv[t * ld_kv + h * kv_head_stride + c] : k_pe[t * ld_kpe + (c - nope)];
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_kv_cache_write(const uint16_t* latent, int64_t ld_latent, int64_t L, const uint16_t* k_pe,
+                                  int64_t ld_kpe, int64_t R, int64_t T, uint16_t* cache, int64_t ld_cache,
+                                  int64_t slot0, cudaStream_t stream) {
+  if (T <= 0) return cudaSuccess;
+  kv_cache_write_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(latent, ld_latent, L, k_pe, ld_kpe, R, cache,
+                                                                      ld_cache, slot0);
+  return last_launch_error();
+}
+
+cudaError_t launch_mla_build_k(const uint16_t* kv, int64_t ld_kv, int64_t n_heads, int64_t kv_head_stride, int64_t nope,
+                               const uint16_t* k_pe, int64_t ld_kpe, int64_t R, int64_t T, uint16_t* k, int64_t ld_k,
+                               cudaStream_t stream) {
+  if (T <= 0 || n_heads <= 0) return cudaSuccess;
+  build_k_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(kv, ld_kv, n_heads, kv_head_stride, nope, k_pe, ld_kpe, R,
+                                                               k, ld_k);
+  return last_launch_error();
+}
+
+}  // namespace moeprof::kern

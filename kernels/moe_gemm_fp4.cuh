@@ -1,0 +1,30 @@
+// Grouped NVFP4 x NVFP4 GEMMs of the routed experts over expert-contiguous, tile-padded rows
+// (see moe_permute.cuh). Both operands are dequantized (e2m1 * e4m3, exact in bf16) into shared
+// memory and multiplied on bf16 tensor cores with fp32 accumulation (Hopper has no FP4 MMA).
+#pragma once
+#include "kernels/common.cuh"
+
+namespace moeprof::kern {
+
+// gemm1: for padded row r of expert e (offsets[e] <= r < offsets[e+1]) with t = permuted_to_token[r]:
+//   acc[n] = sum_k deq(a[t, k]) * deq(w13[e*2I + n, k]); gate = acc[n] * (a_gs * w13_gs[e]),
+//   up = acc[I + n] * (a_gs * w13_gs[e]); h = bf16(silu(gate) * up) -> NVFP4 with out_gs into
+//   out [P, I/2] + out_scales [P, I/16]. Rows with t < 0 (padding, rows >= offsets[E]) get zeros.
+// a [*, H/2] fp4x2 + a_scales [*, H/16]; w13 [E*2I, H/2] + w13_scales [E*2I, H/16]; w13_gs [E].
+// Requires H % 16 == 0, I % 16 == 0, 8-byte aligned code rows (pointers and row strides).
+cudaError_t launch_moe_gemm1_fp4(const uint8_t* a, int64_t ld_a, const uint8_t* a_scales, int64_t ld_a_scales,
+                                 float a_gs, const uint8_t* w13, int64_t ld_w, const uint8_t* w13_scales,
+                                 int64_t ld_w_scales, const float* w13_gs, const int32_t* offsets,
+                                 const int32_t* permuted_to_token, int64_t P, int64_t E, int64_t H, int64_t I,
+                                 float out_gs, uint8_t* out, int64_t ld_out, uint8_t* out_scales,
+                                 int64_t ld_out_scales, cudaStream_t stream);
+
+// gemm2: out[r, n] = bf16(sum_k deq(h[r, k]) * deq(w2[e*H + n, k]) * (h_gs * w2_gs[e])) for rows
+// r < offsets[E] with permuted_to_token[r] >= 0; all other rows of out [P, H] are zeros.
+cudaError_t launch_moe_gemm2_fp4(const uint8_t* h, int64_t ld_h, const uint8_t* h_scales, int64_t ld_h_scales,
+                                 float h_gs, const uint8_t* w2, int64_t ld_w, const uint8_t* w2_scales,
+                                 int64_t ld_w_scales, const float* w2_gs, const int32_t* offsets,
+                                 const int32_t* permuted_to_token, int64_t P, int64_t E, int64_t I, int64_t H,
+                                 uint16_t* out, int64_t ld_out, cudaStream_t stream);
+
+}  // namespace moeprof::kern

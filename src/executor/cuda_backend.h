@@ -1,0 +1,91 @@
+// CudaBackend: the Backend op interface on one NVIDIA GPU (sm_90+), adapting Tensors to the
+// framework-free launchers in kernels/. Compiled only with MOEPROF_ENABLE_CUDA.
+//
+// Memory: weights and KV cache with cudaMalloc (MemKind::kDevice); activations and workspaces
+// from the device's default stream-ordered pool (cudaMallocAsync/cudaFreeAsync on the backend's
+// stream), the pool's release threshold raised to UINT64_MAX so freed blocks stay cached like a
+// framework's caching allocator. Every allocating driver call sits inside an NVTX range
+// "moeprof.tensor:<scope>/<name>|<category>" so an outside CUPTI tracer can attribute it.
+// All ops are asynchronous on the backend's stream; copy_to_host/copy_from_host synchronize.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "executor/backend.h"
+
+namespace moeprof {
+
+class CudaBackend : public Backend {
+ public:
+  // Use make_cuda_backend(); `device` must already be validated.
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+  Status init();  // stream, pool, cuBLASLt
+
+  std::string name() const override { return "cuda"; }
+  std::string device_name() const override { return device_name_; }
+  uint16_t device_index() const override { return static_cast<uint16_t>(device_); }
+  cudaStream_t stream() const { return stream_; }
+  MemKind default_mem_kind(Category c) const override;
+
+  Status copy_from_host(Tensor& dst, const void* src) override;
+  Status copy_to_host(const Tensor& src, void* dst) override;
+  Status synchronize() override;
+
+  Status init_uniform(Tensor& t, uint64_t seed, float scale) override;
+  Status init_e4m3(Tensor& t, uint64_t seed, float lo, float hi) override;
+  Status init_bytes(Tensor& t, uint64_t seed) override;
+  Status init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) override;
+  Status iota(Tensor& t, int32_t start) override;
+
+  Status embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) override;
+  Status rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  Status fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps) override;
+  size_t linear_workspace_bytes(int64_t T, int64_t N, int64_t K) const override;
+  Status linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& workspace) override;
+  Status rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t rot_offset, int64_t rot_dim,
+              const Tensor& positions, const Tensor& cos_sin) override;
+  Status mla_build_k(const Tensor& kv, int64_t n_heads, int64_t kv_head_stride, int64_t nope, const Tensor& k_pe,
+                     Tensor& k) override;
+  Status kv_cache_write(const Tensor& latent, const Tensor& k_pe, Tensor& cache, int64_t slot0) override;
+  Status causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_heads, int64_t qk_dim,
+                          int64_t v_dim, int64_t v_offset, int64_t v_head_stride, float scale, Tensor& out) override;
+  Status silu_and_mul(const Tensor& x, Tensor& out) override;
+  Status add_inplace(Tensor& dst, const Tensor& src) override;
+  Status all_reduce(Tensor& t) override;
+
+  Status router_topk(const Tensor& logits, const Tensor& bias, const RouterParams& p, Tensor& topk_ids,
+                     Tensor& topk_weights) override;
+  Status fp4_quantize(const Tensor& x, float global_scale, Tensor& out, Tensor& scales) override;
+  size_t moe_permute_workspace_bytes(int64_t T, int64_t k, int64_t E) const override;
+  Status moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile, Tensor& offsets,
+                     Tensor& permuted_to_token, Tensor& expanded_to_permuted, const Tensor& workspace) override;
+  Status moe_gemm1_fp4(const Tensor& a, const Tensor& a_scales, float a_gs, const Tensor& w13, const Tensor& w13_scales,
+                       const Tensor& w13_gs, const Tensor& offsets, const Tensor& permuted_to_token, float out_gs,
+                       Tensor& out, Tensor& out_scales) override;
+  Status moe_gemm2_fp4(const Tensor& h, const Tensor& h_scales, float h_gs, const Tensor& w2, const Tensor& w2_scales,
+                       const Tensor& w2_gs, const Tensor& offsets, const Tensor& permuted_to_token,
+                       Tensor& out) override;
+  Status moe_combine(const Tensor& gemm2_out, const Tensor& expanded_to_permuted, const Tensor& topk_weights,
+                     const Tensor& shared, Tensor& out) override;
+
+ protected:
+  Result<void*> do_allocate(size_t bytes, MemKind kind, const AllocTag& tag) override;
+  void do_free(void* ptr, size_t bytes, MemKind kind) override;
+
+ private:
+  struct LinearPlan;  // cached cuBLASLt descriptors + algorithm per shape
+  Result<LinearPlan*> linear_plan(const Tensor& x, const Tensor& w, const Tensor& out, size_t ws_bytes);
+
+  int device_;
+  std::string device_name_;
+  cudaStream_t stream_ = nullptr;
+  void* lt_handle_ = nullptr;  // cublasLtHandle_t
+  std::map<std::string, std::unique_ptr<LinearPlan>> linear_plans_;
+};
+
+}  // namespace moeprof

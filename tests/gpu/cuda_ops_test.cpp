@@ -1,0 +1,628 @@
+// Every CUDA op against the CPU reference backend on random (never all-zero) inputs with odd
+// sizes, outputs poisoned before the op. Tolerances (documented in docs/kernels.md):
+//   bit-exact: init_*, embedding, kv_cache_write, mla_build_k, add_inplace, fp4_quantize,
+//              moe_permute, moe_combine, router ids (weights to 1e-6 relative), residual of
+//              fused_add_rmsnorm;
+//   <= 2 bf16 ulps (|d| <= 2^-7 |ref| + 1e-6): rmsnorm, rope, silu_and_mul;
+//   normwise ||d|| / ||ref|| <= 1e-2 (and max |d| <= 4e-2 max |ref|): linear, attention, gemm2;
+//   gemm1 (re-quantized FP4): <= 2% of codes differ, dequantized normwise error <= 3e-2.
+// Without a usable GPU every case returns early with a warning (they carry the `gpu` label).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor/backends.h"
+#include "kernels/common/fp_formats.h"
+#include "kernels/common/random.h"
+
+using namespace moeprof;
+
+namespace {
+
+struct Env {
+  std::unique_ptr<Backend> cpu, gpu;
+  std::string why;
+};
+
+Env& env() {
+  static Env e = [] {
+    Env x;
+    x.cpu = make_cpu_backend();
+    auto g = make_cuda_backend(0);
+    if (g.is_ok()) x.gpu = std::move(g).value();
+    else x.why = g.status().message();
+    return x;
+  }();
+  return e;
+}
+
+#define REQUIRE_GPU()                                              \
+  if (!env().gpu) {                                                \
+    WARN("skipping: no usable GPU (" << env().why << ")");         \
+    return;                                                        \
+  }
+
+// A tensor on both backends with the same contents.
+struct Both {
+  Tensor c, g;
+};
+
+Tensor alloc(Backend& b, DType d, int64_t r, int64_t c, const std::string& name) {
+  auto t = b.empty(d, r, c, AllocTag{name, "test", Category::kActivation});
+  REQUIRE(t.is_ok());
+  return std::move(t).value();
+}
+
+template <typename T>
+Both both(DType d, int64_t r, int64_t c, const std::vector<T>& host, const std::string& name) {
+  REQUIRE(host.size() * sizeof(T) == static_cast<size_t>(r * c) * dtype_size(d));
+  Both x{alloc(*env().cpu, d, r, c, name), alloc(*env().gpu, d, r, c, name)};
+  REQUIRE(env().cpu->copy_from_host(x.c, host.data()).is_ok());
+  REQUIRE(env().gpu->copy_from_host(x.g, host.data()).is_ok());
+  return x;
+}
+
+// Output pair: the GPU side is poisoned with 0xFF bytes (NaN for bf16/f32/e4m3, -1 for i32).
+Both out(DType d, int64_t r, int64_t c, const std::string& name, uint8_t poison = 0xFF) {
+  Both x{alloc(*env().cpu, d, r, c, name), alloc(*env().gpu, d, r, c, name)};
+  std::vector<uint8_t> p(static_cast<size_t>(r * c) * dtype_size(d), poison);
+  REQUIRE(env().gpu->copy_from_host(x.g, p.data()).is_ok());
+  std::vector<uint8_t> z(p.size(), 0x5A);
+  REQUIRE(env().cpu->copy_from_host(x.c, z.data()).is_ok());
+  return x;
+}
+
+template <typename T>
+std::vector<T> fetch(Backend& b, const Tensor& t) {
+  std::vector<T> v(static_cast<size_t>(t.numel()) * dtype_size(t.dtype()) / sizeof(T));
+  REQUIRE(b.synchronize().is_ok());
+  REQUIRE(b.copy_to_host(t, v.data()).is_ok());
+  return v;
+}
+template <typename T>
+std::pair<std::vector<T>, std::vector<T>> fetch2(const Both& x) {
+  return {fetch<T>(*env().cpu, x.c), fetch<T>(*env().gpu, x.g)};
+}
+
+std::vector<uint16_t> rand_bf16(size_t n, uint64_t seed, float scale) {
+  std::vector<uint16_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = kern::f32_to_bf16(scale * (2.0f * kern::hash_unit(seed, i) - 1.0f));
+  return v;
+}
+std::vector<float> rand_f32(size_t n, uint64_t seed, float lo, float hi) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = lo + (hi - lo) * kern::hash_unit(seed, i);
+  return v;
+}
+std::vector<uint8_t> rand_bytes(size_t n, uint64_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(kern::hash64(seed, i));
+  return v;
+}
+std::vector<uint8_t> rand_e4m3(size_t n, uint64_t seed, float lo, float hi) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = kern::f32_to_e4m3(lo + (hi - lo) * kern::hash_unit(seed, i));
+  return v;
+}
+std::vector<int32_t> rand_ints(size_t n, uint64_t seed, int32_t lo, int32_t hi) {
+  std::vector<int32_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = lo + static_cast<int32_t>(kern::hash64(seed, i) % static_cast<uint64_t>(hi - lo));
+  return v;
+}
+
+template <typename T>
+void require_equal(const std::vector<T>& c, const std::vector<T>& g, const std::string& what) {
+  REQUIRE(c.size() == g.size());
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < c.size(); ++i)
+    if (std::memcmp(&c[i], &g[i], sizeof(T)) != 0 && bad++ == 0) first = i;
+  INFO(what << ": " << bad << " of " << c.size() << " differ, first at " << first);
+  REQUIRE(bad == 0);
+}
+
+std::vector<double> as_f64_bf16(const std::vector<uint16_t>& v) {
+  std::vector<double> d(v.size());
+  for (size_t i = 0; i < v.size(); ++i) d[i] = kern::bf16_to_f32(v[i]);
+  return d;
+}
+
+// Elementwise: |g - c| <= rel * |c| + abs, and g finite wherever c is.
+void require_close_elem(const std::vector<double>& c, const std::vector<double>& g, double rel, double abs,
+                        const std::string& what) {
+  REQUIRE(c.size() == g.size());
+  size_t bad = 0, first = 0;
+  double worst = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    const double d = std::fabs(g[i] - c[i]);
+    const bool ok = std::isfinite(g[i]) == std::isfinite(c[i]) && (d <= rel * std::fabs(c[i]) + abs);
+    if (!ok && bad++ == 0) first = i;
+    if (std::isfinite(d)) worst = std::max(worst, d);
+  }
+  INFO(what << ": " << bad << " of " << c.size() << " out of tolerance, first at " << first << " (cpu " << c[first]
+            << ", gpu " << g[first] << "), max abs diff " << worst);
+  REQUIRE(bad == 0);
+}
+
+// Normwise: ||g - c|| <= rel ||c||, max |g - c| <= max_rel * max |c|, all finite.
+void require_close_norm(const std::vector<double>& c, const std::vector<double>& g, double rel, double max_rel,
+                        const std::string& what) {
+  REQUIRE(c.size() == g.size());
+  double num = 0, den = 0, maxd = 0, maxc = 0;
+  size_t nonfinite = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (!std::isfinite(g[i])) { ++nonfinite; continue; }
+    const double d = g[i] - c[i];
+    num += d * d;
+    den += c[i] * c[i];
+    maxd = std::max(maxd, std::fabs(d));
+    maxc = std::max(maxc, std::fabs(c[i]));
+  }
+  const double err = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  INFO(what << ": normwise rel err " << err << " (bound " << rel << "), max abs diff " << maxd << " of max |ref| "
+            << maxc << ", non-finite " << nonfinite);
+  REQUIRE(nonfinite == 0);
+  REQUIRE(den > 0);  // reference not all zeros
+  REQUIRE(err <= rel);
+  REQUIRE(maxd <= max_rel * maxc);
+}
+
+}  // namespace
+
+// ---- init -----------------------------------------------------------------------------------------
+TEST_CASE("cuda init ops match the CPU bit for bit", "[gpu]") {
+  REQUIRE_GPU();
+  auto& c = *env().cpu;
+  auto& g = *env().gpu;
+  const int64_t R = 37, C = 272;
+  {
+    Both t = out(DType::kBF16, R, C, "u_bf16");
+    REQUIRE(c.init_uniform(t.c, 11, 0.02f).is_ok());
+    REQUIRE(g.init_uniform(t.g, 11, 0.02f).is_ok());
+    auto [x, y] = fetch2<uint16_t>(t);
+    require_equal(x, y, "init_uniform bf16");
+  }
+  {
+    Both t = out(DType::kF32, R, C, "u_f32");
+    REQUIRE(c.init_uniform(t.c, 12, 3.0f).is_ok());
+    REQUIRE(g.init_uniform(t.g, 12, 3.0f).is_ok());
+    auto [x, y] = fetch2<float>(t);
+    require_equal(x, y, "init_uniform f32");
+  }
+  {
+    Both t = out(DType::kE4M3, R, C, "e4m3");
+    REQUIRE(c.init_e4m3(t.c, 13, 0.01f, 2.5f).is_ok());
+    REQUIRE(g.init_e4m3(t.g, 13, 0.01f, 2.5f).is_ok());
+    auto [x, y] = fetch2<uint8_t>(t);
+    require_equal(x, y, "init_e4m3");
+  }
+  {
+    Both t = out(DType::kFP4x2, R, C, "bytes");
+    REQUIRE(c.init_bytes(t.c, 14).is_ok());
+    REQUIRE(g.init_bytes(t.g, 14).is_ok());
+    auto [x, y] = fetch2<uint8_t>(t);
+    require_equal(x, y, "init_bytes");
+  }
+  {
+    Both t = out(DType::kI32, R, C, "ints");
+    REQUIRE(c.init_ints(t.c, 15, -7, 1000).is_ok());
+    REQUIRE(g.init_ints(t.g, 15, -7, 1000).is_ok());
+    auto [x, y] = fetch2<int32_t>(t);
+    require_equal(x, y, "init_ints");
+  }
+  {
+    Both t = out(DType::kI32, 1, 1001, "iota");
+    REQUIRE(c.iota(t.c, 5).is_ok());
+    REQUIRE(g.iota(t.g, 5).is_ok());
+    auto [x, y] = fetch2<int32_t>(t);
+    require_equal(x, y, "iota");
+  }
+}
+
+// ---- dense ------------------------------------------------------------------------------------------
+TEST_CASE("cuda embedding, kv_cache_write, mla_build_k, add_inplace are exact", "[gpu]") {
+  REQUIRE_GPU();
+  auto& c = *env().cpu;
+  auto& g = *env().gpu;
+  const int64_t T = 37, V = 100, H = 272;
+  {
+    Both ids = both(DType::kI32, T, 1, rand_ints(T, 1, 0, 130), "ids");
+    Both table = both(DType::kBF16, V, H, rand_bf16(V * H, 2, 1.0f), "table");
+    Both o = out(DType::kBF16, T, H, "emb");
+    REQUIRE(c.embedding(ids.c, table.c, 10, o.c).is_ok());
+    REQUIRE(g.embedding(ids.g, table.g, 10, o.g).is_ok());
+    auto [x, y] = fetch2<uint16_t>(o);
+    require_equal(x, y, "embedding");
+  }
+  {
+    const int64_t L = 512, R = 64, S = 300, slot0 = 17;
+    Both latent_wide = both(DType::kBF16, T, 2112, rand_bf16(T * 2112, 3, 1.0f), "latent");
+    Both kpe = both(DType::kBF16, T, R, rand_bf16(T * R, 4, 1.0f), "kpe");
+    Both lat{latent_wide.c.cols_view(1536, L), latent_wide.g.cols_view(1536, L)};
+    Both cache = both(DType::kBF16, S, L + R, rand_bf16(S * (L + R), 5, 1.0f), "cache");
+    REQUIRE(c.kv_cache_write(lat.c, kpe.c, cache.c, slot0).is_ok());
+    REQUIRE(g.kv_cache_write(lat.g, kpe.g, cache.g, slot0).is_ok());
+    auto [x, y] = fetch2<uint16_t>(cache);
+    require_equal(x, y, "kv_cache_write");
+  }
+  {
+    const int64_t nh = 3, nope = 128, R = 64, stride = 256;
+    Both kv = both(DType::kBF16, T, nh * stride, rand_bf16(T * nh * stride, 6, 1.0f), "kv");
+    Both kpe = both(DType::kBF16, T, R, rand_bf16(T * R, 7, 1.0f), "kpe");
+    Both k = out(DType::kBF16, T, nh * (nope + R), "k");
+    REQUIRE(c.mla_build_k(kv.c, nh, stride, nope, kpe.c, k.c).is_ok());
+    REQUIRE(g.mla_build_k(kv.g, nh, stride, nope, kpe.g, k.g).is_ok());
+    auto [x, y] = fetch2<uint16_t>(k);
+    require_equal(x, y, "mla_build_k");
+  }
+  {
+    Both d = both(DType::kBF16, T, H, rand_bf16(T * H, 8, 2.0f), "dst");
+    Both s = both(DType::kBF16, T, H, rand_bf16(T * H, 9, 2.0f), "src");
+    REQUIRE(c.add_inplace(d.c, s.c).is_ok());
+    REQUIRE(g.add_inplace(d.g, s.g).is_ok());
+    auto [x, y] = fetch2<uint16_t>(d);
+    require_equal(x, y, "add_inplace");
+  }
+}
+
+TEST_CASE("cuda rmsnorm and fused_add_rmsnorm", "[gpu]") {
+  REQUIRE_GPU();
+  auto& c = *env().cpu;
+  auto& g = *env().gpu;
+  for (auto [T, H] : {std::pair<int64_t, int64_t>{37, 7168}, {129, 272}}) {
+    Both x = both(DType::kBF16, T, H, rand_bf16(T * H, 20 + H, 3.0f), "x");
+    Both w = both(DType::kBF16, 1, H, rand_bf16(H, 21, 1.5f), "w");
+    Both o = out(DType::kBF16, T, H, "o");
+    REQUIRE(c.rmsnorm(x.c, w.c, 1e-6f, o.c).is_ok());
+    REQUIRE(g.rmsnorm(x.g, w.g, 1e-6f, o.g).is_ok());
+    auto [a, b] = fetch2<uint16_t>(o);
+    require_close_elem(as_f64_bf16(a), as_f64_bf16(b), 1.0 / 128, 1e-6, "rmsnorm H=" + std::to_string(H));
+
+    Both r = both(DType::kBF16, T, H, rand_bf16(T * H, 22 + H, 3.0f), "res");
+    REQUIRE(c.fused_add_rmsnorm(x.c, r.c, w.c, 1e-5f).is_ok());
+    REQUIRE(g.fused_add_rmsnorm(x.g, r.g, w.g, 1e-5f).is_ok());
+    auto [rc, rg] = fetch2<uint16_t>(r);
+    require_equal(rc, rg, "fused_add_rmsnorm residual");
+    auto [xc, xg] = fetch2<uint16_t>(x);
+    require_close_elem(as_f64_bf16(xc), as_f64_bf16(xg), 1.0 / 128, 1e-6, "fused_add_rmsnorm x");
+  }
+}
+
+TEST_CASE("cuda linear (cuBLASLt) bf16 and f32 outputs", "[gpu]") {
+  REQUIRE_GPU();
+  auto& c = *env().cpu;
+  auto& g = *env().gpu;
+  struct Case { int64_t T, N, K; DType od; };
+  for (const Case& k : {Case{129, 272, 7168, DType::kBF16}, Case{37, 384, 2048, DType::kF32}, Case{1, 64, 272, DType::kBF16}}) {
+    Both x = both(DType::kBF16, k.T, k.K, rand_bf16(k.T * k.K, 30, 1.0f), "x");
+    Both w = both(DType::kBF16, k.N, k.K, rand_bf16(k.N * k.K, 31, 0.05f), "w");
+    Both o = out(k.od, k.T, k.N, "o");
+    Tensor ws_c, ws_g;
+    if (size_t b = c.linear_workspace_bytes(k.T, k.N, k.K)) ws_c = alloc(c, DType::kU8, 1, static_cast<int64_t>(b), "ws");
+    if (size_t b = g.linear_workspace_bytes(k.T, k.N, k.K)) ws_g = alloc(g, DType::kU8, 1, static_cast<int64_t>(b), "ws");
+    REQUIRE(c.linear(x.c, w.c, o.c, ws_c).is_ok());
+    auto st = g.linear(x.g, w.g, o.g, ws_g);
+    INFO(st.message());
+    REQUIRE(st.is_ok());
+    std::vector<double> a, b;
+    if (k.od == DType::kBF16) {
+      auto [p, q] = fetch2<uint16_t>(o);
+      a = as_f64_bf16(p);
+      b = as_f64_bf16(q);
+    } else {
+      auto [p, q] = fetch2<float>(o);
+      a.assign(p.begin(), p.end());
+      b.assign(q.begin(), q.end());
+    }
+    require_close_norm(a, b, 1e-2, 4e-2, "linear K=" + std::to_string(k.K));
+  }
+}
+
+TEST_CASE("cuda rope and silu_and_mul", "[gpu]") {
+  REQUIRE_GPU();
+  auto& c = *env().cpu;
+  auto& g = *env().gpu;
+  const int64_t T = 129, nh = 5, stride = 192, off = 128, rd = 64, maxpos = 4096;
+  Both x = both(DType::kBF16, T, nh * stride, rand_bf16(T * nh * stride, 40, 2.0f), "q");
+  Both pos = both(DType::kI32, T, 1, rand_ints(T, 41, 0, maxpos), "pos");
+  std::vector<float> cs(maxpos * rd);
+  for (int64_t p = 0; p < maxpos; ++p)
+    for (int64_t i = 0; i < rd / 2; ++i) {
+      const double ang = p * std::pow(10000.0, -2.0 * i / rd);
+      cs[p * rd + i] = static_cast<float>(std::cos(ang));
+      cs[p * rd + rd / 2 + i] = static_cast<float>(std::sin(ang));
+    }
+  Both cos_sin = both(DType::kF32, maxpos, rd, cs, "cos_sin");
+  REQUIRE(c.rope(x.c, nh, stride, off, rd, pos.c, cos_sin.c).is_ok());
+  REQUIRE(g.rope(x.g, nh, stride, off, rd, pos.g, cos_sin.g).is_ok());
+  auto [a, b] = fetch2<uint16_t>(x);
+  require_close_elem(as_f64_bf16(a), as_f64_bf16(b), 1.0 / 128, 1e-6, "rope");
+
+  const int64_t I = 272;
+  Both h = both(DType::kBF16, T, 2 * I, rand_bf16(T * 2 * I, 42, 4.0f), "gu");
+  Both o = out(DType::kBF16, T, I, "act");
+  REQUIRE(c.silu_and_mul(h.c, o.c).is_ok());
+  REQUIRE(g.silu_and_mul(h.g, o.g).is_ok());
+  auto [p, q] = fetch2<uint16_t>(o);
+  require_close_elem(as_f64_bf16(p), as_f64_bf16(q), 1.0 / 128, 1e-6, "silu_and_mul");
+}
+
+TEST_CASE("cuda causal attention (flash-style) vs CPU", "[gpu]") {
+  REQUIRE_GPU();
+  auto& c = *env().cpu;
+  auto& g = *env().gpu;
+  struct Case { int64_t T, nh, qk, v; };
+  // MLA dims (tensor-core path), small dims (zero-padded), large dims (scalar fallback).
+  for (const Case& k : {Case{37, 3, 192, 128}, Case{129, 2, 192, 128}, Case{1000, 2, 192, 128}, Case{77, 2, 48, 40},
+                        Case{70, 2, 200, 136}}) {
+    const int64_t vstride = k.qk + k.v;  // kv_b layout: [k_nope | v] per head; v at offset qk within the head
+    Both q = both(DType::kBF16, k.T, k.nh * k.qk, rand_bf16(k.T * k.nh * k.qk, 50 + k.T, 1.0f), "q");
+    Both kk = both(DType::kBF16, k.T, k.nh * k.qk, rand_bf16(k.T * k.nh * k.qk, 51 + k.T, 1.0f), "k");
+    Both v = both(DType::kBF16, k.T, k.nh * vstride, rand_bf16(k.T * k.nh * vstride, 52 + k.T, 1.0f), "kv");
+    Both o = out(DType::kBF16, k.T, k.nh * k.v, "attn");
+    const float scale = 1.0f / std::sqrt(static_cast<float>(k.qk)) * 2.0f;  // sharper than uniform
+    REQUIRE(c.causal_attention(q.c, kk.c, v.c, k.nh, k.qk, k.v, k.qk, vstride, scale, o.c).is_ok());
+    auto st = g.causal_attention(q.g, kk.g, v.g, k.nh, k.qk, k.v, k.qk, vstride, scale, o.g);
+    INFO(st.message());
+    REQUIRE(st.is_ok());
+    auto [a, b] = fetch2<uint16_t>(o);
+    require_close_norm(as_f64_bf16(a), as_f64_bf16(b), 1e-2, 4e-2,
+                       "attention T=" + std::to_string(k.T) + " qk=" + std::to_string(k.qk));
+  }
+}
+
+// ---- MoE --------------------------------------------------------------------------------------------
+TEST_CASE("cuda router_topk matches the CPU (ids exact, weights 1e-6)", "[gpu]") {
+  REQUIRE_GPU();
+  auto& c = *env().cpu;
+  auto& g = *env().gpu;
+  struct Case { int64_t T, E; RouterParams p; };
+  std::vector<Case> cases;
+  {
+    RouterParams p;  // Kimi-K2.5
+    p.top_k = 8; p.method = TopkMethod::kNoauxTc; p.scoring = ScoringFunc::kSigmoid; p.norm_topk_prob = true;
+    p.routed_scaling_factor = 2.827f;
+    cases.push_back({1000, 384, p});
+    p.n_group = 8; p.topk_group = 4; p.routed_scaling_factor = 2.5f;  // DeepSeek-V3
+    cases.push_back({129, 256, p});
+  }
+  {
+    RouterParams p;  // DeepSeek-V2
+    p.top_k = 6; p.method = TopkMethod::kGroupLimitedGreedy; p.scoring = ScoringFunc::kSoftmax; p.n_group = 8;
+    p.topk_group = 3; p.routed_scaling_factor = 16.0f;
+    cases.push_back({129, 160, p});
+    p.method = TopkMethod::kGreedy; p.n_group = 1; p.topk_group = 1; p.routed_scaling_factor = 1.0f;  // V2-Lite
+    cases.push_back({37, 64, p});
+  }
+  for (const Case& k : cases) {
+    Both logits = both(DType::kF32, k.T, k.E, rand_f32(k.T * k.E, 60 + k.E, -4.0f, 4.0f), "logits");
+    Both bias = both(DType::kF32, 1, k.E, rand_f32(k.E, 61, -0.5f, 0.5f), "bias");
+    Both ids = out(DType::kI32, k.T, k.p.top_k, "ids");
+    Both w = out(DType::kF32, k.T, k.p.top_k, "w");
+    Tensor bc = k.p.method == TopkMethod::kNoauxTc ? bias.c : Tensor();
+    Tensor bg = k.p.method == TopkMethod::kNoauxTc ? bias.g : Tensor();
+    REQUIRE(c.router_topk(logits.c, bc, k.p, ids.c, w.c).is_ok());
+    REQUIRE(g.router_topk(logits.g, bg, k.p, ids.g, w.g).is_ok());
+    auto [ic, ig] = fetch2<int32_t>(ids);
+    auto [wc, wg] = fetch2<float>(w);
+    auto lg = fetch<float>(c, logits.c);
+    auto bs = fetch<float>(c, bias.c);
+    int64_t exact_rows = 0, tie_rows = 0;
+    for (int64_t t = 0; t < k.T; ++t) {
+      std::vector<std::pair<int32_t, float>> a, b;
+      for (int j = 0; j < k.p.top_k; ++j) {
+        a.push_back({ic[t * k.p.top_k + j], wc[t * k.p.top_k + j]});
+        b.push_back({ig[t * k.p.top_k + j], wg[t * k.p.top_k + j]});
+      }
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      bool same_ids = true;
+      for (int j = 0; j < k.p.top_k; ++j) same_ids &= a[j].first == b[j].first;
+      if (!same_ids) {
+        // Allowed only at a near-tie of the selection score (the two backends' exp may differ by an ulp).
+        auto sel = [&](int32_t e) {
+          const double x = lg[t * k.E + e];
+          double s = k.p.scoring == ScoringFunc::kSigmoid ? 1.0 / (1.0 + std::exp(-x)) : std::exp(x);
+          if (k.p.method == TopkMethod::kNoauxTc) s += bs[e];
+          return s;
+        };
+        double smallest_gap = 1e30;
+        for (auto& [ea, wa] : a)
+          for (auto& [eb, wb] : b) smallest_gap = std::min(smallest_gap, std::fabs(sel(ea) - sel(eb)) / std::fabs(sel(ea)));
+        INFO("token " << t << " ids differ beyond a near-tie (gap " << smallest_gap << ")");
+        REQUIRE(smallest_gap < 1e-5);
+        ++tie_rows;
+        continue;
+      }
+      ++exact_rows;
+      for (int j = 0; j < k.p.top_k; ++j) {
+        INFO("token " << t << " expert " << a[j].first << " cpu w " << a[j].second << " gpu w " << b[j].second);
+        REQUIRE(std::fabs(a[j].second - b[j].second) <= 1e-6 * std::fabs(a[j].second) + 1e-12);
+      }
+    }
+    INFO("rows with identical ids " << exact_rows << ", near-tie rows " << tie_rows);
+    REQUIRE(tie_rows <= std::max<int64_t>(1, k.T / 100));
+  }
+}
+
+TEST_CASE("cuda fp4_quantize is bit-exact", "[gpu]") {
+  REQUIRE_GPU();
+  auto& c = *env().cpu;
+  auto& g = *env().gpu;
+  for (auto [T, K] : {std::pair<int64_t, int64_t>{129, 7168}, {37, 272}}) {
+    auto xs = rand_bf16(T * K, 70 + K, 3.0f);
+    for (int64_t i = 0; i < 16; ++i) xs[i] = 0;  // one all-zero block: scale 0, codes 0
+    Both x = both(DType::kBF16, T, K, xs, "x");
+    Both q = out(DType::kFP4x2, T, K / 2, "q");
+    Both s = out(DType::kE4M3, T, K / 16, "s");
+    const float gs = 3.0f / (6.0f * 448.0f) * 4.0f;
+    REQUIRE(c.fp4_quantize(x.c, gs, q.c, s.c).is_ok());
+    REQUIRE(g.fp4_quantize(x.g, gs, q.g, s.g).is_ok());
+    auto [qc, qg] = fetch2<uint8_t>(q);
+    auto [sc, sg] = fetch2<uint8_t>(s);
+    require_equal(qc, qg, "fp4 codes");
+    require_equal(sc, sg, "fp4 scales");
+  }
+}
+
+namespace {
+struct PermuteOut {
+  Both offsets, p2t, e2p;
+  int64_t P;
+};
+PermuteOut run_permute(const Both& ids, int64_t T, int64_t k, int64_t E, int64_t tile) {
+  auto& c = *env().cpu;
+  auto& g = *env().gpu;
+  const int64_t P = T * k + E * (tile - 1);
+  PermuteOut r{out(DType::kI32, 1, E + 1, "offsets"), out(DType::kI32, 1, P, "p2t"), out(DType::kI32, 1, T * k, "e2p"), P};
+  Tensor wc, wg;
+  if (size_t b = c.moe_permute_workspace_bytes(T, k, E)) wc = alloc(c, DType::kU8, 1, static_cast<int64_t>(b), "ws");
+  if (size_t b = g.moe_permute_workspace_bytes(T, k, E)) wg = alloc(g, DType::kU8, 1, static_cast<int64_t>(b), "ws");
+  REQUIRE(c.moe_permute(ids.c, E, tile, r.offsets.c, r.p2t.c, r.e2p.c, wc).is_ok());
+  auto st = g.moe_permute(ids.g, E, tile, r.offsets.g, r.p2t.g, r.e2p.g, wg);
+  INFO(st.message());
+  REQUIRE(st.is_ok());
+  REQUIRE(g.synchronize().is_ok());
+  return r;
+}
+// Distinct experts per token drawn from [0, E_used) so experts >= E_used receive zero tokens.
+std::vector<int32_t> topk_ids_host(int64_t T, int64_t k, int64_t E_used, uint64_t seed) {
+  std::vector<int32_t> v(T * k);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t start = static_cast<int64_t>(kern::hash64(seed, t) % E_used);
+    const int64_t step = 1 + static_cast<int64_t>(kern::hash64(seed + 1, t) % 3);
+    for (int64_t j = 0; j < k; ++j) v[t * k + j] = static_cast<int32_t>((start + j * step) % E_used);
+  }
+  return v;
+}
+}  // namespace
+
+TEST_CASE("cuda moe_permute is exact (stable, padded, zero-token experts)", "[gpu]") {
+  REQUIRE_GPU();
+  struct Case { int64_t T, k, E, E_used, tile; };
+  for (const Case& q : {Case{1000, 8, 384, 300, 64}, Case{37, 6, 64, 50, 8}, Case{129, 4, 16, 13, 16}}) {
+    Both ids = both(DType::kI32, q.T, q.k, topk_ids_host(q.T, q.k, q.E_used, 80 + q.T), "ids");
+    PermuteOut r = run_permute(ids, q.T, q.k, q.E, q.tile);
+    auto [oc, og] = fetch2<int32_t>(r.offsets);
+    auto [pc, pg] = fetch2<int32_t>(r.p2t);
+    auto [ec, eg] = fetch2<int32_t>(r.e2p);
+    require_equal(oc, og, "offsets");
+    require_equal(pc, pg, "permuted_to_token");
+    require_equal(ec, eg, "expanded_to_permuted");
+  }
+}
+
+namespace {
+std::vector<double> dequant_rows(const std::vector<uint8_t>& codes, const std::vector<uint8_t>& scales, int64_t rows,
+                                 int64_t K, float gs) {
+  std::vector<double> v(rows * K);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < K; ++i) {
+      const uint8_t byte = codes[r * (K / 2) + i / 2];
+      const uint8_t code = (i & 1) ? (byte >> 4) : (byte & 0xF);
+      v[r * K + i] = static_cast<double>(kern::e2m1_to_f32(code)) * kern::e4m3_to_f32(scales[r * (K / 16) + i / 16]) * gs;
+    }
+  return v;
+}
+}  // namespace
+
+TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combine", "[gpu]") {
+  REQUIRE_GPU();
+  auto& c = *env().cpu;
+  auto& g = *env().gpu;
+  struct Case { int64_t T, k, E, E_used, H, I, tile; };
+  for (const Case& q : {Case{129, 4, 16, 13, 272, 80, 8}, Case{257, 6, 8, 7, 7168, 256, 64}, Case{37, 2, 5, 4, 2048, 512, 16}}) {
+    INFO("T=" << q.T << " E=" << q.E << " H=" << q.H << " I=" << q.I << " tile=" << q.tile);
+    Both ids = both(DType::kI32, q.T, q.k, topk_ids_host(q.T, q.k, q.E_used, 90 + q.T), "ids");
+    PermuteOut r = run_permute(ids, q.T, q.k, q.E, q.tile);
+    // Use the CPU's permutation on both sides so the GEMMs are compared alone.
+    auto offs = fetch<int32_t>(c, r.offsets.c);
+    auto p2t = fetch<int32_t>(c, r.p2t.c);
+    auto e2p = fetch<int32_t>(c, r.e2p.c);
+    Both offsets = both(DType::kI32, 1, q.E + 1, offs, "offsets");
+    Both perm = both(DType::kI32, 1, r.P, p2t, "p2t");
+    Both e2pb = both(DType::kI32, 1, q.T * q.k, e2p, "e2p");
+
+    const float a_gs = 0.05f, out_gs = 0.02f, h_gs = out_gs;
+    Both a = both(DType::kFP4x2, q.T, q.H / 2, rand_bytes(q.T * q.H / 2, 100), "a");
+    Both as = both(DType::kE4M3, q.T, q.H / 16, rand_e4m3(q.T * q.H / 16, 101, 0.05f, 1.0f), "a_s");
+    Both w13 = both(DType::kFP4x2, q.E * 2 * q.I, q.H / 2, rand_bytes(q.E * 2 * q.I * q.H / 2, 102), "w13");
+    Both w13s = both(DType::kE4M3, q.E * 2 * q.I, q.H / 16, rand_e4m3(q.E * 2 * q.I * q.H / 16, 103, 0.05f, 1.0f), "w13_s");
+    const float gsc = 1.0f / (std::sqrt(static_cast<float>(q.H)) * a_gs);  // keeps gate/up around O(1)
+    Both w13gs = both(DType::kF32, 1, q.E, rand_f32(q.E, 104, 0.5f * gsc, 1.5f * gsc), "w13_gs");
+    Both h = out(DType::kFP4x2, r.P, q.I / 2, "h");
+    Both hs = out(DType::kE4M3, r.P, q.I / 16, "h_s");
+    REQUIRE(c.moe_gemm1_fp4(a.c, as.c, a_gs, w13.c, w13s.c, w13gs.c, offsets.c, perm.c, out_gs, h.c, hs.c).is_ok());
+    auto st = g.moe_gemm1_fp4(a.g, as.g, a_gs, w13.g, w13s.g, w13gs.g, offsets.g, perm.g, out_gs, h.g, hs.g);
+    INFO(st.message());
+    REQUIRE(st.is_ok());
+    auto [hc, hg] = fetch2<uint8_t>(h);
+    auto [hsc, hsg] = fetch2<uint8_t>(hs);
+    size_t diff_codes = 0;
+    for (size_t i = 0; i < hc.size(); ++i) diff_codes += (hc[i] & 0xF) != (hg[i] & 0xF);
+    for (size_t i = 0; i < hc.size(); ++i) diff_codes += (hc[i] >> 4) != (hg[i] >> 4);
+    const double frac = static_cast<double>(diff_codes) / (2.0 * hc.size());
+    INFO("gemm1 differing FP4 codes: " << diff_codes << " (" << frac * 100 << "%)");
+    REQUIRE(frac <= 0.02);
+    for (int64_t row = 0; row < r.P; ++row)
+      if (p2t[row] < 0) {
+        for (int64_t j = 0; j < q.I / 2; ++j) REQUIRE(hg[row * (q.I / 2) + j] == 0);
+        for (int64_t j = 0; j < q.I / 16; ++j) REQUIRE(hsg[row * (q.I / 16) + j] == 0);
+      }
+    require_close_norm(dequant_rows(hc, hsc, r.P, q.I, out_gs), dequant_rows(hg, hsg, r.P, q.I, out_gs), 3e-2, 0.35,
+                       "gemm1 dequantized");
+
+    // gemm2 on the CPU's gemm1 output.
+    Both h2 = both(DType::kFP4x2, r.P, q.I / 2, hc, "h2");
+    Both h2s = both(DType::kE4M3, r.P, q.I / 16, hsc, "h2_s");
+    Both w2 = both(DType::kFP4x2, q.E * q.H, q.I / 2, rand_bytes(q.E * q.H * q.I / 2, 105), "w2");
+    Both w2s = both(DType::kE4M3, q.E * q.H, q.I / 16, rand_e4m3(q.E * q.H * q.I / 16, 106, 0.05f, 1.0f), "w2_s");
+    Both w2gs = both(DType::kF32, 1, q.E, rand_f32(q.E, 107, 0.01f, 0.03f), "w2_gs");
+    Both o2 = out(DType::kBF16, r.P, q.H, "gemm2_out");
+    REQUIRE(c.moe_gemm2_fp4(h2.c, h2s.c, h_gs, w2.c, w2s.c, w2gs.c, offsets.c, perm.c, o2.c).is_ok());
+    st = g.moe_gemm2_fp4(h2.g, h2s.g, h_gs, w2.g, w2s.g, w2gs.g, offsets.g, perm.g, o2.g);
+    INFO(st.message());
+    REQUIRE(st.is_ok());
+    auto [oc, og] = fetch2<uint16_t>(o2);
+    for (int64_t row = 0; row < r.P; ++row)
+      if (p2t[row] < 0)
+        for (int64_t j = 0; j < q.H; ++j) REQUIRE(og[row * q.H + j] == 0);
+    require_close_norm(as_f64_bf16(oc), as_f64_bf16(og), 1e-2, 4e-2, "gemm2");
+
+    // combine on the CPU's gemm2 output: exact, with and without a shared-expert input.
+    Both g2 = both(DType::kBF16, r.P, q.H, oc, "g2");
+    Both tw = both(DType::kF32, q.T, q.k, rand_f32(q.T * q.k, 108, 0.01f, 1.0f), "tw");
+    Both shared = both(DType::kBF16, q.T, q.H, rand_bf16(q.T * q.H, 109, 1.0f), "shared");
+    for (bool with_shared : {true, false}) {
+      Both o = out(DType::kBF16, q.T, q.H, "moe_out");
+      REQUIRE(c.moe_combine(g2.c, e2pb.c, tw.c, with_shared ? shared.c : Tensor(), o.c).is_ok());
+      REQUIRE(g.moe_combine(g2.g, e2pb.g, tw.g, with_shared ? shared.g : Tensor(), o.g).is_ok());
+      auto [x, y] = fetch2<uint16_t>(o);
+      require_equal(x, y, with_shared ? "combine (shared)" : "combine");
+    }
+  }
+}
+
+TEST_CASE("cuda backend reports bad shapes as bad_input and allocates with tags", "[gpu]") {
+  REQUIRE_GPU();
+  auto& g = *env().gpu;
+  CHECK(g.name() == "cuda");
+  CHECK(!g.device_name().empty());
+  CHECK(g.default_mem_kind(Category::kWeights) == MemKind::kDevice);
+  CHECK(g.default_mem_kind(Category::kActivation) == MemKind::kStreamOrdered);
+  Tensor x = alloc(g, DType::kBF16, 4, 32, "x");
+  Tensor w = alloc(g, DType::kBF16, 1, 16, "w");
+  Tensor o = alloc(g, DType::kBF16, 4, 32, "o");
+  auto st = g.rmsnorm(x, w, 1e-6f, o);
+  CHECK(st.code() == ErrorCode::kBadInput);
+  CHECK(st.message().find("rmsnorm") != std::string::npos);
+  auto big = g.empty(DType::kU8, int64_t{1} << 40, 1024, AllocTag{"huge", "test", Category::kActivation});
+  REQUIRE(!big.is_ok());
+  CHECK(big.status().code() == ErrorCode::kRunFailure);
+  CHECK(big.status().message().find("out of GPU memory") != std::string::npos);
+  REQUIRE(g.synchronize().is_ok());
+}
