@@ -21,6 +21,9 @@
 #include "model/config.h"
 #include "planner/analysis.h"
 #include "reports/json_report.h"
+#ifdef MOEPROF_HAVE_CUDA
+#include "profiler/cupti_tracer.h"
+#endif
 
 namespace moeprof::cli {
 
@@ -38,7 +41,24 @@ struct RunArgs {
   uint64_t seed = 0x5EED;
   bool quiet = false;
   bool json = false;
+  bool cupti = true;
 };
+
+#ifdef MOEPROF_HAVE_CUDA
+// Compares the CUPTI view of a run with the executor's own accounting, category by category
+// (each category's high-water mark and the bytes allocated). Returns "" when they agree.
+std::string cupti_disagreement(const planner::RunAnalysis& c, const CategoryCounters& acc) {
+  std::string diff;
+  const auto& d = c.devices.at(0);
+  for (int i = 0; i < kNumCategories; ++i) {
+    const auto cat = static_cast<Category>(i);
+    if (d.peak_by_category[cat] != acc.peak[i] || d.churn_by_category[cat] != acc.allocated[i])
+      diff += fmt::format(" {}: CUPTI peak {} churn {} vs executor peak {} churn {};", category_name(cat),
+                          d.peak_by_category[cat], d.churn_by_category[cat], acc.peak[i], acc.allocated[i]);
+  }
+  return diff;
+}
+#endif
 
 std::string mb(uint64_t b) { return fmt::format("{:.1f} MB", double(b) / 1e6); }
 std::string signed_mb(int64_t b) { return fmt::format("{:+.1f} MB", double(b) / 1e6); }
@@ -77,6 +97,30 @@ int run_command(const RunArgs& a) {
   plan.progress = !a.quiet && ::isatty(STDERR_FILENO);
   plan.log = a.quiet ? nullptr : stderr;
 
+#ifdef MOEPROF_HAVE_CUDA
+  // On the GPU, the run also traces itself with the CUPTI recorder (DIR/<mode>.cupti.mtrace).
+  auto tracer = std::make_shared<std::unique_ptr<profiler::CuptiTracer>>();
+  std::vector<std::string> cupti_paths;
+  if (on_gpu && a.cupti) {
+    plan.before_mode = [&, tracer](const std::string& mode, const RunMeta& meta) -> Status {
+      RunMeta m = meta;
+      m.name = mode + "-cupti";
+      m.backend = "cupti";
+      std::string path = (std::filesystem::path(a.out) / (mode + ".cupti.mtrace")).string();
+      auto t = profiler::CuptiTracer::start(path, m);
+      if (!t.is_ok()) return t.status();
+      *tracer = std::move(t).value();
+      cupti_paths.push_back(path);
+      return Status::ok();
+    };
+    plan.after_mode = [tracer](const std::string&) -> Status {
+      if (!*tracer) return Status::ok();
+      Status st = (*tracer)->stop();
+      tracer->reset();
+      return st;
+    };
+  }
+#endif
   auto res = execute_run_plan(*backend, plan);
   if (!res.is_ok()) {
     std::fprintf(stderr, "moeprof run: %s\n", res.status().message().c_str());
@@ -106,6 +150,23 @@ int run_command(const RunArgs& a) {
       return kExitRunFailure;
     }
   }
+#ifdef MOEPROF_HAVE_CUDA
+  bool cupti_agrees = true;
+  for (size_t i = 0; i < cupti_paths.size() && i < r.modes.size(); ++i) {
+    auto tr = read_trace(cupti_paths[i]);
+    if (!tr.is_ok()) {
+      std::fprintf(stderr, "moeprof run: %s\n", tr.status().message().c_str());
+      return kExitRunFailure;
+    }
+    planner::RunAnalysis c = planner::analyze(tr.value());
+    std::string diff = c.devices.empty() ? std::string(" no allocations recorded") : cupti_disagreement(c, r.modes[i].accounting);
+    if (!diff.empty()) {
+      cupti_agrees = false;
+      std::fprintf(stderr, "moeprof run: %s: CUPTI trace disagrees with the executor's accounting:%s\n",
+                   r.modes[i].mode.c_str(), diff.c_str());
+    }
+  }
+#endif
   const std::string report_path = (std::filesystem::path(a.out) / "report.json").string();
   {
     Status st = reports::write_json_report(report_path, analyses);
@@ -153,9 +214,18 @@ int run_command(const RunArgs& a) {
     std::printf("MoE output buffers (%s): %lld reused, %lld fresh, %lld fallback\n", m.mode.c_str(),
                 static_cast<long long>(m.moe.reused), static_cast<long long>(m.moe.fresh),
                 static_cast<long long>(m.moe.fallback));
+#ifdef MOEPROF_HAVE_CUDA
+  if (!cupti_paths.empty())
+    std::printf("CUPTI traces agree with the executor's accounting in every category: %s\n",
+                cupti_agrees ? "yes" : "NO");
+#endif
   std::printf("\ntraces: ");
   for (const auto& m : r.modes) std::printf("%s ", m.trace_path.c_str());
   std::printf("\nreport: %s (+ report.md, report.html)\n", report_path.c_str());
+#ifdef MOEPROF_HAVE_CUDA
+  for (const auto& p : cupti_paths) std::printf("CUPTI trace: %s\n", p.c_str());
+  if (!cupti_agrees) return kExitRunFailure;
+#endif
   if (r.modes.size() == 2 && !r.outputs_identical) {
     std::fprintf(stderr, "moeprof run: baseline and reuse outputs differ: the reused buffer was not dead\n");
     return kExitRunFailure;
@@ -185,6 +255,7 @@ void register_run(CLI::App& app, int* exit_code) {
   cmd->add_option("--seed", args->seed, "Seed of the deterministic weights and inputs");
   cmd->add_flag("--quiet,-q", args->quiet, "No progress or notes on stderr");
   cmd->add_flag("--json", args->json, "Print the JSON report instead of the table");
+  cmd->add_flag("!--no-cupti", args->cupti, "On the GPU, do not also trace the run with CUPTI");
   cmd->callback([args, exit_code]() { *exit_code = run_command(*args); });
 }
 

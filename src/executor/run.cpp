@@ -71,7 +71,8 @@ Result<RunPlanResult> execute_run_plan(Backend& backend, const RunPlan& plan) {
     }
     const auto t0 = std::chrono::steady_clock::now();
     Status st;
-    {
+    if (plan.before_mode) st = plan.before_mode(mr.mode, meta);
+    if (st.is_ok()) {
       auto model = DeepseekModel::create(backend, cfg, shape, mode, mo);
       if (!model.is_ok()) {
         st = model.status();
@@ -99,6 +100,10 @@ Result<RunPlanResult> execute_run_plan(Backend& backend, const RunPlan& plan) {
     }  // the model (weights, KV cache) is released here, inside the trace
     Status sync = backend.synchronize();
     if (st.is_ok()) st = sync;
+    if (plan.after_mode) {
+      Status am = plan.after_mode(mr.mode);
+      if (st.is_ok()) st = am;
+    }
     mr.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     mr.accounting = accounting.counters();
     meta.extra["forward_seconds"] = std::to_string(mr.forward_seconds);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ struct RunPlan {
   WeightsMode weights = WeightsMode::kAuto;
   bool progress = false;       // "layer k of n" on stderr (terminal)
   std::FILE* log = nullptr;    // one-line notes (weights choice); null = silent
+  // Called around each mode's run, e.g. to start and stop a CUPTI tracer: before_mode right
+  // after the trace is opened, after_mode once the model is torn down and the device is idle.
+  std::function<Status(const std::string& mode, const RunMeta& meta)> before_mode;
+  std::function<Status(const std::string& mode)> after_mode;
 };
 
 struct ModeResult {

@@ -1,0 +1,220 @@
+#include "reports/gate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "reports/format.h"
+
+namespace moeprof::reports {
+
+const char* gate_status_name(GateStatus s) {
+  switch (s) {
+    case GateStatus::kPass: return "pass";
+    case GateStatus::kRegression: return "regression";
+    case GateStatus::kImprovement: return "improvement";
+    case GateStatus::kMissing: return "missing";
+    case GateStatus::kNew: return "new";
+  }
+  return "?";
+}
+
+Status validate_gate_options(const GateOptions& opts) {
+  if (!(opts.rel_tol >= 0.0) || !std::isfinite(opts.rel_tol))
+    return Status::bad_input(fmt::format("--rel-tol {}: must be a finite number >= 0", opts.rel_tol));
+  if (opts.metrics.empty()) return Status::bad_input("--metrics: no metric given");
+  std::set<std::string> seen;
+  for (const auto& m : opts.metrics) {
+    bool known = false;
+    for (const char* k : kGateMetrics) known = known || m == k;
+    if (!known)
+      return Status::bad_input("--metrics: unknown metric '" + m +
+                               "' (supported: peak_activation_bytes, peak_total_bytes, churn_bytes)");
+    if (!seen.insert(m).second) return Status::bad_input("--metrics: metric '" + m + "' given twice");
+  }
+  return Status::ok();
+}
+
+namespace {
+
+uint64_t allowed_delta(uint64_t baseline, const GateOptions& opts) {
+  double rel = std::floor(opts.rel_tol * static_cast<double>(baseline));
+  uint64_t rel_bytes = rel >= 1.8e19 ? UINT64_MAX : static_cast<uint64_t>(rel);
+  return std::max(opts.abs_tol, rel_bytes);
+}
+
+int64_t signed_delta(uint64_t current, uint64_t baseline) {
+  return current >= baseline ? static_cast<int64_t>(current - baseline)
+                             : -static_cast<int64_t>(baseline - current);
+}
+
+void note_meta_differences(const nlohmann::ordered_json& b, const nlohmann::ordered_json& c,
+                           const std::string& run, std::vector<std::string>* notes) {
+  for (const char* key : {"model", "mode", "tokens", "tp_size", "tp_rank", "backend"}) {
+    if (b[key] != c[key]) {
+      auto show = [](const nlohmann::ordered_json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+      notes->push_back(fmt::format("run {}: {} differs (baseline {}, current {})", run, key, show(b[key]), show(c[key])));
+    }
+  }
+}
+
+}  // namespace
+
+GateResult run_gate(const ReportFile& baseline, const ReportFile& current, const GateOptions& opts) {
+  GateResult res;
+  for (const auto& brun : baseline.runs()) {
+    std::string name = brun["name"].get<std::string>();
+    const auto* crun = current.find_run(name);
+    if (crun) note_meta_differences(brun, *crun, name, &res.notes);
+    for (const auto& metric : opts.metrics) {
+      GateCheck c;
+      c.run = name;
+      c.metric = metric;
+      c.has_baseline = true;
+      c.baseline = brun[metric].get<uint64_t>();
+      c.allowed = allowed_delta(c.baseline, opts);
+      if (!crun) {
+        c.status = GateStatus::kMissing;
+        c.failed = true;
+        ++res.missing;
+      } else {
+        c.has_current = true;
+        c.current = (*crun)[metric].get<uint64_t>();
+        c.delta = signed_delta(c.current, c.baseline);
+        uint64_t mag = c.current >= c.baseline ? c.current - c.baseline : c.baseline - c.current;
+        if (mag <= c.allowed) {
+          c.status = GateStatus::kPass;
+        } else if (c.current > c.baseline) {
+          c.status = GateStatus::kRegression;
+          c.failed = true;
+          ++res.regressions;
+        } else {
+          c.status = GateStatus::kImprovement;
+          c.failed = !opts.allow_improvement;
+          ++res.improvements;
+        }
+      }
+      if (c.failed) ++res.failures;
+      res.checks.push_back(c);
+    }
+  }
+  for (const auto& crun : current.runs()) {
+    std::string name = crun["name"].get<std::string>();
+    if (baseline.find_run(name)) continue;
+    for (const auto& metric : opts.metrics) {
+      GateCheck c;
+      c.run = name;
+      c.metric = metric;
+      c.has_current = true;
+      c.current = crun[metric].get<uint64_t>();
+      c.status = GateStatus::kNew;
+      c.failed = true;
+      ++res.new_runs;
+      ++res.failures;
+      res.checks.push_back(c);
+    }
+  }
+  return res;
+}
+
+namespace {
+
+std::string tolerance_text(const GateOptions& opts) {
+  return fmt::format("rel-tol {:g}, abs-tol {}", opts.rel_tol, format_bytes(opts.abs_tol));
+}
+
+size_t count_runs(const GateResult& r) {
+  std::set<std::string> runs;
+  for (const auto& c : r.checks) runs.insert(c.run);
+  return runs.size();
+}
+
+std::string check_message(const GateCheck& c) {
+  switch (c.status) {
+    case GateStatus::kPass:
+      return c.delta == 0 ? "equal" : fmt::format("within tolerance ({} allowed)", format_bytes(c.allowed));
+    case GateStatus::kRegression:
+      return fmt::format("regression: {} grew by {} ({}) from {} to {} bytes, {} allowed", c.metric,
+                         with_commas(c.delta), format_percent(c.delta, c.baseline), with_commas(c.baseline),
+                         with_commas(c.current), with_commas(c.allowed));
+    case GateStatus::kImprovement:
+      return fmt::format("{}improvement: {} shrank by {} ({}) from {} to {} bytes; update the baseline",
+                         c.failed ? "unexpected " : "", c.metric, with_commas(-c.delta),
+                         format_percent(c.delta, c.baseline), with_commas(c.baseline), with_commas(c.current));
+    case GateStatus::kMissing:
+      return "run " + c.run + " is in the baseline but not in the current report";
+    case GateStatus::kNew:
+      return "run " + c.run + " is not in the baseline; add it (--update-baseline)";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string gate_verdict(const GateResult& r, const GateOptions& opts) {
+  std::string scope = fmt::format("{} checks, {} runs; {}", r.checks.size(), count_runs(r), tolerance_text(opts));
+  if (r.passed()) {
+    std::string extra = r.improvements ? fmt::format(", {} allowed improvement(s)", r.improvements) : "";
+    return fmt::format("moeprof gate: PASS ({}{})", scope, extra);
+  }
+  std::vector<std::string> parts;
+  if (r.regressions) parts.push_back(fmt::format("{} regression{}", r.regressions, r.regressions == 1 ? "" : "s"));
+  int unexpected = 0;
+  for (const auto& c : r.checks) unexpected += c.status == GateStatus::kImprovement && c.failed;
+  if (unexpected) parts.push_back(fmt::format("{} unexpected improvement{}", unexpected, unexpected == 1 ? "" : "s"));
+  if (r.missing) parts.push_back(fmt::format("{} check{} of missing runs", r.missing, r.missing == 1 ? "" : "s"));
+  if (r.new_runs) parts.push_back(fmt::format("{} check{} of runs not in the baseline", r.new_runs, r.new_runs == 1 ? "" : "s"));
+  return fmt::format("moeprof gate: FAIL: {} ({})", fmt::join(parts, ", "), scope);
+}
+
+std::string gate_markdown(const GateResult& r, const GateOptions& opts) {
+  std::string out = "### " + gate_verdict(r, opts) + "\n\n";
+  out += "| run | metric | baseline | current | delta | delta % | allowed | status |\n";
+  out += "|---|---|---:|---:|---:|---:|---:|---|\n";
+  for (const auto& c : r.checks) {
+    std::string status = gate_status_name(c.status);
+    if (c.status == GateStatus::kImprovement && c.failed) status = "unexpected improvement";
+    std::string mark = c.failed ? "❌ " : "✅ ";
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {}{} |\n", md_cell(c.run), c.metric,
+                       c.has_baseline ? with_commas(static_cast<int64_t>(c.baseline)) : "-",
+                       c.has_current ? with_commas(static_cast<int64_t>(c.current)) : "-",
+                       c.has_baseline && c.has_current ? format_delta_bytes(c.delta) : "-",
+                       c.has_baseline && c.has_current ? format_percent(c.delta, c.baseline) : "-",
+                       c.has_baseline ? with_commas(static_cast<int64_t>(c.allowed)) : "-", mark, status);
+  }
+  if (!r.notes.empty()) {
+    out += "\nNotes:\n";
+    for (const auto& n : r.notes) out += "- " + md_cell(n) + "\n";
+  }
+  return out;
+}
+
+std::string gate_junit(const GateResult& r, const GateOptions& opts) {
+  int failures = 0;
+  for (const auto& c : r.checks) failures += c.failed;
+  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  out += fmt::format("<testsuites name=\"moeprof-gate\" tests=\"{}\" failures=\"{}\" errors=\"0\">\n", r.checks.size(), failures);
+  out += fmt::format("  <testsuite name=\"moeprof-gate\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"0\">\n",
+                     r.checks.size(), failures);
+  out += fmt::format("    <properties><property name=\"tolerance\" value=\"{}\"/></properties>\n",
+                     xml_escape(tolerance_text(opts)));
+  for (const auto& c : r.checks) {
+    out += fmt::format("    <testcase classname=\"moeprof.gate.{}\" name=\"{}\" time=\"0\"", xml_escape(c.run), c.metric);
+    std::string msg = check_message(c);
+    if (c.failed) {
+      out += fmt::format(">\n      <failure message=\"{}\" type=\"{}\">{}</failure>\n    </testcase>\n",
+                         xml_escape(msg), gate_status_name(c.status), xml_escape(msg));
+    } else {
+      out += fmt::format(">\n      <system-out>{}</system-out>\n    </testcase>\n", xml_escape(msg));
+    }
+  }
+  out += "  </testsuite>\n</testsuites>\n";
+  return out;
+}
+
+std::string proposed_baseline(const ReportFile& current) { return current.doc.dump(2) + "\n"; }
+
+}  // namespace moeprof::reports

@@ -1,0 +1,71 @@
+// The memory-regression gate: compares two JSON reports run by run (matched by name) on byte
+// metrics with a relative and an absolute tolerance. Bytes of a deterministic workload do not
+// vary, so the defaults are tight (0 and 0) and an unexpected improvement fails too, so that the
+// baseline gets updated (docs/gate.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "reports/report_file.h"
+
+namespace moeprof::reports {
+
+struct GateOptions {
+  double rel_tol = 0.0;         // fraction of the baseline value (0.01 = 1%)
+  uint64_t abs_tol = 0;         // bytes
+  bool allow_improvement = false;
+  std::vector<std::string> metrics = {"peak_activation_bytes", "peak_total_bytes", "churn_bytes"};
+};
+
+enum class GateStatus {
+  kPass,         // |delta| <= allowed
+  kRegression,   // delta > allowed
+  kImprovement,  // delta < -allowed (fails unless allow_improvement)
+  kMissing,      // the run is in the baseline and not in the current report
+  kNew,          // the run is in the current report and not in the baseline
+};
+const char* gate_status_name(GateStatus s);
+
+struct GateCheck {
+  std::string run;
+  std::string metric;
+  bool has_baseline = false;
+  bool has_current = false;
+  uint64_t baseline = 0;
+  uint64_t current = 0;
+  int64_t delta = 0;        // current - baseline
+  uint64_t allowed = 0;     // max(abs_tol, rel_tol * baseline)
+  GateStatus status = GateStatus::kPass;
+  bool failed = false;      // counts toward the verdict
+};
+
+struct GateResult {
+  std::vector<GateCheck> checks;   // baseline run order, then new runs; metrics in option order
+  std::vector<std::string> notes;  // e.g. "run reuse: tokens differ (16384 vs 8192)"
+  int regressions = 0;
+  int improvements = 0;            // all improvements beyond tolerance (allowed or not)
+  int missing = 0;                 // checks of runs missing from the current report
+  int new_runs = 0;                // checks of runs missing from the baseline
+  int failures = 0;
+  bool passed() const { return failures == 0; }
+};
+
+// Validates option values (metric names, tolerances); kBadInput naming the bad value.
+Status validate_gate_options(const GateOptions& opts);
+
+GateResult run_gate(const ReportFile& baseline, const ReportFile& current, const GateOptions& opts);
+
+// One line: "moeprof gate: PASS (6 checks, 2 runs; rel-tol 0, abs-tol 0 B)" or
+// "moeprof gate: FAIL: 1 regression, 1 unexpected improvement (6 checks, ...)".
+std::string gate_verdict(const GateResult& r, const GateOptions& opts);
+// Verdict as a heading, then a table: run | metric | baseline | current | delta | delta % | allowed | status.
+std::string gate_markdown(const GateResult& r, const GateOptions& opts);
+// JUnit XML: one <testsuite name="moeprof-gate">, one <testcase> per run x metric.
+std::string gate_junit(const GateResult& r, const GateOptions& opts);
+// The proposed new baseline: the current report (every run as measured now), pretty-printed.
+std::string proposed_baseline(const ReportFile& current);
+
+}  // namespace moeprof::reports

@@ -1,0 +1,111 @@
+#include "reports/report_file.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+namespace moeprof::reports {
+
+namespace {
+
+bool is_count(const nlohmann::ordered_json& v) {
+  return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+}
+
+Status check_run(const nlohmann::ordered_json& run, size_t index) {
+  std::string where = "runs[" + std::to_string(index) + "]";
+  if (!run.is_object()) return Status::bad_input(where + " is not an object");
+  if (run.contains("name") && run["name"].is_string()) where += " (" + run["name"].get<std::string>() + ")";
+  for (const char* key : kRequiredRunKeys) {
+    if (!run.contains(key)) return Status::bad_input(where + ": missing key " + key);
+  }
+  for (const char* key : {"name", "mode", "model", "backend", "device_name"}) {
+    if (!run[key].is_string()) return Status::bad_input(where + ": " + key + " is not a string");
+  }
+  for (const char* key : {"peak_activation_bytes", "peak_total_bytes", "churn_bytes", "allocations",
+                          "dropped_records", "tokens", "tp_size"}) {
+    if (!is_count(run[key])) return Status::bad_input(where + ": " + key + " is not a non-negative integer");
+  }
+  if (!run["tp_rank"].is_number_integer()) return Status::bad_input(where + ": tp_rank is not an integer");
+  if (!run["truncated"].is_boolean()) return Status::bad_input(where + ": truncated is not a boolean");
+  for (const char* key : {"peak_by_category", "live_at_peak", "anomalies", "extra"}) {
+    if (!run[key].is_object()) return Status::bad_input(where + ": " + key + " is not an object");
+  }
+  if (!run["scopes"].is_array()) return Status::bad_input(where + ": scopes is not an array");
+  if (run["name"].get<std::string>().empty()) return Status::bad_input(where + ": empty run name");
+  return Status::ok();
+}
+
+}  // namespace
+
+const nlohmann::ordered_json* ReportFile::find_run(std::string_view name) const {
+  for (const auto& r : runs()) {
+    if (r["name"].get<std::string>() == name) return &r;
+  }
+  return nullptr;
+}
+
+Status validate_report(const nlohmann::ordered_json& doc) {
+  if (!doc.is_object()) return Status::bad_input("report is not a JSON object");
+  if (!doc.contains("schema_version")) return Status::bad_input("missing schema_version: not a moeprof report");
+  const auto& v = doc["schema_version"];
+  if (!v.is_number_integer()) return Status::bad_input("schema_version is not an integer");
+  if (v.get<int64_t>() != kReportSchemaVersion)
+    return Status::bad_input("report schema version " + std::to_string(v.get<int64_t>()) +
+                             ", this moeprof reads version " + std::to_string(kReportSchemaVersion));
+  if (!doc.contains("generator") || !doc["generator"].is_string())
+    return Status::bad_input("missing or non-string generator");
+  if (!doc.contains("runs") || !doc["runs"].is_array()) return Status::bad_input("missing runs array");
+  std::set<std::string> names;
+  for (size_t i = 0; i < doc["runs"].size(); ++i) {
+    MOEPROF_RETURN_IF_ERROR(check_run(doc["runs"][i], i));
+    auto name = doc["runs"][i]["name"].get<std::string>();
+    if (!names.insert(name).second)
+      return Status::bad_input("runs[" + std::to_string(i) + "]: duplicate run name " + name);
+  }
+  if (doc.contains("comparison") && !doc["comparison"].is_null() && !doc["comparison"].is_object())
+    return Status::bad_input("comparison is neither an object nor null");
+  return Status::ok();
+}
+
+Result<ReportFile> parse_report(std::string_view text, const std::string& path) {
+  ReportFile f;
+  f.path = path;
+  try {
+    f.doc = nlohmann::ordered_json::parse(text.begin(), text.end());
+  } catch (const nlohmann::json::parse_error& e) {
+    return Status::bad_input(path + ": byte offset " + std::to_string(e.byte) + ": not valid JSON");
+  }
+  Status st = validate_report(f.doc);
+  if (!st) return st.with_context(path);
+  return f;
+}
+
+Result<ReportFile> read_report(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::bad_input("cannot open report " + path + ": " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return Status::bad_input("cannot read report " + path);
+  return parse_report(ss.str(), path);
+}
+
+Status write_text_file(const std::string& path, std::string_view text) {
+  if (path == "-") {
+    std::cout.write(text.data(), static_cast<std::streamsize>(text.size()));
+    std::cout.flush();
+    return Status::ok();
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return Status::bad_input("cannot create " + path + ": " + std::strerror(errno));
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  out.close();
+  if (!out) return Status::run_failure("writing " + path + " failed");
+  return Status::ok();
+}
+
+}  // namespace moeprof::reports

@@ -1,0 +1,50 @@
+// The versioned JSON report file (docs/report.schema.json, docs/report.md): constants, reading
+// and validation. Reading does not need the planner, so the gate links only this part.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace moeprof::reports {
+
+// Bump when a key is removed or its meaning changes; adding keys keeps the version.
+inline constexpr int kReportSchemaVersion = 1;
+
+// Keys every run object carries (the reader rejects a report that lacks one).
+inline constexpr const char* kRequiredRunKeys[] = {
+    "name", "mode", "model", "tokens", "tp_size", "tp_rank", "backend", "device_name",
+    "peak_activation_bytes", "peak_total_bytes", "churn_bytes", "allocations", "peak_by_category",
+    "live_at_peak", "scopes", "anomalies", "dropped_records", "truncated", "extra"};
+
+// The byte metrics a gate may check (all are non-negative integers in every run).
+inline constexpr const char* kGateMetrics[] = {"peak_activation_bytes", "peak_total_bytes", "churn_bytes"};
+
+struct ReportFile {
+  std::string path;
+  nlohmann::ordered_json doc;  // validated: schema_version == 1, required keys present
+
+  const nlohmann::ordered_json& runs() const { return doc.at("runs"); }
+  // The run named `name`, or nullptr.
+  const nlohmann::ordered_json* find_run(std::string_view name) const;
+};
+
+// Checks schema_version, generator, runs and every run's required keys and types. The message
+// names the first problem ("runs[1] (reuse): missing key churn_bytes").
+Status validate_report(const nlohmann::ordered_json& doc);
+
+// Reads and validates a report. Unreadable file, invalid JSON (with the byte offset), other
+// schema versions and missing keys are kBadInput errors whose message starts with the path.
+Result<ReportFile> read_report(const std::string& path);
+
+// Parses and validates report text (`path` only names the source in messages).
+Result<ReportFile> parse_report(std::string_view text, const std::string& path);
+
+// Writes `text` to `path` (truncates); kBadInput if it cannot be created ("-" = stdout).
+Status write_text_file(const std::string& path, std::string_view text);
+
+}  // namespace moeprof::reports

@@ -1,0 +1,98 @@
+// moeprof compare A B [--json]: how run B (candidate) differs from run A (baseline).
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "core/status.h"
+#include "reports/format.h"
+#include "reports/json_report.h"
+#include "reports/run_loader.h"
+
+namespace moeprof::cli {
+
+namespace {
+
+struct CompareArgs {
+  std::string a, b;
+  bool json = false;
+  size_t top = 20;
+};
+
+void print_compare_text(const nlohmann::ordered_json& c) {
+  using namespace reports;
+  auto row = [](const char* what, uint64_t b, uint64_t c, int64_t d) {
+    fmt::print("  {:<16} {:>16} {:>16} {:>16}  {} ({})\n", what, with_commas(static_cast<int64_t>(b)), with_commas(static_cast<int64_t>(c)),
+               with_commas(d), format_delta_bytes(d), format_percent(d, b));
+  };
+  fmt::print("{} (candidate) vs {} (baseline)\n", c["candidate"].get<std::string>(), c["baseline"].get<std::string>());
+  fmt::print("  {:<16} {:>16} {:>16} {:>16}\n", "bytes", "baseline", "candidate", "delta");
+  row("peak activation", c["baseline_peak_activation_bytes"].get<uint64_t>(), c["candidate_peak_activation_bytes"].get<uint64_t>(),
+      c["peak_activation_delta_bytes"].get<int64_t>());
+  row("peak total", c["baseline_peak_total_bytes"].get<uint64_t>(), c["candidate_peak_total_bytes"].get<uint64_t>(),
+      c["peak_total_delta_bytes"].get<int64_t>());
+  fmt::print("  {:<16} {:>16} {:>16} {:>16}  {}\n", "churn", "", "", with_commas(c["churn_delta_bytes"].get<int64_t>()),
+             format_delta_bytes(c["churn_delta_bytes"].get<int64_t>()));
+  fmt::print("  {:<16} {:>16} {:>16} {:>+16}\n", "allocations", "", "", c["allocations_delta"].get<int64_t>());
+  fmt::print("\nlive at the activation peak, by category (delta):\n");
+  for (const auto& [cat, v] : c["live_at_peak_delta_by_category"].items()) {
+    if (v.get<int64_t>()) fmt::print("  {:<14} {}\n", cat, format_delta_bytes(v.get<int64_t>()));
+  }
+  if (!c["scope_deltas"].empty()) {
+    fmt::print("\nscope high-water deltas:\n");
+    for (const auto& s : c["scope_deltas"]) {
+      std::string name = s["scope"].get<std::string>();
+      fmt::print("  {:>12}  {}\n", format_delta_bytes(s["delta_bytes"].get<int64_t>()), name.empty() ? "(unscoped)" : name);
+    }
+  }
+  for (const char* key : {"only_in_baseline", "only_in_candidate"}) {
+    if (c[key].empty()) continue;
+    fmt::print("\nallocations only in the {} ({}):\n", std::string(key).substr(8), format_bytes(c[std::string(key) + "_bytes"].get<uint64_t>()));
+    for (const auto& g : c[key]) {
+      fmt::print("  {:>5} x {:>12}  {} {}\n", g["count"].get<uint64_t>(), format_bytes(g["bytes"].get<uint64_t>()),
+                 g["scope"].get<std::string>(), g["name"].get<std::string>());
+    }
+  }
+}
+
+}  // namespace
+
+void register_compare(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<CompareArgs>();
+  auto* cmd = app.add_subcommand("compare", "Compare two traces: peak, per-category, per-scope and allocation differences");
+  cmd->add_option("baseline", args->a, "baseline trace (A)")->required();
+  cmd->add_option("candidate", args->b, "candidate trace (B); deltas are B - A")->required();
+  cmd->add_flag("--json", args->json, "print the comparison as JSON (the report's comparison object)");
+  cmd->add_option("--top", args->top, "entries listed per table")->check(CLI::PositiveNumber);
+  cmd->callback([args, exit_code] {
+    planner::AnalyzeOptions aopts;
+    aopts.keep_lifetimes = false;
+    aopts.timeline_points = 0;
+    auto a = reports::load_run(args->a, aopts);
+    if (!a) {
+      fmt::print(stderr, "moeprof compare: error: {}\n", a.status().message());
+      *exit_code = a.status().exit_code();
+      return;
+    }
+    auto b = reports::load_run(args->b, aopts);
+    if (!b) {
+      fmt::print(stderr, "moeprof compare: error: {}\n", b.status().message());
+      *exit_code = b.status().exit_code();
+      return;
+    }
+    std::vector<planner::RunAnalysis> runs = {std::move(a->analysis), std::move(b->analysis)};
+    auto names = reports::unique_run_names(runs);
+    planner::Comparison cmp = planner::compare(runs[0], runs[1]);
+    cmp.baseline_name = names[0];
+    cmp.candidate_name = names[1];
+    reports::ReportOptions ropts;
+    ropts.list_limit = args->top;
+    auto j = reports::make_comparison_json(cmp, ropts);
+    if (args->json) std::cout << j.dump(2) << "\n";
+    else print_compare_text(j);
+    *exit_code = kExitOk;
+  });
+}
+
+}  // namespace moeprof::cli

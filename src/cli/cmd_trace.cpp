@@ -1,0 +1,332 @@
+// moeprof trace [--out FILE] [--report] [--report-json FILE] [--torch-async] [--kernels] -- CMD ARGS...
+//
+// Runs an unmodified program with libmoeprof_inject.so injected (CUDA_INJECTION64_PATH and
+// NVTX_INJECTION64_PATH): every process of the command that initializes CUDA writes its own trace,
+// the command's own process to FILE, any other to <FILE stem>.<pid>.mtrace. The library is looked
+// up, in order: --inject-lib, $MOEPROF_INJECT_LIB, next to the moeprof binary, ../lib relative to
+// it. SIGINT/SIGTERM sent to moeprof are forwarded to the child (a terminal's Ctrl-C already
+// reaches it through the process group). Exit code: the child's (128+signal when killed).
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/status.h"
+#include "core/trace_io.h"
+#include "profiler/trace_paths.h"
+#include "profiler/trace_summary.h"
+
+namespace moeprof::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using profiler::summarize_trace;
+using profiler::SummaryOptions;
+using profiler::TraceSummary;
+
+struct TraceOptions {
+  std::string out = "moeprof.mtrace";
+  std::string inject_lib;
+  std::string report_json;
+  bool report = false;
+  bool torch_async = false;
+  bool kernels = false;
+  std::vector<std::string> command;
+};
+
+std::atomic<pid_t> g_child{0};
+
+void forward_signal(int sig, siginfo_t* info, void*) {
+  // Ctrl-C from the terminal (si_code SI_KERNEL) already went to the whole foreground process
+  // group, child included: forwarding it would deliver it twice.
+  if (info != nullptr && info->si_code == SI_KERNEL) return;
+  pid_t c = g_child.load();
+  if (c > 0) kill(c, sig);
+}
+
+std::string find_inject_lib(const std::string& explicit_path, std::string* tried) {
+  std::vector<fs::path> candidates;
+  if (!explicit_path.empty()) candidates.emplace_back(explicit_path);
+  if (const char* e = std::getenv("MOEPROF_INJECT_LIB"); e != nullptr && e[0] != 0) candidates.emplace_back(e);
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    candidates.push_back(exe.parent_path() / "libmoeprof_inject.so");
+    candidates.push_back(exe.parent_path() / ".." / "lib" / "libmoeprof_inject.so");
+  }
+  for (const fs::path& p : candidates) {
+    if (!tried->empty()) *tried += ", ";
+    *tried += p.string();
+    if (fs::exists(p, ec)) return fs::canonical(p, ec).string();
+  }
+  return {};
+}
+
+std::string torch_alloc_conf(const char* current) {
+  const std::string want = "backend:cudaMallocAsync";
+  std::string conf = current != nullptr ? current : "";
+  if (conf.find(want) != std::string::npos) return conf;
+  // Drop any other backend:... entry, keep the rest.
+  std::string kept;
+  size_t pos = 0;
+  while (pos <= conf.size()) {
+    size_t comma = conf.find(',', pos);
+    std::string item = conf.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    if (!item.empty() && item.rfind("backend:", 0) != 0) kept += (kept.empty() ? "" : ",") + item;
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return kept.empty() ? want : kept + "," + want;
+}
+
+// Traces written by this run: FILE and <stem>.<pid>.mtrace modified since `start`.
+std::vector<std::string> written_traces(const std::string& out, fs::file_time_type start,
+                                        std::vector<std::string>* errors) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  if (fs::exists(out, ec)) found.push_back(out);
+  fs::path stem = profiler::trace_stem(out);
+  fs::path dir = stem.parent_path().empty() ? fs::path(".") : stem.parent_path();
+  std::string prefix = stem.filename().string() + ".";
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    std::string rest = name.substr(prefix.size());
+    bool is_trace = rest.size() > 7 && rest.compare(rest.size() - 7, 7, ".mtrace") == 0;
+    bool is_error = rest.size() > 6 && rest.compare(rest.size() - 6, 6, ".error") == 0;
+    if (!is_trace && !is_error) continue;
+    std::string digits = rest.substr(0, rest.find('.'));
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (e.last_write_time(ec) < start) continue;
+    (is_trace ? found : *errors).push_back(e.path().string());
+  }
+  if (fs::exists(out + ".error", ec) && fs::last_write_time(out + ".error", ec) >= start)
+    errors->push_back(out + ".error");
+  return found;
+}
+
+std::string human(uint64_t b) {
+  char buf[64];
+  if (b >= (uint64_t{1} << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(uint64_t{1} << 30));
+  else if (b >= (uint64_t{1} << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(uint64_t{1} << 20));
+  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  return buf;
+}
+
+nlohmann::json summary_json(const TraceSummary& s) {
+  nlohmann::json j;
+  j["allocs"] = s.allocs;
+  j["frees"] = s.frees;
+  j["kernels"] = s.kernels;
+  j["unknown_frees"] = s.unknown_frees;
+  j["allocs_with_tid"] = s.allocs_with_tid;
+  j["allocs_with_scope"] = s.allocs_with_scope;
+  j["peak_bytes"] = s.peak_bytes;
+  nlohmann::json devs = nlohmann::json::array();
+  for (const auto& d : s.devices) {
+    devs.push_back({{"device", d.device},
+                    {"peak_bytes", d.peak_bytes},
+                    {"allocs", d.allocs},
+                    {"frees", d.frees},
+                    {"alloc_bytes", d.alloc_bytes},
+                    {"live_end_bytes", d.live_end_bytes},
+                    {"pool_reserved_peak_bytes", d.pool_reserved_peak_bytes},
+                    {"graph_mem_bytes", d.graph_mem_bytes}});
+  }
+  j["devices"] = devs;
+  nlohmann::json scopes = nlohmann::json::object();
+  for (const auto& [scope, bytes] : s.scope_alloc_bytes)
+    scopes[scope.empty() ? "(none)" : scope] = {{"alloc_bytes", bytes}, {"allocs", s.scope_allocs.at(scope)}};
+  j["scopes"] = scopes;
+  return j;
+}
+
+void print_summary(const std::string& path, const Trace& t, const TraceSummary& all, const TraceSummary& so,
+                   const TraceSummary& sync) {
+  std::fprintf(stderr, "  %s: %s (pid %s)%s\n", path.c_str(), t.meta.name.c_str(),
+               t.meta.extra.count("pid") ? t.meta.extra.at("pid").c_str() : "?",
+               t.truncated ? "  [TRUNCATED]" : "");
+  std::fprintf(stderr, "    records %zu, allocs %llu, frees %llu, kernels %llu, dropped %llu, attributed %llu/%llu\n",
+               t.records.size(), (unsigned long long)all.allocs, (unsigned long long)all.frees,
+               (unsigned long long)all.kernels, (unsigned long long)t.dropped_records,
+               (unsigned long long)all.allocs_with_scope, (unsigned long long)all.allocs);
+  for (const auto& d : all.devices) {
+    uint64_t so_peak = 0, sync_peak = 0;
+    for (const auto& x : so.devices)
+      if (x.device == d.device) so_peak = x.peak_bytes;
+    for (const auto& x : sync.devices)
+      if (x.device == d.device) sync_peak = x.peak_bytes;
+    std::fprintf(stderr,
+                 "    device %u: peak %s (stream-ordered alone %s, cudaMalloc alone %s), live at end %s, "
+                 "pool reserved peak %s, graph memory %s\n",
+                 d.device, human(d.peak_bytes).c_str(), human(so_peak).c_str(), human(sync_peak).c_str(),
+                 human(d.live_end_bytes).c_str(), human(d.pool_reserved_peak_bytes).c_str(),
+                 human(d.graph_mem_bytes).c_str());
+  }
+  auto note = t.meta.extra.find("allocator_note");
+  if (note != t.meta.extra.end()) std::fprintf(stderr, "    note: %s\n", note->second.c_str());
+}
+
+int run_trace(TraceOptions o) {
+  if (o.command.empty()) {
+    std::fprintf(stderr, "moeprof trace: no command given (usage: moeprof trace [options] -- CMD ARGS...)\n");
+    return kExitBadInput;
+  }
+  std::string tried;
+  std::string lib = find_inject_lib(o.inject_lib, &tried);
+  if (lib.empty()) {
+    std::fprintf(stderr, "moeprof trace: libmoeprof_inject.so not found (tried %s); pass --inject-lib or set "
+                 "MOEPROF_INJECT_LIB\n", tried.c_str());
+    return kExitRunFailure;
+  }
+  std::error_code ec;
+  std::string out = fs::absolute(o.out, ec).lexically_normal().string();
+  if (!fs::path(out).parent_path().empty()) fs::create_directories(fs::path(out).parent_path(), ec);
+  fs::remove(out, ec);
+  fs::remove(out + ".error", ec);
+  if (const char* prev = std::getenv("CUDA_INJECTION64_PATH"); prev != nullptr && prev[0] != 0)
+    std::fprintf(stderr, "moeprof trace: replacing CUDA_INJECTION64_PATH=%s\n", prev);
+  // File times have coarse granularity on some file systems: start a little early.
+  auto start = fs::file_time_type::clock::now() - std::chrono::seconds(2);
+
+  std::vector<char*> argv;
+  for (std::string& a : o.command) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::string conf = o.torch_async ? torch_alloc_conf(std::getenv("PYTORCH_CUDA_ALLOC_CONF")) : "";
+
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t child = fork();
+  if (child < 0) {
+    std::fprintf(stderr, "moeprof trace: fork failed: %s\n", std::strerror(errno));
+    return kExitRunFailure;
+  }
+  if (child == 0) {
+    setenv("CUDA_INJECTION64_PATH", lib.c_str(), 1);
+    setenv("NVTX_INJECTION64_PATH", lib.c_str(), 1);
+    setenv(profiler::kEnvTraceOut, out.c_str(), 1);
+    setenv(profiler::kEnvTraceRootPid, std::to_string(getpid()).c_str(), 1);
+    setenv(profiler::kEnvTraceKernels, o.kernels ? "1" : "0", 1);
+    if (o.torch_async) {
+      setenv("PYTORCH_CUDA_ALLOC_CONF", conf.c_str(), 1);
+      setenv(profiler::kEnvTorchAsync, "1", 1);
+    }
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "moeprof trace: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  g_child.store(child);
+  struct sigaction sa {}, old_int {}, old_term {};
+  sa.sa_sigaction = forward_signal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) {
+      status = -1;
+      break;
+    }
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  g_child.store(0);
+  int rc = kExitRunFailure;
+  if (status == -1) rc = kExitRunFailure;
+  else if (WIFEXITED(status)) rc = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status)) rc = 128 + WTERMSIG(status);
+
+  std::vector<std::string> errors;
+  std::vector<std::string> traces = written_traces(out, start, &errors);
+  for (const std::string& e : errors) {
+    std::ifstream f(e);
+    std::string line;
+    std::getline(f, line);
+    std::fprintf(stderr, "moeprof trace: %s: %s\n", e.c_str(), line.c_str());
+  }
+  if (traces.empty()) {
+    std::fprintf(stderr, "moeprof trace: no trace written (command exit %d). Did the program initialize CUDA? "
+                 "Check that %s loads (LD_LIBRARY_PATH must reach libcupti.so).\n", rc, lib.c_str());
+    return rc;
+  }
+  std::fprintf(stderr, "moeprof trace: command exited with %d; %zu trace(s):\n", rc, traces.size());
+  nlohmann::json report = nlohmann::json::array();
+  for (const std::string& p : traces) {
+    auto t = read_trace(p);
+    if (!t.is_ok()) {
+      std::fprintf(stderr, "  %s: unreadable: %s\n", p.c_str(), t.status().message().c_str());
+      continue;
+    }
+    if (!o.report && o.report_json.empty()) {
+      std::fprintf(stderr, "  %s (%zu records%s)\n", p.c_str(), t->records.size(), t->truncated ? ", truncated" : "");
+      continue;
+    }
+    TraceSummary all = summarize_trace(*t);
+    SummaryOptions so_opt, sync_opt;
+    so_opt.mem_kind = static_cast<int>(MemKind::kStreamOrdered);
+    sync_opt.mem_kind = static_cast<int>(MemKind::kDevice);
+    TraceSummary so = summarize_trace(*t, so_opt), sync = summarize_trace(*t, sync_opt);
+    if (o.report) print_summary(p, *t, all, so, sync);
+    nlohmann::json j;
+    j["path"] = p;
+    j["name"] = t->meta.name;
+    j["pid"] = t->meta.extra.count("pid") ? t->meta.extra.at("pid") : "";
+    j["records"] = t->records.size();
+    j["dropped_records"] = t->dropped_records;
+    j["truncated"] = t->truncated;
+    j["all"] = summary_json(all);
+    j["stream_ordered"] = summary_json(so);
+    j["device_sync"] = summary_json(sync);
+    j["extra"] = t->meta.extra;
+    report.push_back(j);
+  }
+  if (!o.report_json.empty()) {
+    std::ofstream f(o.report_json);
+    f << report.dump(2) << "\n";
+    if (!f) std::fprintf(stderr, "moeprof trace: cannot write %s\n", o.report_json.c_str());
+  }
+  return rc;
+}
+
+}  // namespace
+
+void register_trace(CLI::App& app, int* exit_code) {
+  auto opts = std::make_shared<TraceOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "trace", "Trace the device-memory allocations of an unmodified CUDA program (CUPTI injection)");
+  cmd->footer(
+      "Example: moeprof trace --torch-async --report --out run.mtrace -- python3 infer.py\n"
+      "Each process that initializes CUDA writes a trace: the command's to --out, others to "
+      "<out stem>.<pid>.mtrace.");
+  cmd->add_option("--out,-o", opts->out, "trace file of the command's own process")->capture_default_str();
+  cmd->add_flag("--report", opts->report, "print a peak summary of each trace written");
+  cmd->add_option("--report-json", opts->report_json, "write the summaries as JSON to this file");
+  cmd->add_flag("--torch-async", opts->torch_async,
+                "set PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync so every PyTorch tensor is one "
+                "allocation record (without it only caching-allocator segments are visible)");
+  cmd->add_flag("--kernels", opts->kernels, "also record kernels (name, start, duration)");
+  cmd->add_option("--inject-lib", opts->inject_lib, "path of libmoeprof_inject.so (default: next to moeprof)");
+  cmd->add_option("command", opts->command, "the command to trace and its arguments, after --")->required();
+  cmd->callback([opts, exit_code] { *exit_code = run_trace(*opts); });
+}
+
+}  // namespace moeprof::cli

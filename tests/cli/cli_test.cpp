@@ -1,0 +1,203 @@
+// The moeprof binary: version/help, exit codes, and the plan/compare/report/gate/export commands on
+// the golden traces (tests/golden/).
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/reports/test_util.h"
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct RunResult {
+  int rc = -1;
+  std::string out, err;
+};
+
+RunResult run_cli(const std::string& args) {
+  static fs::path dir = moeprof::testing::temp_dir("cli_io");
+  std::string out = (dir / "stdout").string(), err = (dir / "stderr").string();
+  std::string cmd = std::string("'") + MOEPROF_BINARY_DIR + "/src/cli/moeprof' " + args + " >'" + out + "' 2>'" + err + "'";
+  int st = std::system(cmd.c_str());
+  RunResult r;
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = moeprof::testing::slurp(out);
+  r.err = moeprof::testing::slurp(err);
+  return r;
+}
+
+std::string golden(const char* f) { return "'" + moeprof::testing::golden_dir() + "/" + f + "'"; }
+
+size_t count_lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+}  // namespace
+
+TEST_CASE("cli: --version and --help", "[cli]") {
+  auto v = run_cli("--version");
+  CHECK(v.rc == 0);
+  CHECK(v.out.rfind("moeprof ", 0) == 0);
+  auto h = run_cli("--help");
+  CHECK(h.rc == 0);
+  for (const char* sub : {"plan", "compare", "report", "gate", "export"}) CHECK(h.out.find(sub) != std::string::npos);
+  auto gh = run_cli("gate --help");
+  CHECK(gh.rc == 0);
+  CHECK(gh.out.find("--allow-improvement") != std::string::npos);
+}
+
+TEST_CASE("cli: bad input exits 2 with a one-line error", "[cli]") {
+  auto missing = run_cli("plan /nonexistent/moeprof/x.mtrace");
+  CHECK(missing.rc == 2);
+  CHECK(count_lines(missing.err) == 1);
+  CHECK(missing.err.find("/nonexistent/moeprof/x.mtrace") != std::string::npos);
+
+  // A copy of the golden trace with one byte flipped inside a frame payload: checksum mismatch.
+  auto dir = moeprof::testing::temp_dir("cli_corrupt");
+  std::string bytes = moeprof::testing::slurp(moeprof::testing::golden_dir() + "/baseline.mtrace");
+  REQUIRE(bytes.size() > 200);
+  std::mt19937 rng(4242);
+  size_t pos = 64 + rng() % (bytes.size() - 100);
+  bytes[pos] = static_cast<char>(bytes[pos] ^ 0x5a);
+  std::string corrupt = (dir / "corrupt.mtrace").string();
+  moeprof::testing::spit(corrupt, bytes);
+  auto bad = run_cli("plan '" + corrupt + "'");
+  CHECK(bad.rc == 2);
+  CHECK(count_lines(bad.err) == 1);
+  CHECK(bad.err.find(corrupt + ": byte offset ") != std::string::npos);
+  CHECK(bad.out.empty());
+
+  auto top = run_cli("plan " + golden("baseline.mtrace") + " --top -3");
+  CHECK(top.rc == 2);
+  auto metric = run_cli("gate --baseline a.json --current b.json --metrics peak_bytes");
+  CHECK(metric.rc == 2);
+  auto nothing = run_cli("export " + golden("baseline.mtrace"));
+  CHECK(nothing.rc == 2);
+  auto names = run_cli("report " + golden("baseline.mtrace") + " " + golden("reuse.mtrace") + " --name only-one");
+  CHECK(names.rc == 2);
+}
+
+TEST_CASE("cli: plan --json on the golden trace", "[cli]") {
+  auto r = run_cli("plan --json " + golden("baseline.mtrace"));
+  REQUIRE(r.rc == 0);
+  json j = json::parse(r.out);
+  CHECK(j["name"] == "baseline");
+  CHECK(j["peak_activation_bytes"] == 2296);
+  CHECK(j["peak_total_bytes"] == 13796);
+  CHECK(j["churn_bytes"] == 15753);
+  CHECK(j["allocations"] == 10);
+  CHECK(j["live_at_peak"]["top"].size() == 4);
+  auto top2 = run_cli("plan --json --top 2 " + golden("baseline.mtrace"));
+  REQUIRE(top2.rc == 0);
+  json j2 = json::parse(top2.out);
+  CHECK(j2["live_at_peak"]["top"].size() == 2);
+  CHECK(j2["live_at_peak"]["omitted_entries"] == 2);
+  CHECK(j2["live_at_peak"]["omitted_bytes"] == 672 + 280);
+  auto text = run_cli("plan " + golden("reuse.mtrace"));
+  REQUIRE(text.rc == 0);
+  CHECK(text.out.find("1,957 B") != std::string::npos);
+  CHECK(text.out.find("1 unknown_frees") != std::string::npos);
+  CHECK(text.out.find("3 dropped records") != std::string::npos);
+}
+
+TEST_CASE("cli: compare --json on the golden traces", "[cli]") {
+  auto r = run_cli("compare --json " + golden("baseline.mtrace") + " " + golden("reuse.mtrace"));
+  REQUIRE(r.rc == 0);
+  json j = json::parse(r.out);
+  CHECK(j["baseline"] == "baseline");
+  CHECK(j["candidate"] == "reuse");
+  CHECK(j["peak_activation_delta_bytes"] == -339);
+  CHECK(j["churn_delta_bytes"] == -672);
+  CHECK(j["only_in_baseline"][0]["name"] == "moe_output");
+  auto text = run_cli("compare " + golden("baseline.mtrace") + " " + golden("reuse.mtrace"));
+  REQUIRE(text.rc == 0);
+  CHECK(text.out.find("reuse (candidate) vs baseline (baseline)") != std::string::npos);
+}
+
+TEST_CASE("cli: report, then gate against it", "[cli]") {
+  auto dir = moeprof::testing::temp_dir("cli_gate");
+  std::string base = (dir / "base.json").string(), html = (dir / "r.html").string(), md = (dir / "r.md").string(),
+              pf = (dir / "r.perfetto.json").string();
+  auto r = run_cli("report " + golden("baseline.mtrace") + " " + golden("reuse.mtrace") + " --json '" + base + "' --html '" +
+                   html + "' --markdown '" + md + "' --perfetto '" + pf + "'");
+  REQUIRE(r.rc == 0);
+  json doc = json::parse(moeprof::testing::slurp(base));
+  CHECK(doc["schema_version"] == 1);
+  CHECK(doc["comparison"]["peak_activation_delta_bytes"] == -339);
+  CHECK(moeprof::testing::slurp(html).find("id=\"moeprof-data\"") != std::string::npos);
+  CHECK(moeprof::testing::slurp(md).find("## Comparison: reuse (candidate) vs baseline (baseline)") != std::string::npos);
+  CHECK(json::parse(moeprof::testing::slurp(pf))["traceEvents"].size() > 20);
+
+  // Renamed runs in the report.
+  auto named = run_cli("report " + golden("baseline.mtrace") + " " + golden("reuse.mtrace") + " --name A --name B --json -");
+  REQUIRE(named.rc == 0);
+  CHECK(json::parse(named.out)["comparison"]["candidate"] == "B");
+
+  auto same = run_cli("gate --baseline '" + base + "' --current '" + base + "'");
+  CHECK(same.rc == 0);
+  CHECK(same.out.rfind("moeprof gate: PASS (6 checks, 2 runs;", 0) == 0);
+
+  // Current = baseline with the reuse run's activation peak grown by 1 byte, the churn shrunk.
+  json cur = doc;
+  cur["runs"][1]["peak_activation_bytes"] = 1958;
+  cur["runs"][0]["churn_bytes"] = 15000;
+  std::string curp = (dir / "cur.json").string(), junit = (dir / "gate.xml").string(), prop = (dir / "proposed.json").string(),
+              gmd = (dir / "gate.md").string();
+  moeprof::testing::spit(curp, cur.dump(2));
+  auto reg = run_cli("gate --baseline '" + base + "' --current '" + curp + "' --junit '" + junit + "' --update-baseline '" + prop +
+                     "' --markdown '" + gmd + "'");
+  CHECK(reg.rc == 1);
+  CHECK(reg.out.rfind("moeprof gate: FAIL: 1 regression, 1 unexpected improvement", 0) == 0);
+  CHECK(reg.out.find("| reuse | peak_activation_bytes | 1,957 | 1,958 | +1 B | +0.1% | 0 | ❌ regression |") != std::string::npos);
+  CHECK(moeprof::testing::slurp(gmd).find("| baseline | churn_bytes | 15,753 | 15,000 | -753 B |") != std::string::npos);
+  CHECK(moeprof::testing::slurp(junit).find("tests=\"6\" failures=\"2\"") != std::string::npos);
+  auto allowed = run_cli("gate --baseline '" + base + "' --current '" + curp + "' --allow-improvement --metrics churn_bytes");
+  CHECK(allowed.rc == 0);
+  auto tol = run_cli("gate --baseline '" + base + "' --current '" + curp + "' --abs-tol 1 --metrics peak_activation_bytes");
+  CHECK(tol.rc == 0);
+  // churn -753 of 15,753 is -4.78%: outside 4% (630 B allowed), inside 5% (787 B); +1 B is inside both.
+  CHECK(run_cli("gate --baseline '" + base + "' --current '" + curp + "' --rel-tol 0.04").rc == 1);
+  CHECK(run_cli("gate --baseline '" + base + "' --current '" + curp + "' --rel-tol 0.05").rc == 0);
+  // The proposed baseline passes against the current report.
+  auto again = run_cli("gate --baseline '" + prop + "' --current '" + curp + "'");
+  CHECK(again.rc == 0);
+
+  // Missing, corrupt and schema-mismatched baselines are bad input, never a pass.
+  auto missing = run_cli("gate --baseline '" + (dir / "nope.json").string() + "' --current '" + curp + "'");
+  CHECK(missing.rc == 2);
+  CHECK(count_lines(missing.err) == 1);
+  std::string corrupt = (dir / "corrupt.json").string();
+  std::string text = moeprof::testing::slurp(base);
+  moeprof::testing::spit(corrupt, text.substr(0, text.size() / 3));
+  auto bad = run_cli("gate --baseline '" + corrupt + "' --current '" + curp + "'");
+  CHECK(bad.rc == 2);
+  CHECK(bad.err.find("byte offset") != std::string::npos);
+  json v2 = doc;
+  v2["schema_version"] = 2;
+  std::string v2p = (dir / "v2.json").string();
+  moeprof::testing::spit(v2p, v2.dump());
+  auto mismatch = run_cli("gate --baseline '" + v2p + "' --current '" + curp + "'");
+  CHECK(mismatch.rc == 2);
+  CHECK(mismatch.err.find("schema version 2") != std::string::npos);
+  auto bad_current = run_cli("gate --baseline '" + base + "' --current '" + v2p + "'");
+  CHECK(bad_current.rc == 2);
+}
+
+TEST_CASE("cli: export --jsonl and --perfetto", "[cli]") {
+  auto dir = moeprof::testing::temp_dir("cli_export");
+  std::string jl = (dir / "t.jsonl").string(), pf = (dir / "t.json").string();
+  auto r = run_cli("export " + golden("reuse.mtrace") + " --jsonl '" + jl + "' --perfetto '" + pf + "' --max-slices 2");
+  REQUIRE(r.rc == 0);
+  std::string lines = moeprof::testing::slurp(jl);
+  CHECK(json::parse(lines.substr(0, lines.find('\n')))["dropped_records"] == 3);
+  json doc = json::parse(moeprof::testing::slurp(pf));
+  size_t alloc_slices = 0;
+  for (const auto& e : doc["traceEvents"]) alloc_slices += e["ph"] == "b" && e["cat"] != "marker";
+  CHECK(alloc_slices == 2);
+}

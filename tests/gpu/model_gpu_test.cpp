@@ -1,0 +1,91 @@
+// The tiny model end to end on the GPU: logits against the CPU reference backend within a stated
+// tolerance, baseline vs reuse bitwise identical, repeated runs bitwise identical, and the same
+// activation allocations as on the CPU. Tagged [gpu]: skipped (with a warning) without a GPU.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+
+#include "executor/backends.h"
+#include "executor/recorder.h"
+#include "model/deepseek.h"
+
+using namespace moeprof;
+
+namespace {
+
+struct Out {
+  ForwardOutput fwd;
+  CategoryCounters acc;
+};
+
+Out run(Backend& be, const std::string& model, int64_t tokens, MemoryMode mode) {
+  auto cfg = resolve_model_config(model);
+  REQUIRE(cfg.is_ok());
+  auto shape = make_rank_shape(cfg.value(), tokens, 1, 0, 0);
+  REQUIRE(shape.is_ok());
+  MemoryAccounting acc;
+  be.add_observer(&acc);
+  Out o;
+  {
+    auto m = DeepseekModel::create(be, cfg.value(), shape.value(), mode, ModelOptions{});
+    REQUIRE(m.is_ok());
+    auto f = m.value()->forward();
+    if (!f.is_ok()) FAIL(f.status().message());
+    o.fwd = std::move(f).value();
+  }
+  REQUIRE(be.synchronize().is_ok());
+  be.remove_observer(&acc);
+  o.acc = acc.counters();
+  return o;
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double d = double(a[i]) - double(ref[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+  }
+  return std::sqrt(num / den);
+}
+
+}  // namespace
+
+TEST_CASE("tiny model: GPU logits match the CPU reference; modes and repeats are bitwise identical", "[gpu][model]") {
+  auto g = make_cuda_backend(0);
+  if (!g.is_ok()) {
+    WARN("skipping: no usable GPU (" << g.status().message() << ")");
+    return;
+  }
+  auto& gpu = *g.value();
+  auto cpu = make_cpu_backend();
+  for (int64_t T : {37, 100, 257}) {
+    INFO("T=" << T);
+    Out c = run(*cpu, "tiny", T, MemoryMode::kBaseline);
+    Out gb = run(gpu, "tiny", T, MemoryMode::kBaseline);
+    Out gr = run(gpu, "tiny", T, MemoryMode::kReuse);
+    Out gb2 = run(gpu, "tiny", T, MemoryMode::kBaseline);
+    // Same prompt on both backends (deterministic init ops are bit-exact).
+    REQUIRE(c.fwd.input_ids == gb.fwd.input_ids);
+    // Tolerance: every op agrees with the CPU to bf16 level (1e-2 normwise or better), but an
+    // NVFP4 re-quantization whose input moved across a rounding boundary changes that element by
+    // a whole FP4 step; over 4 layers this leaves a few percent of normwise error in the logits.
+    const double err = rel_l2(gb.fwd.logits, c.fwd.logits);
+    WARN("tiny T=" << T << ": GPU vs CPU logits relative L2 error " << err);
+    CHECK(err < 5e-2);
+    // Baseline vs reuse on the GPU: bitwise identical.
+    CHECK(gb.fwd.hidden_hash == gr.fwd.hidden_hash);
+    CHECK(std::memcmp(gb.fwd.logits.data(), gr.fwd.logits.data(), gb.fwd.logits.size() * 4) == 0);
+    // Repeated runs: bitwise identical (deterministic kernels).
+    CHECK(gb.fwd.hidden_hash == gb2.fwd.hidden_hash);
+    CHECK(std::memcmp(gb.fwd.logits.data(), gb2.fwd.logits.data(), gb.fwd.logits.size() * 4) == 0);
+    // The same activation, weight and KV-cache allocations as on the CPU (workspaces differ:
+    // cuBLASLt and the permutation sort need scratch the CPU does not).
+    for (Category cat : {Category::kActivation, Category::kWeights, Category::kKvCache}) {
+      const auto i = static_cast<size_t>(cat);
+      CHECK(gb.acc.peak[i] == c.acc.peak[i]);
+      CHECK(gb.acc.allocated[i] == c.acc.allocated[i]);
+    }
+  }
+}
