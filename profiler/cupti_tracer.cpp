@@ -134,8 +134,24 @@ void release_buffer(uint8_t* b) {
   p.free_list.push_back(b);
 }
 
+// MOEPROF_CUPTI_DUMP_DIR=DIR writes the valid bytes of the first 16 completed buffers to
+// DIR/buf<N>.cuptibuf, for the CPU-only decoding tests (tests/golden/cupti). Off by default.
+void dump_buffer(const uint8_t* buffer, size_t valid) {
+  static const char* dir = std::getenv("MOEPROF_CUPTI_DUMP_DIR");
+  static std::atomic<int> n{0};
+  if (dir == nullptr || valid == 0) return;
+  const int i = n.fetch_add(1);
+  if (i >= 16) return;
+  const std::string path = std::string(dir) + "/buf" + std::to_string(i) + ".cuptibuf";
+  if (std::FILE* f = std::fopen(path.c_str(), "wb")) {
+    std::fwrite(buffer, 1, valid, f);
+    std::fclose(f);
+  }
+}
+
 void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffer, size_t /*size*/,
                                size_t valid) {
+  dump_buffer(buffer, valid);
   Session* s = g_session.load(std::memory_order_acquire);
   if (s != nullptr && !g_forked_child.load(std::memory_order_relaxed)) {
     try {
