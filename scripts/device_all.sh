@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Everything that needs the GPU, in one call on the device machine (10-minute limit per call):
+# op tests, the tiny-model GPU test, the seed case (Kimi-K2.5, 16K tokens, TP=4 shapes, both
+# modes, CUPTI-traced), the tracer checks, the kernel benchmarks and the seed case untraced.
+# Binaries come prebuilt in ./build-gpu. Logs are packed into $OUT/logs.tgz; the summary table
+# is printed last and saved as $OUT/summary.txt.
+#   usage: OUT=dir scripts/device_all.sh [steps...]   (steps: ops model seed trace bench seed-nocupti)
+set -u
+B=${B:-build-gpu}
+OUT=${OUT:-$PWD/device-logs}
+L=/tmp/moeprof-device-logs
+rm -rf "$L"; mkdir -p "$L" "$OUT"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export NCCL_NVLS_ENABLE=0
+STEPS=${*:-ops model seed trace bench seed-nocupti}
+START=$(date +%s)
+BUDGET=${BUDGET:-560}
+ROWS=()
+row() { ROWS+=("$(printf '%-22s %-6s %s' "$1" "$2" "$3")"); echo "== $1: $2 $3"; }
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+step() {  # name max_seconds cmd... ; runs with min(max, time left), logs to $L/name.log
+  local name=$1 max=$2; shift 2
+  local t=$(left); [ "$t" -gt "$max" ] && t=$max
+  if [ "$t" -lt 20 ]; then row "$name" SKIP "no time left"; return 99; fi
+  local t0=$(date +%s)
+  timeout "$t" "$@" > "$L/$name.log" 2>&1
+  local rc=$?
+  echo "-- $name: exit $rc in $(( $(date +%s) - t0 )) s"; tail -n 25 "$L/$name.log"
+  return $rc
+}
+{ nvidia-smi; nvidia-smi -L; } > "$L/nvidia-smi.txt" 2>&1
+echo "device: $(nvidia-smi -L | head -n1)"
+
+for s in $STEPS; do
+  case $s in
+    ops)
+      step cuda_ops_test 200 "$B/tests/gpu/cuda_ops_test" '[gpu]' -r compact -d yes
+      rc=$?; row cuda_ops_test "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E 'test cases|passed|failed' "$L/cuda_ops_test.log" | tail -n1)" ;;
+    model)
+      step model_gpu_test 150 "$B/tests/gpu/model_gpu_test" '[gpu]' -s -r compact
+      rc=$?; row model_gpu_test "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -oE 'relative L2 error[^)]*' "$L/model_gpu_test.log" | tr '\n' ';' | head -c 200)" ;;
+    seed)
+      mkdir -p "$L/cupti-bufs"
+      MOEPROF_CUPTI_DUMP_DIR="$L/cupti-bufs" step seed 300 "$B/src/cli/moeprof" run --out "$L/seed"
+      rc=$?; row seed "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E 'delta \(reuse' "$L/seed.log")" ;;
+    trace)
+      OUT="$L/trace" step trace_check 200 bash scripts/gpu_trace_check.sh "$B"
+      rc=$?; row trace_check "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "see trace_check.log" ;;
+    bench)
+      step bench_moe_gemm 90 "$B/bench/gpu/bench_moe_gemm"; row bench_moe_gemm "rc=$?" "$(tail -n 3 "$L/bench_moe_gemm.log" | tr '\n' ' ' | head -c 160)"
+      step bench_attention 60 "$B/bench/gpu/bench_attention"; row bench_attention "rc=$?" "$(tail -n 2 "$L/bench_attention.log" | tr '\n' ' ' | head -c 160)" ;;
+    seed-nocupti)
+      step seed_nocupti 200 "$B/src/cli/moeprof" run --no-cupti --out "$L/seed-nocupti"
+      rc=$?; row seed_nocupti "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E '^(baseline|reuse) ' "$L/seed_nocupti.log" | tr -s ' ' | tr '\n' ';')" ;;
+  esac
+done
+
+rm -f "$L"/seed*/*.mtrace.tmp
+tar czf "$OUT/logs.tgz" -C /tmp moeprof-device-logs 2>/dev/null
+for f in seed/report.json seed/report.md; do [ -f "$L/$f" ] && cp "$L/$f" "$OUT/seed-$(basename "$f")"; done
+{
+  echo
+  echo "================ device_all summary ($(nvidia-smi -L | head -n1)) ================"
+  for r in "${ROWS[@]}"; do echo "$r"; done
+  echo "total $(( $(date +%s) - START )) s"
+} | tee "$OUT/summary.txt"
