@@ -45,6 +45,11 @@ bool convert_memory_record(const CUpti_ActivityMemory4& m, DecodedRecord* out) {
   r.device = static_cast<uint16_t>(m.deviceId);
   r.mem_kind = static_cast<uint8_t>(mem_kind_from_cupti(m.memoryKind, stream_ordered));
   r.category = static_cast<uint8_t>(Category::kUnknown);
+  // The driver reports the memory it reserves for CUDA-graph allocation nodes as one allocation at
+  // address 0 with no API call behind it (seen on the H200: one 32 MiB record at graph
+  // instantiation, equal to cudaGraphMemAttrUsedMemHigh). No real allocation has address 0.
+  if (r.kind == static_cast<uint8_t>(EventKind::kAlloc) && m.address == 0 && m.bytes > 0)
+    r.category = static_cast<uint8_t>(Category::kGraph);
   out->correlation_id = m.correlationId;
   if (pooled) {
     out->pool_address = m.memoryPoolConfig.address;

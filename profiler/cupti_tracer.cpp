@@ -30,6 +30,7 @@
 #include "profiler/nvtx_scope.h"
 
 extern "C" int moeprof_nvtx_static_injection_anchor();
+extern "C" int moeprof_nvtx_static_injection_enabled;
 
 namespace moeprof::profiler {
 
@@ -788,6 +789,7 @@ Result<std::unique_ptr<CuptiTracer>> CuptiTracer::start(const std::string& trace
     return Status::run_failure("cupti tracer: " + subscriber_conflict_message(holder));
   if (r != CUPTI_SUCCESS)
     return Status::run_failure("cupti tracer: cuptiSubscribe failed: " + cupti_error_string(r));
+  moeprof_nvtx_static_injection_enabled = 1;
 
   auto w = TraceWriter::open(trace_path, s->meta, options.records_per_frame);
   if (!w.is_ok()) {

@@ -11,12 +11,20 @@
 
 extern "C" CUptiResult cuptiNvtxInitialize2(const void* get_export_table);
 
+extern "C" {
+// Set by CuptiTracer::start once it holds the CUPTI subscriber. NVTX initializes once per process,
+// at its first call: before any tracer has started, routing NVTX to CUPTI would call into an
+// uninitialized CUPTI (seen to crash), so NVTX calls then stay no-ops.
+int moeprof_nvtx_static_injection_enabled = 0;
+}
+
 namespace {
 using NvtxGetExportTable = const void* (*)(unsigned int);
 
 int moeprof_nvtx_init(NvtxGetExportTable get_export_table) {
   const char* env = std::getenv("MOEPROF_NVTX_STATIC_INJECTION");
   if (env != nullptr && std::strcmp(env, "0") == 0) return 0;  // NVTX calls become no-ops
+  if (!moeprof_nvtx_static_injection_enabled) return 0;        // no tracer has started
   return cuptiNvtxInitialize2(reinterpret_cast<const void*>(get_export_table)) == CUPTI_SUCCESS ? 1 : 0;
 }
 }  // namespace
