@@ -14,15 +14,6 @@ using nlohmann::ordered_json;
 
 namespace {
 
-uint64_t u64(const ordered_json& j, const char* key) {
-  return j.contains(key) && j[key].is_number() ? j[key].get<uint64_t>() : 0;
-}
-int64_t i64(const ordered_json& j, const char* key) {
-  return j.contains(key) && j[key].is_number() ? j[key].get<int64_t>() : 0;
-}
-std::string str(const ordered_json& j, const char* key) {
-  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
-}
 std::string h(std::string_view s) { return xml_escape(s); }
 std::string bytes_html(uint64_t b) {
   return fmt::format("<span title=\"{} bytes\">{}</span>", with_commas(static_cast<int64_t>(b)), format_bytes(b));
@@ -54,7 +45,7 @@ std::string chart_svg(const ordered_json& run) {
   auto x = [&](uint64_t t) { return L + (W - L - R) * static_cast<double>(t - tmin) / span; };
   auto y = [&](uint64_t v) { return T + (H - T - B) * (1.0 - static_cast<double>(v) / top); };
   std::string svg = fmt::format("<svg class=\"chart\" viewBox=\"0 0 {} {}\" role=\"img\" aria-label=\"live bytes over time for {}\">",
-                                W, H, h(str(run, "name")));
+                                W, H, h(json_str(run, "name")));
   for (int i = 0; i <= 4; ++i) {
     uint64_t v = static_cast<uint64_t>(top * i / 4);
     double yy = y(v);
@@ -77,7 +68,7 @@ std::string chart_svg(const ordered_json& run) {
     svg += fmt::format("<polyline class=\"{}\" points=\"{}\"><title>{} live bytes</title></polyline>", s.cls, pts, s.label);
   }
   // Mark the activation peak.
-  uint64_t peak = u64(run, "peak_activation_bytes");
+  uint64_t peak = json_u64(run, "peak_activation_bytes");
   if (run.contains("live_at_peak") && run["live_at_peak"]["timestamp_ns"].is_number()) {
     uint64_t t = run["live_at_peak"]["timestamp_ns"].get<uint64_t>();
     if (t >= tmin && t <= tmax) {
@@ -120,8 +111,8 @@ std::string report_html(const ordered_json& report) {
                     "<title>moeprof memory report</title><style>";
   out += kStyle;
   out += "</style></head><body><main>\n<h1>moeprof memory report</h1>\n";
-  out += fmt::format("<div class=\"sub\">{} &middot; schema version {} &middot; {} run(s)</div>\n", h(str(report, "generator")),
-                     i64(report, "schema_version"), report["runs"].size());
+  out += fmt::format("<div class=\"sub\">{} &middot; schema version {} &middot; {} run(s)</div>\n", h(json_str(report, "generator")),
+                     json_i64(report, "schema_version"), report["runs"].size());
 
   // Runs table.
   out += "<section id=\"runs\"><h2>Runs</h2><table><thead><tr><th>run</th><th>mode</th><th>model</th><th class=\"n\">tokens</th>"
@@ -131,19 +122,19 @@ std::string report_html(const ordered_json& report) {
     out += fmt::format("<tr data-run=\"{}\"><td><b>{}</b></td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}/{}</td>"
                        "<td>{} / {}</td><td class=\"n peak-act\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
                        "<td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
-                       h(str(r, "name")), h(str(r, "name")), h(str(r, "mode")), h(str(r, "model")), i64(r, "tokens"),
-                       i64(r, "tp_rank"), i64(r, "tp_size"), h(str(r, "backend")), h(str(r, "device_name")),
-                       bytes_html(u64(r, "peak_activation_bytes")), bytes_html(u64(r, "peak_total_bytes")),
-                       bytes_html(u64(r, "churn_bytes")), with_commas(i64(r, "allocations")),
-                       r.contains("anomalies") ? u64(r["anomalies"], "total") : 0);
+                       h(json_str(r, "name")), h(json_str(r, "name")), h(json_str(r, "mode")), h(json_str(r, "model")), json_i64(r, "tokens"),
+                       json_i64(r, "tp_rank"), json_i64(r, "tp_size"), h(json_str(r, "backend")), h(json_str(r, "device_name")),
+                       bytes_html(json_u64(r, "peak_activation_bytes")), bytes_html(json_u64(r, "peak_total_bytes")),
+                       bytes_html(json_u64(r, "churn_bytes")), with_commas(json_i64(r, "allocations")),
+                       r.contains("anomalies") ? json_u64(r["anomalies"], "total") : 0);
   }
   out += "</tbody></table>\n";
   for (const auto& r : report["runs"]) {
     if (r.value("truncated", false))
-      out += fmt::format("<div class=\"warn\"><b>{}</b>: trace truncated: {}</div>", h(str(r, "name")), h(str(r, "truncation_note")));
-    if (u64(r, "dropped_records"))
-      out += fmt::format("<div class=\"warn\"><b>{}</b>: {} dropped records: figures are lower bounds</div>", h(str(r, "name")),
-                         u64(r, "dropped_records"));
+      out += fmt::format("<div class=\"warn\"><b>{}</b>: trace truncated: {}</div>", h(json_str(r, "name")), h(json_str(r, "truncation_note")));
+    if (json_u64(r, "dropped_records"))
+      out += fmt::format("<div class=\"warn\"><b>{}</b>: {} dropped records: figures are lower bounds</div>", h(json_str(r, "name")),
+                         json_u64(r, "dropped_records"));
   }
   out += "</section>\n";
 
@@ -157,14 +148,14 @@ std::string report_html(const ordered_json& report) {
   for (const auto& c : comparisons) {
     out += fmt::format("<section class=\"comparison\"><h2>{} vs {} (baseline)</h2><table><thead><tr><th>metric</th>"
                        "<th class=\"n\">baseline</th><th class=\"n\">candidate</th><th class=\"n\">delta</th></tr></thead><tbody>\n",
-                       h(str(c, "candidate")), h(str(c, "baseline")));
+                       h(json_str(c, "candidate")), h(json_str(c, "baseline")));
     out += fmt::format("<tr><td>peak activation</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\" id=\"delta-peak-activation\">{}</td></tr>\n",
-                       bytes_html(u64(c, "baseline_peak_activation_bytes")), bytes_html(u64(c, "candidate_peak_activation_bytes")),
-                       delta_html(i64(c, "peak_activation_delta_bytes")));
+                       bytes_html(json_u64(c, "baseline_peak_activation_bytes")), bytes_html(json_u64(c, "candidate_peak_activation_bytes")),
+                       delta_html(json_i64(c, "peak_activation_delta_bytes")));
     out += fmt::format("<tr><td>peak total</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
-                       bytes_html(u64(c, "baseline_peak_total_bytes")), bytes_html(u64(c, "candidate_peak_total_bytes")),
-                       delta_html(i64(c, "peak_total_delta_bytes")));
-    out += fmt::format("<tr><td>allocation churn</td><td></td><td></td><td class=\"n\">{}</td></tr>\n", delta_html(i64(c, "churn_delta_bytes")));
+                       bytes_html(json_u64(c, "baseline_peak_total_bytes")), bytes_html(json_u64(c, "candidate_peak_total_bytes")),
+                       delta_html(json_i64(c, "peak_total_delta_bytes")));
+    out += fmt::format("<tr><td>allocation churn</td><td></td><td></td><td class=\"n\">{}</td></tr>\n", delta_html(json_i64(c, "churn_delta_bytes")));
     if (c.contains("live_at_peak_delta_by_category")) {
       for (const auto& [cat, v] : c["live_at_peak_delta_by_category"].items()) {
         if (v.get<int64_t>() != 0)
@@ -177,8 +168,8 @@ std::string report_html(const ordered_json& report) {
              "<th class=\"n\">candidate</th><th class=\"n\">delta</th></tr></thead><tbody>\n";
       for (const auto& s : c["scope_deltas"]) {
         out += fmt::format("<tr><td><code>{}</code></td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
-                           h(str(s, "scope").empty() ? "(unscoped)" : str(s, "scope")), bytes_html(u64(s, "baseline_high_water_bytes")),
-                           bytes_html(u64(s, "candidate_high_water_bytes")), delta_html(i64(s, "delta_bytes")));
+                           h(json_str(s, "scope").empty() ? "(unscoped)" : json_str(s, "scope")), bytes_html(json_u64(s, "baseline_high_water_bytes")),
+                           bytes_html(json_u64(s, "candidate_high_water_bytes")), delta_html(json_i64(s, "delta_bytes")));
       }
       out += "</tbody></table>\n";
     }
@@ -188,7 +179,7 @@ std::string report_html(const ordered_json& report) {
                          "<th class=\"n\">count</th></tr></thead><tbody>\n", std::string(key).substr(8));
       for (const auto& g : c[key]) {
         out += fmt::format("<tr><td><code>{}</code></td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
-                           h(str(g, "scope")), h(str(g, "name")), bytes_html(u64(g, "bytes")), u64(g, "count"));
+                           h(json_str(g, "scope")), h(json_str(g, "name")), bytes_html(json_u64(g, "bytes")), json_u64(g, "count"));
       }
       out += "</tbody></table>\n";
     }
@@ -197,11 +188,11 @@ std::string report_html(const ordered_json& report) {
 
   // Per run: chart, live set at the peak.
   for (const auto& r : report["runs"]) {
-    out += fmt::format("<section class=\"run\" data-run=\"{}\"><h2>{}</h2>\n", h(str(r, "name")), h(str(r, "name")));
+    out += fmt::format("<section class=\"run\" data-run=\"{}\"><h2>{}</h2>\n", h(json_str(r, "name")), h(json_str(r, "name")));
     out += chart_svg(r);
     const auto& live = r["live_at_peak"];
-    out += fmt::format("<h3>Live at the activation peak: {} activation, {} in total</h3>\n", bytes_html(u64(live, "activation_bytes")),
-                       bytes_html(u64(live, "total_bytes")));
+    out += fmt::format("<h3>Live at the activation peak: {} activation, {} in total</h3>\n", bytes_html(json_u64(live, "activation_bytes")),
+                       bytes_html(json_u64(live, "total_bytes")));
     out += "<table class=\"categories\"><thead><tr><th>category</th><th class=\"n\">live at peak</th><th class=\"n\">own high-water</th></tr></thead><tbody>\n";
     if (live.contains("by_category")) {
       for (const auto& [cat, v] : live["by_category"].items()) {
@@ -216,13 +207,13 @@ std::string report_html(const ordered_json& report) {
              "<th class=\"n\">bytes</th></tr></thead><tbody>\n";
       for (const auto& e : live["top"]) {
         out += fmt::format("<tr><td>{}{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td></tr>\n",
-                           h(str(e, "name")), e.value("held_after_last_use", false) ? " <span class=\"worse\" title=\"held after its last use\">(held)</span>" : "",
-                           h(str(e, "scope")), h(str(e, "shape")), h(str(e, "dtype")), h(str(e, "category")), bytes_html(u64(e, "bytes")));
+                           h(json_str(e, "name")), e.value("held_after_last_use", false) ? " <span class=\"worse\" title=\"held after its last use\">(held)</span>" : "",
+                           h(json_str(e, "scope")), h(json_str(e, "shape")), h(json_str(e, "dtype")), h(json_str(e, "category")), bytes_html(json_u64(e, "bytes")));
       }
       out += "</tbody></table>\n";
-      if (u64(live, "omitted_entries"))
-        out += fmt::format("<p class=\"note\">{} smaller allocations ({}) not listed.</p>\n", u64(live, "omitted_entries"),
-                           format_bytes(u64(live, "omitted_bytes")));
+      if (json_u64(live, "omitted_entries"))
+        out += fmt::format("<p class=\"note\">{} smaller allocations ({}) not listed.</p>\n", json_u64(live, "omitted_entries"),
+                           format_bytes(json_u64(live, "omitted_bytes")));
     }
     out += "</section>\n";
   }

@@ -47,4 +47,16 @@ Result<ReportFile> parse_report(std::string_view text, const std::string& path);
 // Writes `text` to `path` (truncates); kBadInput if it cannot be created ("-" = stdout).
 Status write_text_file(const std::string& path, std::string_view text);
 
+// Lenient accessors used by the renderers: a missing key or a value of another type reads as
+// 0 / "" (reports are validated by validate_report before they are rendered).
+inline uint64_t json_u64(const nlohmann::ordered_json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<uint64_t>() : 0;
+}
+inline int64_t json_i64(const nlohmann::ordered_json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<int64_t>() : 0;
+}
+inline std::string json_str(const nlohmann::ordered_json& j, const char* key) {
+  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
+}
+
 }  // namespace moeprof::reports

@@ -10,33 +10,18 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/reports/test_util.h"
+#include "tests/cli/cli_util.h"
 
 using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct RunResult {
-  int rc = -1;
-  std::string out, err;
-};
-
-RunResult run_cli(const std::string& args) {
-  static fs::path dir = moeprof::testing::temp_dir("cli_io");
-  std::string out = (dir / "stdout").string(), err = (dir / "stderr").string();
-  std::string cmd = std::string("'") + MOEPROF_BINARY_DIR + "/src/cli/moeprof' " + args + " >'" + out + "' 2>'" + err + "'";
-  int st = std::system(cmd.c_str());
-  RunResult r;
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.out = moeprof::testing::slurp(out);
-  r.err = moeprof::testing::slurp(err);
-  return r;
-}
+using moeprof::testing::count_lines;
+using moeprof::testing::run_cli;
 
 std::string golden(const char* f) { return "'" + moeprof::testing::golden_dir() + "/" + f + "'"; }
 
-size_t count_lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
 
 }  // namespace
 

@@ -13,30 +13,14 @@
 
 #include "executor/backends.h"
 #include "model/config.h"
-#include "tests/reports/test_util.h"
+#include "tests/cli/cli_util.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct RunResult {
-  int rc = -1;
-  std::string out, err;
-};
-
-RunResult run_moeprof(const std::string& args) {
-  static fs::path dir = moeprof::testing::temp_dir("run_cli_io");
-  std::string out = (dir / "stdout").string(), err = (dir / "stderr").string();
-  std::string cmd = std::string("'") + MOEPROF_BINARY_DIR + "/src/cli/moeprof' " + args + " >'" + out + "' 2>'" + err + "'";
-  int st = std::system(cmd.c_str());
-  RunResult r;
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.out = moeprof::testing::slurp(out);
-  r.err = moeprof::testing::slurp(err);
-  return r;
-}
-
-size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+moeprof::testing::CliResult run_moeprof(const std::string& args) { return moeprof::testing::run_cli(args); }
+size_t lines(const std::string& s) { return moeprof::testing::count_lines(s); }
 
 }  // namespace
 
