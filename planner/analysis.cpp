@@ -304,13 +304,17 @@ struct DeviceState {
 class Replayer {
  public:
   Replayer(const Trace& trace, const AnalyzeOptions& opt, uint64_t t0, uint64_t t1)
-      : opt_(opt), t0_(t0), t1_(t1), scopes_(trace.strings), slot_of_(65536, -1) {
+      : opt_(opt), t0_(t0), t1_(t1), scopes_(trace.strings), slot_of_(65536, -1),
+        filtering_(opt.category_mask != ~0u || opt.mem_kind_mask != ~0u) {
     // Allocations are at most about half of the events in traces that free what they allocate;
     // untouched capacity costs address space only.
     lts_.reserve(trace.records.size() / 2 + 16);
   }
 
-  void event(const TraceRecord& r, uint32_t pos) {
+  // Replays one event at replay position `pos`; false when the filter left it out (it then takes
+  // no position).
+  bool event(const TraceRecord& r, uint32_t pos) {
+    if (filtering_ && !takes_part(r)) return false;
     DeviceState& d = dev_state(r.device);
     switch (static_cast<EventKind>(r.kind)) {
       case EventKind::kAlloc: on_alloc(d, r, pos); break;
@@ -320,6 +324,7 @@ class Replayer {
       case EventKind::kGraphMem: d.out.graph_mem_peak_bytes = std::max(d.out.graph_mem_peak_bytes, r.bytes); break;
       default: break;
     }
+    return true;
   }
 
   // Live sets, scope tables, reuse findings; moves everything into `run`.
@@ -430,12 +435,44 @@ class Replayer {
     d.tl_act.sample(r.timestamp_ns, d.live_act);
   }
 
+  // AnalyzeOptions::category_mask / mem_kind_mask. ignored_ holds, per (device, address), 1 while
+  // the most recent allocation there was left out and not yet freed (2 otherwise): its free and
+  // uses are left out with it.
+  bool takes_part(const TraceRecord& r) {
+    switch (static_cast<EventKind>(r.kind)) {
+      case EventKind::kAlloc: {
+        const uint32_t kind = r.mem_kind <= kMaxMemKind ? r.mem_kind : static_cast<uint32_t>(MemKind::kOther);
+        const bool in = (opt_.category_mask & category_bit(to_category(r.category))) != 0 &&
+                        (opt_.mem_kind_mask & (1u << kind)) != 0;
+        if (in) {
+          if (uint32_t* st = ignored_.find(r.device, r.address)) *st = 2;
+        } else if (r.address != 0 || r.bytes != 0) {  // malloc(0) returning null has no free to match
+          ignored_.slot(r.device, r.address) = 1;
+        }
+        return in;
+      }
+      case EventKind::kFree: {
+        uint32_t* st = ignored_.find(r.device, r.address);
+        if (st == nullptr || *st != 1) return true;
+        *st = 2;
+        return false;
+      }
+      case EventKind::kUse: {
+        const uint32_t* st = ignored_.find(r.device, r.address);
+        return st == nullptr || *st != 1;
+      }
+      default: return true;
+    }
+  }
+
   void on_free(DeviceState& d, const TraceRecord& r, uint32_t pos) {
-    if (r.address == 0) {
+    uint32_t* st = addrs_.find(r.device, r.address);
+    if (r.address == 0 && (st == nullptr || (*st & kFreedBit))) {
+      // Address 0 with nothing live there: free(nullptr). (The driver reports CUDA-graph memory as
+      // an allocation at address 0; its free, if any, ends it.)
       ++an_.null_frees;
       return;
     }
-    uint32_t* st = addrs_.find(r.device, r.address);
     if (st == nullptr) {
       ++an_.unknown_frees;
       return;
@@ -495,6 +532,8 @@ class Replayer {
   std::vector<Lifetime> lts_;
   PairMap groups_;  // ((scope_id << 32) | name_id, bytes) -> count
   Anomalies an_;
+  bool filtering_;
+  AddressMap ignored_;  // see takes_part
 };
 
 // Reuse findings: pairs (new alloc L, dead buffer M) on one device with M.bytes == L.bytes and
@@ -668,7 +707,7 @@ RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt) {
         in_order = false;
         break;
       }
-      rp->event(r, pos++);
+      if (rp->event(r, pos)) ++pos;
       prev = &r;
     }
     if (in_order) {
@@ -700,7 +739,9 @@ RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt) {
   });
   Replayer rp(trace, opt, lo, hi);
   uint32_t pos = 0;
-  for (const Key& k : keys) rp.event(recs[k.idx], pos++);
+  for (const Key& k : keys) {
+    if (rp.event(recs[k.idx], pos)) ++pos;
+  }
   run.reordered = true;
   run.replayed_events = pos;
   rp.finish(&run, pos);

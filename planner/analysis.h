@@ -5,7 +5,8 @@
 // Definitions (docs/metrics.md is the reference):
 // - Replay order: records sorted stably by (timestamp_ns, seq, position in the file). Only kAlloc,
 //   kFree and kUse (and kPoolReserve / kGraphMem for their own peaks) take part; other kinds are
-//   ignored. Live allocations are keyed by (device, address).
+//   ignored. Live allocations are keyed by (device, address). AnalyzeOptions can restrict the
+//   replay to some categories / memory kinds (the rest is left out as if absent).
 // - An "instant" is one replayed event; live bytes are measured after each event. A peak is the
 //   first instant (in replay order) at which the maximum is reached.
 // - Peak activation memory = the peak of live bytes summed over the categories for which
@@ -133,7 +134,7 @@ struct Anomalies {
   uint64_t never_freed = 0;           // allocations live at the end of the trace
   uint64_t never_freed_bytes = 0;
   uint64_t zero_size_allocs = 0;
-  uint64_t null_frees = 0;            // free of address 0 (a no-op, like free(nullptr))
+  uint64_t null_frees = 0;            // free of address 0 with nothing live there (a no-op, like free(nullptr))
   uint64_t alloc_over_live = 0;       // alloc at a live address: the old one is ended there
   uint64_t free_size_mismatches = 0;  // free with bytes != 0 that differ from the alloc's
   uint64_t unknown_uses = 0;          // kUse at an address with no live allocation
@@ -176,7 +177,22 @@ struct AnalyzeOptions {
   bool keep_lifetimes = true;
   size_t live_set_limit = 0;      // 0 = all
   size_t handoff_limit = 100;     // handoffs listed per device (counts are always complete)
+  // Which allocations take part (docs/metrics.md, "Filters"): bit i of category_mask = Category i,
+  // bit i of mem_kind_mask = MemKind i (out-of-range values count as kUnknown / kOther). An alloc
+  // outside either mask is ignored, and so are the free and the uses that follow it at the same
+  // (device, address) until an allocation that takes part is made there: they are not counted as
+  // anomalies. Ignored records are left out of the replay as if absent (they take no replay
+  // position and do not count in replayed_events); a device with no remaining record does not
+  // appear. kPoolReserve and kGraphMem records are never filtered. Default: everything.
+  uint32_t category_mask = ~0u;
+  uint32_t mem_kind_mask = ~0u;
 };
+
+// Mask helpers: category_bit(Category::kGraph), mem_kind_bit(MemKind::kStreamOrdered).
+// all_categories_except(Category::kGraph) = every category but the graph one.
+constexpr uint32_t category_bit(Category c) { return 1u << static_cast<uint32_t>(c); }
+constexpr uint32_t mem_kind_bit(MemKind k) { return 1u << static_cast<uint32_t>(k); }
+constexpr uint32_t all_categories_except(Category c) { return ~category_bit(c); }
 
 RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt = {});
 

@@ -42,7 +42,9 @@ if have "$B/tests/profiler/profiler_gpu_test" gpu-tests; then
   done < <("$B/tests/profiler/profiler_gpu_test" --list-test-names-only "[gpu]" 2>/dev/null | grep -v '^$' | grep -v 'test case')
 fi
 
-# 3. Injection, compared here too (peak per device from the report vs the program's EXPECT line).
+# 3. Injection, compared here too (peak per device of the program's own allocations from the report,
+#    i.e. without the driver's CUDA-graph memory, vs the program's EXPECT line; the graph memory
+#    allocation, when reported, vs the program's cudaGraphMemAttrUsedMemHigh).
 if have "$MOEPROF" injection && have "$PROG" injection; then
   timeout 300 "$MOEPROF" trace --kernels --report --report-json "$OUT/inject_report.json" --out "$OUT/inject.mtrace" \
     -- "$PROG" --kernels > "$OUT/inject_stdout.txt" 2> "$OUT/inject_stderr.txt"
@@ -52,12 +54,16 @@ import json, sys
 exp = next(json.loads(l[7:]) for l in open(sys.argv[1]) if l.startswith("EXPECT "))
 rep = json.load(open(sys.argv[2]))
 t = [r for r in rep if r["path"].endswith("inject.mtrace")][0]
-got = {str(d["device"]): d["peak_bytes"] for d in t["all"]["devices"]}
+got = {str(d["device"]): d["peak_bytes"] for d in t["program"]["devices"]}
 bad = [f"dev{d}: trace {got.get(d)} != expected {p}" for d, p in exp["peak_bytes"].items() if got.get(d) != p]
-a = t["all"]
+graph = {str(d["device"]): d["peak_by_category"].get("graph", 0) for d in t["all"]["devices"]}
+g0, high = graph.get("0", 0), exp["graph_mem_high"]
+if g0 and g0 != high:
+    bad.append(f"graph memory allocation {g0} != graph_mem_high {high}")
+a = t["program"]
 print(("FAIL " + "; ".join(bad)) if bad else
-      f"PASS peak {exp['peak_bytes']} exact; allocs {a['allocs']} scoped {a['allocs_with_scope']} "
-      f"kernels {a['kernels']} dropped {t['dropped_records']}")
+      f"PASS program peak {exp['peak_bytes']} exact; graph memory {g0 or 'not reported'} (high {high}); "
+      f"allocs {a['allocs']} scoped {a['allocs_with_scope']} kernels {a['kernels']} dropped {t['dropped_records']}")
 PY
   )
   [ $rc -ne 0 ] && res="FAIL command exit $rc"

@@ -29,17 +29,14 @@
 #include "cli/commands.h"
 #include "core/status.h"
 #include "core/trace_io.h"
+#include "planner/analysis.h"
 #include "profiler/trace_paths.h"
-#include "profiler/trace_summary.h"
 
 namespace moeprof::cli {
 
 namespace {
 
 namespace fs = std::filesystem;
-using profiler::summarize_trace;
-using profiler::SummaryOptions;
-using profiler::TraceSummary;
 
 struct TraceOptions {
   std::string out = "moeprof.mtrace";
@@ -131,55 +128,135 @@ std::string human(uint64_t b) {
   return buf;
 }
 
-nlohmann::json summary_json(const TraceSummary& s) {
+// --report / --report-json: each trace replayed by planner::analyze (docs/metrics.md) in four
+// views, i.e. four sets of allocations taking part (AnalyzeOptions masks). The driver reports the
+// memory it reserves for CUDA graphs as one allocation at address 0 (category graph,
+// profiler/activity_decode.cpp); the program's own allocations are every other category.
+struct ReportView {
+  const char* key;  // JSON key
+  uint32_t category_mask, mem_kind_mask;
+};
+constexpr uint32_t kNotGraph = planner::all_categories_except(Category::kGraph);
+constexpr ReportView kReportViews[] = {
+    {"all", ~0u, ~0u},                                                              // everything
+    {"program", kNotGraph, ~0u},                                                    // the program's own
+    {"stream_ordered", kNotGraph, planner::mem_kind_bit(MemKind::kStreamOrdered)},  // cudaMallocAsync/pools
+    {"device_sync", kNotGraph, planner::mem_kind_bit(MemKind::kDevice)},            // cudaMalloc/cuMemAlloc
+};
+constexpr size_t kNumReportViews = sizeof(kReportViews) / sizeof(kReportViews[0]);
+
+planner::RunAnalysis analyze_view(const Trace& t, const ReportView& v) {
+  planner::AnalyzeOptions opt;
+  opt.timeline_points = 0;
+  opt.live_set_limit = 1;
+  opt.handoff_limit = 0;
+  opt.keep_lifetimes = true;  // bytes live at the end, scoped allocations
+  opt.category_mask = v.category_mask;
+  opt.mem_kind_mask = v.mem_kind_mask;
+  return planner::analyze(t, opt);
+}
+
+uint64_t live_end_bytes(const planner::RunAnalysis& a, uint16_t device) {
+  uint64_t b = 0;
+  for (const planner::Lifetime& l : a.lifetimes)
+    if (l.device == device && !l.freed()) b += l.bytes;
+  return b;
+}
+
+nlohmann::json view_json(const planner::RunAnalysis& a, uint64_t kernels) {
+  uint64_t allocs = 0, frees = 0, alloc_bytes = 0, scoped = 0;
+  for (const auto& d : a.devices) {
+    allocs += d.allocations;
+    frees += d.frees;
+    alloc_bytes += d.churn_bytes;
+  }
+  for (const planner::Lifetime& l : a.lifetimes)
+    if (l.scope_id != 0 || l.name_id != 0) ++scoped;
   nlohmann::json j;
-  j["allocs"] = s.allocs;
-  j["frees"] = s.frees;
-  j["kernels"] = s.kernels;
-  j["unknown_frees"] = s.unknown_frees;
-  j["allocs_with_tid"] = s.allocs_with_tid;
-  j["allocs_with_scope"] = s.allocs_with_scope;
-  j["peak_bytes"] = s.peak_bytes;
+  j["allocs"] = allocs;
+  j["frees"] = frees;
+  j["alloc_bytes"] = alloc_bytes;
+  j["kernels"] = kernels;
+  j["allocs_with_scope"] = scoped;
+  j["peak_bytes"] = a.peak_total_bytes;
+  j["peak_activation_bytes"] = a.peak_activation_bytes;
+  const planner::Anomalies& an = a.anomalies;
+  j["anomalies"] = {{"unknown_frees", an.unknown_frees},       {"double_frees", an.double_frees},
+                    {"null_frees", an.null_frees},             {"never_freed", an.never_freed},
+                    {"never_freed_bytes", an.never_freed_bytes}, {"zero_size_allocs", an.zero_size_allocs},
+                    {"alloc_over_live", an.alloc_over_live},   {"free_size_mismatches", an.free_size_mismatches}};
   nlohmann::json devs = nlohmann::json::array();
-  for (const auto& d : s.devices) {
+  for (const auto& d : a.devices) {
+    nlohmann::json cats = nlohmann::json::object();
+    for (int c = 0; c < kNumCategories; ++c)
+      if (d.peak_by_category.bytes[static_cast<size_t>(c)] > 0)
+        cats[std::string(category_name(static_cast<Category>(c)))] = d.peak_by_category.bytes[static_cast<size_t>(c)];
+    nlohmann::json scopes = nlohmann::json::object();
+    for (const auto& s : d.scopes)
+      scopes[s.scope.empty() ? "(none)" : s.scope] = {
+          {"high_water_bytes", s.high_water_bytes}, {"alloc_bytes", s.allocated_bytes}, {"allocs", s.allocations}};
     devs.push_back({{"device", d.device},
-                    {"peak_bytes", d.peak_bytes},
-                    {"allocs", d.allocs},
+                    {"peak_bytes", d.peak_total_bytes},
+                    {"peak_ts", d.peak_total_ts},
+                    {"peak_activation_bytes", d.peak_activation_bytes},
+                    {"peak_by_category", cats},
+                    {"allocs", d.allocations},
                     {"frees", d.frees},
-                    {"alloc_bytes", d.alloc_bytes},
-                    {"live_end_bytes", d.live_end_bytes},
+                    {"alloc_bytes", d.churn_bytes},
+                    {"live_end_bytes", live_end_bytes(a, d.device)},
                     {"pool_reserved_peak_bytes", d.pool_reserved_peak_bytes},
-                    {"graph_mem_bytes", d.graph_mem_bytes}});
+                    {"graph_mem_peak_bytes", d.graph_mem_peak_bytes},
+                    {"scopes", scopes}});
   }
   j["devices"] = devs;
-  nlohmann::json scopes = nlohmann::json::object();
-  for (const auto& [scope, bytes] : s.scope_alloc_bytes)
-    scopes[scope.empty() ? "(none)" : scope] = {{"alloc_bytes", bytes}, {"allocs", s.scope_allocs.at(scope)}};
-  j["scopes"] = scopes;
   return j;
 }
 
-void print_summary(const std::string& path, const Trace& t, const TraceSummary& all, const TraceSummary& so,
-                   const TraceSummary& sync) {
-  std::fprintf(stderr, "  %s: %s (pid %s)%s\n", path.c_str(), t.meta.name.c_str(),
-               t.meta.extra.count("pid") ? t.meta.extra.at("pid").c_str() : "?",
-               t.truncated ? "  [TRUNCATED]" : "");
+// One trace's entry of --report-json.
+nlohmann::json trace_report_json(const std::string& path, const Trace& t,
+                                 const planner::RunAnalysis (&views)[kNumReportViews]) {
+  uint64_t kernels = 0;
+  for (const TraceRecord& r : t.records) kernels += r.kind == static_cast<uint8_t>(EventKind::kKernel);
+  nlohmann::json j;
+  j["path"] = path;
+  j["name"] = t.meta.name;
+  j["pid"] = t.meta.extra.count("pid") ? t.meta.extra.at("pid") : "";
+  j["records"] = t.records.size();
+  j["dropped_records"] = t.dropped_records;
+  j["truncated"] = t.truncated;
+  for (size_t i = 0; i < kNumReportViews; ++i) j[kReportViews[i].key] = view_json(views[i], kernels);
+  j["extra"] = t.meta.extra;
+  return j;
+}
+
+uint64_t device_peak(const planner::RunAnalysis& a, uint16_t device) {
+  const planner::DeviceAnalysis* d = a.device(device);
+  return d != nullptr ? d->peak_total_bytes : 0;
+}
+
+void print_summary(const nlohmann::json& j, const Trace& t, const planner::RunAnalysis (&views)[kNumReportViews]) {
+  const nlohmann::json& all = j["all"];
+  const std::string pid = j["pid"].get<std::string>();
+  std::fprintf(stderr, "  %s: %s (pid %s)%s\n", j["path"].get<std::string>().c_str(), t.meta.name.c_str(),
+               pid.empty() ? "?" : pid.c_str(), t.truncated ? "  [TRUNCATED]" : "");
   std::fprintf(stderr, "    records %zu, allocs %llu, frees %llu, kernels %llu, dropped %llu, attributed %llu/%llu\n",
-               t.records.size(), (unsigned long long)all.allocs, (unsigned long long)all.frees,
-               (unsigned long long)all.kernels, (unsigned long long)t.dropped_records,
-               (unsigned long long)all.allocs_with_scope, (unsigned long long)all.allocs);
-  for (const auto& d : all.devices) {
-    uint64_t so_peak = 0, sync_peak = 0;
-    for (const auto& x : so.devices)
-      if (x.device == d.device) so_peak = x.peak_bytes;
-    for (const auto& x : sync.devices)
-      if (x.device == d.device) sync_peak = x.peak_bytes;
+               t.records.size(), (unsigned long long)all["allocs"].get<uint64_t>(),
+               (unsigned long long)all["frees"].get<uint64_t>(), (unsigned long long)all["kernels"].get<uint64_t>(),
+               (unsigned long long)t.dropped_records, (unsigned long long)all["allocs_with_scope"].get<uint64_t>(),
+               (unsigned long long)all["allocs"].get<uint64_t>());
+  const planner::Anomalies& an = views[0].anomalies;
+  if (an.total() + an.null_frees > 0)
+    std::fprintf(stderr, "    anomalies: unknown frees %llu, double frees %llu, null frees %llu, alloc over live %llu\n",
+                 (unsigned long long)an.unknown_frees, (unsigned long long)an.double_frees,
+                 (unsigned long long)an.null_frees, (unsigned long long)an.alloc_over_live);
+  for (const auto& d : views[0].devices) {
     std::fprintf(stderr,
-                 "    device %u: peak %s (stream-ordered alone %s, cudaMalloc alone %s), live at end %s, "
-                 "pool reserved peak %s, graph memory %s\n",
-                 d.device, human(d.peak_bytes).c_str(), human(so_peak).c_str(), human(sync_peak).c_str(),
-                 human(d.live_end_bytes).c_str(), human(d.pool_reserved_peak_bytes).c_str(),
-                 human(d.graph_mem_bytes).c_str());
+                 "    device %u: peak %s (program %s: stream-ordered alone %s, cudaMalloc alone %s), live at end %s, "
+                 "pool reserved peak %s, graph memory %s (allocation) / %s (attribute)\n",
+                 d.device, human(d.peak_total_bytes).c_str(), human(device_peak(views[1], d.device)).c_str(),
+                 human(device_peak(views[2], d.device)).c_str(), human(device_peak(views[3], d.device)).c_str(),
+                 human(live_end_bytes(views[0], d.device)).c_str(), human(d.pool_reserved_peak_bytes).c_str(),
+                 human(d.peak_by_category[Category::kGraph]).c_str(), human(d.graph_mem_peak_bytes).c_str());
   }
   auto note = t.meta.extra.find("allocator_note");
   if (note != t.meta.extra.end()) std::fprintf(stderr, "    note: %s\n", note->second.c_str());
@@ -280,24 +357,11 @@ int run_trace(TraceOptions o) {
       std::fprintf(stderr, "  %s (%zu records%s)\n", p.c_str(), t->records.size(), t->truncated ? ", truncated" : "");
       continue;
     }
-    TraceSummary all = summarize_trace(*t);
-    SummaryOptions so_opt, sync_opt;
-    so_opt.mem_kind = static_cast<int>(MemKind::kStreamOrdered);
-    sync_opt.mem_kind = static_cast<int>(MemKind::kDevice);
-    TraceSummary so = summarize_trace(*t, so_opt), sync = summarize_trace(*t, sync_opt);
-    if (o.report) print_summary(p, *t, all, so, sync);
-    nlohmann::json j;
-    j["path"] = p;
-    j["name"] = t->meta.name;
-    j["pid"] = t->meta.extra.count("pid") ? t->meta.extra.at("pid") : "";
-    j["records"] = t->records.size();
-    j["dropped_records"] = t->dropped_records;
-    j["truncated"] = t->truncated;
-    j["all"] = summary_json(all);
-    j["stream_ordered"] = summary_json(so);
-    j["device_sync"] = summary_json(sync);
-    j["extra"] = t->meta.extra;
-    report.push_back(j);
+    planner::RunAnalysis views[kNumReportViews];
+    for (size_t i = 0; i < kNumReportViews; ++i) views[i] = analyze_view(*t, kReportViews[i]);
+    nlohmann::json j = trace_report_json(p, *t, views);
+    if (o.report) print_summary(j, *t, views);
+    report.push_back(std::move(j));
   }
   if (!o.report_json.empty()) {
     std::ofstream f(o.report_json);

@@ -454,3 +454,247 @@ TEST_CASE("random traces: replay matches a brute-force replay; LOAD of the lifet
     }
   }
 }
+
+// ---- Filters: AnalyzeOptions::category_mask / mem_kind_mask ----
+
+TEST_CASE("category_mask: allocations of other categories and their frees are left out", "[planner][analysis][filter]") {
+  TraceBuilder b;
+  b.alloc(1, 0x10, 100, Category::kActivation, "", "a");
+  b.alloc(2, 0x20, 1000, Category::kGraph, "", "g");
+  b.alloc(3, 0x30, 50, Category::kWeights, "", "w");
+  b.free(4, 0x20);
+  b.alloc(5, 0x40, 30, Category::kActivation, "", "b");
+  b.free(6, 0x10);
+  b.free(7, 0x40);
+
+  // Unfiltered: live 100, 1100, 1150, 150, 180, 80, 50.
+  RunAnalysis all = analyze(b.trace);
+  CHECK(all.replayed_events == 7);
+  CHECK(all.devices[0].peak_total_bytes == 1150);
+  CHECK(all.devices[0].peak_total_ts == 3);
+  CHECK(all.devices[0].peak_by_category[Category::kGraph] == 1000);
+
+  AnalyzeOptions opt;
+  opt.category_mask = all_categories_except(Category::kGraph);
+  RunAnalysis r = analyze(b.trace, opt);
+  // Replayed: t1 (100), t3 (150), t5 (180), t6 (80), t7 (50); the graph alloc and its free are absent.
+  CHECK(r.replayed_events == 5);
+  REQUIRE(r.devices.size() == 1);
+  const DeviceAnalysis& d = r.devices[0];
+  CHECK(d.peak_total_bytes == 180);
+  CHECK(d.peak_total_ts == 5);
+  CHECK(d.peak_total_index == 2);
+  CHECK(d.peak_activation_bytes == 130);
+  CHECK(d.peak_activation_ts == 5);
+  CHECK(d.peak_activation_index == 2);
+  CHECK(d.peak_by_category[Category::kGraph] == 0);
+  CHECK(d.churn_by_category[Category::kGraph] == 0);
+  CHECK(d.churn_bytes == 180);
+  CHECK(d.allocations == 3);
+  CHECK(d.frees == 2);
+  CHECK(r.anomalies.total() == 0);
+  CHECK(r.anomalies.unknown_frees == 0);
+  CHECK(r.anomalies.never_freed == 1);  // "w"
+  CHECK(r.anomalies.never_freed_bytes == 50);
+  REQUIRE(r.lifetimes.size() == 3);
+  CHECK(r.str(r.lifetimes[0].name_id) == "a");
+  CHECK(r.str(r.lifetimes[1].name_id) == "w");
+  CHECK(r.str(r.lifetimes[2].name_id) == "b");
+  CHECK(r.lifetimes[2].alloc_index == 2);
+  CHECK(r.lifetimes[2].free_index == 4);
+  for (const auto& g : r.alloc_groups) CHECK(g.name != "g");
+  CHECK(names(d.live_set_at_activation_peak) == std::vector<std::string>{"a", "b"});
+
+  AnalyzeOptions only_graph;
+  only_graph.category_mask = category_bit(Category::kGraph);
+  RunAnalysis g = analyze(b.trace, only_graph);
+  CHECK(g.replayed_events == 2);
+  REQUIRE(g.devices.size() == 1);
+  CHECK(g.devices[0].peak_total_bytes == 1000);
+  CHECK(g.devices[0].peak_total_ts == 2);
+  CHECK(g.devices[0].peak_activation_bytes == 0);  // graph memory is not activation memory
+  CHECK(g.devices[0].allocations == 1);
+  CHECK(g.devices[0].frees == 1);
+  CHECK(g.anomalies.total() == 0);
+  CHECK(g.anomalies.never_freed == 0);
+}
+
+TEST_CASE("mem_kind_mask: frees and uses of left-out allocations are matched by (device, address)",
+          "[planner][analysis][filter]") {
+  TraceBuilder b;
+  const auto so = static_cast<uint8_t>(MemKind::kStreamOrdered), dev = static_cast<uint8_t>(MemKind::kDevice);
+  b.alloc(1, 0x100, 400).mem_kind = so;
+  b.alloc(2, 0x200, 300).mem_kind = dev;
+  b.use(3, 0x200);
+  b.free(4, 0x200);
+  b.alloc(5, 0x200, 200).mem_kind = so;  // same address, now stream-ordered
+  b.free(6, 0x200);
+  b.free(7, 0x100);
+  b.alloc(8, 0x100, 700, Category::kActivation, "", "", 1).mem_kind = dev;
+  b.free(9, 0x100, 1);
+  b.free(10, 0x999);  // a genuinely unknown free: counted in every view
+
+  // Unfiltered: dev0 live 400, 700, -, 400, 600, 400, 0; dev1 700, 0.
+  RunAnalysis all = analyze(b.trace);
+  CHECK(all.replayed_events == 10);
+  CHECK(all.device(0)->peak_total_bytes == 700);
+  CHECK(all.device(0)->peak_total_ts == 2);
+  CHECK(all.device(1)->peak_total_bytes == 700);
+  CHECK(all.anomalies.unknown_frees == 1);
+  CHECK(all.anomalies.unknown_uses == 0);
+
+  AnalyzeOptions so_opt;
+  so_opt.mem_kind_mask = mem_kind_bit(MemKind::kStreamOrdered);
+  RunAnalysis s = analyze(b.trace, so_opt);
+  // Replayed: t1 (400), t5 (600), t6 (400), t7 (0), t10 (unknown free). Device 1 has nothing left.
+  CHECK(s.replayed_events == 5);
+  REQUIRE(s.devices.size() == 1);
+  CHECK(s.devices[0].device == 0);
+  CHECK(s.devices[0].peak_total_bytes == 600);
+  CHECK(s.devices[0].peak_total_ts == 5);
+  CHECK(s.devices[0].peak_total_index == 1);
+  CHECK(s.devices[0].allocations == 2);
+  CHECK(s.devices[0].frees == 2);
+  CHECK(s.devices[0].churn_bytes == 600);
+  CHECK_FALSE(s.devices[0].has_uses);  // the only use hit a left-out allocation
+  CHECK(s.anomalies.unknown_frees == 1);
+  CHECK(s.anomalies.unknown_uses == 0);
+  CHECK(s.anomalies.double_frees == 0);
+  CHECK(s.anomalies.alloc_over_live == 0);
+  CHECK(s.anomalies.never_freed == 0);
+  CHECK(s.peak_total_bytes == 600);
+
+  AnalyzeOptions dev_opt;
+  dev_opt.mem_kind_mask = mem_kind_bit(MemKind::kDevice);
+  RunAnalysis d = analyze(b.trace, dev_opt);
+  // Replayed: t2 (300), t3 (use), t4 (0), t8 (dev1 700), t9 (dev1 0), t10.
+  CHECK(d.replayed_events == 6);
+  REQUIRE(d.devices.size() == 2);
+  CHECK(d.device(0)->peak_total_bytes == 300);
+  CHECK(d.device(0)->peak_total_ts == 2);
+  CHECK(d.device(0)->allocations == 1);
+  CHECK(d.device(0)->frees == 1);
+  CHECK(d.device(0)->has_uses);
+  CHECK(d.device(1)->peak_total_bytes == 700);
+  CHECK(d.device(1)->frees == 1);
+  CHECK(d.peak_total_bytes == 700);
+  CHECK(d.anomalies.unknown_frees == 1);
+  CHECK(d.anomalies.unknown_uses == 0);
+  CHECK(d.anomalies.never_freed == 0);
+  REQUIRE(d.lifetimes.size() == 2);
+  CHECK(d.lifetimes[0].uses == 1);
+  CHECK(d.lifetimes[0].t_free == 4);
+
+  AnalyzeOptions both;  // both masks apply: stream-ordered and weights -> nothing
+  both.mem_kind_mask = mem_kind_bit(MemKind::kStreamOrdered);
+  both.category_mask = category_bit(Category::kWeights);
+  RunAnalysis none = analyze(b.trace, both);
+  CHECK(none.replayed_events == 1);  // the unknown free
+  CHECK(none.anomalies.unknown_frees == 1);
+  CHECK(none.peak_total_bytes == 0);
+  CHECK(none.lifetimes.empty());
+}
+
+TEST_CASE("graph memory at address 0: its free ends it; filtered out it leaves no anomaly", "[planner][analysis][filter]") {
+  TraceBuilder b;
+  b.alloc(1, 0x0, 32u << 20, Category::kGraph, "", "graph");
+  b.alloc(2, 0x10, 100, Category::kActivation, "", "x");
+  b.free(3, 0x0);   // ends the graph allocation
+  b.free(4, 0x10);
+  b.free(5, 0x0);   // nothing live at address 0 any more: free(nullptr)
+
+  RunAnalysis all = analyze(b.trace);
+  const DeviceAnalysis& d = all.devices[0];
+  CHECK(d.peak_total_bytes == (32u << 20) + 100);
+  CHECK(d.peak_total_ts == 2);
+  CHECK(d.peak_activation_bytes == 100);
+  CHECK(d.peak_by_category[Category::kGraph] == (32u << 20));
+  CHECK(d.frees == 2);
+  CHECK(all.anomalies.null_frees == 1);
+  CHECK(all.anomalies.never_freed == 0);
+  CHECK(all.anomalies.total() == 0);
+  REQUIRE(all.lifetimes.size() == 2);
+  CHECK(all.lifetimes[0].t_free == 3);
+
+  AnalyzeOptions opt;
+  opt.category_mask = all_categories_except(Category::kGraph);
+  RunAnalysis r = analyze(b.trace, opt);
+  CHECK(r.replayed_events == 3);  // t2, t4, t5
+  CHECK(r.devices[0].peak_total_bytes == 100);
+  CHECK(r.devices[0].peak_total_ts == 2);
+  CHECK(r.devices[0].allocations == 1);
+  CHECK(r.devices[0].frees == 1);
+  CHECK(r.anomalies.null_frees == 1);
+  CHECK(r.anomalies.never_freed == 0);
+  CHECK(r.anomalies.total() == 0);
+}
+
+TEST_CASE("random traces: a filtered replay equals the replay of the trace without the left-out records",
+          "[planner][analysis][filter]") {
+  std::mt19937_64 rng(777);
+  for (int iter = 0; iter < 20; ++iter) {
+    const uint32_t cat_mask = static_cast<uint32_t>(rng() % (1u << kNumCategories));
+    const uint32_t kind_mask = static_cast<uint32_t>(rng() % (1u << (kMaxMemKind + 1)));
+    auto keep = [&](Category c, uint8_t k) { return (cat_mask & category_bit(c)) && (kind_mask & (1u << k)); };
+    TraceBuilder full, kept;
+    std::map<std::pair<uint16_t, uint64_t>, bool> live;  // -> kept
+    uint64_t ts = 1;
+    for (int i = 0; i < 400; ++i) {
+      ts += rng() % 3;  // ties on purpose: seq breaks them
+      const uint16_t dev = static_cast<uint16_t>(rng() % 2);
+      const uint64_t addr = 0x1000 * (rng() % 20);  // address 0 included
+      auto key = std::make_pair(dev, addr);
+      auto it = live.find(key);
+      if (rng() % 10 == 0) {  // a use, wherever
+        full.use(ts, addr, dev);
+        if (it == live.end() || it->second) kept.use(ts, addr, dev);
+      } else if (it != live.end()) {
+        full.free(ts, addr, dev);
+        if (it->second) kept.free(ts, addr, dev);
+        live.erase(it);
+      } else {
+        const auto c = static_cast<Category>(rng() % kNumCategories);
+        const auto k = static_cast<uint8_t>(rng() % (kMaxMemKind + 1));
+        const uint64_t bytes = 1 + rng() % 1000;
+        full.alloc(ts, addr, bytes, c, "s", "", dev).mem_kind = k;
+        const bool in = keep(c, k);
+        if (in) kept.alloc(ts, addr, bytes, c, "s", "", dev).mem_kind = k;
+        live.emplace(key, in);
+      }
+    }
+    // Shuffle the full trace's records (the sorted path); seq keeps the order of ties.
+    std::shuffle(full.trace.records.begin(), full.trace.records.end(), rng);
+    AnalyzeOptions opt;
+    opt.category_mask = cat_mask;
+    opt.mem_kind_mask = kind_mask;
+    opt.timeline_points = 0;
+    RunAnalysis a = analyze(full.trace, opt);
+    AnalyzeOptions plain;
+    plain.timeline_points = 0;
+    RunAnalysis e = analyze(kept.trace, plain);
+    INFO("iteration " << iter << " category mask " << cat_mask << " mem kind mask " << kind_mask);
+    CHECK(a.replayed_events == e.replayed_events);
+    CHECK(a.anomalies.unknown_frees == e.anomalies.unknown_frees);
+    CHECK(a.anomalies.unknown_uses == e.anomalies.unknown_uses);
+    CHECK(a.anomalies.null_frees == e.anomalies.null_frees);
+    CHECK(a.anomalies.total() == e.anomalies.total());
+    CHECK(a.anomalies.never_freed == e.anomalies.never_freed);
+    CHECK(a.anomalies.never_freed_bytes == e.anomalies.never_freed_bytes);
+    REQUIRE(a.devices.size() == e.devices.size());
+    for (size_t i = 0; i < a.devices.size(); ++i) {
+      const DeviceAnalysis& x = a.devices[i];
+      const DeviceAnalysis& y = e.devices[i];
+      CHECK(x.device == y.device);
+      CHECK(x.peak_total_bytes == y.peak_total_bytes);
+      CHECK(x.peak_total_ts == y.peak_total_ts);
+      CHECK(x.peak_total_index == y.peak_total_index);
+      CHECK(x.peak_activation_bytes == y.peak_activation_bytes);
+      CHECK(x.peak_activation_index == y.peak_activation_index);
+      CHECK(x.churn_bytes == y.churn_bytes);
+      CHECK(x.allocations == y.allocations);
+      CHECK(x.frees == y.frees);
+      CHECK(x.handoff_count == y.handoff_count);
+      CHECK(x.held_after_last_use_bytes == y.held_after_last_use_bytes);
+    }
+  }
+}

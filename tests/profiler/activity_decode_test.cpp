@@ -12,8 +12,8 @@
 
 #include "core/trace_io.h"
 #include "profiler/activity_decode.h"
+#include "planner/analysis.h"
 #include "profiler/attribution.h"
-#include "profiler/trace_summary.h"
 
 using namespace moeprof;
 using namespace moeprof::profiler;
@@ -260,16 +260,61 @@ TEST_CASE("assembler joins attribution by correlation id and writes a readable t
   CHECK(tr.records[3].tid == 0);
   CHECK(tr.records[3].scope_id == 0);
 
-  TraceSummary s = summarize_trace(tr);
-  CHECK(s.allocs == 3);
-  CHECK(s.frees == 3);
-  CHECK(s.peak_bytes == 7000);
-  REQUIRE(s.devices.size() == 1);
-  CHECK(s.devices[0].live_end_bytes == 0);
-  CHECK(s.devices[0].pool_reserved_peak_bytes == (8u << 20));
-  CHECK(s.scope_alloc_bytes.at("prefill/layer.0") == 1000);
-  CHECK(s.allocs_with_tid == 2);
+  // The trace replays with the planner (the analysis every front end uses).
+  planner::RunAnalysis run = planner::analyze(tr);
+  REQUIRE(run.devices.size() == 1);
+  const planner::DeviceAnalysis& d = run.devices[0];
+  CHECK(d.allocations == 3);
+  CHECK(d.frees == 3);
+  CHECK(d.peak_total_bytes == 7000);
+  CHECK(run.peak_total_bytes == 7000);
+  CHECK(d.peak_activation_bytes == 5000);  // the two unattributed (category unknown) allocations
+  CHECK(d.peak_by_category[Category::kWeights] == 2000);
+  CHECK(d.churn_bytes == 7000);
+  CHECK(run.anomalies.total() == 0);
+  CHECK(run.anomalies.null_frees == 0);
+  CHECK(run.anomalies.never_freed == 0);  // nothing live at the end
+  CHECK(d.pool_reserved_peak_bytes == (8u << 20));
+  const planner::ScopeStat* scope = nullptr;
+  for (const auto& st : d.scopes)
+    if (st.scope == "prefill/layer.0") scope = &st;
+  REQUIRE(scope != nullptr);
+  CHECK(scope->allocated_bytes == 1000);
+  CHECK(scope->allocations == 1);
+  size_t with_tid = 0;
+  for (const TraceRecord& r : tr.records) with_tid += r.kind == static_cast<uint8_t>(EventKind::kAlloc) && r.tid != 0;
+  CHECK(with_tid == 2);
   std::filesystem::remove(path);
+}
+
+TEST_CASE("CUDA-graph memory (an allocation at address 0) is category graph, apart from the program's peak",
+          "[profiler][decode]") {
+  // The driver's graph-memory record: address 0, no API call behind it (correlation id 0).
+  Trace tr;
+  for (const auto& m : {mem(kAllocOp, 0x1000, 1 << 20, 10, 1), mem(kAllocOp, 0, 32 << 20, 20, 0),
+                        mem(kAllocOp, 0x2000, 2 << 20, 30, 2), mem(kReleaseOp, 0x1000, 1 << 20, 40, 3),
+                        mem(kReleaseOp, 0x2000, 2 << 20, 50, 4)}) {
+    DecodedRecord d;
+    REQUIRE(convert_memory_record(m, &d));
+    tr.records.push_back(d.record);
+  }
+  CHECK(static_cast<Category>(tr.records[1].category) == Category::kGraph);
+  CHECK(static_cast<Category>(tr.records[0].category) == Category::kUnknown);
+  CHECK(static_cast<Category>(tr.records[2].category) == Category::kUnknown);
+
+  planner::RunAnalysis all = planner::analyze(tr);
+  CHECK(all.devices[0].peak_total_bytes == (35u << 20));
+  CHECK(all.devices[0].peak_by_category[Category::kGraph] == (32u << 20));
+  CHECK(all.devices[0].peak_activation_bytes == (3u << 20));  // graph memory is not activation memory
+  CHECK(all.anomalies.never_freed == 1);
+
+  planner::AnalyzeOptions opt;
+  opt.category_mask = planner::all_categories_except(Category::kGraph);
+  planner::RunAnalysis program = planner::analyze(tr, opt);
+  CHECK(program.devices[0].peak_total_bytes == (3u << 20));
+  CHECK(program.devices[0].allocations == 2);
+  CHECK(program.anomalies.never_freed == 0);
+  CHECK(program.anomalies.total() == 0);
 }
 
 TEST_CASE("checked-in CUPTI buffers decode without errors", "[profiler][decode][golden]") {

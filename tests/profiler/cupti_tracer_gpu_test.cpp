@@ -1,8 +1,10 @@
 // GPU tests ([gpu], CTest label gpu): run moeprof_trace_test_prog (tests/profiler/trace_test_prog.cu)
 // traced in-process and by injection (`moeprof trace`), and compare each trace with the "EXPECT"
-// line the program prints: exact peak per device, every known allocation with its scope, name,
-// category and thread, kernels, graph memory, no dropped records. Binaries are found next to this
-// test (and ../../src/cli for moeprof and libmoeprof_inject.so), so a build tree can be moved.
+// line the program prints: exact peak per device of the program's own allocations (replayed by
+// planner::analyze without the driver's CUDA-graph memory), the graph memory apart, every known
+// allocation with its scope, name, category and thread, kernels, no dropped records. One CPU test
+// runs `moeprof trace --report-json` on a hand-made trace. Binaries are found next to this test
+// (and ../../src/cli for moeprof and libmoeprof_inject.so), so a build tree can be moved.
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -10,16 +12,16 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "core/trace_io.h"
-#include "profiler/trace_summary.h"
+#include "planner/analysis.h"
 
 using namespace moeprof;
-using namespace moeprof::profiler;
 namespace fs = std::filesystem;
 
 namespace {
@@ -65,14 +67,36 @@ void check_trace(const std::string& path, const nlohmann::json& expect) {
   INFO("trace " << path);
   CHECK_FALSE(tr.truncated);
   CHECK(tr.dropped_records == 0);
-  TraceSummary s = summarize_trace(tr);
+  // The program's own allocations: every category but graph (the driver reports the memory it
+  // reserves for CUDA graphs as one allocation at address 0, category graph).
+  planner::AnalyzeOptions program_opt;
+  program_opt.category_mask = planner::all_categories_except(Category::kGraph);
+  program_opt.timeline_points = 0;
+  const planner::RunAnalysis program = planner::analyze(tr, program_opt);
   for (auto& [dev, peak] : expect["peak_bytes"].items()) {
     uint16_t d = static_cast<uint16_t>(std::stoi(dev));
-    uint64_t got = 0;
-    for (const auto& ds : s.devices)
-      if (ds.device == d) got = ds.peak_bytes;
+    const planner::DeviceAnalysis* da = program.device(d);
+    uint64_t got = da != nullptr ? da->peak_total_bytes : 0;
     INFO("device " << d);
     CHECK(got == peak.get<uint64_t>());
+  }
+  // Graph memory, when the driver reported it as an allocation: one of them is the program's
+  // cudaGraphMemAttrUsedMemHigh, at address 0 on device 0.
+  planner::AnalyzeOptions graph_opt;
+  graph_opt.category_mask = planner::category_bit(Category::kGraph);
+  graph_opt.timeline_points = 0;
+  const planner::RunAnalysis graph = planner::analyze(tr, graph_opt);
+  if (!graph.lifetimes.empty()) {
+    const uint64_t high = expect["graph_mem_high"].get<uint64_t>();
+    bool equal = false;
+    for (const planner::Lifetime& l : graph.lifetimes) {
+      INFO("graph allocation of " << l.bytes << " bytes at " << l.address << " on device " << l.device);
+      CHECK(l.address == 0);
+      equal = equal || (l.device == 0 && l.bytes == high);
+    }
+    INFO("graph_mem_high " << high);
+    CHECK(high > 0);
+    CHECK(equal);
   }
   for (const auto& e : expect["allocs"]) {
     uint64_t bytes = e["bytes"].get<uint64_t>();
@@ -159,4 +183,123 @@ TEST_CASE("a second CUPTI subscriber is reported clearly", "[gpu][profiler]") {
   CHECK(r.out.find("another CUPTI subscriber") != std::string::npos);
   fs::remove(injected);
   fs::remove(inproc);
+}
+
+TEST_CASE("moeprof trace --report-json replays each trace with the planner", "[profiler][cli]") {
+  // CPU only: the command (cp) writes a hand-made trace where the traced program's would be.
+  fs::path moeprof = cli_dir() / "moeprof";
+  if (!fs::exists(moeprof) || !fs::exists(cli_dir() / "libmoeprof_inject.so")) {
+    WARN("moeprof or libmoeprof_inject.so not built in " << cli_dir() << ": report test skipped");
+    return;
+  }
+  Trace t;
+  t.meta.name = "report-test";
+  t.meta.extra["pid"] = "4242";
+  auto alloc = [&](uint64_t ts, uint16_t dev, uint64_t addr, uint64_t bytes, MemKind k, Category c,
+                   const std::string& scope = "", const std::string& name = "") {
+    TraceRecord& r = t.add(EventKind::kAlloc, ts, addr, bytes);
+    r.device = dev;
+    r.mem_kind = static_cast<uint8_t>(k);
+    r.category = static_cast<uint8_t>(c);
+    r.scope_id = t.strings.intern(scope);
+    r.name_id = t.strings.intern(name);
+    r.seq = ts;
+  };
+  auto free_ = [&](uint64_t ts, uint16_t dev, uint64_t addr) {
+    TraceRecord& r = t.add(EventKind::kFree, ts, addr, 0);
+    r.device = dev;
+    r.seq = ts;
+  };
+  alloc(10, 0, 0x1000, 100, MemKind::kDevice, Category::kWeights, "layer.0", "w");
+  alloc(20, 0, 0x2000, 1000, MemKind::kStreamOrdered, Category::kUnknown);
+  t.add(EventKind::kPoolReserve, 25, 0x9000, 8u << 20).seq = 25;
+  alloc(30, 0, 0x0, 4000, MemKind::kDevice, Category::kGraph);  // the driver's graph memory
+  TraceRecord& k = t.add(EventKind::kKernel, 40, 0, 5);
+  k.name_id = t.strings.intern("touch");
+  free_(50, 0, 0x2000);
+  alloc(60, 0, 0x3000, 300, MemKind::kStreamOrdered, Category::kUnknown, "layer.0/moe");
+  alloc(70, 1, 0x1000, 50, MemKind::kDevice, Category::kUnknown);
+  free_(80, 1, 0x1000);
+  t.add(EventKind::kGraphMem, 90, 0, 4000).category = static_cast<uint8_t>(Category::kGraph);
+  free_(95, 0, 0x4000);  // unknown
+  t.dropped_records = 3;
+  const std::string src = tmp("report_src.mtrace"), out = tmp("report.mtrace"), json = tmp("report.json");
+  REQUIRE(write_trace(src, t).is_ok());
+  RunResult r = run(moeprof.string() + " trace --report --report-json " + json + " --out " + out + " -- cp " + src +
+                    " " + out);
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  std::ifstream f(json);
+  nlohmann::json rep = nlohmann::json::parse(f);
+  REQUIRE(rep.size() == 1);
+  const nlohmann::json& j = rep[0];
+  INFO(j.dump(1));
+  CHECK(j["path"] == out);
+  CHECK(j["name"] == "report-test");
+  CHECK(j["pid"] == "4242");
+  CHECK(j["dropped_records"] == 3);
+  CHECK(j["truncated"] == false);
+  auto dev = [](const nlohmann::json& view, int d) -> nlohmann::json {
+    for (const auto& x : view["devices"])
+      if (x["device"] == d) return x;
+    return nullptr;
+  };
+  // all: dev0 live 100, 1100, 5100 (peak), 4100, 4400; dev1 50, 0.
+  const nlohmann::json& all = j["all"];
+  CHECK(all["allocs"] == 5);
+  CHECK(all["frees"] == 2);
+  CHECK(all["alloc_bytes"] == 5450);
+  CHECK(all["kernels"] == 1);
+  CHECK(all["allocs_with_scope"] == 2);
+  CHECK(all["peak_bytes"] == 5100);
+  CHECK(all["anomalies"]["unknown_frees"] == 1);
+  CHECK(all["anomalies"]["never_freed"] == 3);
+  CHECK(all["devices"].size() == 2);
+  CHECK(dev(all, 0)["peak_bytes"] == 5100);
+  CHECK(dev(all, 0)["peak_ts"] == 30);
+  CHECK(dev(all, 0)["allocs"] == 4);
+  CHECK(dev(all, 0)["frees"] == 1);
+  CHECK(dev(all, 0)["live_end_bytes"] == 4400);
+  CHECK(dev(all, 0)["pool_reserved_peak_bytes"] == (8u << 20));
+  CHECK(dev(all, 0)["graph_mem_peak_bytes"] == 4000);
+  CHECK(dev(all, 0)["peak_by_category"]["graph"] == 4000);
+  CHECK(dev(all, 0)["peak_by_category"]["weights"] == 100);
+  CHECK(dev(all, 0)["scopes"]["layer.0"]["alloc_bytes"] == 400);  // layer.0 and layer.0/moe
+  CHECK(dev(all, 0)["scopes"]["layer.0"]["allocs"] == 2);
+  CHECK(dev(all, 0)["scopes"]["layer.0"]["high_water_bytes"] == 400);
+  CHECK(dev(all, 0)["scopes"]["layer.0/moe"]["alloc_bytes"] == 300);
+  CHECK(dev(all, 1)["peak_bytes"] == 50);
+  CHECK(dev(all, 1)["live_end_bytes"] == 0);
+  // program (no graph memory): dev0 100, 1100 (peak), 100, 400.
+  const nlohmann::json& program = j["program"];
+  CHECK(program["allocs"] == 4);
+  CHECK(program["peak_bytes"] == 1100);
+  CHECK(dev(program, 0)["peak_bytes"] == 1100);
+  CHECK(dev(program, 0)["peak_ts"] == 20);
+  CHECK(dev(program, 0)["live_end_bytes"] == 400);
+  CHECK(dev(program, 0)["peak_by_category"].count("graph") == 0);
+  CHECK(dev(program, 1)["peak_bytes"] == 50);
+  CHECK(program["anomalies"]["never_freed"] == 2);
+  // stream_ordered: dev0 1000 (peak), 0, 300; nothing on dev1.
+  const nlohmann::json& so = j["stream_ordered"];
+  CHECK(so["allocs"] == 2);
+  CHECK(so["frees"] == 1);
+  CHECK(so["allocs_with_scope"] == 1);
+  CHECK(so["peak_bytes"] == 1000);
+  CHECK(dev(so, 0)["peak_bytes"] == 1000);
+  CHECK(dev(so, 0)["pool_reserved_peak_bytes"] == (8u << 20));
+  CHECK(dev(so, 1).is_null());
+  CHECK(so["anomalies"]["unknown_frees"] == 1);
+  // device_sync: dev0 100 (the graph allocation is not the program's); dev1 50.
+  const nlohmann::json& sync = j["device_sync"];
+  CHECK(sync["allocs"] == 2);
+  CHECK(sync["peak_bytes"] == 100);
+  CHECK(dev(sync, 0)["peak_bytes"] == 100);
+  CHECK(dev(sync, 1)["peak_bytes"] == 50);
+  // The text report.
+  CHECK(r.out.find("device 0: peak 5.0 KiB (program 1.1 KiB: stream-ordered alone 1000 B, cudaMalloc alone 100 B)") !=
+        std::string::npos);
+  fs::remove(src);
+  fs::remove(out);
+  fs::remove(json);
 }
