@@ -4,7 +4,8 @@
 # modes, CUPTI-traced), the tracer checks, the kernel benchmarks and the seed case untraced.
 # Binaries come prebuilt in ./build-gpu. Logs are packed into $OUT/logs.tgz; the summary table
 # is printed last and saved as $OUT/summary.txt.
-#   usage: OUT=dir scripts/device_all.sh [steps...]   (steps: ops model seed trace bench seed-nocupti)
+#   usage: OUT=dir scripts/device_all.sh [steps...]
+#          (steps: ops model seed trace bench seed-nocupti models)
 set -u
 B=${B:-build-gpu}
 OUT=${OUT:-$PWD/device-logs}
@@ -12,7 +13,7 @@ L=/tmp/moeprof-device-logs
 rm -rf "$L"; mkdir -p "$L" "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export NCCL_NVLS_ENABLE=0
-STEPS=${*:-ops model seed trace bench seed-nocupti}
+STEPS=${*:-ops model seed trace bench seed-nocupti models}
 START=$(date +%s)
 BUDGET=${BUDGET:-560}
 ROWS=()
@@ -52,6 +53,19 @@ for s in $STEPS; do
     seed-nocupti)
       step seed_nocupti 200 "$B/src/cli/moeprof" run --no-cupti --out "$L/seed-nocupti"
       rc=$?; row seed_nocupti "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E '^(baseline|reuse) ' "$L/seed_nocupti.log" | tr -s ' ' | tr '\n' ';')" ;;
+    models)
+      # The other shipped configs on the GPU; the measured saving must equal T*(2H + latent)*2.
+      for spec in "deepseek-v3 8192 8 7168 2112" "deepseek-v2 8192 8 5120 2112" "deepseek-v2-lite 8192 1 2048 576"; do
+        set -- $spec
+        step "model_$1" 120 "$B/src/cli/moeprof" run --model "$1" --tokens "$2" --tp "$3" --no-cupti --quiet --out "$L/$1"
+        rc=$?
+        res=$(python3 -c "
+import json,sys; r=json.load(open('$L/$1/report.json')); d=r['comparison']['peak_activation_delta_bytes']; want=-$2*(2*$4+$5)*2
+b=r['runs'][0]['peak_activation_bytes']; c=r['runs'][1]['peak_activation_bytes']
+print(('PASS' if d==want else 'FAIL'), f'baseline {b} reuse {c} delta {d} formula {want}')" 2>&1)
+        [ $rc -ne 0 ] && res="FAIL exit $rc"
+        row "model_$1" "${res%% *}" "${res#* }"
+      done ;;
   esac
 done
 
