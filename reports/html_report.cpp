@@ -92,6 +92,7 @@ table{border-collapse:collapse;width:100%;font-variant-numeric:tabular-nums}
 th,td{padding:5px 8px;border-bottom:1px solid #eceef2;text-align:left;vertical-align:top}
 th{background:#f0f2f5;font-weight:600}td.n,th.n{text-align:right}
 .worse{color:#b3261e;font-weight:600}.better{color:#1b7f3b;font-weight:600}.same{color:#5b6475}
+.note{background:#eef4fb;border:1px solid #b9cfe8;border-radius:6px;padding:6px 10px;margin:6px 0}
 .warn{background:#fff4e5;border:1px solid #f0c27b;border-radius:6px;padding:6px 10px;margin:6px 0}
 .note{color:#5b6475}
 svg.chart{width:100%;height:auto;background:#fff}
@@ -119,17 +120,19 @@ std::string report_html(const ordered_json& report) {
          "<th>TP</th><th>backend / device</th><th class=\"n\">peak activation</th><th class=\"n\">peak total</th>"
          "<th class=\"n\">churn</th><th class=\"n\">allocations</th><th class=\"n\">anomalies</th></tr></thead><tbody>\n";
   for (const auto& r : report["runs"]) {
-    out += fmt::format("<tr data-run=\"{}\"><td><b>{}</b></td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}/{}</td>"
+    out += fmt::format("<tr data-run=\"{}\"><td><b>{}</b></td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td>"
                        "<td>{} / {}</td><td class=\"n peak-act\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
                        "<td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
                        h(json_str(r, "name")), h(json_str(r, "name")), h(json_str(r, "mode")), h(json_str(r, "model")), json_i64(r, "tokens"),
-                       json_i64(r, "tp_rank"), json_i64(r, "tp_size"), h(json_str(r, "backend")), h(json_str(r, "device_name")),
+                       h(run_tp_label(r)), h(json_str(r, "backend")), h(json_str(r, "device_name")),
                        bytes_html(json_u64(r, "peak_activation_bytes")), bytes_html(json_u64(r, "peak_total_bytes")),
                        bytes_html(json_u64(r, "churn_bytes")), with_commas(json_i64(r, "allocations")),
                        r.contains("anomalies") ? json_u64(r["anomalies"], "total") : 0);
   }
   out += "</tbody></table>\n";
   for (const auto& r : report["runs"]) {
+    for (const auto& n : run_notes(r))
+      out += fmt::format("<div class=\"note\"><b>{}</b>: {}</div>", h(json_str(r, "name")), h(n));
     if (r.value("truncated", false))
       out += fmt::format("<div class=\"warn\"><b>{}</b>: trace truncated: {}</div>", h(json_str(r, "name")), h(json_str(r, "truncation_note")));
     if (json_u64(r, "dropped_records"))

@@ -23,14 +23,14 @@ std::string report_markdown(const ordered_json& report) {
   out += "| run | mode | model | tokens | TP | backend | peak activation | peak total | churn | allocations | anomalies |\n";
   out += "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|\n";
   for (const auto& r : report["runs"]) {
-    out += fmt::format("| {} | {} | {} | {} | {}/{} | {} | {} | {} | {} | {} | {} |\n", md_cell(json_str(r, "name")),
-                       md_cell(json_str(r, "mode")), md_cell(json_str(r, "model")), json_i64(r, "tokens"), json_i64(r, "tp_rank"),
-                       json_i64(r, "tp_size"), md_cell(json_str(r, "backend")), bytes_cell(json_u64(r, "peak_activation_bytes")),
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", md_cell(json_str(r, "name")),
+                       md_cell(json_str(r, "mode")), md_cell(json_str(r, "model")), json_i64(r, "tokens"),
+                       md_cell(run_tp_label(r)), md_cell(json_str(r, "backend")), bytes_cell(json_u64(r, "peak_activation_bytes")),
                        bytes_cell(json_u64(r, "peak_total_bytes")), bytes_cell(json_u64(r, "churn_bytes")), json_u64(r, "allocations"),
                        r.contains("anomalies") ? json_u64(r["anomalies"], "total") : 0);
   }
   for (const auto& r : report["runs"]) {
-    std::vector<std::string> warnings;
+    std::vector<std::string> warnings = run_notes(r);
     if (r.value("truncated", false)) warnings.push_back("trace truncated: " + json_str(r, "truncation_note"));
     if (json_u64(r, "dropped_records")) warnings.push_back(fmt::format("{} dropped records", json_u64(r, "dropped_records")));
     for (const auto& w : warnings) out += fmt::format("\n> **{}**: {}\n", md_cell(json_str(r, "name")), md_cell(w));

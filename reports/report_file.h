@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -57,6 +58,31 @@ inline int64_t json_i64(const nlohmann::ordered_json& j, const char* key) {
 }
 inline std::string json_str(const nlohmann::ordered_json& j, const char* key) {
   return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
+}
+
+// "rank/size", with " (emulated)" when one device ran one rank's shapes (extra.tp_emulated).
+inline std::string run_tp_label(const nlohmann::ordered_json& run) {
+  std::string label = std::to_string(json_i64(run, "tp_rank")) + "/" + std::to_string(json_i64(run, "tp_size"));
+  if (run.contains("extra") && run["extra"].is_object() && json_str(run["extra"], "tp_emulated") == "true")
+    label += " (emulated)";
+  return label;
+}
+
+// Notes a reader must see next to a run's figures: TP emulation, shared expert weights, the
+// allocator caveat of traced PyTorch programs, a run error.
+inline std::vector<std::string> run_notes(const nlohmann::ordered_json& run) {
+  std::vector<std::string> notes;
+  if (!run.contains("extra") || !run["extra"].is_object()) return notes;
+  const auto& x = run["extra"];
+  if (json_str(x, "tp_emulated") == "true")
+    notes.push_back("TP emulated: one device ran rank " + std::to_string(json_i64(run, "tp_rank")) + "'s shapes of TP=" +
+                    std::to_string(json_i64(run, "tp_size")) + "; collectives were no-ops");
+  if (json_str(x, "weights") == "shared")
+    notes.push_back("weights: shared (" + (json_str(x, "weights_note").empty() ? std::string("--weights shared")
+                                                                                  : json_str(x, "weights_note")) + ")");
+  if (!json_str(x, "allocator_note").empty()) notes.push_back(json_str(x, "allocator_note"));
+  if (!json_str(x, "error").empty()) notes.push_back("run failed: " + json_str(x, "error"));
+  return notes;
 }
 
 }  // namespace moeprof::reports

@@ -54,13 +54,16 @@ for s in $STEPS; do
       step seed_nocupti 200 "$B/src/cli/moeprof" run --no-cupti --out "$L/seed-nocupti"
       rc=$?; row seed_nocupti "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E '^(baseline|reuse) ' "$L/seed_nocupti.log" | tr -s ' ' | tr '\n' ';')" ;;
     models)
-      # The other shipped configs on the GPU; the measured saving must equal T*(2H + latent)*2.
-      for spec in "deepseek-v3 8192 8 7168 2112" "deepseek-v2 8192 8 5120 2112" "deepseek-v2-lite 8192 1 2048 576"; do
+      # The other shipped configs on the GPU. Where the peak falls in a MoE layer's expert runner
+      # the saving is T*(2H + latent)*2 (the spec's 4th field is 2H); DeepSeek-V2-Lite at TP=1
+      # peaks in the dense layer 0's MLP (intermediate 10944), where only the attention inputs
+      # are saved: T*(H + latent)*2.
+      for spec in "deepseek-v3 8192 8 14336 2112" "deepseek-v2 8192 8 10240 2112" "deepseek-v2-lite 8192 1 2048 576"; do
         set -- $spec
         step "model_$1" 120 "$B/src/cli/moeprof" run --model "$1" --tokens "$2" --tp "$3" --no-cupti --quiet --out "$L/$1"
         rc=$?
         res=$(python3 -c "
-import json,sys; r=json.load(open('$L/$1/report.json')); d=r['comparison']['peak_activation_delta_bytes']; want=-$2*(2*$4+$5)*2
+import json,sys; r=json.load(open('$L/$1/report.json')); d=r['comparison']['peak_activation_delta_bytes']; want=-$2*($4+$5)*2
 b=r['runs'][0]['peak_activation_bytes']; c=r['runs'][1]['peak_activation_bytes']
 print(('PASS' if d==want else 'FAIL'), f'baseline {b} reuse {c} delta {d} formula {want}')" 2>&1)
         [ $rc -ne 0 ] && res="FAIL exit $rc"

@@ -197,9 +197,15 @@ TEST_CASE("read_report validates version and required keys", "[report]") {
 
 TEST_CASE("markdown report lists runs and the comparison", "[report]") {
   std::string md = reports::report_markdown(golden_report());
-  CHECK(md.find("| baseline | baseline | golden-tiny | 7 | 1/2 | cpu | 2,296 (2.3 kB) | 13,796 (13.8 kB) | 15,753 (15.8 kB) | 10 | 0 |") !=
+  CHECK(md.find("| baseline | baseline | golden-tiny | 7 | 1/2 (emulated) | cpu | 2,296 (2.3 kB) | 13,796 (13.8 kB) | 15,753 (15.8 kB) | 10 | 0 |") !=
         std::string::npos);
-  CHECK(md.find("| reuse | reuse | golden-tiny | 7 | 1/2 | cpu | 1,957 (2.0 kB)") != std::string::npos);
+  CHECK(md.find("| reuse | reuse | golden-tiny | 7 | 1/2 (emulated) | cpu | 1,957 (2.0 kB)") != std::string::npos);
+  // The run notes name the emulated TP and the shared weights.
+  CHECK(md.find("> **baseline**: TP emulated: one device ran rank 1's shapes of TP=2") != std::string::npos);
+  CHECK(md.find("> **baseline**: weights: shared") != std::string::npos);
+  const std::string html = reports::report_html(golden_report());
+  CHECK(html.find("<td>1/2 (emulated)</td>") != std::string::npos);
+  CHECK(html.find("<div class=\"note\"><b>baseline</b>: TP emulated") != std::string::npos);
   CHECK(md.find("| peak activation | 2,296 (2.3 kB) | 1,957 (2.0 kB) | -339 B (-339) |") != std::string::npos);
   CHECK(md.find("| layer.1/moe | moe_output | 672 (672 B) | 1 |") != std::string::npos);
   CHECK(md.find("3 dropped records") != std::string::npos);
