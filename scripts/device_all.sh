@@ -5,7 +5,7 @@
 # Binaries come prebuilt in ./build-gpu. Logs are packed into $OUT/logs.tgz; the summary table
 # is printed last and saved as $OUT/summary.txt.
 #   usage: OUT=dir scripts/device_all.sh [steps...]
-#          (steps: ops model seed trace bench seed-nocupti models)
+#          (steps: ops model seed trace bench seed-nocupti models oom)
 set -u
 B=${B:-build-gpu}
 OUT=${OUT:-$PWD/device-logs}
@@ -13,7 +13,7 @@ L=/tmp/moeprof-device-logs
 rm -rf "$L"; mkdir -p "$L" "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export NCCL_NVLS_ENABLE=0
-STEPS=${*:-ops model seed trace bench seed-nocupti models}
+STEPS=${*:-ops model seed trace bench seed-nocupti models oom}
 START=$(date +%s)
 BUDGET=${BUDGET:-560}
 ROWS=()
@@ -69,6 +69,19 @@ print(('PASS' if d==want else 'FAIL'), f'baseline {b} reuse {c} delta {d} formul
         [ $rc -ne 0 ] && res="FAIL exit $rc"
         row "model_$1" "${res%% *}" "${res#* }"
       done ;;
+    oom)
+      # Per-layer Kimi-K2.5 weights need ~150 GB: the run must fail with exit 3 and one line, and
+      # the trace written up to the failure must still read back.
+      step oom 120 "$B/src/cli/moeprof" run --weights per-layer --mode baseline --quiet --out "$L/oom"
+      rc=$?
+      "$B/src/cli/moeprof" plan "$L/oom/baseline.mtrace" > "$L/oom_plan.log" 2>&1
+      prc=$?
+      n=$(wc -l < "$L/oom.log")
+      if [ $rc -eq 3 ] && [ "$n" -eq 1 ] && grep -q "out of GPU memory" "$L/oom.log" && [ $prc -eq 0 ]; then
+        row oom PASS "exit 3, one line; trace readable: $(grep -m1 'peak total' "$L/oom_plan.log" | tr -s ' ')"
+      else
+        row oom FAIL "exit $rc, $n lines, plan exit $prc: $(head -c 200 "$L/oom.log")"
+      fi ;;
   esac
 done
 
