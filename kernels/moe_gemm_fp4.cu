@@ -94,6 +94,9 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_fp4_kernel(GemmArgs p) {
     const int e = lo;
     const int64_t seg_end_full = p.offsets[e + 1];
     const int64_t seg_end = seg_end_full < row_end ? seg_end_full : row_end;
+    // Non-increasing offsets (corrupt input) would never advance r0: stop rather than hang. The
+    // condition is the same in every thread of the block, so the exit is uniform.
+    if (seg_end <= r0) break;
 
     __syncthreads();  // previous segment's epilogue is done with smem / row_src
     if (tid < kBM) {

@@ -1,6 +1,7 @@
 #include "core/trace_io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <type_traits>
 
 #include "core/version.h"
 
@@ -106,25 +108,36 @@ std::string run_meta_to_json(const RunMeta& m) {
 Status run_meta_from_json(std::string_view text, RunMeta* m) {
   auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status::bad_input("run metadata is not a JSON object");
-  try {
-    auto str = [&](const char* k, std::string* out) {
-      if (j.contains(k) && j[k].is_string()) *out = j[k].get<std::string>();
-    };
-    str("name", &m->name);
-    str("model", &m->model);
-    str("mode", &m->mode);
-    str("backend", &m->backend);
-    str("device_name", &m->device_name);
-    str("moeprof_version", &m->moeprof_version);
-    if (j.contains("tokens") && j["tokens"].is_number_integer()) m->tokens = j["tokens"].get<int64_t>();
-    if (j.contains("layers") && j["layers"].is_number_integer()) m->layers = j["layers"].get<int64_t>();
-    if (j.contains("tp_rank") && j["tp_rank"].is_number_integer()) m->tp_rank = j["tp_rank"].get<int>();
-    if (j.contains("tp_size") && j["tp_size"].is_number_integer()) m->tp_size = j["tp_size"].get<int>();
-    if (j.contains("extra") && j["extra"].is_object()) {
-      for (auto& [k, v] : j["extra"].items()) m->extra[k] = v.is_string() ? v.get<std::string>() : v.dump();
+  auto str = [&](const char* k, std::string* out) {
+    if (j.contains(k) && j[k].is_string()) *out = j[k].get<std::string>();
+  };
+  // Integers must be present as integers within range; anything else is corrupt metadata.
+  auto integer = [&](const char* k, int64_t lo, int64_t hi, auto* out) -> Status {
+    if (!j.contains(k)) return Status::ok();
+    const auto& v = j[k];
+    if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+      return Status::bad_input(std::string("run metadata: '") + k + "' must be an integer in [" + std::to_string(lo) +
+                               ", " + std::to_string(hi) + "]");
+    *out = static_cast<std::remove_pointer_t<decltype(out)>>(v.get<int64_t>());
+    return Status::ok();
+  };
+  str("name", &m->name);
+  str("model", &m->model);
+  str("mode", &m->mode);
+  str("backend", &m->backend);
+  str("device_name", &m->device_name);
+  str("moeprof_version", &m->moeprof_version);
+  MOEPROF_RETURN_IF_ERROR(integer("tokens", 0, int64_t{1} << 40, &m->tokens));
+  MOEPROF_RETURN_IF_ERROR(integer("layers", 0, 1 << 20, &m->layers));
+  MOEPROF_RETURN_IF_ERROR(integer("tp_size", 1, 1 << 20, &m->tp_size));
+  MOEPROF_RETURN_IF_ERROR(integer("tp_rank", 0, (1 << 20) - 1, &m->tp_rank));
+  if (j.contains("extra")) {
+    if (!j["extra"].is_object()) return Status::bad_input("run metadata: 'extra' must be an object");
+    for (auto& [k, v] : j["extra"].items()) {
+      if (v.is_string()) m->extra[k] = v.get<std::string>();
+      else if (v.is_number() || v.is_boolean()) m->extra[k] = v.dump();
+      else return Status::bad_input("run metadata: extra value '" + k + "' must be a string, number or boolean");
     }
-  } catch (const std::exception& e) {
-    return Status::bad_input(std::string("run metadata: ") + e.what());
   }
   return Status::ok();
 }
@@ -244,6 +257,37 @@ Status TraceWriter::close() {
 
 namespace {
 
+// Replaces bytes that are not valid UTF-8 with U+FFFD, so names from arbitrary programs (NVTX
+// ranges) can always be written into JSON reports.
+std::string valid_utf8(std::string s) {
+  auto cont = [&](size_t i) { return i < s.size() && (static_cast<uint8_t>(s[i]) & 0xC0) == 0x80; };
+  std::string out;
+  bool changed = false;
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<uint8_t>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+    bool ok = n > 0;
+    for (size_t k = 1; ok && k < n; ++k) ok = cont(i + k);
+    if (ok && n == 3) {
+      const auto c1 = static_cast<uint8_t>(s[i + 1]);
+      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);  // overlong, surrogates
+    }
+    if (ok && n == 4) {
+      const auto c1 = static_cast<uint8_t>(s[i + 1]);
+      ok = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);  // overlong, > U+10FFFF
+    }
+    if (ok) {
+      out.append(s, i, n);
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";
+      changed = true;
+      ++i;
+    }
+  }
+  return changed ? out : s;
+}
+
 std::string at_offset(const std::string& path, uint64_t off) {
   return path + ": byte offset " + std::to_string(off) + ": ";
 }
@@ -272,6 +316,8 @@ Result<Trace> read_trace(const std::string& path) {
     ~Closer() { std::fclose(f); }
   } closer{f};
   std::setvbuf(f, nullptr, _IOFBF, 1 << 20);
+  uint64_t file_size = 0;
+  if (struct stat st {}; ::fstat(::fileno(f), &st) == 0) file_size = static_cast<uint64_t>(st.st_size);
 
   Trace t;
   t.source_path = path;
@@ -302,6 +348,12 @@ Result<Trace> read_trace(const std::string& path) {
         fh.type != kFrameEnd)
       return Status::bad_input(at_offset(path, off) + "corrupt trace: unknown frame type");
     if (fh.bytes > kMaxFrameBytes) return Status::bad_input(at_offset(path, off) + "corrupt trace: frame too large");
+    if (off + sizeof(fh) + fh.bytes > file_size) {  // cut short: do not allocate what is not there
+      t.truncated = true;
+      t.truncation_note = "truncated at byte offset " + std::to_string(off) + " (frame of " + std::to_string(fh.bytes) +
+                          " bytes cut short after " + std::to_string(file_size - off - sizeof(fh)) + ")";
+      break;
+    }
     payload.resize(fh.bytes);
     size_t pn = fh.bytes ? std::fread(payload.data(), 1, fh.bytes, f) : 0;
     if (pn < fh.bytes) {
@@ -323,7 +375,7 @@ Result<Trace> read_trace(const std::string& path) {
           std::memcpy(&len, payload.data() + p + 4, 4);
           if (p + 8 + len > fh.bytes || id != t.strings.size())
             return Status::bad_input(at_offset(path, poff + p) + "corrupt string table");
-          t.strings.append(std::string(payload.data() + p + 8, len));
+          t.strings.append(valid_utf8(std::string(payload.data() + p + 8, len)));
           p += 8 + len;
         }
         break;

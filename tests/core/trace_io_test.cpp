@@ -291,3 +291,63 @@ TEST_CASE("jsonl export has one line per record plus the header", "[core][trace_
   CHECK(std::count(s.begin(), s.end(), '\n') == 42);
   CHECK(s.find("\"tp_emulated\":\"true\"") != std::string::npos);
 }
+
+TEST_CASE("hostile traces: invalid UTF-8, nested metadata, frames larger than the file", "[core][trace_io]") {
+  SECTION("invalid UTF-8 in a string is replaced, so JSON export works") {
+    Trace t;
+    uint32_t bad = t.strings.intern(std::string("ok\xff\xfe-\xe2\x82", 7));
+    uint32_t good = t.strings.intern("layer.1/\xc3\xa9");  // valid two-byte sequence kept
+    auto& r = t.add(EventKind::kAlloc, 1, 0x10, 7);
+    r.name_id = bad;
+    r.scope_id = good;
+    const std::string p = tmp_path("utf8.mtrace");
+    REQUIRE(write_trace(p, t).is_ok());
+    auto back = read_trace(p);
+    REQUIRE(back.is_ok());
+    CHECK(back->str(back->records[0].name_id) == "ok\xEF\xBF\xBD\xEF\xBF\xBD-\xEF\xBF\xBD\xEF\xBF\xBD");
+    CHECK(back->str(back->records[0].scope_id) == "layer.1/\xc3\xa9");
+    std::ostringstream os;
+    write_jsonl(back.value(), os);  // must not throw
+    CHECK(os.str().find("layer.1/") != std::string::npos);
+  }
+  SECTION("metadata with non-scalar extra values or out-of-range integers is corrupt") {
+    RunMeta m;
+    CHECK_FALSE(run_meta_from_json(R"({"extra":{"a":[[[1]]]}})", &m).is_ok());
+    CHECK_FALSE(run_meta_from_json(R"({"tp_size":99999999999})", &m).is_ok());
+    CHECK_FALSE(run_meta_from_json(R"({"tokens":-3})", &m).is_ok());
+    CHECK_FALSE(run_meta_from_json(R"({"tp_size":"4"})", &m).is_ok());
+    REQUIRE(run_meta_from_json(R"({"tokens":37,"tp_size":4,"tp_rank":3,"extra":{"n":5,"b":true,"s":"x"}})", &m).is_ok());
+    CHECK(m.tokens == 37);
+    CHECK(m.extra.at("n") == "5");
+    CHECK(m.extra.at("b") == "true");
+  }
+  SECTION("a frame header claiming more bytes than the file holds is a truncation, read without allocating it") {
+    std::mt19937_64 rng(77);
+    Trace t = random_trace(rng, 20);
+    const std::string p = tmp_path("huge_src.mtrace");
+    std::vector<char> bytes;
+    {
+      auto w = TraceWriter::open(p, t.meta, 8);
+      REQUIRE(w.is_ok());
+      for (const auto& rec : t.records) {
+        TraceRecord c2 = rec;
+        c2.name_id = w.value()->intern(t.str(rec.name_id));
+        c2.scope_id = w.value()->intern(t.str(rec.scope_id));
+        c2.shape_id = rec.shape_id ? w.value()->intern(t.str(rec.shape_id)) : 0;
+        REQUIRE(w.value()->append(c2).is_ok());
+      }
+      REQUIRE(w.value()->flush().is_ok());
+      bytes = read_bytes(p);  // as a crashed recorder would leave it: no END frame
+    }
+    // Append a RECS frame header that claims 2^30 bytes of payload.
+    const uint32_t fh[4] = {0x53434552u /* "RECS" */, 1u << 30, 0u, (1u << 30) / 64};
+    const char* c = reinterpret_cast<const char*>(fh);
+    bytes.insert(bytes.end(), c, c + sizeof(fh));
+    const std::string q = tmp_path("huge.mtrace");
+    write_bytes(q, bytes);
+    auto r = read_trace(q);
+    REQUIRE(r.is_ok());
+    CHECK(r->truncated);
+    CHECK(r->records.size() == 20);
+  }
+}
