@@ -102,6 +102,17 @@ GateResult run_gate(const ReportFile& baseline, const ReportFile& current, const
     }
   }
   for (const auto& crun : current.runs()) {
+    const uint64_t dropped = json_u64(crun, "dropped_records");
+    if (crun.value("truncated", false) || dropped > 0) {
+      ++res.incomplete;
+      if (!opts.allow_incomplete) ++res.failures;
+      res.notes.push_back("run " + crun["name"].get<std::string>() + ": trace incomplete (" +
+                          (crun.value("truncated", false) ? std::string("truncated") : std::string("not truncated")) +
+                          ", " + std::to_string(dropped) + " dropped records): its figures are lower bounds" +
+                          (opts.allow_incomplete ? " (allowed by --allow-incomplete)" : ""));
+    }
+  }
+  for (const auto& crun : current.runs()) {
     std::string name = crun["name"].get<std::string>();
     if (baseline.find_run(name)) continue;
     for (const auto& metric : opts.metrics) {
@@ -167,6 +178,8 @@ std::string gate_verdict(const GateResult& r, const GateOptions& opts) {
   if (unexpected) parts.push_back(fmt::format("{} unexpected improvement{}", unexpected, unexpected == 1 ? "" : "s"));
   if (r.missing) parts.push_back(fmt::format("{} check{} of missing runs", r.missing, r.missing == 1 ? "" : "s"));
   if (r.new_runs) parts.push_back(fmt::format("{} check{} of runs not in the baseline", r.new_runs, r.new_runs == 1 ? "" : "s"));
+  if (r.incomplete && !opts.allow_incomplete)
+    parts.push_back(fmt::format("{} run{} with an incomplete trace", r.incomplete, r.incomplete == 1 ? "" : "s"));
   return fmt::format("moeprof gate: FAIL: {} ({})", fmt::join(parts, ", "), scope);
 }
 

@@ -17,6 +17,9 @@ struct GateOptions {
   double rel_tol = 0.0;         // fraction of the baseline value (0.01 = 1%)
   uint64_t abs_tol = 0;         // bytes
   bool allow_improvement = false;
+  // A current run whose trace was truncated or lost records has figures that are lower bounds:
+  // it fails the gate unless this is set.
+  bool allow_incomplete = false;
   std::vector<std::string> metrics = {"peak_activation_bytes", "peak_total_bytes", "churn_bytes"};
 };
 
@@ -49,6 +52,7 @@ struct GateResult {
   int improvements = 0;            // all improvements beyond tolerance (allowed or not)
   int missing = 0;                 // checks of runs missing from the current report
   int new_runs = 0;                // checks of runs missing from the baseline
+  int incomplete = 0;              // current runs with a truncated trace or dropped records
   int failures = 0;
   bool passed() const { return failures == 0; }
 };

@@ -60,6 +60,7 @@ Status validate_report(const nlohmann::ordered_json& doc) {
   if (!doc.contains("generator") || !doc["generator"].is_string())
     return Status::bad_input("missing or non-string generator");
   if (!doc.contains("runs") || !doc["runs"].is_array()) return Status::bad_input("missing runs array");
+  if (doc["runs"].empty()) return Status::bad_input("report has no runs");
   std::set<std::string> names;
   for (size_t i = 0; i < doc["runs"].size(); ++i) {
     MOEPROF_RETURN_IF_ERROR(check_run(doc["runs"][i], i));

@@ -35,6 +35,8 @@ void register_gate(CLI::App& app, int* exit_code) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--abs-tol", args->opts.abs_tol, "absolute tolerance in bytes")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--allow-improvement", args->opts.allow_improvement, "do not fail when a metric shrinks beyond tolerance");
+  cmd->add_flag("--allow-incomplete", args->opts.allow_incomplete,
+                "do not fail when a current run's trace was truncated or dropped records");
   cmd->add_option("--metrics", args->opts.metrics, "metrics to check (comma-separated)")
       ->delimiter(',')
       ->check(CLI::IsMember({"peak_activation_bytes", "peak_total_bytes", "churn_bytes"}));

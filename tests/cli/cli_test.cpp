@@ -124,7 +124,12 @@ TEST_CASE("cli: report, then gate against it", "[cli]") {
   REQUIRE(named.rc == 0);
   CHECK(json::parse(named.out)["comparison"]["candidate"] == "B");
 
-  auto same = run_cli("gate --baseline '" + base + "' --current '" + base + "'");
+  // The golden reuse run lost 3 records: its figures are lower bounds, which fails by default.
+  auto incomplete = run_cli("gate --baseline '" + base + "' --current '" + base + "'");
+  CHECK(incomplete.rc == 1);
+  CHECK(incomplete.out.rfind("moeprof gate: FAIL: 1 run with an incomplete trace", 0) == 0);
+  CHECK(incomplete.out.find("run reuse: trace incomplete (not truncated, 3 dropped records)") != std::string::npos);
+  auto same = run_cli("gate --baseline '" + base + "' --current '" + base + "' --allow-incomplete");
   CHECK(same.rc == 0);
   CHECK(same.out.rfind("moeprof gate: PASS (6 checks, 2 runs;", 0) == 0);
 
@@ -142,15 +147,15 @@ TEST_CASE("cli: report, then gate against it", "[cli]") {
   CHECK(reg.out.find("| reuse | peak_activation_bytes | 1,957 | 1,958 | +1 B | +0.1% | 0 | ❌ regression |") != std::string::npos);
   CHECK(moeprof::testing::slurp(gmd).find("| baseline | churn_bytes | 15,753 | 15,000 | -753 B |") != std::string::npos);
   CHECK(moeprof::testing::slurp(junit).find("tests=\"6\" failures=\"2\"") != std::string::npos);
-  auto allowed = run_cli("gate --baseline '" + base + "' --current '" + curp + "' --allow-improvement --metrics churn_bytes");
+  auto allowed = run_cli("gate --baseline '" + base + "' --current '" + curp + "' --allow-improvement --allow-incomplete --metrics churn_bytes");
   CHECK(allowed.rc == 0);
-  auto tol = run_cli("gate --baseline '" + base + "' --current '" + curp + "' --abs-tol 1 --metrics peak_activation_bytes");
+  auto tol = run_cli("gate --baseline '" + base + "' --current '" + curp + "' --abs-tol 1 --allow-incomplete --metrics peak_activation_bytes");
   CHECK(tol.rc == 0);
   // churn -753 of 15,753 is -4.78%: outside 4% (630 B allowed), inside 5% (787 B); +1 B is inside both.
   CHECK(run_cli("gate --baseline '" + base + "' --current '" + curp + "' --rel-tol 0.04").rc == 1);
-  CHECK(run_cli("gate --baseline '" + base + "' --current '" + curp + "' --rel-tol 0.05").rc == 0);
+  CHECK(run_cli("gate --baseline '" + base + "' --current '" + curp + "' --rel-tol 0.05 --allow-incomplete").rc == 0);
   // The proposed baseline passes against the current report.
-  auto again = run_cli("gate --baseline '" + prop + "' --current '" + curp + "'");
+  auto again = run_cli("gate --baseline '" + prop + "' --current '" + curp + "' --allow-incomplete");
   CHECK(again.rc == 0);
 
   // Missing, corrupt and schema-mismatched baselines are bad input, never a pass.
