@@ -5,7 +5,7 @@
 # Binaries come prebuilt in ./build-gpu. Logs are packed into $OUT/logs.tgz; the summary table
 # is printed last and saved as $OUT/summary.txt.
 #   usage: OUT=dir scripts/device_all.sh [steps...]
-#          (steps: ops model seed trace bench seed-nocupti models oom)
+#          (steps: ops model seed trace bench seed-nocupti models oom tp2)
 set -u
 B=${B:-build-gpu}
 OUT=${OUT:-$PWD/device-logs}
@@ -13,7 +13,7 @@ L=/tmp/moeprof-device-logs
 rm -rf "$L"; mkdir -p "$L" "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export NCCL_NVLS_ENABLE=0
-STEPS=${*:-ops model seed trace bench seed-nocupti models oom}
+STEPS=${*:-ops model seed trace bench seed-nocupti models oom}  # add tp2 on a 2-GPU machine
 START=$(date +%s)
 BUDGET=${BUDGET:-560}
 ROWS=()
@@ -69,6 +69,12 @@ print(('PASS' if d==want else 'FAIL'), f'baseline {b} reuse {c} delta {d} formul
         [ $rc -ne 0 ] && res="FAIL exit $rc"
         row "model_$1" "${res%% *}" "${res#* }"
       done ;;
+    tp2)
+      # Real TP=2 over NCCL on two GPUs (needs the nvidia-h200-x2 kind).
+      step tp_gpu_test 240 "$B/tests/gpu/tp_gpu_test" '[gpu]' -r compact
+      rc=$?; row tp_gpu_test "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -oE 'TP=2 on 2 GPUs[^)]*\)' "$L/tp_gpu_test.log" | tr '\n' ';' | head -c 200)"
+      step tp2_run 240 "$B/src/cli/moeprof" run --backend cuda --model kimi-k2.5 --layers 4 --tokens 2048 --tp 2 --gpus 2 --out "$L/tp2"
+      rc=$?; row tp2_run "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E 'rank [01]:' "$L/tp2_run.log" | tr -s ' ' | tr '\n' ';' | head -c 200)" ;;
     oom)
       # Per-layer Kimi-K2.5 weights need ~150 GB: the run must fail with exit 3 and one line, and
       # the trace written up to the failure must still read back.

@@ -18,6 +18,7 @@
 #include "executor/backends.h"
 #include "executor/recorder.h"
 #include "executor/run.h"
+#include "executor/tp_run.h"
 #include "model/config.h"
 #include "planner/analysis.h"
 #include "reports/json_report.h"
@@ -36,6 +37,7 @@ struct RunArgs {
   int64_t tokens = 0;
   int64_t layers = 0;
   int tp = 0;
+  int gpus = 1;  // > 1: real TP over NCCL, one rank per GPU (executor/tp_run.h)
   std::string weights = "auto";
   std::string out = "moeprof-out";
   uint64_t seed = 0x5EED;
@@ -67,11 +69,16 @@ int run_command(const RunArgs& a) {
   // Backend choice. "auto": the CUDA backend when a usable GPU is present, else the CPU reference.
   std::unique_ptr<Backend> backend;
   std::string backend_note;
+  const bool multi_gpu = a.gpus > 1;
+  if (multi_gpu && a.backend == "cpu") {
+    std::fprintf(stderr, "moeprof run: --gpus %d needs the CUDA backend (got --backend cpu)\n", a.gpus);
+    return kExitBadInput;
+  }
   if (a.backend == "cuda" || a.backend == "auto") {
     auto cb = make_cuda_backend(0);
     if (cb.is_ok()) {
       backend = std::move(cb).value();
-    } else if (a.backend == "cuda") {
+    } else if (a.backend == "cuda" || multi_gpu) {
       std::fprintf(stderr, "moeprof run: %s\n", cb.status().message().c_str());
       return kExitRunFailure;
     } else {
@@ -85,7 +92,7 @@ int run_command(const RunArgs& a) {
   RunPlan plan;
   plan.model = a.model.empty() ? (on_gpu ? "kimi-k2.5" : "tiny") : a.model;
   plan.tokens = a.tokens > 0 ? a.tokens : (on_gpu ? 16384 : (plan.model == "tiny" ? 100 : 64));
-  plan.tp = a.tp > 0 ? a.tp : (on_gpu && a.model.empty() ? 4 : 1);
+  plan.tp = a.tp > 0 ? a.tp : (multi_gpu ? a.gpus : (on_gpu && a.model.empty() ? 4 : 1));
   plan.layers = a.layers;
   plan.seed = a.seed;
   plan.out_dir = a.out;
@@ -101,7 +108,10 @@ int run_command(const RunArgs& a) {
   // On the GPU, the run also traces itself with the CUPTI recorder (DIR/<mode>.cupti.mtrace).
   auto tracer = std::make_shared<std::unique_ptr<profiler::CuptiTracer>>();
   std::vector<std::string> cupti_paths;
-  if (on_gpu && a.cupti) {
+  if (on_gpu && a.cupti && multi_gpu && !a.quiet)
+    std::fprintf(stderr, "moeprof: --gpus %d: the in-process CUPTI trace is skipped for multi-GPU runs "
+                         "(the executor's own traces are written per rank and merged)\n", a.gpus);
+  if (on_gpu && a.cupti && !multi_gpu) {
     plan.before_mode = [&, tracer](const std::string& mode, const RunMeta& meta) -> Status {
       RunMeta m = meta;
       m.name = mode + "-cupti";
@@ -121,7 +131,11 @@ int run_command(const RunArgs& a) {
     };
   }
 #endif
-  auto res = execute_run_plan(*backend, plan);
+  // Multi-GPU: execute_tp_run_plan makes its own backend per GPU; the probe on GPU 0 goes first.
+  const std::string backend_name = backend->name();
+  const std::string device_name = backend->device_name();
+  if (multi_gpu) backend.reset();
+  auto res = multi_gpu ? execute_tp_run_plan(plan, a.gpus) : execute_run_plan(*backend, plan);
   if (!res.is_ok()) {
     std::fprintf(stderr, "moeprof run: %s\n", res.status().message().c_str());
     return res.status().exit_code();
@@ -199,14 +213,24 @@ int run_command(const RunArgs& a) {
     }
   }
 
+  // Checks that fail the run, whatever is printed.
+  int verdict = kExitOk;
+  if (r.modes.size() == 2 && !r.outputs_identical) verdict = kExitRunFailure;
+#ifdef MOEPROF_HAVE_CUDA
+  if (!cupti_agrees) verdict = kExitRunFailure;
+#endif
   if (a.json) {
     std::ifstream in(report_path);
     std::printf("%s", std::string(std::istreambuf_iterator<char>(in), {}).c_str());
-    return kExitOk;
+    if (r.modes.size() == 2 && !r.outputs_identical)
+      std::fprintf(stderr, "moeprof run: baseline and reuse outputs differ: the reused buffer was not dead\n");
+    return verdict;
   }
   std::printf("moeprof run: %s, %lld tokens, TP=%d%s, %lld layers, backend %s (%s)\n", r.model.c_str(),
-              static_cast<long long>(r.tokens), r.tp, r.tp_emulated ? " (TP emulated on one device)" : "",
-              static_cast<long long>(r.layers), backend->name().c_str(), backend->device_name().c_str());
+              static_cast<long long>(r.tokens), r.tp,
+              r.gpus > 1 ? fmt::format(" (one rank per GPU on {} GPUs, NCCL all-reduce)", r.gpus).c_str()
+                         : (r.tp_emulated ? " (TP emulated on one device)" : ""),
+              static_cast<long long>(r.layers), backend_name.c_str(), device_name.c_str());
   if (!backend_note.empty() && !a.quiet) std::printf("  (no GPU backend: %s)\n", backend_note.c_str());
   if (!r.weights_note.empty()) std::printf("  weights: %s\n", r.weights_note.c_str());
   std::printf("\n%-9s %16s %16s %16s %12s %10s\n", "mode", "peak activation", "peak total", "churn", "allocations",
@@ -226,7 +250,16 @@ int run_command(const RunArgs& a) {
                 static_cast<long long>(d), b.peak_activation_bytes ? 100.0 * double(d) / double(b.peak_activation_bytes) : 0.0);
     std::printf("churn delta: %s\n",
                 signed_mb(static_cast<int64_t>(c.churn_bytes) - static_cast<int64_t>(b.churn_bytes)).c_str());
-    std::printf("outputs bitwise identical: %s\n", r.outputs_identical ? "yes" : "NO");
+    std::printf("outputs bitwise identical: %s%s\n", r.outputs_identical ? "yes" : "NO",
+                r.gpus > 1 ? " (every rank)" : "");
+  }
+  if (r.gpus > 1) {
+    // Per rank (= device of the merged trace); the table above shows the maximum over ranks.
+    for (size_t i = 0; i < r.modes.size(); ++i)
+      for (const auto& d : analyses[i].devices)
+        std::printf("  %-9s rank %u: peak activation %s (%llu bytes), peak total %s\n", r.modes[i].mode.c_str(),
+                    static_cast<unsigned>(d.device), mb(d.peak_activation_bytes).c_str(),
+                    static_cast<unsigned long long>(d.peak_activation_bytes), mb(d.peak_total_bytes).c_str());
   }
   for (const auto& m : r.modes)
     std::printf("MoE output buffers (%s): %lld reused, %lld fresh, %lld fallback\n", m.mode.c_str(),
@@ -242,13 +275,10 @@ int run_command(const RunArgs& a) {
   std::printf("\nreport: %s (+ report.md, report.html)\n", report_path.c_str());
 #ifdef MOEPROF_HAVE_CUDA
   for (const auto& p : cupti_paths) std::printf("CUPTI trace: %s\n", p.c_str());
-  if (!cupti_agrees) return kExitRunFailure;
 #endif
-  if (r.modes.size() == 2 && !r.outputs_identical) {
+  if (r.modes.size() == 2 && !r.outputs_identical)
     std::fprintf(stderr, "moeprof run: baseline and reuse outputs differ: the reused buffer was not dead\n");
-    return kExitRunFailure;
-  }
-  return kExitOk;
+  return verdict;
 }
 
 }  // namespace
@@ -266,6 +296,10 @@ void register_run(CLI::App& app, int* exit_code) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--layers", args->layers, "Run only the first N layers")->check(CLI::PositiveNumber);
   cmd->add_option("--tp", args->tp, "Tensor-parallel size (one rank's shapes; emulated on one device)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus", args->gpus,
+                  "GPUs to run on: 1 (default) emulates TP on one device; N > 1 runs TP=N for real, rank r on "
+                  "GPU r with NCCL all-reduces (needs libnccl.so.2 at run time; --tp defaults to N)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--weights", args->weights, "auto | per-layer | shared")
       ->check(CLI::IsMember({"auto", "per-layer", "shared"}));

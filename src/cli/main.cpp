@@ -1,5 +1,6 @@
 // moeprof: memory profiler and buffer planner for large-model inference.
 #include <cstdio>
+#include <exception>
 
 #include <CLI/CLI.hpp>
 
@@ -30,6 +31,11 @@ int main(int argc, char** argv) {
         e.get_exit_code() == static_cast<int>(CLI::ExitCodes::ConversionError))
       return moeprof::kExitBadInput;
     return rc;
+  } catch (const std::exception& e) {
+    // Library code reports errors as Status; anything thrown is a bug or an exhausted resource.
+    std::fflush(stdout);
+    std::fprintf(stderr, "moeprof: unexpected error: %s\n", e.what());
+    return moeprof::kExitRunFailure;
   }
   std::fflush(stdout);
   return exit_code;

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "executor/backends.h"
+#include "executor/cuda_nccl.h"
 #include "kernels/activation.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/fp4_quant.cuh"
@@ -21,6 +22,19 @@
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rope.cuh"
 
+namespace moeprof {
+// Kernel faults surface at the next CUDA call, which may belong to a later op: say so.
+inline std::string async_error_hint(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress: case cudaErrorLaunchFailure: case cudaErrorMisalignedAddress:
+    case cudaErrorIllegalInstruction: case cudaErrorHardwareStackError: case cudaErrorAssert:
+      return "; an asynchronous kernel fault may come from an earlier op (CUDA_LAUNCH_BLOCKING=1 pins it down)";
+    default:
+      return "";
+  }
+}
+}  // namespace moeprof
+
 // Records the failed CUDA statement with the op name and returns Status::run_failure (never aborts).
 #define MOEPROF_CUDA_CHECK(op, expr)                                                                     \
   do {                                                                                                   \
@@ -29,7 +43,7 @@
       return ::moeprof::Status::run_failure(std::string("cuda ") + (op) + ": " + #expr + " failed: " +     \
                                             cudaGetErrorName(_moeprof_ce) + " (" +                        \
                                             cudaGetErrorString(_moeprof_ce) + ") at " + __FILE__ + ":" +  \
-                                            std::to_string(__LINE__));                                   \
+                                            std::to_string(__LINE__) + ::moeprof::async_error_hint(_moeprof_ce)); \
   } while (0)
 
 #define MOEPROF_CUBLAS_CHECK(op, expr)                                                                   \
@@ -152,6 +166,18 @@ Result<void*> CudaBackend::do_allocate(size_t bytes, MemKind kind, const AllocTa
     case MemKind::kPinned: case MemKind::kHost: e = cudaMallocHost(&p, bytes); break;
     default: e = cudaMalloc(&p, bytes); break;
   }
+  if (e == cudaErrorMemoryAllocation && kind != MemKind::kStreamOrdered) {
+    // The stream-ordered pool keeps freed activations reserved (release threshold raised), and a
+    // plain cudaMalloc cannot use that memory: give it back to the device and retry once.
+    cudaGetLastError();
+    cudaMemPool_t pool = nullptr;
+    if (cudaStreamSynchronize(stream_) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, device_) == cudaSuccess &&
+        cudaMemPoolTrimTo(pool, 0) == cudaSuccess) {
+      e = kind == MemKind::kManaged ? cudaMallocManaged(&p, bytes)
+          : (kind == MemKind::kPinned || kind == MemKind::kHost) ? cudaMallocHost(&p, bytes)
+                                                                  : cudaMalloc(&p, bytes);
+    }
+  }
   nvtxRangePop();
   if (e == cudaErrorMemoryAllocation) {
     cudaGetLastError();
@@ -159,7 +185,8 @@ Result<void*> CudaBackend::do_allocate(size_t bytes, MemKind kind, const AllocTa
     cudaMemGetInfo(&free_b, &total_b);
     return Status::run_failure("out of GPU memory allocating " + std::to_string(bytes) + " bytes for " + tag.scope +
                                "/" + tag.name + " (free " + std::to_string(free_b) + " of total " +
-                               std::to_string(total_b) + ")");
+                               std::to_string(total_b) + ", pool reserve " + std::to_string(pool_reserved_unused()) +
+                               " unused)");
   }
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -179,8 +206,35 @@ void CudaBackend::do_free(void* ptr, size_t /*bytes*/, MemKind kind) {
   }
   if (e != cudaSuccess) {
     cudaGetLastError();
-    std::fprintf(stderr, "moeprof: cuda free failed: %s\n", cudaGetErrorString(e));
+    if (!free_failure_reported_) {
+      free_failure_reported_ = true;
+      std::fprintf(stderr, "moeprof: cuda free failed: %s (further free failures not shown)\n", cudaGetErrorString(e));
+    }
   }
+}
+
+size_t CudaBackend::pool_reserved_unused() const {
+  cudaMemPool_t pool = nullptr;
+  uint64_t reserved = 0, used = 0;
+  if (cudaDeviceGetDefaultMemPool(&pool, device_) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return reserved > used ? static_cast<size_t>(reserved - used) : 0;
+}
+
+bool CudaBackend::memory_info(size_t* free_bytes, size_t* total_bytes) const {
+  size_t f = 0, t = 0;
+  if (cudaSetDevice(device_) != cudaSuccess || cudaMemGetInfo(&f, &t) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  // Memory the activation pool holds but does not use is available again (it is trimmed on demand).
+  *free_bytes = f + pool_reserved_unused();
+  *total_bytes = t;
+  return true;
 }
 
 // ---- data movement ------------------------------------------------------------------------------
@@ -302,17 +356,20 @@ Result<CudaBackend::LinearPlan*> CudaBackend::linear_plan(const Tensor& x, const
   MOEPROF_CUBLAS_CHECK(op, cublasLtMatrixLayoutCreate(&plan->c, f32_out ? CUDA_R_32F : CUDA_R_16BF, N, T, out.ld()));
   cublasLtMatmulPreference_t pref = nullptr;
   MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulPreferenceCreate(&pref));
+  struct PrefGuard {
+    cublasLtMatmulPreference_t p;
+    ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+  } pref_guard{pref};
   uint64_t ws = ws_bytes;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c));
+  MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+  MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+  MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+  MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_handle_), plan->desc,
                                                            plan->a, plan->b, plan->c, plan->c, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
   if (hs != CUBLAS_STATUS_SUCCESS || found == 0)
     return Status::run_failure("cuda linear: no cuBLASLt algorithm for x " + shape(x) + " w " + shape(w) + " out " +
                                shape(out) + " (status " + std::to_string(int(hs)) + ")");
@@ -347,6 +404,7 @@ Status CudaBackend::rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_
   MOEPROF_REQUIRE(op, positions.dtype() == DType::kI32 && positions.contiguous() && positions.numel() == x.rows(),
                   "positions must be contiguous i32 with one entry per row of x");
   MOEPROF_REQUIRE(op, cos_sin.dtype() == DType::kF32 && cos_sin.cols() >= rot_dim, "cos_sin must be f32 [max_pos, rot_dim]");
+  MOEPROF_REQUIRE(op, n_heads == 1 || head_stride >= rot_offset + rot_dim, "rotary columns of different heads overlap");
   MOEPROF_REQUIRE(op, rot_dim > 0 && rot_dim % 2 == 0 && rot_offset >= 0 && n_heads > 0 &&
                           (n_heads - 1) * head_stride + rot_offset + rot_dim <= x.cols(),
                   "heads " + std::to_string(n_heads) + " x stride " + std::to_string(head_stride) + " rot [" +
@@ -431,7 +489,30 @@ Status CudaBackend::add_inplace(Tensor& dst, const Tensor& src) {
   return Status::ok();
 }
 
-Status CudaBackend::all_reduce(Tensor& /*t*/) { return Status::ok(); }  // one rank
+// ---- tensor parallelism (real TP over NCCL; see attach_nccl) -----------------------------------
+Status CudaBackend::attach_nccl(void* comm, int rank, int size) {
+  if (comm == nullptr) {
+    nccl_comm_ = nullptr;
+    nccl_rank_ = 0;
+    nccl_size_ = 1;
+    return Status::ok();
+  }
+  if (size < 1 || rank < 0 || rank >= size)
+    return Status::bad_input("attach_nccl: rank " + std::to_string(rank) + " of " + std::to_string(size));
+  nccl_comm_ = comm;
+  nccl_rank_ = rank;
+  nccl_size_ = size;
+  return Status::ok();
+}
+
+// A no-op for one rank or emulated TP (no communicator attached).
+Status CudaBackend::all_reduce(Tensor& t) {
+  if (nccl_comm_ == nullptr || nccl_size_ == 1 || t.numel() == 0) return Status::ok();
+  const char* op = "all_reduce";
+  MOEPROF_REQUIRE(op, t.dtype() == DType::kBF16 || t.dtype() == DType::kF32, "tensor must be bf16 or f32, got " + shape(t));
+  MOEPROF_REQUIRE(op, t.contiguous(), "tensor must be contiguous, got " + shape(t) + " ld " + std::to_string(t.ld()));
+  return nccl_all_reduce(nccl_comm_, t.raw(), static_cast<size_t>(t.numel()), t.dtype(), stream_);
+}
 
 // ---- MoE ----------------------------------------------------------------------------------------
 Status CudaBackend::router_topk(const Tensor& logits, const Tensor& bias, const RouterParams& p, Tensor& topk_ids,
@@ -448,7 +529,11 @@ Status CudaBackend::router_topk(const Tensor& logits, const Tensor& bias, const 
   MOEPROF_REQUIRE(op, p.n_group >= 1 && p.n_group <= 64 && E % p.n_group == 0 && p.topk_group >= 1 &&
                           p.topk_group <= p.n_group,
                   "n_group must divide E (<= 64 groups) and topk_group be in [1, n_group]");
-  const bool use_bias = p.method == TopkMethod::kNoauxTc && bias.defined();
+  if (p.method != TopkMethod::kGreedy)
+    MOEPROF_REQUIRE(op, p.top_k <= p.topk_group * (E / p.n_group),
+                    "top_k " + std::to_string(p.top_k) + " exceeds the experts of topk_group groups");
+  MOEPROF_REQUIRE(op, p.method != TopkMethod::kNoauxTc || bias.defined(), "noaux_tc needs the correction bias");
+  const bool use_bias = p.method == TopkMethod::kNoauxTc;
   if (use_bias)
     MOEPROF_REQUIRE(op, bias.dtype() == DType::kF32 && bias.numel() == E && bias.contiguous(), "bias must be f32 [E]");
   kern::RouterConfig c;
@@ -507,6 +592,8 @@ Status CudaBackend::moe_permute(const Tensor& topk_ids, int64_t num_experts, int
   const size_t have = workspace.defined() ? workspace.bytes() : 0;
   MOEPROF_REQUIRE(op, have >= need, "workspace has " + std::to_string(have) + " bytes, needs " + std::to_string(need) +
                                         " (moe_permute_workspace_bytes)");
+  MOEPROF_REQUIRE(op, !have || reinterpret_cast<uintptr_t>(workspace.raw()) % 256 == 0,
+                  "workspace must be 256-byte aligned");
   MOEPROF_CUDA_CHECK(op, kern::launch_moe_permute(i32p(topk_ids), N, k, num_experts, tile, i32p(offsets),
                                                   i32p(permuted_to_token), permuted_to_token.numel(),
                                                   i32p(expanded_to_permuted), have ? workspace.raw() : nullptr, have,

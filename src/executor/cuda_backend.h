@@ -26,11 +26,22 @@ class CudaBackend : public Backend {
   ~CudaBackend() override;
   Status init();  // stream, pool, cuBLASLt
 
+  // Real tensor parallelism (`moeprof run --gpus N`, src/executor/tp_run.cpp): with a
+  // communicator attached, all_reduce is an in-place NCCL sum (cuda_nccl.h) over `size` ranks on
+  // this backend's stream. `comm` is this device's ncclComm_t, owned by the caller, which keeps
+  // it alive while attached; nullptr detaches (all_reduce is a no-op again, as for one rank or
+  // emulated TP).
+  Status attach_nccl(void* comm, int rank, int size);
+  int nccl_rank() const { return nccl_rank_; }
+  int nccl_size() const { return nccl_size_; }
+
   std::string name() const override { return "cuda"; }
   std::string device_name() const override { return device_name_; }
   uint16_t device_index() const override { return static_cast<uint16_t>(device_); }
   cudaStream_t stream() const { return stream_; }
   MemKind default_mem_kind(Category c) const override;
+  // Free device memory (cudaMemGetInfo) plus what the activation pool reserves but does not use.
+  bool memory_info(size_t* free_bytes, size_t* total_bytes) const override;
 
   Status copy_from_host(Tensor& dst, const void* src) override;
   Status copy_to_host(const Tensor& src, void* dst) override;
@@ -86,6 +97,11 @@ class CudaBackend : public Backend {
   cudaStream_t stream_ = nullptr;
   void* lt_handle_ = nullptr;  // cublasLtHandle_t
   std::map<std::string, std::unique_ptr<LinearPlan>> linear_plans_;
+  void* nccl_comm_ = nullptr;  // ncclComm_t when attached (real TP)
+  int nccl_rank_ = 0;
+  int nccl_size_ = 1;
+  bool free_failure_reported_ = false;
+  size_t pool_reserved_unused() const;
 };
 
 }  // namespace moeprof

@@ -1,6 +1,8 @@
 #include "executor/run.h"
 
 #include <chrono>
+#include <new>
+#include <stdexcept>
 #include <cstring>
 #include <filesystem>
 
@@ -9,6 +11,115 @@
 #include "model/config.h"
 
 namespace moeprof {
+
+bool same_forward_output(const ForwardOutput& a, const ForwardOutput& b) {
+  return a.hidden_hash == b.hidden_hash && a.logits.size() == b.logits.size() &&
+         std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0;
+}
+
+Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const RankShape& shape,
+                                 const RunPlan& plan, MemoryMode mode, const RankModeOptions& opt) {
+  ModeResult mr;
+  mr.mode = std::string(memory_mode_name(mode));
+  mr.trace_path = opt.trace_path;
+  RunMeta meta;
+  meta.name = mr.mode;
+  meta.model = cfg.name;
+  meta.mode = mr.mode;
+  meta.backend = backend.name();
+  meta.device_name = backend.device_name();
+  meta.moeprof_version = kVersion;
+  meta.tokens = shape.tokens;
+  meta.layers = shape.layers;
+  meta.tp_rank = shape.tp_rank;
+  meta.tp_size = shape.tp_size;
+  meta.extra["tp_emulated"] = opt.tp_emulated ? "true" : "false";
+  meta.extra["moe_tile"] = std::to_string(shape.moe_tile);
+  meta.extra["padded_rows"] = std::to_string(shape.padded_rows);
+  meta.extra["config_source"] = cfg.source;
+  MOEPROF_ASSIGN_OR_RETURN(auto writer, TraceWriter::open(mr.trace_path, meta));
+  TraceRecorder recorder(writer.get(), backend.device_index());
+  MemoryAccounting accounting;
+  backend.add_observer(&recorder);
+  backend.add_observer(&accounting);
+  struct Detach {
+    Backend& b;
+    AllocationObserver* r;
+    AllocationObserver* a;
+    ~Detach() {
+      b.remove_observer(r);
+      b.remove_observer(a);
+    }
+  } detach{backend, &recorder, &accounting};
+
+  ModelOptions mo;
+  mo.weights = plan.weights;
+  mo.seed = plan.seed;
+  mo.real_collectives = !opt.tp_emulated && shape.tp_size > 1;
+  if (opt.progress) {
+    std::string label = mr.mode;
+    mo.progress = [label](int64_t l, int64_t n) {
+      std::fprintf(stderr, "\r[%s] layer %lld of %lld ", label.c_str(), static_cast<long long>(l + 1),
+                   static_cast<long long>(n));
+      if (l + 1 == n) std::fprintf(stderr, "\n");
+    };
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st;
+  if (opt.hooks && plan.before_mode) st = plan.before_mode(mr.mode, meta);
+  if (st.is_ok()) try {
+    auto model = DeepseekModel::create(backend, cfg, shape, mode, mo);
+    if (!model.is_ok()) {
+      st = model.status();
+    } else {
+      if (model.value()->weights_shared()) {
+        mr.weights_shared = true;
+        mr.weights_note = model.value()->weights_note();
+        meta.extra["weights"] = "shared";
+        meta.extra["weights_note"] = mr.weights_note;
+      } else {
+        meta.extra["weights"] = "per-layer";
+      }
+      if (plan.log && opt.log_weights_note && !mr.weights_note.empty())
+        std::fprintf(plan.log, "moeprof: %s\n", mr.weights_note.c_str());
+      const auto f0 = std::chrono::steady_clock::now();
+      auto out = model.value()->forward();
+      mr.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
+      if (out.is_ok()) {
+        mr.output = std::move(out).value();
+        mr.moe = mr.output.moe;
+      } else {
+        st = out.status();
+      }
+    }
+  }  // the model (weights, KV cache) is released here, inside the trace
+  catch (const std::bad_alloc&) {
+    st = Status::run_failure("out of host memory");
+  } catch (const std::exception& e) {
+    st = Status::run_failure(std::string("unexpected error: ") + e.what());
+  }
+  if (opt.progress && !st.is_ok()) std::fputc('\n', stderr);  // end an open "layer k of n" line
+  Status sync = backend.synchronize();
+  if (st.is_ok()) st = sync;
+  if (opt.hooks && plan.after_mode) {
+    Status am = plan.after_mode(mr.mode);
+    if (st.is_ok()) st = am;
+  }
+  mr.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  mr.accounting = accounting.counters();
+  meta.extra["forward_seconds"] = std::to_string(mr.forward_seconds);
+  meta.extra["moe_output_reused"] = std::to_string(mr.moe.reused);
+  meta.extra["moe_output_fresh"] = std::to_string(mr.moe.fresh);
+  meta.extra["moe_output_fallback"] = std::to_string(mr.moe.fallback);
+  if (!st.is_ok()) meta.extra["error"] = st.message();
+  Status ms = writer->set_meta(meta);
+  Status cs = writer->close();  // flush whatever was recorded, also after a failure
+  if (!st.is_ok()) return st.with_context(mr.mode + " run (trace kept in " + mr.trace_path + ")");
+  MOEPROF_RETURN_IF_ERROR(ms);
+  MOEPROF_RETURN_IF_ERROR(cs);
+  MOEPROF_RETURN_IF_ERROR(recorder.status());
+  return mr;
+}
 
 Result<RunPlanResult> execute_run_plan(Backend& backend, const RunPlan& plan) {
   MOEPROF_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model_config(plan.model));
@@ -25,107 +136,22 @@ Result<RunPlanResult> execute_run_plan(Backend& backend, const RunPlan& plan) {
   result.tp_emulated = shape.tp_size > 1;  // one device runs one rank's shapes; collectives are no-ops
 
   for (MemoryMode mode : plan.modes) {
-    ModeResult mr;
-    mr.mode = std::string(memory_mode_name(mode));
-    mr.trace_path = (std::filesystem::path(plan.out_dir) / (mr.mode + ".mtrace")).string();
-    RunMeta meta;
-    meta.name = mr.mode;
-    meta.model = cfg.name;
-    meta.mode = mr.mode;
-    meta.backend = backend.name();
-    meta.device_name = backend.device_name();
-    meta.moeprof_version = kVersion;
-    meta.tokens = shape.tokens;
-    meta.layers = shape.layers;
-    meta.tp_rank = shape.tp_rank;
-    meta.tp_size = shape.tp_size;
-    meta.extra["tp_emulated"] = result.tp_emulated ? "true" : "false";
-    meta.extra["moe_tile"] = std::to_string(shape.moe_tile);
-    meta.extra["padded_rows"] = std::to_string(shape.padded_rows);
-    meta.extra["config_source"] = cfg.source;
-    MOEPROF_ASSIGN_OR_RETURN(auto writer, TraceWriter::open(mr.trace_path, meta));
-    TraceRecorder recorder(writer.get(), backend.device_index());
-    MemoryAccounting accounting;
-    backend.add_observer(&recorder);
-    backend.add_observer(&accounting);
-    struct Detach {
-      Backend& b;
-      AllocationObserver* r;
-      AllocationObserver* a;
-      ~Detach() {
-        b.remove_observer(r);
-        b.remove_observer(a);
-      }
-    } detach{backend, &recorder, &accounting};
-
-    ModelOptions mo;
-    mo.weights = plan.weights;
-    mo.seed = plan.seed;
-    if (plan.progress) {
-      std::string label = mr.mode;
-      mo.progress = [label](int64_t l, int64_t n) {
-        std::fprintf(stderr, "\r[%s] layer %lld of %lld ", label.c_str(), static_cast<long long>(l + 1),
-                     static_cast<long long>(n));
-        if (l + 1 == n) std::fprintf(stderr, "\n");
-      };
+    RankModeOptions opt;
+    opt.trace_path =
+        (std::filesystem::path(plan.out_dir) / (std::string(memory_mode_name(mode)) + ".mtrace")).string();
+    opt.tp_emulated = result.tp_emulated;
+    opt.progress = plan.progress;
+    opt.log_weights_note = mode == plan.modes.front();
+    MOEPROF_ASSIGN_OR_RETURN(ModeResult mr, run_rank_mode(backend, cfg, shape, plan, mode, opt));
+    if (mr.weights_shared) {
+      result.weights_shared = true;
+      result.weights_note = mr.weights_note;
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    Status st;
-    if (plan.before_mode) st = plan.before_mode(mr.mode, meta);
-    if (st.is_ok()) {
-      auto model = DeepseekModel::create(backend, cfg, shape, mode, mo);
-      if (!model.is_ok()) {
-        st = model.status();
-      } else {
-        if (model.value()->weights_shared()) {
-          result.weights_shared = true;
-          result.weights_note = model.value()->weights_note();
-          meta.extra["weights"] = "shared";
-          meta.extra["weights_note"] = result.weights_note;
-        } else {
-          meta.extra["weights"] = "per-layer";
-        }
-        if (plan.log && !result.weights_note.empty() && mode == plan.modes.front())
-          std::fprintf(plan.log, "moeprof: %s\n", result.weights_note.c_str());
-        const auto f0 = std::chrono::steady_clock::now();
-        auto out = model.value()->forward();
-        mr.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
-        if (out.is_ok()) {
-          mr.output = std::move(out).value();
-          mr.moe = mr.output.moe;
-        } else {
-          st = out.status();
-        }
-      }
-    }  // the model (weights, KV cache) is released here, inside the trace
-    Status sync = backend.synchronize();
-    if (st.is_ok()) st = sync;
-    if (plan.after_mode) {
-      Status am = plan.after_mode(mr.mode);
-      if (st.is_ok()) st = am;
-    }
-    mr.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    mr.accounting = accounting.counters();
-    meta.extra["forward_seconds"] = std::to_string(mr.forward_seconds);
-    meta.extra["moe_output_reused"] = std::to_string(mr.moe.reused);
-    meta.extra["moe_output_fresh"] = std::to_string(mr.moe.fresh);
-    meta.extra["moe_output_fallback"] = std::to_string(mr.moe.fallback);
-    if (!st.is_ok()) meta.extra["error"] = st.message();
-    Status ms = writer->set_meta(meta);
-    Status cs = writer->close();  // flush whatever was recorded, also after a failure
-    if (!st.is_ok()) return st.with_context(mr.mode + " run (trace kept in " + mr.trace_path + ")");
-    MOEPROF_RETURN_IF_ERROR(ms);
-    MOEPROF_RETURN_IF_ERROR(cs);
-    MOEPROF_RETURN_IF_ERROR(recorder.status());
     result.modes.push_back(std::move(mr));
   }
-  for (size_t i = 1; i < result.modes.size(); ++i) {
-    const auto& a = result.modes[0].output;
-    const auto& b = result.modes[i].output;
-    bool same = a.hidden_hash == b.hidden_hash && a.logits.size() == b.logits.size() &&
-                std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0;
-    result.outputs_identical = result.outputs_identical && same;
-  }
+  for (size_t i = 1; i < result.modes.size(); ++i)
+    result.outputs_identical =
+        result.outputs_identical && same_forward_output(result.modes[0].output, result.modes[i].output);
   return result;
 }
 

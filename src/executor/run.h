@@ -39,6 +39,8 @@ struct ModeResult {
   MoeRunnerStats moe;
   CategoryCounters accounting;  // the executor's own count of the bytes it asked for
   ForwardOutput output;
+  bool weights_shared = false;  // this run's model aliased the first MoE layer's expert weights
+  std::string weights_note;
 };
 
 struct RunPlanResult {
@@ -51,10 +53,33 @@ struct RunPlanResult {
   std::string weights_note;
   std::vector<ModeResult> modes;
   bool outputs_identical = true;  // all modes: same final hidden-state hash and logits bits
+  // Real TP (`--gpus N`, tp_run.h): one entry per rank, each with one ModeResult per mode (trace
+  // DIR/<mode>.rank<r>.mtrace). `modes` then holds the merged traces (DIR/<mode>.mtrace), rank
+  // 0's outputs, and the accounting as the planner's run level sees it (max over ranks).
+  // outputs_identical then covers every rank. Empty for one-device runs.
+  int gpus = 1;
+  std::vector<std::vector<ModeResult>> rank_modes;
 };
 
 // Each mode: open the trace, build the model (weights, KV cache), one prefill, tear down, close
 // the trace. A failure still closes (flushes) the trace written so far.
 Result<RunPlanResult> execute_run_plan(Backend& backend, const RunPlan& plan);
+
+// One rank's run of one mode, the part of execute_run_plan shared with the multi-GPU run
+// (tp_run.cpp), which calls it from one thread per rank: opens `trace_path`, builds the model
+// with `shape` (rank shape.tp_rank of shape.tp_size), one prefill, tears it down, closes the
+// trace (also after a failure; the error then names the trace kept).
+struct RankModeOptions {
+  std::string trace_path;
+  bool tp_emulated = false;   // meta.extra["tp_emulated"]
+  bool progress = false;      // "layer k of n" on stderr (plan.progress is not read)
+  bool log_weights_note = false;  // print the weights note to plan.log
+  bool hooks = true;          // call plan.before_mode / plan.after_mode
+};
+Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const RankShape& shape,
+                                 const RunPlan& plan, MemoryMode mode, const RankModeOptions& opt);
+
+// Same final hidden-state hash, same logits bits.
+bool same_forward_output(const ForwardOutput& a, const ForwardOutput& b);
 
 }  // namespace moeprof

@@ -319,8 +319,11 @@ Result<ForwardOutput> DeepseekModel::forward() {
   ForwardOutput out;
   be_.marker("prefill", true);
   MOEPROF_ASSIGN_OR_RETURN(Tensor ids, act(DType::kI32, 1, T, "input_ids", "model/input"));
-  MOEPROF_RETURN_IF_ERROR(be_.init_ints(ids, opt_.seed ^ 0x1D5ull, static_cast<int32_t>(shape_.vocab_start),
-                                        static_cast<int32_t>(shape_.vocab_start + std::min<int64_t>(shape_.vocab, cfg_.vocab_size - shape_.vocab_start))));
+  const int64_t id_lo = opt_.real_collectives ? 0 : shape_.vocab_start;
+  const int64_t id_hi = opt_.real_collectives
+                            ? cfg_.vocab_size
+                            : shape_.vocab_start + std::min<int64_t>(shape_.vocab, cfg_.vocab_size - shape_.vocab_start);
+  MOEPROF_RETURN_IF_ERROR(be_.init_ints(ids, opt_.seed ^ 0x1D5ull, static_cast<int32_t>(id_lo), static_cast<int32_t>(id_hi)));
   out.input_ids.resize(T);
   MOEPROF_RETURN_IF_ERROR(be_.copy_to_host(ids, out.input_ids.data()));
   MOEPROF_ASSIGN_OR_RETURN(Tensor positions, act(DType::kI32, 1, T, "positions", "model/input"));
@@ -329,6 +332,9 @@ Result<ForwardOutput> DeepseekModel::forward() {
 
   MOEPROF_ASSIGN_OR_RETURN(Tensor hidden, act(DType::kBF16, T, H, "embed_out", "model/embed"));
   MOEPROF_RETURN_IF_ERROR(op("embedding", be_.embedding(ids, w_->embed, shape_.vocab_start, hidden), {&ids}, {&hidden}));
+  // Vocab-parallel embedding: each rank holds its shard's rows; the all-reduce sums them.
+  if (shape_.tp_size > 1)
+    MOEPROF_RETURN_IF_ERROR(op("embed_all_reduce", be_.all_reduce(hidden), {&hidden}, {&hidden}));
   ids.reset();
   Tensor residual;
   for (int64_t l = 0; l < shape_.layers; ++l) {

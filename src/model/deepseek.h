@@ -44,6 +44,10 @@ struct ModelOptions {
   // When set, a provided MoE output buffer must come from the symmetric-memory pool
   // (MemKind::kSymmetric), as with SGLang's symmetric all-reduce.
   bool require_symmetric_output = false;
+  // Collectives are real (one rank of a multi-GPU TP run): the prompt is drawn from the whole
+  // vocabulary, as every rank sees the same tokens. With emulated TP the prompt stays inside the
+  // rank's vocabulary shard, so the one rank that runs does real work on every token.
+  bool real_collectives = false;
   // Called at the start of each layer (layer index, layer count).
   std::function<void(int64_t, int64_t)> progress;
 };

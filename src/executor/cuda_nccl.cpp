@@ -1,0 +1,163 @@
+#include "executor/cuda_nccl.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_set>
+
+namespace moeprof {
+namespace {
+
+// The few NCCL types moeprof needs, declared here so that no nccl.h is needed to build. Values
+// as in nccl.h (stable since NCCL 2.10); checked against it when the header is there.
+using NcclResult = int;      // ncclResult_t
+using NcclComm = void*;      // ncclComm_t (pointer to an opaque struct)
+constexpr NcclResult kNcclSuccess = 0;
+constexpr int kNcclSum = 0;        // ncclSum
+constexpr int kNcclFloat32 = 7;    // ncclFloat32
+constexpr int kNcclBfloat16 = 9;   // ncclBfloat16
+
+}  // namespace
+}  // namespace moeprof
+
+#if __has_include(<nccl.h>)
+#include <nccl.h>
+static_assert(static_cast<int>(ncclSuccess) == moeprof::kNcclSuccess);
+static_assert(static_cast<int>(ncclSum) == moeprof::kNcclSum);
+static_assert(static_cast<int>(ncclFloat32) == moeprof::kNcclFloat32);
+static_assert(static_cast<int>(ncclBfloat16) == moeprof::kNcclBfloat16);
+static_assert(sizeof(ncclComm_t) == sizeof(void*));
+#endif
+
+namespace moeprof {
+namespace {
+
+struct NcclApi {
+  NcclResult (*get_version)(int*) = nullptr;
+  NcclResult (*comm_init_all)(NcclComm*, int, const int*) = nullptr;
+  NcclResult (*comm_destroy)(NcclComm) = nullptr;
+  NcclResult (*comm_abort)(NcclComm) = nullptr;
+  NcclResult (*all_reduce)(const void*, void*, size_t, int, int, NcclComm, void*) = nullptr;
+  const char* (*get_error_string)(NcclResult) = nullptr;
+  int version = 0;
+};
+
+std::mutex g_load_mu;
+NcclApi g_api;
+bool g_loaded = false;
+std::string g_load_error;
+
+// Guards against using a communicator while (or after) it is aborted: all_reduce holds it shared,
+// abort() exclusively.
+std::shared_mutex g_comm_mu;
+std::unordered_set<void*> g_aborted;
+
+std::string nccl_error(NcclResult r) {
+  const char* s = g_api.get_error_string ? g_api.get_error_string(r) : nullptr;
+  return "ncclResult " + std::to_string(r) + (s ? std::string(" (") + s + ")" : std::string());
+}
+
+template <typename F>
+bool resolve(void* lib, const char* name, F* fn, std::string* missing) {
+  dlerror();
+  void* p = dlsym(lib, name);
+  if (p == nullptr) {
+    const char* e = dlerror();
+    *missing = std::string(name) + (e ? std::string(": ") + e : std::string());
+    return false;
+  }
+  *fn = reinterpret_cast<F>(p);
+  return true;
+}
+
+}  // namespace
+
+Status nccl_load() {
+  std::lock_guard<std::mutex> lock(g_load_mu);
+  if (g_loaded) return Status::ok();
+  if (!g_load_error.empty()) return Status::run_failure(g_load_error);
+  void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* e = dlerror();
+    g_load_error = std::string("cannot load libnccl.so.2 (") + (e ? e : "unknown dlopen error") + ")";
+    return Status::run_failure(g_load_error);
+  }
+  NcclApi api;
+  std::string missing;
+  const bool ok = resolve(lib, "ncclGetVersion", &api.get_version, &missing) &&
+                  resolve(lib, "ncclCommInitAll", &api.comm_init_all, &missing) &&
+                  resolve(lib, "ncclCommDestroy", &api.comm_destroy, &missing) &&
+                  resolve(lib, "ncclCommAbort", &api.comm_abort, &missing) &&
+                  resolve(lib, "ncclAllReduce", &api.all_reduce, &missing) &&
+                  resolve(lib, "ncclGetErrorString", &api.get_error_string, &missing);
+  if (!ok) {
+    dlclose(lib);
+    g_load_error = "cannot load libnccl.so.2 (missing symbol " + missing + ")";
+    return Status::run_failure(g_load_error);
+  }
+  if (api.get_version(&api.version) != kNcclSuccess) api.version = 0;
+  g_api = api;  // the library stays loaded for the life of the process
+  g_loaded = true;
+  return Status::ok();
+}
+
+std::string nccl_version() {
+  std::lock_guard<std::mutex> lock(g_load_mu);
+  if (!g_loaded || g_api.version <= 0) return "";
+  const int v = g_api.version;  // major*10000 + minor*100 + patch since NCCL 2.9
+  return std::to_string(v / 10000) + "." + std::to_string((v % 10000) / 100) + "." + std::to_string(v % 100);
+}
+
+Result<std::unique_ptr<NcclCommunicators>> NcclCommunicators::create(const std::vector<int>& devices) {
+  if (devices.empty()) return Status::bad_input("NCCL: no devices");
+  // Never NVLink multicast (NVLS): NCCL reads its environment at its first initialization.
+  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
+  if (nvls == nullptr || std::strcmp(nvls, "0") != 0) ::setenv("NCCL_NVLS_ENABLE", "0", 1);
+  MOEPROF_RETURN_IF_ERROR(nccl_load());
+  std::unique_ptr<NcclCommunicators> c(new NcclCommunicators());
+  std::vector<NcclComm> comms(devices.size(), nullptr);
+  const NcclResult r = g_api.comm_init_all(comms.data(), static_cast<int>(devices.size()), devices.data());
+  if (r != kNcclSuccess)
+    return Status::run_failure("ncclCommInitAll over " + std::to_string(devices.size()) + " devices failed: " +
+                               nccl_error(r));
+  c->comms_.assign(comms.begin(), comms.end());
+  return c;
+}
+
+void NcclCommunicators::abort() {
+  std::unique_lock<std::shared_mutex> lock(g_comm_mu);
+  if (aborted_) return;
+  aborted_ = true;
+  for (void* cm : comms_) g_aborted.insert(cm);
+  for (void* cm : comms_) g_api.comm_abort(static_cast<NcclComm>(cm));
+}
+
+NcclCommunicators::~NcclCommunicators() {
+  std::unique_lock<std::shared_mutex> lock(g_comm_mu);
+  for (void* cm : comms_) {
+    if (aborted_) {
+      g_aborted.erase(cm);  // freed by ncclCommAbort; the address may be reused
+    } else {
+      g_api.comm_destroy(static_cast<NcclComm>(cm));
+    }
+  }
+}
+
+Status nccl_all_reduce(void* comm, void* data, size_t count, DType dtype, void* stream) {
+  int nccl_type = 0;
+  if (dtype == DType::kBF16) nccl_type = kNcclBfloat16;
+  else if (dtype == DType::kF32) nccl_type = kNcclFloat32;
+  else return Status::bad_input(std::string("all_reduce: unsupported dtype ") + std::string(dtype_name(dtype)));
+  std::shared_lock<std::shared_mutex> lock(g_comm_mu);
+  if (!g_loaded) return Status::run_failure("all_reduce: NCCL is not loaded");
+  if (g_aborted.count(comm) != 0)
+    return Status::run_failure("all_reduce: the NCCL communicator was aborted (another rank failed)");
+  const NcclResult r = g_api.all_reduce(data, data, count, nccl_type, kNcclSum, static_cast<NcclComm>(comm), stream);
+  if (r != kNcclSuccess) return Status::run_failure("ncclAllReduce failed: " + nccl_error(r));
+  return Status::ok();
+}
+
+}  // namespace moeprof
