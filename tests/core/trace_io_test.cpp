@@ -71,18 +71,22 @@ Trace random_trace(std::mt19937_64& rng, size_t n) {
   return t;
 }
 
+// Appends t's records as a recorder would: the writer interns names in first-use order.
+void append_records(TraceWriter& w, const Trace& t) {
+  for (const auto& r : t.records) {
+    TraceRecord c = r;
+    c.name_id = w.intern(t.str(r.name_id));
+    c.scope_id = w.intern(t.str(r.scope_id));
+    c.shape_id = r.shape_id ? w.intern(t.str(r.shape_id)) : 0;
+    REQUIRE(w.append(c).is_ok());
+  }
+}
+
 // Writes through the streaming writer with a small frame so the file has many frames.
 void write_streamed(const std::string& path, const Trace& t, size_t per_frame) {
   auto w = TraceWriter::open(path, t.meta, per_frame);
   REQUIRE(w.is_ok());
-  for (const auto& r : t.records) {
-    // Intern names as a recorder would: the writer assigns its own ids in first-use order.
-    TraceRecord c = r;
-    c.name_id = w.value()->intern(t.str(r.name_id));
-    c.scope_id = w.value()->intern(t.str(r.scope_id));
-    c.shape_id = r.shape_id ? w.value()->intern(t.str(r.shape_id)) : 0;
-    REQUIRE(w.value()->append(c).is_ok());
-  }
+  append_records(*w.value(), t);
   w.value()->add_dropped(t.dropped_records);
   REQUIRE(w.value()->close().is_ok());
 }
@@ -171,13 +175,7 @@ TEST_CASE("a writer that was never closed leaves a readable, flagged trace", "[c
   {
     auto w = TraceWriter::open(p, t.meta, 8);
     REQUIRE(w.is_ok());
-    for (const auto& r : t.records) {
-      TraceRecord c = r;
-      c.name_id = w.value()->intern(t.str(r.name_id));
-      c.scope_id = w.value()->intern(t.str(r.scope_id));
-      c.shape_id = r.shape_id ? w.value()->intern(t.str(r.shape_id)) : 0;
-      REQUIRE(w.value()->append(c).is_ok());
-    }
+    append_records(*w.value(), t);
     REQUIRE(w.value()->flush().is_ok());
     fs::copy_file(p, snap, fs::copy_options::overwrite_existing);  // what a crash would leave
   }
@@ -329,13 +327,7 @@ TEST_CASE("hostile traces: invalid UTF-8, nested metadata, frames larger than th
     {
       auto w = TraceWriter::open(p, t.meta, 8);
       REQUIRE(w.is_ok());
-      for (const auto& rec : t.records) {
-        TraceRecord c2 = rec;
-        c2.name_id = w.value()->intern(t.str(rec.name_id));
-        c2.scope_id = w.value()->intern(t.str(rec.scope_id));
-        c2.shape_id = rec.shape_id ? w.value()->intern(t.str(rec.shape_id)) : 0;
-        REQUIRE(w.value()->append(c2).is_ok());
-      }
+      append_records(*w.value(), t);
       REQUIRE(w.value()->flush().is_ok());
       bytes = read_bytes(p);  // as a crashed recorder would leave it: no END frame
     }
