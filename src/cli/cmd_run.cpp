@@ -21,6 +21,7 @@
 #include "executor/tp_run.h"
 #include "model/config.h"
 #include "planner/analysis.h"
+#include "reports/format.h"
 #include "reports/json_report.h"
 #ifdef MOEPROF_HAVE_CUDA
 #include "profiler/cupti_tracer.h"
@@ -260,6 +261,13 @@ int run_command(const RunArgs& a) {
         std::printf("  %-9s rank %u: peak activation %s (%llu bytes), peak total %s\n", r.modes[i].mode.c_str(),
                     static_cast<unsigned>(d.device), mb(d.peak_activation_bytes).c_str(),
                     static_cast<unsigned long long>(d.peak_activation_bytes), mb(d.peak_total_bytes).c_str());
+  }
+  for (const auto& m : r.modes) {
+    std::string line;
+    for (int c = 0; c < kNumCategories; ++c)
+      if (m.accounting.allocations[c] > 0)
+        line += fmt::format(" {} {}", category_name(static_cast<Category>(c)), reports::format_bytes(m.accounting.peak[c]));
+    std::printf("executor accounting, peak per category (%s):%s\n", m.mode.c_str(), line.c_str());
   }
   for (const auto& m : r.modes)
     std::printf("MoE output buffers (%s): %lld reused, %lld fresh, %lld fallback\n", m.mode.c_str(),

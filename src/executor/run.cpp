@@ -107,6 +107,13 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
   }
   mr.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   mr.accounting = accounting.counters();
+  // The executor's own accounting (bytes it asked for), per category, travels with the trace.
+  for (int c = 0; c < kNumCategories; ++c) {
+    if (mr.accounting.allocations[c] == 0) continue;
+    const std::string cat(category_name(static_cast<Category>(c)));
+    meta.extra["accounting.peak_bytes." + cat] = std::to_string(mr.accounting.peak[c]);
+    meta.extra["accounting.allocated_bytes." + cat] = std::to_string(mr.accounting.allocated[c]);
+  }
   meta.extra["forward_seconds"] = std::to_string(mr.forward_seconds);
   meta.extra["moe_output_reused"] = std::to_string(mr.moe.reused);
   meta.extra["moe_output_fresh"] = std::to_string(mr.moe.fresh);
