@@ -169,6 +169,15 @@ TEST_CASE("every allocation is tagged with a name, a scope and a category", "[mo
   }
   CHECK(b.baseline.anomalies.total() == 0);
   CHECK(b.reuse.anomalies.total() == 0);
+  // The executor's own per-category accounting travels in the trace metadata and equals the
+  // replayed per-category high-water marks and churn.
+  for (auto [t, an] : {std::pair{&b.baseline_trace, &b.baseline}, std::pair{&b.reuse_trace, &b.reuse}}) {
+    for (Category c : {Category::kWeights, Category::kKvCache, Category::kActivation}) {
+      const std::string cat(category_name(c));
+      CHECK(t->meta.extra.at("accounting.peak_bytes." + cat) == std::to_string(an->devices[0].peak_by_category[c]));
+      CHECK(t->meta.extra.at("accounting.allocated_bytes." + cat) == std::to_string(an->devices[0].churn_by_category[c]));
+    }
+  }
 }
 
 TEST_CASE("fallbacks: layer 0 gets a fresh buffer; mismatched or non-symmetric buffers are rejected",
