@@ -301,14 +301,14 @@ void register_run(CLI::App& app, int* exit_code) {
   cmd->add_option("--backend", args->backend, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--mode", args->mode, "baseline | reuse | both")->check(CLI::IsMember({"baseline", "reuse", "both"}));
   cmd->add_option("--tokens", args->tokens, "Prefill tokens [default: 16384 on a GPU, 100 for tiny, 64 otherwise]")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--layers", args->layers, "Run only the first N layers")->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--layers", args->layers, "Run only the first N layers")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--tp", args->tp, "Tensor-parallel size (one rank's shapes; emulated on one device)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--gpus", args->gpus,
                   "GPUs to run on: 1 (default) emulates TP on one device; N > 1 runs TP=N for real, rank r on "
                   "GPU r with NCCL all-reduces (needs libnccl.so.2 at run time; --tp defaults to N)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 10));
   cmd->add_option("--weights", args->weights, "auto | per-layer | shared")
       ->check(CLI::IsMember({"auto", "per-layer", "shared"}));
   cmd->add_option("--out", args->out, "Output directory [default: moeprof-out]");

@@ -12,6 +12,10 @@ int main(int argc, char** argv) {
   CLI::App app{"moeprof: memory profiler and buffer planner for large-model inference"};
   app.set_version_flag("--version", std::string("moeprof ") + moeprof::kVersion);
   app.require_subcommand(1);
+  // Usage errors in one line (CLI11's default adds a second "Run with --help" line).
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("moeprof: ") + e.what() + " (see --help)\n";
+  });
   int exit_code = moeprof::kExitOk;
   moeprof::cli::register_run(app, &exit_code);
 #ifdef MOEPROF_HAVE_CUDA
