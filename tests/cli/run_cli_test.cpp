@@ -59,6 +59,11 @@ TEST_CASE("moeprof run: bad input exits 2 with one line naming the problem", "[c
 
   auto mode = run_moeprof("run --backend cpu --mode sideways");
   CHECK(mode.rc == 2);
+  CHECK(lines(mode.err) == 1);
+  auto zero = run_moeprof("run --backend cpu --tokens 0");
+  CHECK(zero.rc == 2);
+  CHECK(lines(zero.err) == 1);
+  CHECK(zero.err.find("--tokens") != std::string::npos);
   auto tp = run_moeprof("run --backend cpu --model tiny --tp 3 --quiet");
   CHECK(tp.rc == 2);
   CHECK(tp.err.find("num_attention_heads") != std::string::npos);
