@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "core/status.h"
 #include "reports/format.h"
+#include "planner/arena.h"
 #include "reports/json_report.h"
 #include "reports/run_loader.h"
 
@@ -18,6 +19,7 @@ namespace {
 struct PlanArgs {
   std::string trace;
   bool json = false;
+  bool arena = false;
   size_t top = 10;
 };
 
@@ -76,9 +78,50 @@ void print_plan_text(const nlohmann::ordered_json& r) {
   if (r["dropped_records"].get<uint64_t>()) notes.push_back(fmt::format("{} dropped records", r["dropped_records"].get<uint64_t>()));
   if (r["truncated"].get<bool>()) notes.push_back("trace truncated: " + r["truncation_note"].get<std::string>());
   fmt::print("\nanomalies: {}\n", notes.empty() ? "none" : fmt::format("{}", fmt::join(notes, "; ")));
+  if (r.contains("arena")) {
+    const auto& a = r["arena"];
+    if (a.contains("skipped")) {
+      fmt::print("\narena plan: skipped ({})\n", a["skipped"].get<std::string>());
+    } else if (a.contains("arena_bytes")) {
+      fmt::print("\narena plan for the activation buffers of device {} ({} buffers, {} B alignment):\n",
+                 a["device"].get<int>(), a["buffers"].get<uint64_t>(), a["alignment"].get<uint64_t>());
+      fmt::print("  LOAD (lower bound) {:>16} B\n  greedy best-fit    {:>16} B  (+{:.2f}%, order {}{})\n",
+                 with_commas(a["load_bytes"].get<int64_t>()), with_commas(a["arena_bytes"].get<int64_t>()),
+                 a["gap_pct"].get<double>(), a["order"].get<std::string>(), a["valid"].get<bool>() ? "" : ", INVALID");
+    }
+  }
 }
 
 }  // namespace
+
+// The offline arena for the activation buffers of the device with the largest activation peak.
+// Time is the replay position, so LOAD equals that device's activation peak.
+nlohmann::ordered_json arena_json(const planner::RunAnalysis& run) {
+  nlohmann::ordered_json a;
+  if (run.devices.empty()) return a;
+  const planner::DeviceAnalysis* dev = &run.devices[0];
+  for (const auto& d : run.devices)
+    if (d.peak_activation_bytes > dev->peak_activation_bytes) dev = &d;
+  const auto buffers = planner::buffers_from_lifetimes(run, dev->device, /*activation_only=*/true);
+  a["device"] = dev->device;
+  a["buffers"] = buffers.size();
+  constexpr size_t kMaxBuffers = 20000;  // the greedy placement is O(n^2)
+  if (buffers.size() > kMaxBuffers) {
+    a["skipped"] = fmt::format("more than {} buffers", kMaxBuffers);
+    return a;
+  }
+  planner::ArenaOptions opt;
+  opt.alignment = 256;  // CUDA allocation granularity of cudaMalloc / the stream-ordered pool
+  const planner::ArenaPlan plan = planner::plan_arena_best(buffers, opt);
+  a["alignment"] = opt.alignment;
+  a["load_bytes"] = plan.load;
+  a["arena_bytes"] = plan.arena_size;
+  a["fragmentation_bytes"] = plan.fragmentation_bytes;
+  a["gap_pct"] = plan.gap_pct;
+  a["order"] = std::string(planner::arena_order_name(plan.order));
+  a["valid"] = planner::validate_plan(buffers, plan, opt).is_ok();
+  return a;
+}
 
 void register_plan(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<PlanArgs>();
@@ -86,9 +129,12 @@ void register_plan(CLI::App& app, int* exit_code) {
   cmd->add_option("trace", args->trace, "trace file (.mtrace)")->required();
   cmd->add_flag("--json", args->json, "print the run as JSON (the element of a report's runs array)");
   cmd->add_option("--top", args->top, "entries listed in the live set and scope tables")->check(CLI::PositiveNumber);
+  cmd->add_flag("--arena", args->arena,
+                "also plan one offline arena for the activation buffers of the peak device (greedy best-fit, "
+                "best of several orders) and compare it with LOAD, the lower bound");
   cmd->callback([args, exit_code] {
     planner::AnalyzeOptions aopts;
-    aopts.keep_lifetimes = false;
+    aopts.keep_lifetimes = args->arena;
     auto run = reports::load_run(args->trace, aopts);
     if (!run) {
       fmt::print(stderr, "moeprof plan: error: {}\n", run.status().message());
@@ -100,6 +146,7 @@ void register_plan(CLI::App& app, int* exit_code) {
     ropts.top_scopes = args->top;
     ropts.include_timeline = false;
     auto j = reports::make_run_json(run->analysis, run->analysis.meta.name, ropts);
+    if (args->arena) j["arena"] = arena_json(run->analysis);
     if (args->json) std::cout << j.dump(2) << "\n";
     else print_plan_text(j);
     *exit_code = kExitOk;

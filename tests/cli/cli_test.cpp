@@ -5,11 +5,13 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <map>
 #include <filesystem>
 #include <random>
 
 #include <nlohmann/json.hpp>
 
+#include "core/trace_io.h"
 #include "tests/cli/cli_util.h"
 
 using nlohmann::json;
@@ -190,4 +192,38 @@ TEST_CASE("cli: export --jsonl and --perfetto", "[cli]") {
   size_t alloc_slices = 0;
   for (const auto& e : doc["traceEvents"]) alloc_slices += e["ph"] == "b" && e["cat"] != "marker";
   CHECK(alloc_slices == 2);
+}
+
+TEST_CASE("cli: plan --arena places the activation buffers and reports LOAD exactly", "[cli]") {
+  const std::string path = std::string(MOEPROF_SOURCE_DIR) + "/examples/traces/tiny-baseline.mtrace";
+  auto r = run_cli("plan '" + path + "' --arena --json");
+  REQUIRE(r.rc == 0);
+  json a = json::parse(r.out)["arena"];
+  // Independent LOAD: replay the activation allocations in file order with 256-byte aligned sizes.
+  auto t = moeprof::read_trace(path);
+  REQUIRE(t.is_ok());
+  std::map<uint64_t, uint64_t> live;
+  uint64_t cur = 0, load = 0, buffers = 0;
+  for (const auto& rec : t->records) {
+    const auto cat = static_cast<moeprof::Category>(rec.category);
+    if (rec.kind == uint8_t(moeprof::EventKind::kAlloc) && moeprof::counts_as_activation(cat)) {
+      const uint64_t sz = (rec.bytes + 255) / 256 * 256;
+      live[rec.address] = sz;
+      cur += sz;
+      load = std::max(load, cur);
+      ++buffers;
+    } else if (rec.kind == uint8_t(moeprof::EventKind::kFree)) {
+      if (auto it = live.find(rec.address); it != live.end()) {
+        cur -= it->second;
+        live.erase(it);
+      }
+    }
+  }
+  CHECK(a["buffers"].get<uint64_t>() == buffers);
+  CHECK(a["load_bytes"].get<uint64_t>() == load);
+  CHECK(a["arena_bytes"].get<uint64_t>() >= load);
+  CHECK(a["fragmentation_bytes"].get<uint64_t>() == a["arena_bytes"].get<uint64_t>() - load);
+  CHECK(a["valid"].get<bool>());
+  auto text = run_cli("plan '" + path + "' --arena");
+  CHECK(text.out.find("LOAD (lower bound)") != std::string::npos);
 }
