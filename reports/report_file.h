@@ -60,11 +60,15 @@ inline std::string json_str(const nlohmann::ordered_json& j, const char* key) {
   return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
 }
 
-// "rank/size", with " (emulated)" when one device ran one rank's shapes (extra.tp_emulated).
+// "rank/size", with " (emulated)" when one device ran one rank's shapes (extra.tp_emulated), or
+// "all N ranks of N" for a merged multi-GPU trace (extra.ranks).
 inline std::string run_tp_label(const nlohmann::ordered_json& run) {
   std::string label = std::to_string(json_i64(run, "tp_rank")) + "/" + std::to_string(json_i64(run, "tp_size"));
-  if (run.contains("extra") && run["extra"].is_object() && json_str(run["extra"], "tp_emulated") == "true")
-    label += " (emulated)";
+  if (!run.contains("extra") || !run["extra"].is_object()) return label;
+  const auto& x = run["extra"];
+  if (json_str(x, "tp_emulated") == "true") return label + " (emulated)";
+  // A merged multi-GPU trace (src/core/trace_merge.h): every rank, one device each.
+  if (!json_str(x, "ranks").empty()) return "all " + json_str(x, "ranks") + " ranks of " + std::to_string(json_i64(run, "tp_size"));
   return label;
 }
 

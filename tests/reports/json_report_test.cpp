@@ -231,3 +231,13 @@ TEST_CASE("html report is self-contained and embeds the data", "[report]") {
   CHECK(html.find("<polyline class=\"s-total\"") != std::string::npos);
   CHECK(html.find("id=\"delta-peak-activation\"><span class=\"better\" title=\"-339 bytes\">-339 B</span>") != std::string::npos);
 }
+
+TEST_CASE("the TP column says emulated, or all ranks for a merged multi-GPU trace", "[report]") {
+  ordered_json run = {{"tp_rank", 0}, {"tp_size", 4}, {"extra", {{"tp_emulated", "true"}}}};
+  CHECK(reports::run_tp_label(run) == "0/4 (emulated)");
+  run["extra"] = {{"tp_emulated", "false"}, {"ranks", "2"}};
+  run["tp_size"] = 2;
+  CHECK(reports::run_tp_label(run) == "all 2 ranks of 2");
+  run["extra"] = ordered_json::object();
+  CHECK(reports::run_tp_label(run) == "0/2");
+}
