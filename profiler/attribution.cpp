@@ -86,7 +86,9 @@ void TraceAssembler::on_record(const DecodedRecord& d) {
         r.tid = a.tid;
         r.scope_id = writer_id(a.scope);
         r.name_id = writer_id(a.name);
-        r.category = static_cast<uint8_t>(a.category);
+        // A tag's category wins; an untagged join keeps what the decoder knew (e.g. kGraph for the
+        // driver's graph-memory reservation, which can share a correlation id with an API call).
+        if (a.category != Category::kUnknown) r.category = static_cast<uint8_t>(a.category);
         r.flags |= a.flags;
         if (a.scope != 0 || a.name != 0) ++stats_.allocs_scoped;
         if ((a.flags & kFlagInferredScope) == 0 && (a.name != 0 || a.category != Category::kUnknown))

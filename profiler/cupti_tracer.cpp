@@ -21,12 +21,13 @@
 #include <vector>
 
 #include <cuda.h>  // driver types only: the driver is reached through dlsym, never linked
-#include <cupti.h>
+#include <cupti.h>  // also the runtime/driver API callback parameter structs (generated_cuda*_meta.h)
 #include <generated_nvtx_meta.h>  // NVTX callback parameter structs (includes nvtx3 headers)
 
 #include "core/trace_io.h"
 #include "profiler/activity_decode.h"
 #include "profiler/attribution.h"
+#include "profiler/kernel_args.h"
 #include "profiler/nvtx_scope.h"
 
 extern "C" int moeprof_nvtx_static_injection_anchor();
@@ -42,6 +43,19 @@ std::string cupti_error_string(int result) {
 }
 
 namespace {
+
+static_assert(CU_LAUNCH_PARAM_END_AS_INT == kLaunchParamEnd);
+static_assert(CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT == kLaunchParamBufferPointer);
+static_assert(CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT == kLaunchParamBufferSize);
+
+// A launched function's parameter layout and name (TracerOptions::uses), cached per handle
+// (CUfunction or CUkernel). Immutable once in the cache, except name_id.
+struct KernelInfo {
+  bool layout_ok = false;
+  std::vector<ParamSlot> layout;
+  std::string name;                   // as the driver gives it (mangled), "" if unknown
+  std::atomic<uint32_t> name_id{0};   // writer string id, interned on first use (writer_mu)
+};
 
 // ---------------------------------------------------------------------------------------------
 // Session: everything one running tracer owns. Sessions are never freed (CUPTI may still hold a
@@ -62,6 +76,14 @@ struct Session {
   std::vector<CUpti_ActivityKind> enabled_kinds;
 
   std::atomic<uint64_t> dropped{0}, buffers_denied{0}, buffers_completed{0}, decode_errors{0};
+
+  // Kernel uses (opt.uses). Neither mutex is ever held across a driver or CUPTI call, nor together
+  // with writer_mu.
+  std::mutex live_mu;  // guards live
+  LiveAllocationMap live;
+  std::mutex kernel_info_mu;  // guards kernel_info (the KernelInfo objects are never freed)
+  std::unordered_map<const void*, std::unique_ptr<KernelInfo>> kernel_info;
+  std::atomic<uint64_t> uses{0}, uses_launches_scanned{0}, uses_scan_failures{0};
 
   std::mutex stop_mu;
   bool stopped = false;
@@ -196,6 +218,11 @@ struct ThreadState {
   bool pending_tag = false;
   std::string tag_scope, tag_name;
   Category tag_category = Category::kUnknown;
+  // Kernel uses: the last context's device, scratch buffers of the argument scan.
+  CUcontext device_ctx = nullptr;
+  uint16_t device_of_ctx = 0;
+  std::vector<uint64_t> words;
+  std::vector<LiveRange> hits;
 };
 constexpr size_t kMaxDepth = 256;
 
@@ -451,6 +478,329 @@ void handle_api(Session* s, ThreadState& ts, CUpti_CallbackDomain domain, CUpti_
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Kernel uses (TracerOptions::uses): a map of live device allocations kept from the allocation API
+// callbacks, and a scan of every kernel launch's arguments against it (profiler/kernel_args.h).
+
+// Driver entry points for the argument layout and the kernel name, reached through dlsym (the
+// tracer never links libcuda). Calling them inside a callback re-enters the callbacks: the caller
+// holds ThreadState::in_callback and no lock.
+struct DriverFns {
+  using FuncParamInfo = CUresult (*)(CUfunction, size_t, size_t*, size_t*);
+  using KernelParamInfo = CUresult (*)(CUkernel, size_t, size_t*, size_t*);
+  using FuncName = CUresult (*)(const char**, CUfunction);
+  using KernelName = CUresult (*)(const char**, CUkernel);
+  FuncParamInfo func_param_info = nullptr;
+  KernelParamInfo kernel_param_info = nullptr;
+  FuncName func_name = nullptr;
+  KernelName kernel_name = nullptr;
+};
+
+const DriverFns& driver_fns() {
+  static const DriverFns fns = [] {
+    DriverFns f;
+    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);  // loaded: a kernel is being launched
+    if (h == nullptr) return f;
+    f.func_param_info = reinterpret_cast<DriverFns::FuncParamInfo>(dlsym(h, "cuFuncGetParamInfo"));
+    f.kernel_param_info = reinterpret_cast<DriverFns::KernelParamInfo>(dlsym(h, "cuKernelGetParamInfo"));
+    f.func_name = reinterpret_cast<DriverFns::FuncName>(dlsym(h, "cuFuncGetName"));
+    f.kernel_name = reinterpret_cast<DriverFns::KernelName>(dlsym(h, "cuKernelGetName"));
+    return f;  // the handle stays open (the driver stays loaded for the process' life)
+  }();
+  return fns;
+}
+
+// The parameter layout of a launched function. Runtime launches pass a CUkernel (cuFuncGetParamInfo
+// answers CUDA_ERROR_INVALID_HANDLE, cuKernelGetParamInfo works), driver launches of a module's
+// function a CUfunction: try cuFuncGetParamInfo, then cuKernelGetParamInfo (the order verified on
+// the H200, docs: cupti-facts). Parameters are read until the driver says the index is past the
+// end; index 0 past the end = no parameters.
+constexpr size_t kMaxKernelParams = 4096;
+
+std::unique_ptr<KernelInfo> describe_kernel(const void* handle) {
+  auto info = std::make_unique<KernelInfo>();
+  const DriverFns& d = driver_fns();
+  bool no_params = false, via_kernel = false;
+  for (int attempt = 0; attempt < 2 && !info->layout_ok; ++attempt) {
+    std::vector<ParamSlot> slots;
+    CUresult r = CUDA_ERROR_NOT_FOUND;
+    for (size_t i = 0; i < kMaxKernelParams; ++i) {
+      size_t off = 0, sz = 0;
+      if (attempt == 0)
+        r = d.func_param_info != nullptr ? d.func_param_info(reinterpret_cast<CUfunction>(const_cast<void*>(handle)), i, &off, &sz)
+                                         : CUDA_ERROR_NOT_FOUND;
+      else
+        r = d.kernel_param_info != nullptr ? d.kernel_param_info(reinterpret_cast<CUkernel>(const_cast<void*>(handle)), i, &off, &sz)
+                                           : CUDA_ERROR_NOT_FOUND;
+      if (r != CUDA_SUCCESS) break;
+      slots.push_back(ParamSlot{off, sz});
+    }
+    if (!slots.empty()) {
+      info->layout = std::move(slots);
+      info->layout_ok = true;
+      via_kernel = attempt == 1;
+    } else if (r == CUDA_ERROR_INVALID_VALUE) {
+      no_params = true;  // a valid handle with no parameter 0 (unless the other call finds some)
+    }
+  }
+  if (!info->layout_ok && no_params) info->layout_ok = true;
+  const char* name = nullptr;
+  auto by_func = [&] {
+    return d.func_name != nullptr &&
+           d.func_name(&name, reinterpret_cast<CUfunction>(const_cast<void*>(handle))) == CUDA_SUCCESS && name != nullptr;
+  };
+  auto by_kernel = [&] {
+    return d.kernel_name != nullptr &&
+           d.kernel_name(&name, reinterpret_cast<CUkernel>(const_cast<void*>(handle))) == CUDA_SUCCESS && name != nullptr;
+  };
+  bool named = via_kernel ? (by_kernel() || by_func()) : (by_func() || by_kernel());
+  if (named) info->name = name;
+  return info;
+}
+
+KernelInfo* kernel_info(Session* s, const void* handle) {
+  {
+    std::lock_guard<std::mutex> lock(s->kernel_info_mu);
+    auto it = s->kernel_info.find(handle);
+    if (it != s->kernel_info.end()) return it->second.get();
+  }
+  std::unique_ptr<KernelInfo> info = describe_kernel(handle);  // driver calls: no lock held
+  std::lock_guard<std::mutex> lock(s->kernel_info_mu);
+  auto it = s->kernel_info.emplace(handle, std::move(info)).first;  // another thread may have won
+  return it->second.get();
+}
+
+uint16_t device_of(ThreadState& ts, CUcontext ctx) {
+  if (ctx == nullptr) return 0;
+  if (ctx == ts.device_ctx) return ts.device_of_ctx;
+  uint32_t dev = 0;
+  if (cuptiGetDeviceId(ctx, &dev) != CUPTI_SUCCESS) return 0;
+  ts.device_ctx = ctx;
+  ts.device_of_ctx = static_cast<uint16_t>(dev);
+  return ts.device_of_ctx;
+}
+
+// Allocation API callbacks -> the live map: device allocations at a successful EXIT (pointer and
+// size from the parameters), removal at the free's ENTER (before another thread can be handed
+// the same address). Host (pinned) allocations are not tracked.
+void track_allocation(Session* s, ThreadState& ts, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                      const CUpti_CallbackData* cb) {
+  const void* p = cb->functionParams;
+  if (p == nullptr) return;
+  uint64_t base = 0, size = 0, freed = 0;
+  bool alloc = false, release = false;
+  const bool exit_ok = cb->callbackSite == CUPTI_API_EXIT && api_succeeded(cb);
+  const bool enter = cb->callbackSite == CUPTI_API_ENTER;
+  auto ptr_of = [](void* const* pp) -> uint64_t { return pp != nullptr ? reinterpret_cast<uintptr_t>(*pp) : 0; };
+  auto dptr_of = [](const CUdeviceptr* pp) -> uint64_t { return pp != nullptr ? static_cast<uint64_t>(*pp) : 0; };
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    switch (cbid) {
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020: {
+        if (!exit_ok) return;
+        auto* a = static_cast<const cudaMalloc_v3020_params*>(p);
+        base = ptr_of(a->devPtr), size = a->size, alloc = true;
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000: {
+        if (!exit_ok) return;
+        auto* a = static_cast<const cudaMallocManaged_v6000_params*>(p);
+        base = ptr_of(a->devPtr), size = a->size, alloc = true;
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020: {
+        if (!exit_ok) return;
+        auto* a = static_cast<const cudaMallocPitch_v3020_params*>(p);
+        base = ptr_of(a->devPtr), size = (a->pitch != nullptr ? *a->pitch : a->width) * a->height, alloc = true;
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMalloc3D_v3020: {
+        if (!exit_ok) return;
+        auto* a = static_cast<const cudaMalloc3D_v3020_params*>(p);
+        if (a->pitchedDevPtr == nullptr) return;
+        base = reinterpret_cast<uintptr_t>(a->pitchedDevPtr->ptr);
+        size = a->pitchedDevPtr->pitch * a->extent.height * a->extent.depth;
+        alloc = true;
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020: {  // same layout
+        if (!exit_ok) return;
+        auto* a = static_cast<const cudaMallocAsync_v11020_params*>(p);
+        base = ptr_of(a->devPtr), size = a->size, alloc = true;
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_ptsz_v11020: {
+        if (!exit_ok) return;
+        auto* a = static_cast<const cudaMallocFromPoolAsync_v11020_params*>(p);
+        base = ptr_of(a->ptr), size = a->size, alloc = true;
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020:
+        if (!enter) return;
+        freed = reinterpret_cast<uintptr_t>(static_cast<const cudaFree_v3020_params*>(p)->devPtr), release = true;
+        break;
+      case CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020:
+        if (!enter) return;
+        freed = reinterpret_cast<uintptr_t>(static_cast<const cudaFreeAsync_v11020_params*>(p)->devPtr), release = true;
+        break;
+      default:
+        return;
+    }
+  } else {
+    switch (cbid) {
+      case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2: {
+        if (!exit_ok) return;
+        auto* a = static_cast<const cuMemAlloc_v2_params*>(p);
+        base = dptr_of(a->dptr), size = a->bytesize, alloc = true;
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2: {
+        if (!exit_ok) return;
+        auto* a = static_cast<const cuMemAllocPitch_v2_params*>(p);
+        base = dptr_of(a->dptr), size = (a->pPitch != nullptr ? *a->pPitch : a->WidthInBytes) * a->Height, alloc = true;
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged: {
+        if (!exit_ok) return;
+        auto* a = static_cast<const cuMemAllocManaged_params*>(p);
+        base = dptr_of(a->dptr), size = a->bytesize, alloc = true;
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync:
+      case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz: {  // same layout
+        if (!exit_ok) return;
+        auto* a = static_cast<const cuMemAllocAsync_params*>(p);
+        base = dptr_of(a->dptr), size = a->bytesize, alloc = true;
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync:
+      case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz: {
+        if (!exit_ok) return;
+        auto* a = static_cast<const cuMemAllocFromPoolAsync_params*>(p);
+        base = dptr_of(a->dptr), size = a->bytesize, alloc = true;
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:
+        if (!enter) return;
+        freed = static_cast<const cuMemFree_v2_params*>(p)->dptr, release = true;
+        break;
+      case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync:
+      case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz:
+        if (!enter) return;
+        freed = static_cast<const cuMemFreeAsync_params*>(p)->dptr, release = true;
+        break;
+      default:
+        return;
+    }
+  }
+  if (alloc && base != 0 && size != 0) {
+    const uint16_t dev = device_of(ts, cb->context);  // a CUPTI call: before taking the lock
+    std::lock_guard<std::mutex> lock(s->live_mu);
+    s->live.insert(base, size, dev);
+  } else if (release && freed != 0) {
+    std::lock_guard<std::mutex> lock(s->live_mu);
+    s->live.erase(freed);
+  }
+}
+
+bool is_launch(CUpti_CallbackId cbid) {
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+      return true;
+    default:
+      return false;
+  }
+}
+constexpr CUpti_CallbackId kLaunchCbids[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,           CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,         CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+};
+
+// A kernel launch (ENTER): one kUse record per live allocation that an argument word points into.
+void handle_launch(Session* s, ThreadState& ts, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+  if (cb->callbackSite != CUPTI_API_ENTER || cb->functionParams == nullptr) return;
+  uint64_t now = 0;
+  cuptiGetTimestamp(&now);
+  const void* f = nullptr;
+  void** params = nullptr;
+  void** extra = nullptr;
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {  // same layout
+      auto* a = static_cast<const cuLaunchKernel_params*>(cb->functionParams);
+      f = a->f, params = a->kernelParams, extra = a->extra;
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
+      auto* a = static_cast<const cuLaunchKernelEx_params*>(cb->functionParams);
+      f = a->f, params = a->kernelParams, extra = a->extra;
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz: {
+      auto* a = static_cast<const cuLaunchCooperativeKernel_params*>(cb->functionParams);
+      f = a->f, params = a->kernelParams;
+      break;
+    }
+    default:
+      return;
+  }
+  if (f == nullptr) return;
+  KernelInfo* info = kernel_info(s, f);
+  ts.words.clear();
+  ts.hits.clear();
+  const void* packed = nullptr;
+  size_t packed_size = 0;
+  if (params != nullptr) {
+    if (!info->layout_ok) {
+      s->uses_scan_failures.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    collect_param_words(params, info->layout.data(), info->layout.size(), &ts.words);
+  } else if (find_packed_buffer(extra, &packed, &packed_size)) {
+    collect_buffer_words(packed, packed_size, &ts.words);
+  }
+  s->uses_launches_scanned.fetch_add(1, std::memory_order_relaxed);
+  if (ts.words.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(s->live_mu);
+    match_words(s->live, ts.words, &ts.hits);
+  }
+  if (ts.hits.empty()) return;
+  if (ts.tid == 0) ts.tid = current_tid();
+  std::lock_guard<std::mutex> lock(s->writer_mu);
+  if (s->closed || !s->assembler) return;
+  uint32_t name_id = info->name_id.load(std::memory_order_relaxed);
+  if (name_id == 0 && !info->name.empty()) {
+    name_id = s->assembler->intern(info->name);
+    info->name_id.store(name_id, std::memory_order_relaxed);
+  }
+  for (const LiveRange& h : ts.hits) {
+    TraceRecord rec;
+    rec.kind = static_cast<uint8_t>(EventKind::kUse);
+    rec.timestamp_ns = now;
+    rec.address = h.base;
+    rec.bytes = h.size;
+    rec.seq = cb->correlationId;
+    rec.name_id = name_id;
+    rec.device = h.device;
+    rec.pid = s->pid;
+    rec.tid = ts.tid;
+    rec.flags = kUseRead | kUseWrite;  // a scanned argument: read or write is unknown
+    (void)s->assembler->append(rec);   // sticky error, checked at flush/close
+  }
+  s->uses.fetch_add(ts.hits.size(), std::memory_order_relaxed);
+}
+
 void CUPTIAPI on_callback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                           const void* cbdata) {
   if (g_forked_child.load(std::memory_order_relaxed)) return;
@@ -463,7 +813,13 @@ void CUPTIAPI on_callback(void* userdata, CUpti_CallbackDomain domain, CUpti_Cal
     if (domain == CUPTI_CB_DOMAIN_NVTX) {
       handle_nvtx(ts, cbid, static_cast<const CUpti_NvtxData*>(cbdata));
     } else if (domain == CUPTI_CB_DOMAIN_RUNTIME_API || domain == CUPTI_CB_DOMAIN_DRIVER_API) {
-      handle_api(s, ts, domain, cbid, static_cast<const CUpti_CallbackData*>(cbdata));
+      auto* cb = static_cast<const CUpti_CallbackData*>(cbdata);
+      if (domain == CUPTI_CB_DOMAIN_DRIVER_API && is_launch(cbid)) {
+        if (s->opt.uses && cb != nullptr) handle_launch(s, ts, cbid, cb);
+      } else {
+        if (s->opt.uses && cb != nullptr) track_allocation(s, ts, domain, cbid, cb);
+        if (s->opt.attribution) handle_api(s, ts, domain, cbid, cb);
+      }
     }
   } catch (...) {
     // Never let an exception cross into CUPTI; the allocation stays unattributed.
@@ -563,6 +919,9 @@ TracerStats collect_stats(Session* s) {
   t.decode_errors = s->decode_errors.load();
   t.attribution_pending = s->table.pending();
   t.attribution_pruned = s->table.pruned();
+  t.uses = s->uses.load();
+  t.uses_launches_scanned = s->uses_launches_scanned.load();
+  t.uses_scan_failures = s->uses_scan_failures.load();
   return t;
 }
 
@@ -611,6 +970,11 @@ Status stop_session(Session* s, bool crashed) {
     x["tracer.buffers_denied"] = std::to_string(t.buffers_denied);
     x["tracer.decode_errors"] = std::to_string(t.decode_errors);
     x["tracer.attribution_unjoined"] = std::to_string(t.attribution_pending + t.attribution_pruned);
+    if (s->opt.uses) {
+      x["tracer.uses"] = std::to_string(t.uses);
+      x["tracer.uses_launches_scanned"] = std::to_string(t.uses_launches_scanned);
+      x["tracer.uses_scan_failures"] = std::to_string(t.uses_scan_failures);
+    }
     x["tracer.stopped_by"] = crashed ? "signal" : "stop";
     if (!notes.empty()) x["tracer.notes"] = notes;
     s->writer->add_dropped(t.dropped_records);
@@ -768,6 +1132,7 @@ Result<std::unique_ptr<CuptiTracer>> CuptiTracer::start(const std::string& trace
   x["pid"] = std::to_string(s->pid);
   x["tracer.kernels"] = options.kernels ? "on" : "off";
   x["tracer.attribution"] = options.attribution ? "on" : "off";
+  if (options.uses) x["tracer.uses"] = "on (kernel-argument scan; counts written at stop)";
   {
     const char* nvtx_env = std::getenv("NVTX_INJECTION64_PATH");
     x["tracer.nvtx_route"] = (nvtx_env != nullptr && nvtx_env[0] != 0)
@@ -810,7 +1175,7 @@ Result<std::unique_ptr<CuptiTracer>> CuptiTracer::start(const std::string& trace
     return Status::run_failure("cupti tracer: " + what + ": " + cupti_error_string(res));
   };
 
-  if (options.attribution) {
+  if (options.attribution || options.uses) {  // uses: the allocation callbacks keep the live map
     for (int cbid = 0; cbid < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++cbid) {
       if (classify_runtime(static_cast<CUpti_CallbackId>(cbid)) == 0) continue;
       r = cuptiEnableCallback(1, s->subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, static_cast<CUpti_CallbackId>(cbid));
@@ -822,8 +1187,15 @@ Result<std::unique_ptr<CuptiTracer>> CuptiTracer::start(const std::string& trace
       if (r != CUPTI_SUCCESS) return fail("enabling driver API callbacks", r);
     }
     for (CUpti_CallbackId cbid : kNvtxCbids) {
+      if (!options.attribution) break;
       r = cuptiEnableCallback(1, s->subscriber, CUPTI_CB_DOMAIN_NVTX, cbid);
       if (r != CUPTI_SUCCESS) x["tracer.nvtx"] = "NVTX callbacks unavailable: " + cupti_error_string(r);
+    }
+  }
+  if (options.uses) {
+    for (CUpti_CallbackId cbid : kLaunchCbids) {
+      r = cuptiEnableCallback(1, s->subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+      if (r != CUPTI_SUCCESS) return fail("enabling kernel launch callbacks", r);
     }
   }
 

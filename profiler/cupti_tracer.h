@@ -31,6 +31,11 @@ namespace moeprof::profiler {
 
 struct TracerOptions {
   bool kernels = false;                  // CONCURRENT_KERNEL -> kKernel records (name, duration)
+  bool uses = false;                     // kernel-argument scan -> kUse records: at each kernel
+                                         // launch (cuLaunchKernel/Ex callbacks), every live device
+                                         // allocation an argument word points into (flags
+                                         // kUseRead|kUseWrite: read and write are not told apart).
+                                         // See profiler/kernel_args.h and docs/tracing.md.
   bool memory_pool = true;               // MEMORY_POOL -> kPoolReserve records
   bool attribution = true;               // API + NVTX callbacks: tid, scope, tags
   bool graph_memory = true;              // read CUDA-graph memory attributes at stop (kGraphMem)
@@ -53,6 +58,9 @@ struct TracerStats {
   uint64_t buffers_completed = 0;
   uint64_t decode_errors = 0;
   uint64_t attribution_pending = 0, attribution_pruned = 0;
+  // TracerOptions::uses: kUse records written, launches whose arguments were scanned, launches
+  // that could not be scanned (no parameter layout from the driver).
+  uint64_t uses = 0, uses_launches_scanned = 0, uses_scan_failures = 0;
 };
 
 class CuptiTracer {

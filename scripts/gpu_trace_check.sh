@@ -123,6 +123,32 @@ else
   row pytorch SKIP "no moeprof or no PyTorch"
 fi
 
+# 6b. Kernel uses (--uses) on the same PyTorch workload: use events (kernel-argument scan) and the
+#     planner's bytes held after their last use at the activation peak. PASS if any use was recorded.
+if have "$MOEPROF" pytorch-uses && python3 -c "import torch" 2>/dev/null; then
+  timeout 600 "$MOEPROF" trace --uses --torch-async --report --report-json "$OUT/uses_report.json" \
+    --out "$OUT/uses.mtrace" -- python3 tests/profiler/torch_alloc_check.py > "$OUT/uses_stdout.txt" 2> "$OUT/uses_stderr.txt"
+  rc=$?
+  res=$(python3 - "$OUT/uses_report.json" <<'PY'
+import json, sys
+rep = json.load(open(sys.argv[1]))
+r = [x for x in rep if x["path"].endswith("uses.mtrace")][0]
+uses = r["all"].get("uses", 0)
+x = r["extra"]
+dev = {d["device"]: d for d in r["program"]["devices"]}.get(0, {})
+print(f"{'PASS' if uses > 0 else 'FAIL'} {uses} use events over {x.get('tracer.uses_launches_scanned', '?')} launches "
+      f"scanned ({x.get('tracer.uses_scan_failures', '?')} unscannable); device 0 at the activation peak "
+      f"{dev.get('peak_activation_bytes', 0)} B: held after last use {dev.get('held_after_last_use_bytes', 0)} B, "
+      f"never used {dev.get('never_used_at_peak_bytes', 0)} B, hand-offs {dev.get('handoff_count', 0)}")
+PY
+  )
+  [ $rc -ne 0 ] && res="FAIL command exit $rc (uses_stderr.txt)"
+  [ -z "$res" ] && res="FAIL no report (uses_stderr.txt)"
+  row pytorch-uses "${res%% *}" "${res#* }"
+else
+  row pytorch-uses SKIP "no moeprof or no PyTorch"
+fi
+
 # 7. Overhead benchmark.
 if have "$B/bench/trace/bench_alloc_trace" bench; then
   if timeout 600 "$B/bench/trace/bench_alloc_trace" --pairs 200000 --out "$OUT" > "$OUT/bench.log" 2>&1; then

@@ -1,4 +1,4 @@
-// moeprof trace [--out FILE] [--report] [--report-json FILE] [--torch-async] [--kernels] -- CMD ARGS...
+// moeprof trace [--out FILE] [--report] [--report-json FILE] [--torch-async] [--kernels] [--uses] -- CMD ARGS...
 //
 // Runs an unmodified program with libmoeprof_inject.so injected (CUDA_INJECTION64_PATH and
 // NVTX_INJECTION64_PATH): every process of the command that initializes CUDA writes its own trace,
@@ -45,6 +45,7 @@ struct TraceOptions {
   bool report = false;
   bool torch_async = false;
   bool kernels = false;
+  bool uses = false;
   std::vector<std::string> command;
 };
 
@@ -163,7 +164,8 @@ uint64_t live_end_bytes(const planner::RunAnalysis& a, uint16_t device) {
   return b;
 }
 
-nlohmann::json view_json(const planner::RunAnalysis& a, uint64_t kernels) {
+// uses: kUse records of the trace (`moeprof trace --uses`); the use figures are written only when > 0.
+nlohmann::json view_json(const planner::RunAnalysis& a, uint64_t kernels, uint64_t uses) {
   uint64_t allocs = 0, frees = 0, alloc_bytes = 0, scoped = 0;
   for (const auto& d : a.devices) {
     allocs += d.allocations;
@@ -177,6 +179,7 @@ nlohmann::json view_json(const planner::RunAnalysis& a, uint64_t kernels) {
   j["frees"] = frees;
   j["alloc_bytes"] = alloc_bytes;
   j["kernels"] = kernels;
+  if (uses > 0) j["uses"] = uses;
   j["allocs_with_scope"] = scoped;
   j["peak_bytes"] = a.peak_total_bytes;
   j["peak_activation_bytes"] = a.peak_activation_bytes;
@@ -207,6 +210,14 @@ nlohmann::json view_json(const planner::RunAnalysis& a, uint64_t kernels) {
                     {"pool_reserved_peak_bytes", d.pool_reserved_peak_bytes},
                     {"graph_mem_peak_bytes", d.graph_mem_peak_bytes},
                     {"scopes", scopes}});
+    if (uses > 0) {
+      nlohmann::json& dj = devs.back();
+      dj["has_uses"] = d.has_uses;
+      dj["held_after_last_use_bytes"] = d.held_after_last_use_bytes;
+      dj["never_used_at_peak_bytes"] = d.never_used_at_peak_bytes;
+      dj["handoff_count"] = d.handoff_count;
+      dj["handoff_bytes"] = d.handoff_bytes;
+    }
   }
   j["devices"] = devs;
   return j;
@@ -216,7 +227,11 @@ nlohmann::json view_json(const planner::RunAnalysis& a, uint64_t kernels) {
 nlohmann::json trace_report_json(const std::string& path, const Trace& t,
                                  const planner::RunAnalysis (&views)[kNumReportViews]) {
   uint64_t kernels = 0;
-  for (const TraceRecord& r : t.records) kernels += r.kind == static_cast<uint8_t>(EventKind::kKernel);
+  uint64_t uses = 0;
+  for (const TraceRecord& r : t.records) {
+    kernels += r.kind == static_cast<uint8_t>(EventKind::kKernel);
+    uses += r.kind == static_cast<uint8_t>(EventKind::kUse);
+  }
   nlohmann::json j;
   j["path"] = path;
   j["name"] = t.meta.name;
@@ -224,7 +239,7 @@ nlohmann::json trace_report_json(const std::string& path, const Trace& t,
   j["records"] = t.records.size();
   j["dropped_records"] = t.dropped_records;
   j["truncated"] = t.truncated;
-  for (size_t i = 0; i < kNumReportViews; ++i) j[kReportViews[i].key] = view_json(views[i], kernels);
+  for (size_t i = 0; i < kNumReportViews; ++i) j[kReportViews[i].key] = view_json(views[i], kernels, uses);
   j["extra"] = t.meta.extra;
   return j;
 }
@@ -257,6 +272,15 @@ void print_summary(const nlohmann::json& j, const Trace& t, const planner::RunAn
                  human(device_peak(views[2], d.device)).c_str(), human(device_peak(views[3], d.device)).c_str(),
                  human(live_end_bytes(views[0], d.device)).c_str(), human(d.pool_reserved_peak_bytes).c_str(),
                  human(d.peak_by_category[Category::kGraph]).c_str(), human(d.graph_mem_peak_bytes).c_str());
+  }
+  if (j["all"].contains("uses")) {
+    std::fprintf(stderr, "    uses: %llu kernel-use events\n", (unsigned long long)j["all"]["uses"].get<uint64_t>());
+    for (const auto& d : views[1].devices)  // the program's own allocations
+      std::fprintf(stderr, "    device %u at the activation peak (%s): %s held after its last use, %s never used; "
+                   "%llu hand-offs (%s)\n",
+                   d.device, human(d.peak_activation_bytes).c_str(), human(d.held_after_last_use_bytes).c_str(),
+                   human(d.never_used_at_peak_bytes).c_str(), (unsigned long long)d.handoff_count,
+                   human(d.handoff_bytes).c_str());
   }
   auto note = t.meta.extra.find("allocator_note");
   if (note != t.meta.extra.end()) std::fprintf(stderr, "    note: %s\n", note->second.c_str());
@@ -302,6 +326,8 @@ int run_trace(TraceOptions o) {
     setenv(profiler::kEnvTraceOut, out.c_str(), 1);
     setenv(profiler::kEnvTraceRootPid, std::to_string(getpid()).c_str(), 1);
     setenv(profiler::kEnvTraceKernels, o.kernels ? "1" : "0", 1);
+    if (o.uses) setenv(profiler::kEnvTraceUses, "1", 1);
+    else unsetenv(profiler::kEnvTraceUses);
     if (o.torch_async) {
       setenv("PYTORCH_CUDA_ALLOC_CONF", conf.c_str(), 1);
       setenv(profiler::kEnvTorchAsync, "1", 1);
@@ -388,6 +414,10 @@ void register_trace(CLI::App& app, int* exit_code) {
                 "set PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync so every PyTorch tensor is one "
                 "allocation record (without it only caching-allocator segments are visible)");
   cmd->add_flag("--kernels", opts->kernels, "also record kernels (name, start, duration)");
+  cmd->add_flag("--uses", opts->uses,
+                "also record kernel uses: at each kernel launch, one use event per live device "
+                "allocation that a kernel argument points into (first/last use, memory held after "
+                "its last use; docs/tracing.md)");
   cmd->add_option("--inject-lib", opts->inject_lib, "path of libmoeprof_inject.so (default: next to moeprof)");
   cmd->add_option("command", opts->command, "the command to trace and its arguments, after --")->required();
   cmd->callback([opts, exit_code] { *exit_code = run_trace(*opts); });

@@ -1,5 +1,9 @@
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+
+#include "core/trace_io.h"
+#include "profiler/activity_decode.h"
 #include "profiler/attribution.h"
 
 using namespace moeprof;
@@ -38,4 +42,41 @@ TEST_CASE("attribution table prunes the oldest entries when full", "[profiler][a
   Attribution got;
   CHECK_FALSE(t.take(1, &got));  // the oldest went first
   CHECK(t.take(101, &got));
+}
+
+TEST_CASE("a join keeps the decoder's graph category unless the allocation was tagged", "[profiler][attribution]") {
+  const std::string path = (std::filesystem::temp_directory_path() / "moeprof_attr_graph.mtrace").string();
+  auto w = TraceWriter::open(path, RunMeta{});
+  REQUIRE(w.is_ok());
+  AttributionTable table;
+  TraceAssembler asmb(w->get(), &table, 7);
+  auto graph_alloc = [](uint32_t corr) {
+    DecodedRecord d;
+    d.record.kind = static_cast<uint8_t>(EventKind::kAlloc);
+    d.record.address = 0;
+    d.record.bytes = 33554432;
+    d.record.category = static_cast<uint8_t>(Category::kGraph);
+    d.record.timestamp_ns = corr;
+    d.correlation_id = corr;
+    return d;
+  };
+  Attribution untagged;
+  untagged.tid = 11;
+  untagged.scope = table.intern("phase2");
+  table.put(21, 0, untagged);
+  asmb.on_record(graph_alloc(21));
+  Attribution tagged;
+  tagged.tid = 12;
+  tagged.name = table.intern("pool");
+  tagged.category = Category::kWorkspace;
+  table.put(22, 0, tagged);
+  asmb.on_record(graph_alloc(22));
+  REQUIRE(w.value()->close().is_ok());
+  auto t = read_trace(path);
+  REQUIRE(t.is_ok());
+  REQUIRE(t->records.size() == 2);
+  CHECK(t->records[0].category == static_cast<uint8_t>(Category::kGraph));  // scope joined, category kept
+  CHECK(t->str(t->records[0].scope_id) == "phase2");
+  CHECK(t->records[0].tid == 11);
+  CHECK(t->records[1].category == static_cast<uint8_t>(Category::kWorkspace));  // an explicit tag wins
 }

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -136,7 +137,106 @@ void check_trace(const std::string& path, const nlohmann::json& expect) {
   }
 }
 
+// --uses: exactly one kUse per expected (kernel, allocation), each inside the lifetime of that
+// allocation, and nothing else; the planner sees the uses.
+void check_uses(const std::string& path, const nlohmann::json& expect) {
+  auto t = read_trace(path);
+  REQUIRE(t.is_ok());
+  const Trace& tr = *t;
+  INFO("trace " << path);
+  planner::AnalyzeOptions opt;
+  opt.timeline_points = 0;
+  opt.keep_lifetimes = true;
+  const planner::RunAnalysis a = planner::analyze(tr, opt);
+  CHECK(a.anomalies.unknown_uses == 0);
+  const planner::DeviceAnalysis* d0 = a.device(0);
+  REQUIRE(d0 != nullptr);
+  CHECK(d0->has_uses);
+
+  struct Got {
+    std::string kernel, alloc_name;
+    uint64_t bytes = 0;
+  };
+  std::vector<Got> got;
+  for (const TraceRecord& r : tr.records) {
+    if (static_cast<EventKind>(r.kind) != EventKind::kUse) continue;
+    INFO("use of " << r.address << " (" << r.bytes << " bytes) by " << tr.str(r.name_id) << " at " << r.timestamp_ns);
+    CHECK((r.flags & (kUseRead | kUseWrite)) == (kUseRead | kUseWrite));
+    CHECK(r.pid == expect["pid"].get<uint32_t>());
+    CHECK(r.tid != 0);
+    const planner::Lifetime* hit = nullptr;
+    for (const planner::Lifetime& l : a.lifetimes)
+      if (l.device == r.device && l.address == r.address && l.t_alloc <= r.timestamp_ns && r.timestamp_ns <= l.t_free)
+        hit = &l;
+    REQUIRE(hit != nullptr);  // the use falls inside one allocation's lifetime
+    CHECK(hit->bytes == r.bytes);
+    got.push_back(Got{std::string(tr.str(r.name_id)), a.str(hit->name_id), hit->bytes});
+  }
+  const nlohmann::json& want = expect["expected_uses"];
+  CHECK(got.size() == want.size());
+  for (const auto& w : want) {
+    INFO("expected use " << w.dump());
+    size_t n = 0;
+    for (const Got& g : got)
+      if (g.bytes == w["bytes"].get<uint64_t>() && g.kernel.find(w["kernel"].get<std::string>()) != std::string::npos &&
+          g.alloc_name == w["name"].get<std::string>())
+        ++n;
+    CHECK(n == 1);
+  }
+  // The allocations the kernels used: exactly one use each, in the planner's replay.
+  for (const auto& w : want)
+    for (const planner::Lifetime& l : a.lifetimes)
+      if (l.bytes == w["bytes"].get<uint64_t>() && l.device == 0) CHECK(l.uses == 1);
+  CHECK(tr.meta.extra.count("tracer.uses") == 1);
+  if (tr.meta.extra.count("tracer.uses")) CHECK(tr.meta.extra.at("tracer.uses") == std::to_string(want.size()));
+  CHECK(tr.meta.extra.count("tracer.uses_launches_scanned") == 1);
+  if (tr.meta.extra.count("tracer.uses_scan_failures")) CHECK(tr.meta.extra.at("tracer.uses_scan_failures") == "0");
+}
+
 }  // namespace
+
+TEST_CASE("in-process CuptiTracer records kernel uses (--uses) exactly", "[gpu][profiler][uses]") {
+  REQUIRE(fs::exists(test_prog()));
+  std::string path = tmp("uses.mtrace");
+  RunResult r = run(test_prog().string() + " --uses --inprocess " + path);
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  nlohmann::json expect = parse_expect(r.out);
+  REQUIRE(expect.is_object());
+  CHECK(expect["uses"].get<bool>());
+  check_trace(path, expect);
+  check_uses(path, expect);
+  fs::remove(path);
+}
+
+TEST_CASE("moeprof trace --uses (injection) records kernel uses", "[gpu][profiler][uses]") {
+  fs::path moeprof = cli_dir() / "moeprof";
+  if (!fs::exists(moeprof)) {
+    WARN("moeprof binary not built at " << moeprof << ": injection test skipped");
+    return;
+  }
+  std::string path = tmp("inject_uses.mtrace");
+  RunResult r = run(moeprof.string() + " trace --uses --out " + path + " -- " + test_prog().string());
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  nlohmann::json expect = parse_expect(r.out);
+  REQUIRE(expect.is_object());
+  check_uses(path, expect);
+  fs::remove(path);
+}
+
+TEST_CASE("without uses the tracer records no kUse", "[gpu][profiler][uses]") {
+  REQUIRE(fs::exists(test_prog()));
+  std::string path = tmp("nouses.mtrace");
+  RunResult r = run(test_prog().string() + " --inprocess " + path);
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  auto t = read_trace(path);
+  REQUIRE(t.is_ok());
+  for (const TraceRecord& rec : t->records) CHECK(static_cast<EventKind>(rec.kind) != EventKind::kUse);
+  CHECK(t->meta.extra.count("tracer.uses") == 0);
+  fs::remove(path);
+}
 
 TEST_CASE("in-process CuptiTracer records the test program exactly", "[gpu][profiler]") {
   REQUIRE(fs::exists(test_prog()));

@@ -9,7 +9,11 @@
 //                                                                        NVTX tag when injected)
 //   2 threads    "worker<t>/step", own stream     cudaMallocAsync X_t (5+t) MiB + 1024(t+1),
 //                                                 Y_t 256 KiB (t+1); barrier; free Y_t, X_t
-//   main         free A; "phase2" cudaMalloc D 4 MiB; free B, C, D
+//   main         kernel touch(A); free A; "phase2" cudaMalloc D 4 MiB; free B, C, D
+//   main         tags uses/u_ptr, uses/u_s0, uses/u_s1, uses/u_off (activation), cudaMalloc each;
+//                kernel use_args(u_ptr, {u_s0, u_s1} by value, u_off + 1000 floats, n, garbage);
+//                free them. With --uses (TracerOptions::uses) the trace must hold exactly one kUse
+//                per (kernel, allocation): touch -> A, use_args -> each u_* ("expected_uses").
 //   device 1     "dev1" cudaMalloc E 7 MiB + 4096 (only with >= 2 GPUs)
 //   graph        a captured cudaMallocAsync/cudaFreeAsync of 8 MiB, instantiated and launched
 //                (graph memory, reported by the driver attribute, not by allocation records)
@@ -51,6 +55,20 @@ __global__ void touch(unsigned char* p, size_t n) {
   if (i < n) p[i] = static_cast<unsigned char>(i);
 }
 
+// Kernel uses: a pointer, two pointers inside a by-value struct, a pointer with an offset into an
+// allocation, and two non-pointer arguments (garbage points into nothing).
+struct TwoPtrs {
+  const float* in;
+  float* out;
+};
+__global__ void use_args(const float* p, TwoPtrs s, float* off, int n, unsigned long long garbage) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    s.out[i] = p[i] + s.in[i] + static_cast<float>(garbage & 1u);
+    off[i] = 1.0f;
+  }
+}
+
 struct Barrier {
   std::mutex mu;
   std::condition_variable cv;
@@ -76,6 +94,12 @@ struct Expect {
   bool inferred;
 };
 
+struct ExpectUse {
+  std::string kernel;  // substring of the kernel name
+  std::string name;    // the allocation's name ("" = unnamed)
+  size_t bytes;        // the allocation's size (unique in the program)
+};
+
 std::string json_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
@@ -89,13 +113,14 @@ std::string json_escape(const std::string& s) {
 
 int main(int argc, char** argv) {
   std::string inprocess_path;
-  bool init_first = false, kernels = false;
+  bool init_first = false, kernels = false, uses = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--inprocess") == 0 && i + 1 < argc) inprocess_path = argv[++i];
     else if (std::strcmp(argv[i], "--init-cuda-first") == 0) init_first = true;
     else if (std::strcmp(argv[i], "--kernels") == 0) kernels = true;
+    else if (std::strcmp(argv[i], "--uses") == 0) uses = true;
     else {
-      std::fprintf(stderr, "usage: %s [--inprocess TRACE] [--init-cuda-first] [--kernels]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--inprocess TRACE] [--init-cuda-first] [--kernels] [--uses]\n", argv[0]);
       return 2;
     }
   }
@@ -108,6 +133,7 @@ int main(int argc, char** argv) {
     meta.name = "trace_test_prog";
     moeprof::profiler::TracerOptions opt;
     opt.kernels = kernels;
+    opt.uses = uses;
     auto t = moeprof::profiler::CuptiTracer::start(inprocess_path, meta, opt);
     if (!t.is_ok()) {
       std::printf("TRACER_START_ERROR: %s\n", t.status().message().c_str());
@@ -122,6 +148,7 @@ int main(int argc, char** argv) {
   int devices = 0;
   CHECK(cudaGetDeviceCount(&devices));
   std::vector<Expect> expect;
+  std::vector<ExpectUse> expect_uses;
 
   const size_t a_bytes = 3 * kMiB + 512, b_bytes = 2 * kMiB, c_bytes = 1 * kMiB, d_bytes = 4 * kMiB;
   void *a = nullptr, *b = nullptr, *c = nullptr, *d = nullptr;
@@ -181,6 +208,7 @@ int main(int argc, char** argv) {
   touch<<<static_cast<unsigned>((a_bytes + 255) / 256), 256>>>(static_cast<unsigned char*>(a), a_bytes);
   CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());
+  expect_uses.push_back({"touch", "", a_bytes});
   CHECK(cudaFree(a));
   nvtxRangePushA("phase2");
   CHECK(cudaMalloc(&d, d_bytes));
@@ -189,6 +217,26 @@ int main(int argc, char** argv) {
   CHECK(cudaFree(b));
   CHECK(cudaFree(c));
   CHECK(cudaFree(d));
+
+  // Kernel uses: four tagged allocations (sizes unique in the program), one launch.
+  {
+    const char* names[4] = {"u_ptr", "u_s0", "u_s1", "u_off"};
+    const size_t sizes[4] = {64 * 1024 + 16, 96 * 1024 + 32, 128 * 1024 + 48, 160 * 1024 + 64};
+    float* u[4] = {};
+    for (int i = 0; i < 4; ++i) {
+      std::string tag = std::string("moeprof.tensor:uses/") + names[i] + "|activation";
+      nvtxRangePushA(tag.c_str());
+      CHECK(cudaMalloc(reinterpret_cast<void**>(&u[i]), sizes[i]));
+      nvtxRangePop();
+      expect.push_back({"uses", names[i], "activation", sizes[i], 0, false});
+      expect_uses.push_back({"use_args", names[i], sizes[i]});
+    }
+    const int n = 256;  // every buffer holds 1000 + 256 floats
+    use_args<<<1, n>>>(u[0], TwoPtrs{u[1], u[2]}, u[3] + 1000, n, 0x1234ull);
+    CHECK(cudaGetLastError());
+    CHECK(cudaDeviceSynchronize());
+    for (int i = 3; i >= 0; --i) CHECK(cudaFree(u[i]));
+  }
 
   size_t peak1 = 0;
   if (devices >= 2) {
@@ -222,10 +270,16 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &graph_high));
 
   // Expected values (before the tracer stops, so a failing stop still prints them).
-  std::printf("EXPECT {\"pid\":%d,\"devices\":%d,\"inprocess\":%s,\"kernels\":%s,"
-              "\"peak_bytes\":{\"0\":%zu%s},\"graph_mem_high\":%llu,\"allocs\":[",
+  std::printf("EXPECT {\"pid\":%d,\"devices\":%d,\"inprocess\":%s,\"kernels\":%s,\"uses\":%s,"
+              "\"peak_bytes\":{\"0\":%zu%s},\"graph_mem_high\":%llu,\"expected_uses\":[",
               static_cast<int>(getpid()), devices, inprocess ? "true" : "false", kernels ? "true" : "false",
-              peak0, devices >= 2 ? (",\"1\":" + std::to_string(peak1)).c_str() : "", graph_high);
+              uses ? "true" : "false", peak0, devices >= 2 ? (",\"1\":" + std::to_string(peak1)).c_str() : "",
+              graph_high);
+  for (size_t i = 0; i < expect_uses.size(); ++i)
+    std::printf("%s{\"kernel\":\"%s\",\"name\":\"%s\",\"bytes\":%zu}", i ? "," : "",
+                json_escape(expect_uses[i].kernel).c_str(), json_escape(expect_uses[i].name).c_str(),
+                expect_uses[i].bytes);
+  std::printf("],\"allocs\":[");
   for (size_t i = 0; i < expect.size(); ++i) {
     const Expect& e = expect[i];
     std::printf("%s{\"scope\":\"%s\",\"name\":\"%s\",\"category\":\"%s\",\"bytes\":%zu,\"device\":%d,"
