@@ -40,48 +40,56 @@ namespace {
 constexpr uint32_t kNoIndex = UINT32_MAX;
 constexpr uint32_t kFreedBit = 1u << 31;
 
-// Open-addressing map (device, address) -> state. Entries are never erased: a freed allocation
-// leaves its address marked freed so a second free is told apart from a free of an unknown
-// address. State: 0 = empty slot, else (lifetime index + 1) | kFreedBit when freed.
-class AddressMap {
+// Open-addressing map from a pair of 64-bit words to a uint32, for the hot per-event lookups:
+// (device, address) -> allocation state, and ((scope, name), bytes) -> count. Entries are never
+// erased. Linear probing, power-of-two capacity, at most half full.
+class PairMap {
  public:
-  AddressMap() { rehash(1024); }
+  using Key = std::pair<uint64_t, uint64_t>;
+  PairMap() { rehash(256); }
 
-  // Returns the state slot for the key, inserting an empty one (state 0) if absent.
-  uint32_t& slot(uint16_t device, uint64_t address) {
+  // The value for the key, inserted as 0 when absent.
+  uint32_t& operator[](Key k) {
     if ((size_ + 1) * 2 > cap_) rehash(cap_ * 2);
-    size_t i = hash(device, address) & (cap_ - 1);
+    size_t i = hash(k) & (cap_ - 1);
     while (true) {
       Entry& e = entries_[i];
-      if (e.state == 0) {
-        e.address = address;
-        e.device = device;
+      if (!e.used) {
+        e.used = true;
+        e.key = k;
+        e.value = 0;
         ++size_;
-        return e.state;
+        return e.value;
       }
-      if (e.address == address && e.device == device) return e.state;
+      if (e.key == k) return e.value;
       i = (i + 1) & (cap_ - 1);
     }
   }
-  // Returns nullptr if absent.
-  uint32_t* find(uint16_t device, uint64_t address) {
-    size_t i = hash(device, address) & (cap_ - 1);
+  // nullptr when absent.
+  uint32_t* find(Key k) {
+    size_t i = hash(k) & (cap_ - 1);
     while (true) {
       Entry& e = entries_[i];
-      if (e.state == 0) return nullptr;
-      if (e.address == address && e.device == device) return &e.state;
+      if (!e.used) return nullptr;
+      if (e.key == k) return &e.value;
       i = (i + 1) & (cap_ - 1);
+    }
+  }
+  template <typename F>
+  void for_each(F&& f) const {
+    for (const Entry& e : entries_) {
+      if (e.used) f(e.key, e.value);
     }
   }
 
  private:
   struct Entry {
-    uint64_t address = 0;
-    uint16_t device = 0;
-    uint32_t state = 0;
+    Key key;
+    uint32_t value = 0;
+    bool used = false;
   };
-  static size_t hash(uint16_t device, uint64_t address) {
-    uint64_t x = address ^ (static_cast<uint64_t>(device) << 56);
+  static size_t hash(Key k) {
+    uint64_t x = k.first * 0x9e3779b97f4a7c15ULL ^ (k.second + 0x632be59bd9b4e019ULL);
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdULL;
     x ^= x >> 33;
@@ -95,13 +103,23 @@ class AddressMap {
     cap_ = cap;
     size_ = 0;
     for (const Entry& e : old) {
-      if (e.state == 0) continue;
-      slot(e.device, e.address) = e.state;
+      if (e.used) (*this)[e.key] = e.value;
     }
   }
   std::vector<Entry> entries_;
-  size_t cap_ = 0;
-  size_t size_ = 0;
+  size_t cap_ = 0, size_ = 0;
+};
+
+// Allocation state per (device, address). A freed allocation leaves its address marked freed, so
+// a second free is told apart from a free of an unknown address. State: (lifetime index + 1),
+// | kFreedBit once freed.
+class AddressMap {
+ public:
+  uint32_t& slot(uint16_t device, uint64_t address) { return map_[{device, address}]; }
+  uint32_t* find(uint16_t device, uint64_t address) { return map_.find({device, address}); }
+
+ private:
+  PairMap map_;
 };
 
 // Scope tree: every distinct scope path and each of its '/'-prefixes is a node. chain(scope_id)
@@ -210,59 +228,6 @@ class Timeline {
   double scale_ = 0.0;
   std::vector<std::pair<uint64_t, uint64_t>> lo_, hi_;
   std::vector<uint8_t> seen_;
-};
-
-// Open-addressing map from a pair of 64-bit words to a uint32 (for the hot per-alloc lookups).
-class PairMap {
- public:
-  PairMap() { rehash(256); }
-  uint32_t& operator[](std::pair<uint64_t, uint64_t> k) {
-    if ((size_ + 1) * 2 > cap_) rehash(cap_ * 2);
-    size_t i = hash(k) & (cap_ - 1);
-    while (true) {
-      Entry& e = entries_[i];
-      if (!e.used) {
-        e.used = true;
-        e.key = k;
-        e.value = 0;
-        ++size_;
-        return e.value;
-      }
-      if (e.key == k) return e.value;
-      i = (i + 1) & (cap_ - 1);
-    }
-  }
-  template <typename F>
-  void for_each(F&& f) const {
-    for (const Entry& e : entries_) {
-      if (e.used) f(e.key, e.value);
-    }
-  }
-
- private:
-  struct Entry {
-    std::pair<uint64_t, uint64_t> key;
-    uint32_t value = 0;
-    bool used = false;
-  };
-  static size_t hash(std::pair<uint64_t, uint64_t> k) {
-    uint64_t x = k.first * 0x9e3779b97f4a7c15ULL ^ (k.second + 0x632be59bd9b4e019ULL);
-    x ^= x >> 31;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 29;
-    return static_cast<size_t>(x);
-  }
-  void rehash(size_t cap) {
-    std::vector<Entry> old = std::move(entries_);
-    entries_.assign(cap, Entry{});
-    cap_ = cap;
-    size_ = 0;
-    for (const Entry& e : old) {
-      if (e.used) (*this)[e.key] = e.value;
-    }
-  }
-  std::vector<Entry> entries_;
-  size_t cap_ = 0, size_ = 0;
 };
 
 bool is_replayed(uint8_t kind) {
