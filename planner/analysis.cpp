@@ -129,11 +129,12 @@ class ScopeTree {
   explicit ScopeTree(const StringTable& strings) : strings_(strings) {}
 
   // [begin, end) into chain_nodes().
-  std::pair<uint32_t, uint32_t> chain(uint32_t scope_id) {
+  std::pair<uint32_t, uint32_t> chain(StrId scope) {
+    const uint32_t scope_id = index_of(scope);
     if (scope_id >= chain_of_.size()) chain_of_.resize(std::max<size_t>(scope_id + 1, strings_.size()), {kNoIndex, 0});
     auto& c = chain_of_[scope_id];
     if (c.first != kNoIndex) return c;
-    std::string_view s = strings_.get(scope_id);
+    std::string_view s = strings_.get(scope);
     uint32_t begin = static_cast<uint32_t>(chain_nodes_.size());
     if (s.empty()) {
       chain_nodes_.push_back(node(""));
@@ -230,13 +231,10 @@ class Timeline {
   std::vector<uint8_t> seen_;
 };
 
-bool is_replayed(uint8_t kind) {
-  return kind == static_cast<uint8_t>(EventKind::kAlloc) || kind == static_cast<uint8_t>(EventKind::kFree) ||
-         kind == static_cast<uint8_t>(EventKind::kUse) || kind == static_cast<uint8_t>(EventKind::kPoolReserve) ||
-         kind == static_cast<uint8_t>(EventKind::kGraphMem);
+bool is_replayed(EventKind kind) {
+  return kind == EventKind::kAlloc || kind == EventKind::kFree || kind == EventKind::kUse ||
+         kind == EventKind::kPoolReserve || kind == EventKind::kGraphMem;
 }
-
-Category to_category(uint8_t c) { return c < kNumCategories ? static_cast<Category>(c) : Category::kUnknown; }
 
 LiveEntry make_entry(const Lifetime& l, const RunAnalysis& run, uint32_t at) {
   LiveEntry e;
@@ -281,7 +279,7 @@ class Replayer {
   bool event(const TraceRecord& r, uint32_t pos) {
     if (filtering_ && !takes_part(r)) return false;
     DeviceState& d = dev_state(r.device);
-    switch (static_cast<EventKind>(r.kind)) {
+    switch (r.kind) {
       case EventKind::kAlloc: on_alloc(d, r, pos); break;
       case EventKind::kFree: on_free(d, r, pos); break;
       case EventKind::kUse: on_use(d, r, pos); break;
@@ -337,11 +335,12 @@ class Replayer {
     l.name_id = r.name_id;
     l.scope_id = r.scope_id;
     l.shape_id = r.shape_id;
+    l.stack_id = r.stack_id;
     l.stream = r.stream;
     l.device = r.device;
-    l.category = to_category(r.category);
-    l.dtype = r.dtype < kNumDTypes ? static_cast<DType>(r.dtype) : DType::kUnknown;
-    l.mem_kind = r.mem_kind <= kMaxMemKind ? static_cast<MemKind>(r.mem_kind) : MemKind::kOther;
+    l.category = r.category;  // in range: readers validate records
+    l.dtype = r.dtype;
+    l.mem_kind = r.mem_kind;
     if (r.bytes == 0) ++an_.zero_size_allocs;
     if (r.address == 0 && r.bytes == 0) {
       // malloc(0) returning null: nothing to free later; a zero-length lifetime.
@@ -395,7 +394,7 @@ class Replayer {
       d.scope_alloc_bytes[n] += b;
       ++d.scope_allocs[n];
     }
-    ++groups_[{static_cast<uint64_t>(r.scope_id) << 32 | r.name_id, r.bytes}];
+    ++groups_[{uint64_t{index_of(r.scope_id)} << 32 | index_of(r.name_id), r.bytes}];
     d.tl_total.sample(r.timestamp_ns, d.live_total);
     d.tl_act.sample(r.timestamp_ns, d.live_act);
   }
@@ -404,11 +403,10 @@ class Replayer {
   // the most recent allocation there was left out and not yet freed (2 otherwise): its free and
   // uses are left out with it.
   bool takes_part(const TraceRecord& r) {
-    switch (static_cast<EventKind>(r.kind)) {
+    switch (r.kind) {
       case EventKind::kAlloc: {
-        const uint32_t kind = r.mem_kind <= kMaxMemKind ? r.mem_kind : static_cast<uint32_t>(MemKind::kOther);
-        const bool in = (opt_.category_mask & category_bit(to_category(r.category))) != 0 &&
-                        (opt_.mem_kind_mask & (1u << kind)) != 0;
+        const bool in = (opt_.category_mask & category_bit(r.category)) != 0 &&
+                        (opt_.mem_kind_mask & mem_kind_bit(r.mem_kind)) != 0;
         if (in) {
           if (uint32_t* st = ignored_.find(r.device, r.address)) *st = 2;
         } else if (r.address != 0 || r.bytes != 0) {  // malloc(0) returning null has no free to match
@@ -628,8 +626,8 @@ void Replayer::finish(RunAnalysis* run, uint32_t num_events) {
   run->anomalies = an_;
 
   groups_.for_each([&](std::pair<uint64_t, uint64_t> k, uint32_t count) {
-    run->alloc_groups.push_back(AllocGroup{run->str(static_cast<uint32_t>(k.first >> 32)),
-                                           run->str(static_cast<uint32_t>(k.first & 0xffffffffu)), k.second, count});
+    run->alloc_groups.push_back(AllocGroup{run->str(static_cast<StrId>(k.first >> 32)),
+                                           run->str(static_cast<StrId>(k.first & 0xffffffffu)), k.second, count});
   });
   std::sort(run->alloc_groups.begin(), run->alloc_groups.end(), [](const AllocGroup& a, const AllocGroup& b) {
     return std::tie(a.scope, a.name, a.bytes) < std::tie(b.scope, b.name, b.bytes);
@@ -646,7 +644,7 @@ RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt) {
   run.truncated = trace.truncated;
   run.truncation_note = trace.truncation_note;
   run.strings.reserve(trace.strings.size());
-  for (size_t i = 0; i < trace.strings.size(); ++i) run.strings.push_back(trace.strings.get(static_cast<uint32_t>(i)));
+  run.strings = trace.strings.all();
 
   const auto& recs = trace.records;
   const size_t n = recs.size();

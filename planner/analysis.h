@@ -52,9 +52,10 @@ struct Lifetime {
   uint32_t free_index = 0;           // position of the free; UINT32_MAX = never freed
   uint32_t last_use_index = 0;       // position of the last kUse; meaningful iff uses > 0
   uint32_t uses = 0;                 // number of kUse events that hit this allocation
-  uint32_t name_id = 0;              // ids into RunAnalysis::strings (same ids as the trace)
-  uint32_t scope_id = 0;
-  uint32_t shape_id = 0;
+  StrId name_id{};                   // ids into RunAnalysis::strings (same ids as the trace)
+  StrId scope_id{};
+  StrId shape_id{};
+  StackId stack_id{};
   uint32_t stream = 0;
   uint16_t device = 0;
   Category category = Category::kUnknown;
@@ -168,7 +169,7 @@ struct RunAnalysis {
   // refer to this numbering (which is also used when lifetimes are not kept).
   std::vector<Lifetime> lifetimes;
 
-  const std::string& str(uint32_t id) const { return id < strings.size() ? strings[id] : strings.at(0); }
+  const std::string& str(StrId id) const { return index_of(id) < strings.size() ? strings[index_of(id)] : strings.at(0); }
   const DeviceAnalysis* device(uint16_t id) const;
 };
 

@@ -28,9 +28,9 @@ bool convert_memory_record(const CUpti_ActivityMemory4& m, DecodedRecord* out) {
   *out = DecodedRecord{};
   TraceRecord& r = out->record;
   if (m.memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION) {
-    r.kind = static_cast<uint8_t>(EventKind::kAlloc);
+    r.kind = EventKind::kAlloc;
   } else if (m.memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE) {
-    r.kind = static_cast<uint8_t>(EventKind::kFree);
+    r.kind = EventKind::kFree;
   } else {
     return false;
   }
@@ -41,15 +41,14 @@ bool convert_memory_record(const CUpti_ActivityMemory4& m, DecodedRecord* out) {
   r.bytes = m.bytes;
   r.seq = m.correlationId;
   r.stream = stream_or_zero(m.streamId);
-  r.pid = m.processId;
   r.device = static_cast<uint16_t>(m.deviceId);
-  r.mem_kind = static_cast<uint8_t>(mem_kind_from_cupti(m.memoryKind, stream_ordered));
-  r.category = static_cast<uint8_t>(Category::kUnknown);
+  r.mem_kind = mem_kind_from_cupti(m.memoryKind, stream_ordered);
+  r.category = Category::kUnknown;
   // The driver reports the memory it reserves for CUDA-graph allocation nodes as one allocation at
   // address 0 with no API call behind it (seen on the H200: one 32 MiB record at graph
   // instantiation, equal to cudaGraphMemAttrUsedMemHigh). No real allocation has address 0.
-  if (r.kind == static_cast<uint8_t>(EventKind::kAlloc) && m.address == 0 && m.bytes > 0)
-    r.category = static_cast<uint8_t>(Category::kGraph);
+  if (r.kind == EventKind::kAlloc && m.address == 0 && m.bytes > 0)
+    r.category = Category::kGraph;
   out->correlation_id = m.correlationId;
   if (pooled) {
     out->pool_address = m.memoryPoolConfig.address;
@@ -62,7 +61,7 @@ bool convert_memory_record(const CUpti_ActivityMemory4& m, DecodedRecord* out) {
 bool convert_memory_pool_record(const CUpti_ActivityMemoryPool3& p, DecodedRecord* out) {
   *out = DecodedRecord{};
   TraceRecord& r = out->record;
-  r.kind = static_cast<uint8_t>(EventKind::kPoolReserve);
+  r.kind = EventKind::kPoolReserve;
   switch (p.memoryPoolOperationType) {
     case CUPTI_ACTIVITY_MEMORY_POOL_OPERATION_TYPE_CREATED:
     case CUPTI_ACTIVITY_MEMORY_POOL_OPERATION_TYPE_TRIMMED:
@@ -77,9 +76,8 @@ bool convert_memory_pool_record(const CUpti_ActivityMemoryPool3& p, DecodedRecor
   r.timestamp_ns = p.timestamp;
   r.address = p.address;
   r.seq = p.correlationId;
-  r.pid = p.processId;
   r.device = static_cast<uint16_t>(p.deviceId);
-  r.mem_kind = static_cast<uint8_t>(MemKind::kStreamOrdered);
+  r.mem_kind = MemKind::kStreamOrdered;
   out->correlation_id = p.correlationId;
   out->pool_address = p.address;
   out->pool_size = r.bytes;
@@ -89,7 +87,7 @@ bool convert_memory_pool_record(const CUpti_ActivityMemoryPool3& p, DecodedRecor
 bool convert_kernel_record(const CUpti_ActivityKernel10& k, DecodedRecord* out) {
   *out = DecodedRecord{};
   TraceRecord& r = out->record;
-  r.kind = static_cast<uint8_t>(EventKind::kKernel);
+  r.kind = EventKind::kKernel;
   r.timestamp_ns = k.start;
   r.bytes = k.end > k.start ? k.end - k.start : 0;  // duration in ns
   r.seq = k.correlationId;
@@ -152,14 +150,13 @@ bool PoolTracker::observe(const DecodedRecord& r, TraceRecord* out) {
   if (it != sizes_.end() && it->second == r.pool_size) return false;
   sizes_[key] = r.pool_size;
   *out = TraceRecord{};
-  out->kind = static_cast<uint8_t>(EventKind::kPoolReserve);
+  out->kind = EventKind::kPoolReserve;
   out->timestamp_ns = r.record.timestamp_ns;
   out->address = r.pool_address;
   out->bytes = r.pool_size;
   out->seq = r.record.seq;
   out->device = r.record.device;
-  out->pid = r.record.pid;
-  out->mem_kind = static_cast<uint8_t>(MemKind::kStreamOrdered);
+  out->mem_kind = MemKind::kStreamOrdered;
   return true;
 }
 

@@ -60,23 +60,21 @@ uint64_t AttributionTable::pruned() const {
   return pruned_;
 }
 
-TraceAssembler::TraceAssembler(TraceWriter* writer, AttributionTable* table, uint32_t default_pid)
-    : writer_(writer), table_(table), default_pid_(default_pid) {
-  local_to_writer_.push_back(0);
+TraceAssembler::TraceAssembler(TraceWriter* writer, AttributionTable* table) : writer_(writer), table_(table) {
+  local_to_writer_.push_back(StrId::kNone);
 }
 
-uint32_t TraceAssembler::writer_id(uint32_t local_id) {
-  if (local_id == 0) return 0;
-  if (local_id >= local_to_writer_.size()) local_to_writer_.resize(local_id + 1, 0);
-  uint32_t& w = local_to_writer_[local_id];
-  if (w == 0) w = writer_->intern(table_->str(local_id));
+StrId TraceAssembler::writer_id(uint32_t local_id) {
+  if (local_id == 0) return StrId::kNone;
+  if (local_id >= local_to_writer_.size()) local_to_writer_.resize(local_id + 1, StrId::kNone);
+  StrId& w = local_to_writer_[local_id];
+  if (w == StrId::kNone) w = writer_->intern(table_->str(local_id));
   return w;
 }
 
 void TraceAssembler::on_record(const DecodedRecord& d) {
   TraceRecord r = d.record;
-  if (r.pid == 0) r.pid = default_pid_;
-  auto kind = static_cast<EventKind>(r.kind);
+  const EventKind kind = r.kind;
   Attribution a;
   switch (kind) {
     case EventKind::kAlloc:
@@ -88,7 +86,7 @@ void TraceAssembler::on_record(const DecodedRecord& d) {
         r.name_id = writer_id(a.name);
         // A tag's category wins; an untagged join keeps what the decoder knew (e.g. kGraph for the
         // driver's graph-memory reservation, which can share a correlation id with an API call).
-        if (a.category != Category::kUnknown) r.category = static_cast<uint8_t>(a.category);
+        if (a.category != Category::kUnknown) r.category = a.category;
         r.flags |= a.flags;
         if (a.scope != 0 || a.name != 0) ++stats_.allocs_scoped;
         if ((a.flags & kFlagInferredScope) == 0 && (a.name != 0 || a.category != Category::kUnknown))
@@ -122,7 +120,6 @@ void TraceAssembler::on_record(const DecodedRecord& d) {
   (void)writer_->append(r);  // sticky error, checked at flush/close
   TraceRecord pool;
   if ((kind == EventKind::kAlloc || kind == EventKind::kFree) && pools_.observe(d, &pool)) {
-    if (pool.pid == 0) pool.pid = default_pid_;
     ++stats_.pool_records;
     (void)writer_->append(pool);
   }

@@ -71,22 +71,21 @@ struct AssemblerStats {
 // TraceWriter. Not thread-safe: the caller serializes (the tracer holds its writer mutex).
 class TraceAssembler : public RecordSink {
  public:
-  TraceAssembler(TraceWriter* writer, AttributionTable* table, uint32_t default_pid);
+  TraceAssembler(TraceWriter* writer, AttributionTable* table);
   void on_record(const DecodedRecord& r) override;
   const AssemblerStats& stats() const { return stats_; }
   // Appends a record as is (e.g. kGraphMem at flush).
   Status append(const TraceRecord& r) { return writer_->append(r); }
-  uint32_t intern(std::string_view s) { return writer_->intern(s); }
+  StrId intern(std::string_view s) { return writer_->intern(s); }
 
  private:
-  uint32_t writer_id(uint32_t local_id);
+  StrId writer_id(uint32_t local_id);
 
   TraceWriter* writer_;
   AttributionTable* table_;
-  uint32_t default_pid_;
   PoolTracker pools_;
-  std::vector<uint32_t> local_to_writer_;           // 0 = not yet interned (except id 0)
-  std::unordered_map<const char*, uint32_t> kernel_names_;
+  std::vector<StrId> local_to_writer_;              // kNone = not yet interned (except id 0)
+  std::unordered_map<const char*, StrId> kernel_names_;
   AssemblerStats stats_;
 };
 

@@ -779,21 +779,20 @@ void handle_launch(Session* s, ThreadState& ts, CUpti_CallbackId cbid, const CUp
   if (ts.tid == 0) ts.tid = current_tid();
   std::lock_guard<std::mutex> lock(s->writer_mu);
   if (s->closed || !s->assembler) return;
-  uint32_t name_id = info->name_id.load(std::memory_order_relaxed);
-  if (name_id == 0 && !info->name.empty()) {
+  auto name_id = static_cast<StrId>(info->name_id.load(std::memory_order_relaxed));
+  if (name_id == StrId::kNone && !info->name.empty()) {
     name_id = s->assembler->intern(info->name);
-    info->name_id.store(name_id, std::memory_order_relaxed);
+    info->name_id.store(index_of(name_id), std::memory_order_relaxed);
   }
   for (const LiveRange& h : ts.hits) {
     TraceRecord rec;
-    rec.kind = static_cast<uint8_t>(EventKind::kUse);
+    rec.kind = EventKind::kUse;
     rec.timestamp_ns = now;
     rec.address = h.base;
     rec.bytes = h.size;
     rec.seq = cb->correlationId;
     rec.name_id = name_id;
     rec.device = h.device;
-    rec.pid = s->pid;
     rec.tid = ts.tid;
     rec.flags = kUseRead | kUseWrite;  // a scanned argument: read or write is unknown
     (void)s->assembler->append(rec);   // sticky error, checked at flush/close
@@ -886,13 +885,12 @@ void query_graph_memory(Session* s, std::vector<TraceRecord>* out) {
     extra["graph_mem_used_high_bytes" + key] = std::to_string(high);
     if (current == 0 && high == 0) continue;
     TraceRecord rec;
-    rec.kind = static_cast<uint8_t>(EventKind::kGraphMem);
-    rec.category = static_cast<uint8_t>(Category::kGraph);
-    rec.mem_kind = static_cast<uint8_t>(MemKind::kDevice);
+    rec.kind = EventKind::kGraphMem;
+    rec.category = Category::kGraph;
+    rec.mem_kind = MemKind::kDevice;
     rec.timestamp_ns = now;
     rec.bytes = current;
     rec.device = static_cast<uint16_t>(i);
-    rec.pid = s->pid;
     out->push_back(rec);
   }
   extra["graph_mem"] = "queried " + std::to_string(queried) + " device(s) with an active context";
@@ -1123,6 +1121,7 @@ Result<std::unique_ptr<CuptiTracer>> CuptiTracer::start(const std::string& trace
   if (s->opt.max_buffers < 2) s->opt.max_buffers = 2;
   s->meta = meta;
   s->pid = static_cast<uint32_t>(getpid());
+  if (s->meta.pid == 0) s->meta.pid = s->pid;
   if (s->meta.backend.empty()) s->meta.backend = "cupti";
   if (s->meta.mode.empty()) s->meta.mode = "traced";
   auto& x = s->meta.extra;
@@ -1156,13 +1155,13 @@ Result<std::unique_ptr<CuptiTracer>> CuptiTracer::start(const std::string& trace
     return Status::run_failure("cupti tracer: cuptiSubscribe failed: " + cupti_error_string(r));
   moeprof_nvtx_static_injection_enabled = 1;
 
-  auto w = TraceWriter::open(trace_path, s->meta, options.records_per_frame);
+  auto w = TraceWriter::open(trace_path, s->meta, TraceWriterOptions{options.records_per_frame, options.flush_interval_ms});
   if (!w.is_ok()) {
     cuptiUnsubscribe(s->subscriber);
     return w.status().with_context("cupti tracer");
   }
   s->writer = std::move(w).value();
-  s->assembler = std::make_unique<TraceAssembler>(s->writer.get(), &s->table, s->pid);
+  s->assembler = std::make_unique<TraceAssembler>(s->writer.get(), &s->table);
 
   auto fail = [&](const std::string& what, CUptiResult res) -> Status {
     for (CUpti_ActivityKind k : s->enabled_kinds) cuptiActivityDisable(k);

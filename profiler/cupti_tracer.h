@@ -47,6 +47,7 @@ struct TracerOptions {
   size_t preallocated_buffers = 4;
   size_t max_buffers = 64;               // beyond this CUPTI drops records (counted)
   size_t records_per_frame = 4096;
+  uint64_t flush_interval_ms = 1000;  // a pending frame older than this is written (a killed process loses at most this)
 };
 
 struct TracerStats {

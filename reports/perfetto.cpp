@@ -94,11 +94,11 @@ void export_run(const PerfettoRun& run, size_t run_index, const PerfettoOptions&
   }
 
   // Markers (matched by device, thread and name) and kernels.
-  std::map<std::tuple<uint16_t, uint32_t, uint32_t>, std::vector<const TraceRecord*>> open;
+  std::map<std::tuple<uint16_t, uint32_t, StrId>, std::vector<const TraceRecord*>> open;
   std::set<std::pair<int, uint32_t>> streams;
   size_t markers = 0, kernels = 0;
   for (const auto& r : trace.records) {
-    auto kind = static_cast<EventKind>(r.kind);
+    const EventKind kind = r.kind;
     if (kind == EventKind::kMarkerBegin) {
       open[{r.device, r.tid, r.name_id}].push_back(&r);
     } else if (kind == EventKind::kMarkerEnd) {

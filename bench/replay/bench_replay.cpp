@@ -59,14 +59,14 @@ Trace make_trace(size_t target_events, int devices) {
   tr.meta.tp_size = devices;
   tr.records.reserve(target_events + 64);
   // Interned ids per (layer, tensor).
-  std::vector<uint32_t> name_ids, scope_ids;
+  std::vector<StrId> name_ids, scope_ids;
   for (int l = 0; l < kLayers; ++l) {
     for (const auto& s : layer) {
       name_ids.push_back(tr.strings.intern(s.name));
       scope_ids.push_back(tr.strings.intern("layer." + std::to_string(l) + "/" + s.scope));
     }
   }
-  const uint32_t w_name = tr.strings.intern("weights");
+  const StrId w_name = tr.strings.intern("weights");
 
   struct Dev {
     uint64_t bump = 0x7f0000000000ULL;
@@ -79,13 +79,13 @@ Trace make_trace(size_t target_events, int devices) {
   auto push = [&](EventKind k, uint16_t d, uint64_t addr, uint64_t bytes) -> TraceRecord& {
     ts += 1 + (seq * 2654435761u) % 97;
     TraceRecord& r = tr.records.emplace_back();
-    r.kind = static_cast<uint8_t>(k);
+    r.kind = k;
     r.timestamp_ns = ts;
     r.address = addr;
     r.bytes = bytes;
     r.seq = seq++;
     r.device = d;
-    r.mem_kind = static_cast<uint8_t>(MemKind::kDevice);
+    r.mem_kind = MemKind::kDevice;
     return r;
   };
   auto get_addr = [&](Dev& dv, uint64_t bytes) {
@@ -107,7 +107,7 @@ Trace make_trace(size_t target_events, int devices) {
   for (uint16_t d = 0; d < devices; ++d) {
     for (int l = 0; l < kLayers; ++l) {
       TraceRecord& r = push(EventKind::kAlloc, d, get_addr(devs[d], 1ull << 30), 1ull << 30);
-      r.category = static_cast<uint8_t>(Category::kWeights);
+      r.category = Category::kWeights;
       r.name_id = w_name;
       r.scope_id = scope_ids[static_cast<size_t>(l) * layer.size()];
     }
@@ -122,10 +122,10 @@ Trace make_trace(size_t target_events, int devices) {
           const uint64_t a = get_addr(dv, s.bytes);
           sizes[d][a] = s.bytes;
           TraceRecord& r = push(EventKind::kAlloc, d, a, s.bytes);
-          r.category = static_cast<uint8_t>(s.category);
+          r.category = s.category;
           r.name_id = name_ids[static_cast<size_t>(l) * layer.size() + i];
           r.scope_id = scope_ids[static_cast<size_t>(l) * layer.size() + i];
-          r.dtype = static_cast<uint8_t>(DType::kBF16);
+          r.dtype = DType::kBF16;
           r.stream = 7;
           push(EventKind::kUse, d, a, 0).flags = kUseWrite;
           if (i > 0 && !dv.pending.empty()) push(EventKind::kUse, d, dv.pending.back().first, 0).flags = kUseRead;

@@ -179,8 +179,8 @@ int run_command(const RunArgs& a) {
     Trace& t = tr.value();
     uint64_t driver_allocs = 0, driver_bytes = 0;
     std::erase_if(t.records, [&](const TraceRecord& rec) {
-      const bool driver = rec.kind == uint8_t(EventKind::kAlloc) && rec.seq == 0 && rec.name_id == 0 &&
-                          rec.category == uint8_t(Category::kUnknown);
+      const bool driver = rec.kind == EventKind::kAlloc && rec.seq == 0 && rec.name_id == StrId::kNone &&
+                          rec.category == Category::kUnknown;
       if (driver) {
         ++driver_allocs;
         driver_bytes += rec.bytes;

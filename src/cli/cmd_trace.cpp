@@ -173,7 +173,7 @@ nlohmann::json view_json(const planner::RunAnalysis& a, uint64_t kernels, uint64
     alloc_bytes += d.churn_bytes;
   }
   for (const planner::Lifetime& l : a.lifetimes)
-    if (l.scope_id != 0 || l.name_id != 0) ++scoped;
+    if (l.scope_id != StrId::kNone || l.name_id != StrId::kNone) ++scoped;
   nlohmann::json j;
   j["allocs"] = allocs;
   j["frees"] = frees;
@@ -229,8 +229,8 @@ nlohmann::json trace_report_json(const std::string& path, const Trace& t,
   uint64_t kernels = 0;
   uint64_t uses = 0;
   for (const TraceRecord& r : t.records) {
-    kernels += r.kind == static_cast<uint8_t>(EventKind::kKernel);
-    uses += r.kind == static_cast<uint8_t>(EventKind::kUse);
+    kernels += r.kind == EventKind::kKernel;
+    uses += r.kind == EventKind::kUse;
   }
   nlohmann::json j;
   j["path"] = path;

@@ -2,16 +2,22 @@
 //
 //   file    := header frame*
 //   header  := "MOEPTRC\0" u32 version u32 header_size(32) u32 record_size(64) u32 flags u64 0
-//   frame   := u32 type u32 payload_bytes u32 crc32(payload) u32 count payload
+//   frame   := u32 type u32 payload_bytes u32 checksum(payload) u32 count payload
 //   types   := STRG (count x {u32 id, u32 len, bytes}) | RECS (count x 64-byte TraceRecord)
+//            | FRMS (count x {u32 id, u32 function, u32 file, u32 line, u32 kind})   (v2)
+//            | STCK (count x {u32 id, u32 n, n x u32 frame id})                     (v2)
 //            | META (JSON object, RunMeta) | STAT (JSON object: dropped_records, ...) | END (empty)
-// Strings are always written before the first record frame that references them. A writer holds
-// at most one frame of records in memory. A file without END was not closed (the recording
-// process died); a frame cut short is a truncation; a checksum mismatch is corruption. Readers
-// report the byte offset of either. Full description: docs/trace-format.md.
+// Version 2 (written now): CRC-32C checksums (hardware-accelerated where the CPU has SSE4.2),
+// call stacks, and the record's former pid field holds the stack id (the pid moved to META).
+// Version 1 (CRC-32, no stacks) is still read. Strings, frames and stacks are always written
+// before the first record frame that references them. A writer holds at most one frame of records
+// in memory and flushes at least once per flush interval. A file without END was not closed (the
+// recording process died); a frame cut short is a truncation; a checksum mismatch is corruption.
+// Readers report the byte offset of either. Full description: docs/trace-format.md.
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -23,28 +29,39 @@
 
 namespace moeprof {
 
-inline constexpr uint32_t kTraceFormatVersion = 1;
+inline constexpr uint32_t kTraceFormatVersion = 2;    // what writers write
+inline constexpr uint32_t kOldestTraceFormatVersion = 1;
 inline constexpr char kTraceMagic[8] = {'M', 'O', 'E', 'P', 'T', 'R', 'C', '\0'};
 
-uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
+uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);   // IEEE 802.3 (format v1)
+uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);  // Castagnoli (format v2)
+
+struct TraceWriterOptions {
+  size_t records_per_frame = 4096;
+  // A pending frame older than this is written at the next append (0 = only by count). A killed
+  // process then loses at most this much of its recording.
+  uint64_t flush_interval_ms = 1000;
+};
 
 class TraceWriter {
  public:
   // Opens `path` for writing (truncates) and writes the header and the run metadata.
   static Result<std::unique_ptr<TraceWriter>> open(const std::string& path, const RunMeta& meta,
-                                                   size_t records_per_frame = 4096);
+                                                   const TraceWriterOptions& opt = {});
   ~TraceWriter();
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
 
   // Not thread-safe: callers that record from several threads serialize (the CUPTI tracer does).
-  uint32_t intern(std::string_view s);
-  // Appends a record; writes a frame when the pending batch is full. Returns the first write
-  // error (sticky) so hot paths can ignore it and check at flush/close.
+  StrId intern(std::string_view s);
+  uint32_t intern_frame(const StackFrame& f) { return stacks_.intern_frame(f); }
+  StackId intern_stack(const std::vector<uint32_t>& frame_ids) { return stacks_.intern_stack(frame_ids); }
+  // Appends a record; writes a frame when the pending batch is full or old. Returns the first
+  // write error (sticky) so hot paths can ignore it and check at flush/close.
   Status append(const TraceRecord& r);
   Status set_meta(const RunMeta& meta);    // writes a META frame (later frames override earlier)
   void add_dropped(uint64_t n) { dropped_ += n; }
-  Status flush();                          // pending strings + records to the OS
+  Status flush();                          // pending strings, stacks and records to the OS
   Status close();                          // flush, STAT, END; idempotent
   uint64_t records_written() const { return records_total_; }
   const std::string& path() const { return path_; }
@@ -56,26 +73,80 @@ class TraceWriter {
 
   int fd_ = -1;
   std::string path_;
-  size_t records_per_frame_ = 4096;
+  TraceWriterOptions opt_;
   StringTable strings_;
-  uint32_t strings_written_ = 1;  // ids below this are on disk
+  StackTable stacks_;
+  uint32_t strings_written_ = 1;  // ids below these are on disk
+  uint32_t frames_written_ = 0;
+  uint32_t stacks_written_ = 1;
   std::vector<TraceRecord> pending_;
+  uint64_t pending_since_ns_ = 0;
   uint64_t records_total_ = 0;
   uint64_t dropped_ = 0;
   Status error_;
   bool closed_ = false;
 };
 
-// Reads a whole trace. Truncated files (cut mid-frame or missing END) load up to the cut with
-// Trace::truncated set; bad magic, unsupported version, checksum mismatch or an invalid record is
-// a kBadInput error naming the byte offset.
+// Reads a trace frame by frame, holding one frame of records at a time: strings, stacks and
+// metadata accumulate as their frames arrive. Truncated files (cut mid-frame or missing END) read
+// up to the cut and then report truncated(); bad magic, an unsupported version, a checksum
+// mismatch or an invalid record is a kBadInput error naming the byte offset.
+class TraceReader {
+ public:
+  static Result<std::unique_ptr<TraceReader>> open(const std::string& path);
+  ~TraceReader();
+  TraceReader(const TraceReader&) = delete;
+  TraceReader& operator=(const TraceReader&) = delete;
+
+  // Replaces *out with the next frame's records. Returns false (and leaves *out empty) at the end
+  // of the trace, a truncation included.
+  Result<bool> next(std::vector<TraceRecord>* out);
+  const StringTable& strings() const { return strings_; }
+  const StackTable& stacks() const { return stacks_; }
+  const RunMeta& meta() const { return meta_; }
+  uint32_t version() const { return version_; }
+  bool truncated() const { return truncated_; }
+  const std::string& truncation_note() const { return truncation_note_; }
+  uint64_t dropped_records() const { return dropped_; }
+  uint64_t file_bytes() const { return file_size_; }
+  const std::string& path() const { return path_; }
+  // Hands the accumulated tables over (after the last next()).
+  StringTable take_strings() { return std::move(strings_); }
+  StackTable take_stacks() { return std::move(stacks_); }
+
+ private:
+  TraceReader() = default;
+  Status read_frame_payload(uint32_t bytes, uint64_t off);
+  Status handle_table_frame(uint32_t type, uint32_t count, uint64_t poff);
+  void mark_truncated(std::string note);
+
+  std::FILE* f_ = nullptr;
+  std::string path_;
+  uint64_t file_size_ = 0;
+  uint64_t off_ = 0;
+  uint32_t version_ = 0;
+  bool done_ = false, saw_end_ = false, truncated_ = false;
+  std::string truncation_note_;
+  uint64_t dropped_ = 0;
+  uint32_t pid_ = 0;
+  RunMeta meta_;
+  StringTable strings_;
+  StackTable stacks_;
+  std::vector<char> payload_;
+};
+
+// Reads a whole trace (TraceReader over every frame).
 Result<Trace> read_trace(const std::string& path);
 
-// Writes a complete trace (header, meta, strings, records, stats, END) in one go.
+// Writes a complete trace (header, meta, strings, stacks, records, stats, END) in one go.
 Status write_trace(const std::string& path, const Trace& trace);
 
 // One JSON object per line: first {"meta":...}, then one per record with strings resolved.
 void write_jsonl(const Trace& trace, std::ostream& os);
+
+// A stack as text lines, innermost first ("function (file:line)").
+std::vector<std::string> format_stack(const Trace& trace, StackId id);
+std::string format_frame(const StringTable& strings, const StackFrame& f);
 
 // RunMeta <-> JSON text (used by META frames and reports).
 std::string run_meta_to_json(const RunMeta& m);

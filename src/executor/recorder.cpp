@@ -6,7 +6,7 @@
 namespace moeprof {
 
 TraceRecorder::TraceRecorder(TraceWriter* writer, uint16_t device)
-    : writer_(writer), device_(device), pid_(static_cast<uint32_t>(::getpid())), t0_(std::chrono::steady_clock::now()) {}
+    : writer_(writer), device_(device), t0_(std::chrono::steady_clock::now()) {}
 
 uint64_t TraceRecorder::now_ns() const {
   return static_cast<uint64_t>(
@@ -17,18 +17,16 @@ void TraceRecorder::append(TraceRecord r) {
   r.seq = seq_++;
   r.timestamp_ns = now_ns();
   r.device = device_;
-  r.pid = pid_;
   r.tid = static_cast<uint32_t>(::syscall(SYS_gettid));
   Status st = writer_->append(r);
   if (!st.is_ok() && status_.is_ok()) status_ = st;
 }
 
 void TraceRecorder::on_alloc(const Storage& s, const AllocTag& tag, DType dtype, const std::string& shape) {
-  Live l{writer_->intern(tag.name), writer_->intern(tag.scope), writer_->intern(shape),
-         static_cast<uint8_t>(tag.category), static_cast<uint8_t>(dtype)};
+  Live l{writer_->intern(tag.name), writer_->intern(tag.scope), writer_->intern(shape), tag.category, dtype};
   live_[s.id()] = l;
   TraceRecord r;
-  r.kind = static_cast<uint8_t>(EventKind::kAlloc);
+  r.kind = EventKind::kAlloc;
   r.address = reinterpret_cast<uint64_t>(s.data());
   r.bytes = s.bytes();
   r.name_id = l.name_id;
@@ -36,16 +34,16 @@ void TraceRecorder::on_alloc(const Storage& s, const AllocTag& tag, DType dtype,
   r.shape_id = l.shape_id;
   r.category = l.category;
   r.dtype = l.dtype;
-  r.mem_kind = static_cast<uint8_t>(s.mem_kind());
+  r.mem_kind = s.mem_kind();
   append(r);
 }
 
 void TraceRecorder::on_free(const Storage& s) {
   TraceRecord r;
-  r.kind = static_cast<uint8_t>(EventKind::kFree);
+  r.kind = EventKind::kFree;
   r.address = reinterpret_cast<uint64_t>(s.data());
   r.bytes = s.bytes();
-  r.mem_kind = static_cast<uint8_t>(s.mem_kind());
+  r.mem_kind = s.mem_kind();
   auto it = live_.find(s.id());
   if (it != live_.end()) {
     r.name_id = it->second.name_id;
@@ -60,27 +58,27 @@ void TraceRecorder::on_free(const Storage& s) {
 
 void TraceRecorder::on_use(const Storage& s, const std::string& op, bool write) {
   TraceRecord r;
-  r.kind = static_cast<uint8_t>(EventKind::kUse);
+  r.kind = EventKind::kUse;
   r.address = reinterpret_cast<uint64_t>(s.data());
   r.bytes = s.bytes();
   r.name_id = writer_->intern(op);
   auto it = live_.find(s.id());
   if (it != live_.end()) r.category = it->second.category;
-  r.scope_id = marker_scopes_.empty() ? 0 : marker_scopes_.back();
+  r.scope_id = marker_scopes_.empty() ? StrId::kNone : marker_scopes_.back();
   r.flags = write ? kUseWrite : kUseRead;
   append(r);
 }
 
 void TraceRecorder::on_marker(const std::string& name, bool begin) {
   TraceRecord r;
-  r.kind = static_cast<uint8_t>(begin ? EventKind::kMarkerBegin : EventKind::kMarkerEnd);
+  r.kind = begin ? EventKind::kMarkerBegin : EventKind::kMarkerEnd;
   r.name_id = writer_->intern(name);
   if (begin) {
     marker_scopes_.push_back(r.name_id);
   } else if (!marker_scopes_.empty()) {
     marker_scopes_.pop_back();
   }
-  r.scope_id = marker_scopes_.empty() ? 0 : marker_scopes_.back();
+  r.scope_id = marker_scopes_.empty() ? StrId::kNone : marker_scopes_.back();
   append(r);
 }
 

@@ -30,16 +30,16 @@ class TraceRecorder : public AllocationObserver {
   uint64_t now_ns() const;
   void append(TraceRecord r);
   struct Live {
-    uint32_t name_id, scope_id, shape_id;
-    uint8_t category, dtype;
+    StrId name_id, scope_id, shape_id;
+    Category category;
+    DType dtype;
   };
   TraceWriter* writer_;
   uint16_t device_;
-  uint32_t pid_;
   uint64_t seq_ = 0;
   std::chrono::steady_clock::time_point t0_;
   std::unordered_map<uint64_t, Live> live_;  // storage id -> tags (for free records)
-  std::vector<uint32_t> marker_scopes_;
+  std::vector<StrId> marker_scopes_;
   Status status_;
 };
 

@@ -33,6 +33,7 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
   meta.layers = shape.layers;
   meta.tp_rank = shape.tp_rank;
   meta.tp_size = shape.tp_size;
+  meta.pid = static_cast<uint32_t>(::getpid());
   meta.extra["tp_emulated"] = opt.tp_emulated ? "true" : "false";
   meta.extra["moe_tile"] = std::to_string(shape.moe_tile);
   meta.extra["padded_rows"] = std::to_string(shape.padded_rows);

@@ -205,14 +205,14 @@ TEST_CASE("cli: plan --arena places the activation buffers and reports LOAD exac
   std::map<uint64_t, uint64_t> live;
   uint64_t cur = 0, load = 0, buffers = 0;
   for (const auto& rec : t->records) {
-    const auto cat = static_cast<moeprof::Category>(rec.category);
-    if (rec.kind == uint8_t(moeprof::EventKind::kAlloc) && moeprof::counts_as_activation(cat)) {
+    const auto cat = rec.category;
+    if (rec.kind == moeprof::EventKind::kAlloc && moeprof::counts_as_activation(cat)) {
       const uint64_t sz = (rec.bytes + 255) / 256 * 256;
       live[rec.address] = sz;
       cur += sz;
       load = std::max(load, cur);
       ++buffers;
-    } else if (rec.kind == uint8_t(moeprof::EventKind::kFree)) {
+    } else if (rec.kind == moeprof::EventKind::kFree) {
       if (auto it = live.find(rec.address); it != live.end()) {
         cur -= it->second;
         live.erase(it);

@@ -45,25 +45,24 @@ Trace random_trace(std::mt19937_64& rng, size_t n) {
   t.meta.tp_size = 4;
   t.meta.tp_rank = 2;
   t.meta.extra["tp_emulated"] = "true";
-  std::vector<uint32_t> ids;
+  std::vector<StrId> ids;
   for (int i = 0; i < 23; ++i) ids.push_back(t.strings.intern("layer." + std::to_string(rng() % 61) + "/s" + std::to_string(i)));
   for (size_t i = 0; i < n; ++i) {
     TraceRecord r;
-    r.kind = static_cast<uint8_t>(1 + rng() % kMaxEventKind);
+    r.kind = static_cast<EventKind>(1 + rng() % kMaxEventKind);
     r.timestamp_ns = rng();
     r.address = rng();
     r.bytes = rng() % (1ull << 40);
     r.seq = i;
     r.name_id = ids[rng() % ids.size()];
     r.scope_id = ids[rng() % ids.size()];
-    r.shape_id = rng() % 2 ? ids[rng() % ids.size()] : 0;
+    r.shape_id = rng() % 2 ? ids[rng() % ids.size()] : StrId::kNone;
     r.stream = static_cast<uint32_t>(rng());
-    r.pid = static_cast<uint32_t>(rng());
     r.tid = static_cast<uint32_t>(rng());
     r.device = static_cast<uint16_t>(rng() % 8);
-    r.category = static_cast<uint8_t>(rng() % kNumCategories);
-    r.dtype = static_cast<uint8_t>(rng() % kNumDTypes);
-    r.mem_kind = static_cast<uint8_t>(rng() % (kMaxMemKind + 1));
+    r.category = static_cast<Category>(rng() % kNumCategories);
+    r.dtype = static_cast<DType>(rng() % kNumDTypes);
+    r.mem_kind = static_cast<MemKind>(rng() % (kMaxMemKind + 1));
     r.flags = static_cast<uint16_t>(rng() % 8);
     t.records.push_back(r);
   }
@@ -77,14 +76,14 @@ void append_records(TraceWriter& w, const Trace& t) {
     TraceRecord c = r;
     c.name_id = w.intern(t.str(r.name_id));
     c.scope_id = w.intern(t.str(r.scope_id));
-    c.shape_id = r.shape_id ? w.intern(t.str(r.shape_id)) : 0;
+    c.shape_id = r.shape_id != StrId::kNone ? w.intern(t.str(r.shape_id)) : StrId::kNone;
     REQUIRE(w.append(c).is_ok());
   }
 }
 
 // Writes through the streaming writer with a small frame so the file has many frames.
 void write_streamed(const std::string& path, const Trace& t, size_t per_frame) {
-  auto w = TraceWriter::open(path, t.meta, per_frame);
+  auto w = TraceWriter::open(path, t.meta, TraceWriterOptions{per_frame, 0});
   REQUIRE(w.is_ok());
   append_records(*w.value(), t);
   w.value()->add_dropped(t.dropped_records);
@@ -173,7 +172,7 @@ TEST_CASE("a writer that was never closed leaves a readable, flagged trace", "[c
   const std::string p = tmp_path("open.mtrace");
   const std::string snap = tmp_path("open_snapshot.mtrace");
   {
-    auto w = TraceWriter::open(p, t.meta, 8);
+    auto w = TraceWriter::open(p, t.meta, TraceWriterOptions{8, 0});
     REQUIRE(w.is_ok());
     append_records(*w.value(), t);
     REQUIRE(w.value()->flush().is_ok());
@@ -242,9 +241,10 @@ TEST_CASE("crc32 matches the IEEE check value", "[core][trace_io]") {
   CHECK(crc32(d.data() + 500, 501, crc32(d.data(), 500)) == crc32(d.data(), 1001));
 }
 
-TEST_CASE("golden .mtrace file still reads as its JSON-lines export", "[core][trace_io][golden]") {
-  const std::string dir = std::string(MOEPROF_SOURCE_DIR) + "/tests/golden/core/";
-  // The golden trace: a hand-made two-layer allocation sequence.
+namespace {
+// The golden trace: a hand-made two-layer allocation sequence; with_stack adds a two-frame call
+// stack (a Python frame over a native one) to the first allocation (format version 2).
+Trace golden_trace(bool with_stack) {
   Trace t;
   t.meta.name = "golden";
   t.meta.model = "tiny";
@@ -253,31 +253,91 @@ TEST_CASE("golden .mtrace file still reads as its JSON-lines export", "[core][tr
   t.meta.moeprof_version = "golden";
   t.meta.tokens = 5;
   t.meta.layers = 2;
-  uint32_t s0 = t.strings.intern("layer.0/attn"), s1 = t.strings.intern("layer.1/moe/experts");
-  uint32_t n0 = t.strings.intern("post_norm"), n1 = t.strings.intern("gemm2_out"), sh = t.strings.intern("5x16");
+  StrId s0 = t.strings.intern("layer.0/attn"), s1 = t.strings.intern("layer.1/moe/experts");
+  StrId n0 = t.strings.intern("post_norm"), n1 = t.strings.intern("gemm2_out"), sh = t.strings.intern("5x16");
   auto& a = t.add(EventKind::kAlloc, 100, 0x1000, 160);
-  a.name_id = n0; a.scope_id = s0; a.shape_id = sh; a.category = uint8_t(Category::kActivation); a.dtype = uint8_t(DType::kBF16);
+  a.name_id = n0; a.scope_id = s0; a.shape_id = sh; a.category = Category::kActivation; a.dtype = DType::kBF16;
+  if (with_stack) {
+    const uint32_t py = t.stacks.intern_frame(
+        StackFrame{t.strings.intern("forward"), t.strings.intern("modeling_deepseek.py"), 412, FrameKind::kPython});
+    const uint32_t nat = t.stacks.intern_frame(
+        StackFrame{t.strings.intern("at::empty_cuda"), t.strings.intern("libtorch_cuda.so"), 0, FrameKind::kNative});
+    a.stack_id = t.stacks.intern_stack({nat, py});
+  }
   auto& b = t.add(EventKind::kAlloc, 150, 0x2000, 333);
-  b.name_id = n1; b.scope_id = s1; b.category = uint8_t(Category::kActivation); b.dtype = uint8_t(DType::kBF16);
+  b.name_id = n1; b.scope_id = s1; b.category = Category::kActivation; b.dtype = DType::kBF16;
   auto& u = t.add(EventKind::kUse, 160, 0x2000, 333);
   u.flags = kUseWrite;
-  t.add(EventKind::kFree, 170, 0x1000, 160).category = uint8_t(Category::kActivation);
+  t.add(EventKind::kFree, 170, 0x1000, 160).category = Category::kActivation;
   t.add(EventKind::kFree, 180, 0x2000, 0);
-  if (std::getenv("MOEPROF_REGEN_GOLDEN")) {
-    REQUIRE(write_trace(dir + "small.mtrace", t).is_ok());
-    std::ofstream(dir + "small.jsonl") << [&] { std::ostringstream os; write_jsonl(t, os); return os.str(); }();
+  return t;
+}
+
+std::string jsonl_of(const Trace& t) {
+  std::ostringstream os;
+  write_jsonl(t, os);
+  return os.str();
+}
+}  // namespace
+
+TEST_CASE("golden .mtrace files of both format versions read as their JSON-lines exports", "[core][trace_io][golden]") {
+  const std::string dir = std::string(MOEPROF_SOURCE_DIR) + "/tests/golden/core/";
+  // small.mtrace: version 1 (CRC-32, a process id in the record), written by moeprof 0.1.0 and
+  // kept as it was; it must keep reading.
+  {
+    if (std::getenv("MOEPROF_REGEN_GOLDEN")) std::ofstream(dir + "small.jsonl") << jsonl_of(golden_trace(false));
+    auto r = read_trace(dir + "small.mtrace");
+    REQUIRE(r.is_ok());
+    CHECK(r->records.size() == 5);
+    std::ifstream in(dir + "small.jsonl");
+    CHECK(jsonl_of(r.value()) == std::string((std::istreambuf_iterator<char>(in)), {}));
   }
-  auto r = read_trace(dir + "small.mtrace");
-  REQUIRE(r.is_ok());
-  std::ostringstream got;
-  write_jsonl(r.value(), got);
-  std::ifstream in(dir + "small.jsonl");
-  std::string expected((std::istreambuf_iterator<char>(in)), {});
-  CHECK(got.str() == expected);
-  // And the in-memory trace writes the same bytes as the golden file.
-  const std::string p = tmp_path("golden_again.mtrace");
-  REQUIRE(write_trace(p, t).is_ok());
-  CHECK(read_bytes(p) == read_bytes(dir + "small.mtrace"));
+  // small.v2.mtrace: version 2 (CRC-32C, interned stacks), byte for byte what write_trace writes.
+  {
+    Trace t = golden_trace(true);
+    if (std::getenv("MOEPROF_REGEN_GOLDEN")) {
+      REQUIRE(write_trace(dir + "small.v2.mtrace", t).is_ok());
+      std::ofstream(dir + "small.v2.jsonl") << jsonl_of(t);
+    }
+    auto r = read_trace(dir + "small.v2.mtrace");
+    REQUIRE(r.is_ok());
+    REQUIRE(r->stacks.stack_count() == 2);
+    CHECK(format_stack(r.value(), r->records[0].stack_id) ==
+          std::vector<std::string>{"at::empty_cuda (libtorch_cuda.so)", "forward (modeling_deepseek.py:412)"});
+    std::ifstream in(dir + "small.v2.jsonl");
+    CHECK(jsonl_of(r.value()) == std::string((std::istreambuf_iterator<char>(in)), {}));
+    const std::string p = tmp_path("golden_again.mtrace");
+    REQUIRE(write_trace(p, t).is_ok());
+    CHECK(read_bytes(p) == read_bytes(dir + "small.v2.mtrace"));
+  }
+}
+
+TEST_CASE("crc32c: known answers, hardware and software paths agree at every length", "[core][trace_io]") {
+  // RFC 3720 (iSCSI) test vectors for CRC-32C.
+  std::vector<uint8_t> zeros(32, 0), ones(32, 0xFF), inc(32);
+  for (int i = 0; i < 32; ++i) inc[i] = static_cast<uint8_t>(i);
+  CHECK(crc32c(zeros.data(), zeros.size()) == 0x8A9136AAu);
+  CHECK(crc32c(ones.data(), ones.size()) == 0x62A8AB43u);
+  CHECK(crc32c(inc.data(), inc.size()) == 0x46DD794Eu);
+  CHECK(crc32c("123456789", 9) == 0xE3069283u);
+  CHECK(crc32("123456789", 9) == 0xCBF43926u);
+  // Lengths around the 3-stream block boundary (3 x 8192): incremental == one shot, odd offsets.
+  std::mt19937_64 rng(77);
+  std::vector<uint8_t> buf(3 * 8192 * 2 + 37);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(8191), size_t(3 * 8192 - 1), size_t(3 * 8192),
+                   size_t(3 * 8192 + 5), buf.size() - 3}) {
+    const uint32_t whole = crc32c(buf.data() + 3, n);
+    const size_t cut = n / 3;
+    CHECK(crc32c(buf.data() + 3 + cut, n - cut, crc32c(buf.data() + 3, cut)) == whole);
+    // Bit-at-a-time reference.
+    uint32_t ref = ~0u;
+    for (size_t i = 0; i < n; ++i) {
+      ref ^= buf[3 + i];
+      for (int k = 0; k < 8; ++k) ref = (ref & 1) ? 0x82F63B78u ^ (ref >> 1) : ref >> 1;
+    }
+    CHECK(~ref == whole);
+  }
 }
 
 TEST_CASE("jsonl export has one line per record plus the header", "[core][trace_io]") {
@@ -293,8 +353,8 @@ TEST_CASE("jsonl export has one line per record plus the header", "[core][trace_
 TEST_CASE("hostile traces: invalid UTF-8, nested metadata, frames larger than the file", "[core][trace_io]") {
   SECTION("invalid UTF-8 in a string is replaced, so JSON export works") {
     Trace t;
-    uint32_t bad = t.strings.intern(std::string("ok\xff\xfe-\xe2\x82", 7));
-    uint32_t good = t.strings.intern("layer.1/\xc3\xa9");  // valid two-byte sequence kept
+    StrId bad = t.strings.intern(std::string("ok\xff\xfe-\xe2\x82", 7));
+    StrId good = t.strings.intern("layer.1/\xc3\xa9");  // valid two-byte sequence kept
     auto& r = t.add(EventKind::kAlloc, 1, 0x10, 7);
     r.name_id = bad;
     r.scope_id = good;
@@ -325,7 +385,7 @@ TEST_CASE("hostile traces: invalid UTF-8, nested metadata, frames larger than th
     const std::string p = tmp_path("huge_src.mtrace");
     std::vector<char> bytes;
     {
-      auto w = TraceWriter::open(p, t.meta, 8);
+      auto w = TraceWriter::open(p, t.meta, TraceWriterOptions{8, 0});
       REQUIRE(w.is_ok());
       append_records(*w.value(), t);
       REQUIRE(w.value()->flush().is_ok());

@@ -20,7 +20,7 @@ TraceRecord& alloc(Trace& t, uint64_t ts, uint64_t seq, uint64_t addr, uint64_t 
   r.name_id = t.strings.intern(name);
   r.scope_id = t.strings.intern(scope);
   r.shape_id = t.strings.intern(shape);
-  r.category = uint8_t(Category::kActivation);
+  r.category = Category::kActivation;
   return r;
 }
 
@@ -71,10 +71,10 @@ TEST_CASE("merge_traces: strings re-interned, devices kept, records interleaved 
     CHECK(m.str(r.scope_id) == (i < 2 ? "layer.0/attn" : "layer.0/moe"));
     CHECK(m.str(r.shape_id) == (i < 2 ? "4x8" : "4x16"));
   }
-  CHECK(m.records[4].name_id == 0);  // a free without names stays without
+  CHECK(m.records[4].name_id == StrId::kNone);  // a free without names stays without
   // One table: equal strings share one id.
   CHECK(m.records[0].name_id == m.records[1].name_id);
-  uint32_t id = 0;
+  StrId id{};
   CHECK(m.strings.find("only_rank1", &id));
 }
 

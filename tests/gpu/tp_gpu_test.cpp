@@ -55,11 +55,11 @@ std::map<uint16_t, uint64_t> activation_peaks(const Trace& t) {
   std::map<std::pair<uint16_t, uint64_t>, std::pair<uint64_t, bool>> live;  // -> bytes, activation
   std::map<uint16_t, uint64_t> cur, peak;
   for (const TraceRecord& r : t.records) {
-    if (r.kind == uint8_t(EventKind::kAlloc)) {
+    if (r.kind == EventKind::kAlloc) {
       const bool act = counts_as_activation(static_cast<Category>(r.category));
       live[{r.device, r.address}] = {r.bytes, act};
       if (act) peak[r.device] = std::max(peak[r.device], cur[r.device] += r.bytes);
-    } else if (r.kind == uint8_t(EventKind::kFree)) {
+    } else if (r.kind == EventKind::kFree) {
       auto it = live.find({r.device, r.address});
       if (it == live.end()) continue;
       if (it->second.second) cur[r.device] -= it->second.first;

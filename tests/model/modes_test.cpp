@@ -153,13 +153,13 @@ TEST_CASE("every allocation is tagged with a name, a scope and a category", "[mo
   for (const Trace* t : {&b.baseline_trace, &b.reuse_trace}) {
     size_t allocs = 0, frees = 0;
     for (const auto& r : t->records) {
-      if (r.kind == uint8_t(EventKind::kFree)) ++frees;
-      if (r.kind != uint8_t(EventKind::kAlloc)) continue;
+      if (r.kind == EventKind::kFree) ++frees;
+      if (r.kind != EventKind::kAlloc) continue;
       ++allocs;
       CHECK_FALSE(t->str(r.name_id).empty());
       CHECK_FALSE(t->str(r.scope_id).empty());
-      CHECK(r.category != uint8_t(Category::kUnknown));
-      CHECK(r.dtype != uint8_t(DType::kUnknown));
+      CHECK(r.category != Category::kUnknown);
+      CHECK(r.dtype != DType::kUnknown);
       CHECK_FALSE(t->str(r.shape_id).empty());
     }
     CHECK(allocs > 100);

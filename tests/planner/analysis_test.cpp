@@ -522,7 +522,7 @@ TEST_CASE("category_mask: allocations of other categories and their frees are le
 TEST_CASE("mem_kind_mask: frees and uses of left-out allocations are matched by (device, address)",
           "[planner][analysis][filter]") {
   TraceBuilder b;
-  const auto so = static_cast<uint8_t>(MemKind::kStreamOrdered), dev = static_cast<uint8_t>(MemKind::kDevice);
+  const auto so = MemKind::kStreamOrdered, dev = MemKind::kDevice;
   b.alloc(1, 0x100, 400).mem_kind = so;
   b.alloc(2, 0x200, 300).mem_kind = dev;
   b.use(3, 0x200);
@@ -635,7 +635,7 @@ TEST_CASE("random traces: a filtered replay equals the replay of the trace witho
   for (int iter = 0; iter < 20; ++iter) {
     const uint32_t cat_mask = static_cast<uint32_t>(rng() % (1u << kNumCategories));
     const uint32_t kind_mask = static_cast<uint32_t>(rng() % (1u << (kMaxMemKind + 1)));
-    auto keep = [&](Category c, uint8_t k) { return (cat_mask & category_bit(c)) && (kind_mask & (1u << k)); };
+    auto keep = [&](Category c, MemKind k) { return (cat_mask & category_bit(c)) && (kind_mask & mem_kind_bit(k)); };
     TraceBuilder full, kept;
     std::map<std::pair<uint16_t, uint64_t>, bool> live;  // -> kept
     uint64_t ts = 1;
@@ -654,7 +654,7 @@ TEST_CASE("random traces: a filtered replay equals the replay of the trace witho
         live.erase(it);
       } else {
         const auto c = static_cast<Category>(rng() % kNumCategories);
-        const auto k = static_cast<uint8_t>(rng() % (kMaxMemKind + 1));
+        const auto k = static_cast<MemKind>(rng() % (kMaxMemKind + 1));
         const uint64_t bytes = 1 + rng() % 1000;
         full.alloc(ts, addr, bytes, c, "s", "", dev).mem_kind = k;
         const bool in = keep(c, k);

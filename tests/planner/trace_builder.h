@@ -14,7 +14,7 @@ class TraceBuilder {
   TraceRecord& alloc(uint64_t ts, uint64_t address, uint64_t bytes, Category c = Category::kActivation,
                      const std::string& scope = "", const std::string& name = "", uint16_t device = 0) {
     TraceRecord& r = trace.add(EventKind::kAlloc, ts, address, bytes);
-    r.category = static_cast<uint8_t>(c);
+    r.category = c;
     r.scope_id = trace.strings.intern(scope);
     r.name_id = trace.strings.intern(name);
     r.device = device;

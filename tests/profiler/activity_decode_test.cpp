@@ -92,7 +92,6 @@ TEST_CASE("memory records convert to alloc/free TraceRecords", "[profiler][decod
   CHECK(d.correlation_id == 77);
   CHECK(d.record.device == 1);
   CHECK(d.record.stream == 0);  // CUPTI_INVALID_STREAM_ID -> 0
-  CHECK(d.record.pid == 4242);
   CHECK(static_cast<MemKind>(d.record.mem_kind) == MemKind::kDevice);
   CHECK(d.pool_address == 0);
 
@@ -204,7 +203,7 @@ TEST_CASE("assembler joins attribution by correlation id and writes a readable t
   const std::string path = temp_path("assembler.mtrace");
   RunMeta meta;
   meta.name = "assembler-test";
-  auto w = TraceWriter::open(path, meta, 3);  // small frames: several RECS frames
+  auto w = TraceWriter::open(path, meta, TraceWriterOptions{3, 0});  // small frames: several RECS frames
   REQUIRE(w.is_ok());
   AttributionTable table;
   // cudaMalloc (runtime corr 10) nesting cuMemAlloc (driver corr 11): the record may carry either.
@@ -223,7 +222,7 @@ TEST_CASE("assembler joins attribution by correlation id and writes a readable t
   freer.tid = 111;
   table.put(30, 0, freer);
 
-  TraceAssembler asmb(w->get(), &table, 999);
+  TraceAssembler asmb(w->get(), &table);
   BufferBuilder b;
   b.add(mem(kAllocOp, 0x1000, 1000, 100, 11));               // joined through the partner id
   b.add(mem(kAllocOp, 0x2000, 2000, 110, 20, 0, true, 0x9000, 8 << 20));
@@ -258,7 +257,7 @@ TEST_CASE("assembler joins attribution by correlation id and writes a readable t
   CHECK(static_cast<EventKind>(tr.records[2].kind) == EventKind::kPoolReserve);
   CHECK(tr.records[2].bytes == (8u << 20));
   CHECK(tr.records[3].tid == 0);
-  CHECK(tr.records[3].scope_id == 0);
+  CHECK(tr.records[3].scope_id == StrId::kNone);
 
   // The trace replays with the planner (the analysis every front end uses).
   planner::RunAnalysis run = planner::analyze(tr);
@@ -282,7 +281,7 @@ TEST_CASE("assembler joins attribution by correlation id and writes a readable t
   CHECK(scope->allocated_bytes == 1000);
   CHECK(scope->allocations == 1);
   size_t with_tid = 0;
-  for (const TraceRecord& r : tr.records) with_tid += r.kind == static_cast<uint8_t>(EventKind::kAlloc) && r.tid != 0;
+  for (const TraceRecord& r : tr.records) with_tid += r.kind == EventKind::kAlloc && r.tid != 0;
   CHECK(with_tid == 2);
   std::filesystem::remove(path);
 }

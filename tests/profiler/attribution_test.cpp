@@ -49,13 +49,13 @@ TEST_CASE("a join keeps the decoder's graph category unless the allocation was t
   auto w = TraceWriter::open(path, RunMeta{});
   REQUIRE(w.is_ok());
   AttributionTable table;
-  TraceAssembler asmb(w->get(), &table, 7);
+  TraceAssembler asmb(w->get(), &table);
   auto graph_alloc = [](uint32_t corr) {
     DecodedRecord d;
-    d.record.kind = static_cast<uint8_t>(EventKind::kAlloc);
+    d.record.kind = EventKind::kAlloc;
     d.record.address = 0;
     d.record.bytes = 33554432;
-    d.record.category = static_cast<uint8_t>(Category::kGraph);
+    d.record.category = Category::kGraph;
     d.record.timestamp_ns = corr;
     d.correlation_id = corr;
     return d;
@@ -75,8 +75,8 @@ TEST_CASE("a join keeps the decoder's graph category unless the allocation was t
   auto t = read_trace(path);
   REQUIRE(t.is_ok());
   REQUIRE(t->records.size() == 2);
-  CHECK(t->records[0].category == static_cast<uint8_t>(Category::kGraph));  // scope joined, category kept
+  CHECK(t->records[0].category == Category::kGraph);  // scope joined, category kept
   CHECK(t->str(t->records[0].scope_id) == "phase2");
   CHECK(t->records[0].tid == 11);
-  CHECK(t->records[1].category == static_cast<uint8_t>(Category::kWorkspace));  // an explicit tag wins
+  CHECK(t->records[1].category == Category::kWorkspace);  // an explicit tag wins
 }

@@ -66,7 +66,7 @@ TEST_CASE("captured H200 CUPTI buffers decode to the executor's own allocation c
     std::map<uint64_t, uint64_t> live;
     uint64_t cur = 0, peak = 0;
     for (const DecodedRecord* r : mem) {
-      if (r->record.kind == uint8_t(EventKind::kAlloc)) {
+      if (r->record.kind == EventKind::kAlloc) {
         live[r->record.address] = r->record.bytes;
         cur += r->record.bytes;
         peak = std::max(peak, cur);

@@ -27,9 +27,9 @@ class GoldenBuilder {
     r.name_id = t_->strings.intern(name);
     r.scope_id = t_->strings.intern(scope);
     r.shape_id = t_->strings.intern(shape);
-    r.category = static_cast<uint8_t>(cat);
-    r.dtype = static_cast<uint8_t>(dt);
-    r.mem_kind = static_cast<uint8_t>(MemKind::kHost);
+    r.category = cat;
+    r.dtype = dt;
+    r.mem_kind = MemKind::kHost;
     r.tid = 11;
   }
   void free(uint64_t ts, uint64_t addr) { t_->add(EventKind::kFree, ts, addr, 0).tid = 11; }

@@ -106,7 +106,7 @@ TEST_CASE("perfetto export: unbalanced markers become instants, unfreed allocati
   auto& m = t.add(EventKind::kMarkerBegin, 1234, 0, 0);
   m.name_id = t.strings.intern("forward");
   auto& al = t.add(EventKind::kAlloc, 2345, 0x777, 4099);
-  al.category = static_cast<uint8_t>(Category::kActivation);
+  al.category = Category::kActivation;
   t.add(EventKind::kMarkerEnd, 3456, 0, 0).name_id = t.strings.intern("other");
   auto an = planner::analyze(t);
   json doc = json::parse(reports::perfetto_json({{"odd", &t, &an}}));
