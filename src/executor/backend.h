@@ -25,6 +25,7 @@
 
 #include "core/status.h"
 #include "executor/tensor.h"
+#include "model/router.h"
 
 namespace moeprof {
 
@@ -39,19 +40,6 @@ class AllocationObserver {
   virtual void on_marker(const std::string& /*name*/, bool /*begin*/) {}
   // An op read (write=false) or wrote (write=true) the storage.
   virtual void on_use(const Storage& /*s*/, const std::string& /*op*/, bool /*write*/) {}
-};
-
-enum class TopkMethod { kGreedy, kGroupLimitedGreedy, kNoauxTc };
-enum class ScoringFunc { kSoftmax, kSigmoid };
-
-struct RouterParams {
-  int top_k = 2;
-  int n_group = 1;
-  int topk_group = 1;
-  TopkMethod method = TopkMethod::kGreedy;
-  ScoringFunc scoring = ScoringFunc::kSoftmax;
-  bool norm_topk_prob = false;
-  float routed_scaling_factor = 1.0f;
 };
 
 class Backend {

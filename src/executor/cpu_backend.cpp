@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "../../kernels/common/fp_formats.h"
-#include "../../kernels/common/random.h"
+#include "kernels/common/fp_formats.h"
+#include "kernels/common/random.h"
 #include "executor/backends.h"
 
 namespace moeprof {

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "../../kernels/common/fp_formats.h"
+#include "kernels/common/fp_formats.h"
 #include "executor/cpu_backend.h"
 
 namespace moeprof {

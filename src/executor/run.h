@@ -10,7 +10,7 @@
 #include "core/status.h"
 #include "executor/backend.h"
 #include "executor/recorder.h"
-#include "model/deepseek.h"
+#include "executor/deepseek_model.h"
 
 namespace moeprof {
 

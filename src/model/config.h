@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "executor/backend.h"
+#include "model/router.h"
 
 namespace moeprof {
 

@@ -8,7 +8,7 @@
 
 #include "executor/backends.h"
 #include "executor/recorder.h"
-#include "model/deepseek.h"
+#include "executor/deepseek_model.h"
 
 using namespace moeprof;
 

@@ -13,7 +13,7 @@
 #include "core/trace_io.h"
 #include "executor/backends.h"
 #include "executor/run.h"
-#include "model/deepseek.h"
+#include "executor/deepseek_model.h"
 #include "planner/analysis.h"
 
 using namespace moeprof;

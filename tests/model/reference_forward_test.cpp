@@ -31,7 +31,7 @@
 #include "executor/backends.h"
 #include "kernels/common/fp_formats.h"
 #include "model/config.h"
-#include "model/deepseek.h"
+#include "executor/deepseek_model.h"
 
 using namespace moeprof;
 

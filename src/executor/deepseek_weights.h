@@ -1,0 +1,37 @@
+// The DeepSeek-V2-family weights of one rank (private to the executor): the tensors of each layer
+// and the model-wide ones. Defined here so the weight generation (deepseek_weights.cpp) and the
+// forward (deepseek_forward.cpp) share them.
+#pragma once
+
+#include <vector>
+
+#include "executor/deepseek_model.h"
+
+namespace moeprof {
+
+struct LayerWeights {
+  Tensor input_norm, post_attn_norm;
+  // attention
+  Tensor qkv_a;       // [q_lora + kv_lora + rope, H]   (q_lora > 0)
+  Tensor q_proj;      // [h * qk_head, H]               (q_lora == 0)
+  Tensor kv_a;        // [kv_lora + rope, H]            (q_lora == 0)
+  Tensor q_a_norm, kv_a_norm;
+  Tensor q_b;         // [h * qk_head, q_lora]
+  Tensor kv_b;        // [h * (nope + v), kv_lora]
+  Tensor o_proj;      // [H, h * v]
+  // dense MLP
+  Tensor mlp_gate_up, mlp_down;
+  // MoE
+  Tensor gate, gate_bias;
+  Tensor shared_gate_up, shared_down;
+  Tensor w13, w13_scales, w13_gs, w2, w2_scales, w2_gs;
+  float a_gs = 1.0f, h_gs = 1.0f;
+  Tensor kv_cache;    // [kv_tokens, kv_lora + rope]
+};
+
+struct DeepseekModel::Weights {
+  Tensor embed, final_norm, lm_head, cos_sin, workspace;
+  std::vector<LayerWeights> layers;
+};
+
+}  // namespace moeprof
