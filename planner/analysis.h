@@ -77,6 +77,8 @@ struct LiveEntry {
   uint64_t last_use = 0;             // 0 with uses == 0
   uint32_t uses = 0;
   bool held_after_last_use = false;  // had uses, and the last one was before the peak instant
+  StackId stack_id{};                // call stack at allocation (ids of RunAnalysis::stacks' trace)
+  uint32_t alloc_index = 0;          // replay position of the allocation
 };
 
 // High-water marks of one scope. Scopes are '/'-separated paths; every allocation counts toward
@@ -151,6 +153,14 @@ struct AllocGroup {
   uint64_t count = 0;
 };
 
+// A use by an op or the end of a marker range, at a replay position (AnalyzeOptions::keep_event_index).
+// For a marker, `pos` is the number of replayed events before it.
+struct OpEvent {
+  uint32_t pos = 0;
+  uint16_t device = 0;
+  StrId name{};  // the op (kUse) or the marker's name
+};
+
 struct RunAnalysis {
   RunMeta meta;
   std::vector<DeviceAnalysis> devices;  // sorted by device id
@@ -164,10 +174,16 @@ struct RunAnalysis {
   uint64_t replayed_events = 0;         // kAlloc + kFree + kUse + kPoolReserve + kGraphMem
   bool reordered = false;               // input was not in replay order and was sorted
   std::vector<std::string> strings;     // the trace's string table (ids used by Lifetime)
+  StackTable stacks;                    // the trace's call stacks (Lifetime::stack_id)
   std::vector<AllocGroup> alloc_groups; // sorted by (scope, name, bytes)
   // All lifetimes in alloc replay order, when AnalyzeOptions::keep_lifetimes. Handoff indices
   // refer to this numbering (which is also used when lifetimes are not kept).
   std::vector<Lifetime> lifetimes;
+  bool handoffs_computed = true;        // AnalyzeOptions::findings
+  // With AnalyzeOptions::keep_event_index: the timestamp of every replay position, every use by an
+  // op and every marker end, in replay order (what-if rules locate "after op X" with them).
+  std::vector<uint64_t> position_ts;
+  std::vector<OpEvent> op_uses, marker_ends;
 
   const std::string& str(StrId id) const { return index_of(id) < strings.size() ? strings[index_of(id)] : strings.at(0); }
   const DeviceAnalysis* device(uint16_t id) const;
@@ -187,6 +203,10 @@ struct AnalyzeOptions {
   // appear. kPoolReserve and kGraphMem records are never filtered. Default: everything.
   uint32_t category_mask = ~0u;
   uint32_t mem_kind_mask = ~0u;
+  // Hand-off findings need every lifetime in memory until the end; without them (and without
+  // keep_lifetimes) the replay keeps only what is live, and RunAnalysis::handoffs_computed is false.
+  bool findings = true;
+  bool keep_event_index = false;
 };
 
 // Mask helpers: category_bit(Category::kGraph), mem_kind_bit(MemKind::kStreamOrdered).

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/status.h"
 #include "reports/format.h"
@@ -71,13 +72,13 @@ void register_compare(CLI::App& app, int* exit_code) {
     aopts.timeline_points = 0;
     auto a = reports::load_run(args->a, aopts);
     if (!a) {
-      fmt::print(stderr, "moeprof compare: error: {}\n", a.status().message());
+      fail("compare", a.status());
       *exit_code = a.status().exit_code();
       return;
     }
     auto b = reports::load_run(args->b, aopts);
     if (!b) {
-      fmt::print(stderr, "moeprof compare: error: {}\n", b.status().message());
+      fail("compare", b.status());
       *exit_code = b.status().exit_code();
       return;
     }

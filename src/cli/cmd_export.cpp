@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/status.h"
 #include "core/trace_io.h"
@@ -20,11 +21,6 @@ struct ExportArgs {
   size_t max_slices = 20000;
 };
 
-int fail(const Status& st) {
-  fmt::print(stderr, "moeprof export: error: {}\n", st.message());
-  return st.exit_code();
-}
-
 }  // namespace
 
 void register_export(CLI::App& app, int* exit_code) {
@@ -36,7 +32,7 @@ void register_export(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-slices", args->max_slices, "allocation slices kept (the largest)")->check(CLI::PositiveNumber);
   cmd->callback([args, exit_code] {
     if (args->jsonl.empty() && args->perfetto.empty()) {
-      *exit_code = fail(Status::bad_input("nothing to do: give --jsonl and/or --perfetto"));
+      *exit_code = fail("export", Status::bad_input("nothing to do: give --jsonl and/or --perfetto"));
       return;
     }
     planner::AnalyzeOptions aopts;
@@ -44,7 +40,7 @@ void register_export(CLI::App& app, int* exit_code) {
     if (args->perfetto.empty()) aopts.timeline_points = 0;
     auto run = reports::load_run(args->trace, aopts);
     if (!run) {
-      *exit_code = fail(run.status());
+      *exit_code = fail("export", run.status());
       return;
     }
     if (!args->jsonl.empty()) {
@@ -53,13 +49,13 @@ void register_export(CLI::App& app, int* exit_code) {
       } else {
         std::ofstream out(args->jsonl, std::ios::binary | std::ios::trunc);
         if (!out) {
-          *exit_code = fail(Status::bad_input("cannot create " + args->jsonl));
+          *exit_code = fail("export", Status::bad_input("cannot create " + args->jsonl));
           return;
         }
         write_jsonl(run->trace, out);
         out.close();
         if (!out) {
-          *exit_code = fail(Status::run_failure("writing " + args->jsonl + " failed"));
+          *exit_code = fail("export", Status::run_failure("writing " + args->jsonl + " failed"));
           return;
         }
         fmt::print(stderr, "moeprof export: wrote {}\n", args->jsonl);
@@ -71,7 +67,7 @@ void register_export(CLI::App& app, int* exit_code) {
       std::vector<reports::PerfettoRun> runs = {{run->analysis.meta.name, &run->trace, &run->analysis}};
       Status st = reports::write_perfetto(args->perfetto, runs, popts);
       if (!st) {
-        *exit_code = fail(st);
+        *exit_code = fail("export", st);
         return;
       }
       if (args->perfetto != "-") fmt::print(stderr, "moeprof export: wrote {}\n", args->perfetto);

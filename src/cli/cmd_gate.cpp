@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/status.h"
 #include "reports/gate.h"
@@ -18,11 +19,6 @@ struct GateArgs {
   std::string baseline, current, update_baseline, junit, markdown;
   reports::GateOptions opts;
 };
-
-int fail(const Status& st) {
-  fmt::print(stderr, "moeprof gate: error: {}\n", st.message());
-  return st.exit_code();
-}
 
 }  // namespace
 
@@ -46,17 +42,17 @@ void register_gate(CLI::App& app, int* exit_code) {
   cmd->callback([args, exit_code] {
     Status st = reports::validate_gate_options(args->opts);
     if (!st) {
-      *exit_code = fail(st);
+      *exit_code = fail("gate", st);
       return;
     }
     auto baseline = reports::read_report(args->baseline);
     if (!baseline) {
-      *exit_code = fail(baseline.status().with_context("baseline"));
+      *exit_code = fail("gate", baseline.status().with_context("baseline"));
       return;
     }
     auto current = reports::read_report(args->current);
     if (!current) {
-      *exit_code = fail(current.status().with_context("current"));
+      *exit_code = fail("gate", current.status().with_context("current"));
       return;
     }
     reports::GateResult res = reports::run_gate(*baseline, *current, args->opts);
@@ -68,7 +64,7 @@ void register_gate(CLI::App& app, int* exit_code) {
       if (path.empty()) continue;
       Status wst = reports::write_text_file(path, text);
       if (!wst) {
-        *exit_code = fail(wst);
+        *exit_code = fail("gate", wst);
         return;
       }
       fmt::print(stderr, "moeprof gate: wrote {}\n", path);

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/status.h"
 #include "reports/format.h"
@@ -137,7 +138,7 @@ void register_plan(CLI::App& app, int* exit_code) {
     aopts.keep_lifetimes = args->arena;
     auto run = reports::load_run(args->trace, aopts);
     if (!run) {
-      fmt::print(stderr, "moeprof plan: error: {}\n", run.status().message());
+      fail("plan", run.status());
       *exit_code = run.status().exit_code();
       return;
     }

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/status.h"
 #include "reports/json_report.h"
@@ -24,11 +25,6 @@ struct ReportArgs {
   size_t max_slices = 20000;
 };
 
-int fail(const Status& st) {
-  fmt::print(stderr, "moeprof report: error: {}\n", st.message());
-  return st.exit_code();
-}
-
 }  // namespace
 
 void register_report(CLI::App& app, int* exit_code) {
@@ -45,7 +41,7 @@ void register_report(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-slices", args->max_slices, "allocation slices per run in the Perfetto export")->check(CLI::PositiveNumber);
   cmd->callback([args, exit_code] {
     if (!args->names.empty() && args->names.size() != args->traces.size()) {
-      *exit_code = fail(Status::bad_input(fmt::format("--name given {} time(s) for {} trace(s)", args->names.size(), args->traces.size())));
+      *exit_code = fail("report", Status::bad_input(fmt::format("--name given {} time(s) for {} trace(s)", args->names.size(), args->traces.size())));
       return;
     }
     planner::AnalyzeOptions aopts;
@@ -54,7 +50,7 @@ void register_report(CLI::App& app, int* exit_code) {
     for (size_t i = 0; i < args->traces.size(); ++i) {
       auto run = reports::load_run(args->traces[i], aopts, args->names.empty() ? "" : args->names[i]);
       if (!run) {
-        *exit_code = fail(run.status());
+        *exit_code = fail("report", run.status());
         return;
       }
       loaded.push_back(std::move(run).value());
@@ -67,7 +63,7 @@ void register_report(CLI::App& app, int* exit_code) {
     ropts.compare_baseline = args->compare_baseline;
     auto doc = reports::make_report(analyses, ropts);
     if (!doc) {
-      *exit_code = fail(doc.status());
+      *exit_code = fail("report", doc.status());
       return;
     }
     bool any = false;
@@ -76,7 +72,7 @@ void register_report(CLI::App& app, int* exit_code) {
       any = true;
       Status st = reports::write_text_file(path, text);
       if (!st) {
-        *exit_code = fail(st);
+        *exit_code = fail("report", st);
         return false;
       }
       if (path != "-") fmt::print(stderr, "moeprof report: wrote {}\n", path);

@@ -1,0 +1,96 @@
+// Hash maps of the replay's hot path (internal to the planner).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace moeprof::planner {
+
+// Open-addressing map from a pair of 64-bit words to a uint32, for the hot per-event lookups:
+// (device, address) -> allocation state, (device, scope) -> scope-chain slots,
+// ((scope, name), bytes) -> count. Entries are never erased. Linear probing, power-of-two
+// capacity, at most half full.
+class PairMap {
+ public:
+  using Key = std::pair<uint64_t, uint64_t>;
+  PairMap() { rehash(256); }
+
+  // The value for the key, inserted as 0 when absent.
+  uint32_t& operator[](Key k) {
+    if ((size_ + 1) * 2 > cap_) rehash(cap_ * 2);
+    size_t i = hash(k) & (cap_ - 1);
+    while (true) {
+      Entry& e = entries_[i];
+      if (!e.used) {
+        e.used = true;
+        e.key = k;
+        e.value = 0;
+        ++size_;
+        return e.value;
+      }
+      if (e.key == k) return e.value;
+      i = (i + 1) & (cap_ - 1);
+    }
+  }
+  // nullptr when absent.
+  uint32_t* find(Key k) {
+    size_t i = hash(k) & (cap_ - 1);
+    while (true) {
+      Entry& e = entries_[i];
+      if (!e.used) return nullptr;
+      if (e.key == k) return &e.value;
+      i = (i + 1) & (cap_ - 1);
+    }
+  }
+  template <typename F>
+  void for_each(F&& f) const {
+    for (const Entry& e : entries_) {
+      if (e.used) f(e.key, e.value);
+    }
+  }
+  size_t size() const { return size_; }
+
+ private:
+  struct Entry {
+    Key key;
+    uint32_t value = 0;
+    bool used = false;
+  };
+  static size_t hash(Key k) {
+    uint64_t x = k.first * 0x9e3779b97f4a7c15ULL ^ (k.second + 0x632be59bd9b4e019ULL);
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return static_cast<size_t>(x);
+  }
+  void rehash(size_t cap) {
+    std::vector<Entry> old = std::move(entries_);
+    entries_.assign(cap, Entry{});
+    cap_ = cap;
+    size_ = 0;
+    for (const Entry& e : old) {
+      if (e.used) (*this)[e.key] = e.value;
+    }
+  }
+  std::vector<Entry> entries_;
+  size_t cap_ = 0, size_ = 0;
+};
+
+// Allocation state per (device, address). A freed allocation leaves its address marked freed, so
+// a second free is told apart from a free of an unknown address. State: (slot + 1), | kFreedBit
+// once freed.
+class AddressMap {
+ public:
+  static constexpr uint32_t kFreedBit = 1u << 31;
+  uint32_t& slot(uint16_t device, uint64_t address) { return map_[{device, address}]; }
+  uint32_t* find(uint16_t device, uint64_t address) { return map_.find({device, address}); }
+
+ private:
+  PairMap map_;
+};
+
+}  // namespace moeprof::planner

@@ -1,0 +1,68 @@
+// Reuse findings (hand-offs) from the lifetimes of a replay.
+#include <vector>
+
+#include "planner/replayer.h"
+
+namespace moeprof::planner {
+
+// Reuse findings: pairs (new alloc L, dead buffer M) on one device with M.bytes == L.bytes and
+// M.last_use_index < L.alloc_index < M.free_index; each M is offered once, the most recently dead
+// first. One sweep over replay positions for all devices (no sort: each position holds at most
+// one last use).
+void Replayer::find_handoffs(const RunAnalysis& run, uint32_t num_events) {
+  bool any = false;
+  for (const auto& d : devs_) any = any || d.out.has_uses;
+  if (!any) return;
+  std::vector<uint32_t> dead_at(num_events, kNoIndex);
+  for (uint32_t i = 0; i < lts_.size(); ++i) {
+    const Lifetime& l = lts_[i];
+    if (l.uses > 0 && l.bytes > 0 && l.last_use_index + 1 < l.free_index) dead_at[l.last_use_index] = i;
+  }
+  PairMap stack_of;  // (device, bytes) -> index + 1 into stacks
+  std::vector<std::vector<uint32_t>> stacks;
+  auto stack_for = [&](uint16_t device, uint64_t bytes, bool create) -> std::vector<uint32_t>* {
+    uint32_t& s = stack_of[{device, bytes}];
+    if (s == 0) {
+      if (!create) return nullptr;
+      stacks.emplace_back();
+      s = static_cast<uint32_t>(stacks.size());
+    }
+    return &stacks[s - 1];
+  };
+  uint32_t next = 0;
+  for (uint32_t li = 0; li < lts_.size(); ++li) {  // lifetimes are in alloc order
+    const Lifetime& l = lts_[li];
+    for (; next < l.alloc_index; ++next) {
+      const uint32_t mi = dead_at[next];
+      if (mi != kNoIndex) stack_for(lts_[mi].device, lts_[mi].bytes, true)->push_back(mi);
+    }
+    DeviceAnalysis& d = devs_[static_cast<size_t>(slot_of_[l.device])].out;
+    if (l.bytes == 0 || !d.has_uses) continue;
+    std::vector<uint32_t>* stack = stack_for(l.device, l.bytes, false);
+    if (stack == nullptr) continue;
+    while (!stack->empty() && lts_[stack->back()].free_index <= l.alloc_index) stack->pop_back();
+    if (stack->empty()) continue;
+    const uint32_t mi = stack->back();
+    stack->pop_back();
+    const Lifetime& m = lts_[mi];
+    const uint32_t act_peak = d.peak_activation_index;
+    const bool at_peak = d.peak_activation_bytes > 0 && live_at(l, act_peak) && live_at(m, act_peak);
+    ++d.handoff_count;
+    d.handoff_bytes += l.bytes;
+    if (at_peak) d.handoff_bytes_at_activation_peak += l.bytes;
+    if (d.handoffs.size() < opt_.handoff_limit) {
+      Handoff h;
+      h.alloc_lifetime = li;
+      h.dead_lifetime = mi;
+      h.bytes = l.bytes;
+      h.alloc_name = run.str(l.name_id);
+      h.alloc_scope = run.str(l.scope_id);
+      h.dead_name = run.str(m.name_id);
+      h.dead_scope = run.str(m.scope_id);
+      h.at_activation_peak = at_peak;
+      d.handoffs.push_back(std::move(h));
+    }
+  }
+}
+
+}  // namespace moeprof::planner

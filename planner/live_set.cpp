@@ -1,0 +1,124 @@
+// The end of a replay: live sets at the activation peaks, scope tables, totals per run.
+#include <algorithm>
+#include <tuple>
+
+#include "planner/replayer.h"
+
+namespace moeprof::planner {
+
+namespace {
+
+LiveEntry make_entry(const Lifetime& l, const RunAnalysis& run, uint32_t at) {
+  LiveEntry e;
+  e.name = run.str(l.name_id);
+  e.scope = run.str(l.scope_id);
+  e.shape = run.str(l.shape_id);
+  e.category = l.category;
+  e.dtype = l.dtype;
+  e.bytes = l.bytes;
+  e.address = l.address;
+  e.t_alloc = l.t_alloc;
+  e.uses = l.uses;
+  e.last_use = l.uses ? l.last_use : 0;
+  e.held_after_last_use = l.uses > 0 && l.last_use_index < at;
+  e.stack_id = l.stack_id;
+  e.alloc_index = l.alloc_index;
+  return e;
+}
+
+}  // namespace
+
+void Replayer::build_live_sets(RunAnalysis* run) {
+  // Scope bytes at each device's activation peak, per scope slot.
+  std::vector<uint64_t> slot_at_peak(scope_stats_.size(), 0);
+  auto add_live = [&](const Lifetime& l) {
+    const size_t s = static_cast<size_t>(slot_of_[l.device]);
+    DeviceAnalysis& d = devs_[s].out;
+    const uint32_t pa = d.peak_activation_index;
+    if (d.peak_activation_bytes == 0 || !live_at(l, pa) || !counts_as_activation(l.category)) return;
+    d.live_set_at_activation_peak.push_back(make_entry(l, *run, pa));
+    if (l.uses > 0 && l.last_use_index < pa) d.held_after_last_use_bytes += l.bytes;
+    if (l.uses == 0) d.never_used_at_peak_bytes += l.bytes;
+    auto [sb, se] = scope_slots(l.device, l.scope_id);
+    for (uint32_t k = sb; k < se; ++k) slot_at_peak[chain_slots_[k]] += l.bytes;
+  };
+  for (const Lifetime& l : lts_) {
+    if (l.free_index == kNoIndex) {
+      ++an_.never_freed;
+      an_.never_freed_bytes += l.bytes;
+    }
+    // Every lifetime when all are kept; otherwise the open ones (the slab's freed slots have a
+    // free index) and, below, the copies of those freed after the peak.
+    if (keep_all_ || l.free_index == kNoIndex) add_live(l);
+  }
+  if (!keep_all_)
+    for (const DeviceState& ds : devs_)
+      for (const Lifetime& l : ds.kept) add_live(l);
+
+  for (DeviceState& ds : devs_) {
+    DeviceAnalysis& d = ds.out;
+    if (!d.has_uses) d.never_used_at_peak_bytes = 0;
+    std::sort(d.live_set_at_activation_peak.begin(), d.live_set_at_activation_peak.end(),
+              [](const LiveEntry& a, const LiveEntry& b) {
+                if (a.bytes != b.bytes) return a.bytes > b.bytes;
+                return std::tie(a.t_alloc, a.alloc_index) < std::tie(b.t_alloc, b.alloc_index);
+              });
+    if (opt_.live_set_limit > 0 && d.live_set_at_activation_peak.size() > opt_.live_set_limit) {
+      d.live_set_at_activation_peak.resize(opt_.live_set_limit);
+    }
+  }
+  for (size_t k = 0; k < scope_stats_.size(); ++k) {
+    const ScopeSlot& sl = scope_stats_[k];
+    if (sl.allocs == 0) continue;
+    DeviceAnalysis& d = devs_[static_cast<size_t>(slot_of_[sl.device])].out;
+    ScopeStat st;
+    st.scope = scopes_.name(sl.node);
+    st.depth = scope_depth(st.scope);
+    st.high_water_bytes = sl.hw;
+    st.activation_high_water_bytes = sl.act_hw;
+    st.live_at_activation_peak_bytes = slot_at_peak[k];
+    st.allocated_bytes = sl.alloc_bytes;
+    st.allocations = sl.allocs;
+    d.scopes.push_back(std::move(st));
+  }
+}
+
+void Replayer::finish(RunAnalysis* run, uint32_t num_events) {
+  build_live_sets(run);
+  if (opt_.findings) find_handoffs(*run, num_events);
+  run->handoffs_computed = opt_.findings;
+
+  for (DeviceState& ds : devs_) {
+    DeviceAnalysis& d = ds.out;
+    std::sort(d.scopes.begin(), d.scopes.end(), [](const ScopeStat& a, const ScopeStat& b) { return a.scope < b.scope; });
+    d.timeline_total = ds.tl_total.points();
+    d.timeline_activation = ds.tl_act.points();
+  }
+  std::sort(devs_.begin(), devs_.end(), [](const DeviceState& a, const DeviceState& b) { return a.out.device < b.out.device; });
+  for (auto& ds : devs_) {
+    const DeviceAnalysis& d = ds.out;
+    if (run->devices.empty() || d.peak_activation_bytes > run->peak_activation_bytes) run->peak_device = run->devices.size();
+    run->peak_activation_bytes = std::max(run->peak_activation_bytes, d.peak_activation_bytes);
+    run->peak_total_bytes = std::max(run->peak_total_bytes, d.peak_total_bytes);
+    run->churn_bytes = std::max(run->churn_bytes, d.churn_bytes);
+    run->allocations = std::max(run->allocations, d.allocations);
+    run->devices.push_back(std::move(ds.out));
+  }
+  run->anomalies = an_;
+
+  groups_.for_each([&](std::pair<uint64_t, uint64_t> k, uint32_t count) {
+    run->alloc_groups.push_back(AllocGroup{run->str(static_cast<StrId>(k.first >> 32)),
+                                           run->str(static_cast<StrId>(k.first & 0xffffffffu)), k.second, count});
+  });
+  std::sort(run->alloc_groups.begin(), run->alloc_groups.end(), [](const AllocGroup& a, const AllocGroup& b) {
+    return std::tie(a.scope, a.name, a.bytes) < std::tie(b.scope, b.name, b.bytes);
+  });
+  if (opt_.keep_lifetimes) run->lifetimes = std::move(lts_);
+  if (opt_.keep_event_index) {
+    run->position_ts = std::move(position_ts_);
+    run->op_uses = std::move(op_uses_);
+    run->marker_ends = std::move(marker_ends_);
+  }
+}
+
+}  // namespace moeprof::planner

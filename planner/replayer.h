@@ -1,0 +1,114 @@
+// The replay state machine (internal to the planner): feed it the memory events in replay order;
+// finish() builds the RunAnalysis. Split over replay.cpp (events), live_set.cpp (live sets at the
+// peaks, scopes, totals) and handoffs.cpp (reuse findings).
+//
+// Memory: open allocations, the scope table, per-device counters and the live set at each
+// device's current activation peak; every lifetime only when AnalyzeOptions::keep_lifetimes or
+// ::findings asks for them. The live set at the peak is kept incrementally: when a device reaches
+// a new activation maximum at position P, what is live there is exactly its open allocations;
+// an allocation freed later that was allocated at or before P is copied aside; a new maximum
+// discards the copies. At the end, the copies plus the open allocations allocated at or before P
+// are the live set at the peak.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "core/trace.h"
+#include "planner/address_map.h"
+#include "planner/analysis.h"
+#include "planner/scope_tree.h"
+#include "planner/timeline.h"
+
+namespace moeprof::planner {
+
+inline constexpr uint32_t kNoIndex = UINT32_MAX;
+
+bool is_replayed(EventKind kind);
+inline bool live_at(const Lifetime& l, uint32_t pos) {
+  return l.alloc_index <= pos && pos < l.free_index && l.bytes > 0;
+}
+
+struct DeviceState {
+  DeviceAnalysis out;
+  uint64_t live_total = 0, live_act = 0;
+  CategoryBytes live_cat;
+  std::vector<Lifetime> kept;                         // freed, live at the current activation peak
+  std::vector<std::pair<uint64_t, uint64_t>> pools;  // (pool address, reserved)
+  Timeline tl_total, tl_act;
+};
+
+// Per (device, scope node) counters.
+struct ScopeSlot {
+  uint64_t live = 0, hw = 0, act_live = 0, act_hw = 0, alloc_bytes = 0, allocs = 0;
+  uint32_t node = 0;
+  uint16_t device = 0;
+};
+
+class Replayer {
+ public:
+  Replayer(const std::vector<std::string>& strings, const AnalyzeOptions& opt, uint64_t t0, uint64_t t1,
+           size_t expected_records);
+
+  // Replays one event at replay position `pos`; false when the filter left it out (it then takes
+  // no position).
+  bool event(const TraceRecord& r, uint32_t pos) {
+    if (filtering_ && !takes_part(r)) return false;
+    DeviceState& d = dev_state(r.device);
+    switch (r.kind) {
+      case EventKind::kAlloc: on_alloc(d, r, pos); break;
+      case EventKind::kFree: on_free(d, r, pos); break;
+      case EventKind::kUse: on_use(d, r, pos); break;
+      case EventKind::kPoolReserve: on_pool(d, r); break;
+      case EventKind::kGraphMem: d.out.graph_mem_peak_bytes = std::max(d.out.graph_mem_peak_bytes, r.bytes); break;
+      default: break;
+    }
+    if (opt_.keep_event_index) position_ts_.push_back(r.timestamp_ns);
+    return true;
+  }
+  // A marker between replayed events: `pos` is the number of replayed events before it.
+  void marker(const TraceRecord& r, uint32_t pos) {
+    if (opt_.keep_event_index && r.kind == EventKind::kMarkerEnd) marker_ends_.push_back(OpEvent{pos, r.device, r.name_id});
+  }
+
+  // Live sets, scope tables, reuse findings; moves everything into `run`.
+  void finish(RunAnalysis* run, uint32_t num_events);
+
+ private:
+  DeviceState& dev_state(uint16_t device);
+  std::pair<uint32_t, uint32_t> scope_slots(uint16_t device, StrId scope);
+  void release(DeviceState& d, Lifetime& l, uint64_t ts, uint32_t pos);
+  void on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos);
+  void on_free(DeviceState& d, const TraceRecord& r, uint32_t pos);
+  void on_use(DeviceState& d, const TraceRecord& r, uint32_t pos);
+  void on_pool(DeviceState& d, const TraceRecord& r);
+  bool takes_part(const TraceRecord& r);
+  uint32_t new_slot();
+  void free_slot(uint32_t s);
+  void find_handoffs(const RunAnalysis& run, uint32_t num_events);
+  void build_live_sets(RunAnalysis* run);
+
+  const AnalyzeOptions& opt_;
+  const bool keep_all_;  // every lifetime stays (keep_lifetimes or findings)
+  uint64_t t0_, t1_;
+  AddressMap addrs_;
+  ScopeTree scopes_;
+  std::vector<int32_t> slot_of_;
+  std::vector<DeviceState> devs_;
+  std::vector<Lifetime> lts_;       // all lifetimes in alloc order (keep_all_), else a slab of open ones
+  std::vector<uint32_t> free_slots_;  // reusable slab slots (!keep_all_)
+  std::vector<ScopeSlot> scope_stats_;
+  PairMap chain_of_;                 // (device, scope id) -> 1 + index into chain_ranges_
+  PairMap node_slot_;                // (device, scope node) -> 1 + index into scope_stats_
+  std::vector<std::pair<uint32_t, uint32_t>> chain_ranges_;  // [begin, end) into chain_slots_
+  std::vector<uint32_t> chain_slots_;                        // indices into scope_stats_
+  PairMap groups_;  // ((scope_id << 32) | name_id, bytes) -> count
+  Anomalies an_;
+  bool filtering_;
+  AddressMap ignored_;  // see takes_part
+  std::vector<uint64_t> position_ts_;
+  std::vector<OpEvent> op_uses_, marker_ends_;
+};
+
+}  // namespace moeprof::planner

@@ -1,0 +1,66 @@
+// Downsampled timeline (internal to the planner): the time range [t0, t1] is cut into points/2
+// buckets; each keeps its first minimum and first maximum sample, so the peak is always present.
+// Samples arrive in replay order (time never decreases), so only the buckets that received a
+// sample are stored: memory is bounded by min(samples, points), not by points per device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace moeprof::planner {
+
+class Timeline {
+ public:
+  void init(size_t points, uint64_t t0, uint64_t t1) {
+    buckets_ = points / 2;
+    if (points > 0 && buckets_ == 0) buckets_ = 1;
+    t0_ = t0;
+    scale_ = static_cast<double>(buckets_) / (static_cast<double>(t1 >= t0 ? t1 - t0 : 0) + 1.0);
+    points_ = points;
+  }
+  void sample(uint64_t ts, uint64_t v) {
+    if (buckets_ == 0) return;
+    // Clamped in floating point before the conversion: a sample outside [t0, t1] lands in the
+    // first or last bucket.
+    const double x = ts > t0_ ? static_cast<double>(ts - t0_) * scale_ : 0.0;
+    const size_t b = x >= static_cast<double>(buckets_ - 1) ? buckets_ - 1 : static_cast<size_t>(x);
+    if (out_.empty() || out_.back().bucket != b) {
+      out_.push_back(Bucket{b, {ts, v}, {ts, v}});
+      return;
+    }
+    Bucket& k = out_.back();
+    if (v < k.lo.second) k.lo = {ts, v};
+    if (v > k.hi.second) k.hi = {ts, v};
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> points() const {
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    for (const Bucket& k : out_) {
+      const auto a = k.lo, c = k.hi;
+      if (a == c) {
+        out.push_back(a);
+      } else if (a.first <= c.first) {
+        out.push_back(a);
+        out.push_back(c);
+      } else {
+        out.push_back(c);
+        out.push_back(a);
+      }
+    }
+    if (out.size() > points_) out.resize(points_);  // only when points_ == 1
+    return out;
+  }
+
+ private:
+  struct Bucket {
+    size_t bucket;
+    std::pair<uint64_t, uint64_t> lo, hi;
+  };
+  size_t buckets_ = 0, points_ = 0;
+  uint64_t t0_ = 0;
+  double scale_ = 0.0;
+  std::vector<Bucket> out_;
+};
+
+}  // namespace moeprof::planner

@@ -1,0 +1,28 @@
+// What every subcommand shares: one error format, notes on stderr, checked writes to stdout.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "core/status.h"
+
+namespace moeprof::cli {
+
+// Prints "moeprof <cmd>: error: <message>" (one line) on stderr; returns the Status's exit code.
+int fail(std::string_view cmd, const Status& st);
+
+// "moeprof <cmd>: <text>" on stderr (progress, files written, notes).
+template <typename... Args>
+void note(std::string_view cmd, fmt::format_string<Args...> f, Args&&... args) {
+  std::fflush(stdout);
+  fmt::print(stderr, "moeprof {}: {}\n", cmd, fmt::format(f, std::forward<Args>(args)...));
+}
+
+// Writes text to stdout and flushes; a failed write (a closed pipe, a full disk, /dev/full) is a
+// kRunFailure, so results are never lost with exit 0.
+Status write_stdout(std::string_view text);
+
+}  // namespace moeprof::cli
