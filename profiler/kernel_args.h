@@ -61,7 +61,7 @@ void collect_buffer_words(const void* buffer, size_t size, std::vector<uint64_t>
 // CU_LAUNCH_PARAM_BUFFER_POINTER / CU_LAUNCH_PARAM_BUFFER_SIZE and a value, ended by
 // CU_LAUNCH_PARAM_END). Reads at most 64 entries. False if there is none.
 bool find_packed_buffer(void* const* extra, const void** buffer, size_t* size);
-// cuda.h's values (checked against cuda.h in cupti_tracer.cpp).
+// cuda.h's values (checked against cuda.h in launch_uses.cpp).
 inline constexpr uintptr_t kLaunchParamEnd = 0, kLaunchParamBufferPointer = 1, kLaunchParamBufferSize = 2;
 
 // Looks every word up in `live` and appends each allocation hit to `hits` once (first-hit order;
