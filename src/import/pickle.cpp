@@ -28,20 +28,22 @@ std::string_view py_kind_name(PyKind k) {
 
 const std::vector<PyValue>& PyValue::items() const {
   static const std::vector<PyValue> kEmpty;
-  return c ? c->items : kEmpty;
+  const PyContainer* pc = container();
+  return pc ? pc->items : kEmpty;
 }
 
 size_t PyValue::size() const {
-  if (!c) return 0;
-  return kind == PyKind::kDict ? c->items.size() / 2 : c->items.size();
+  const PyContainer* pc = container();
+  if (!pc) return 0;
+  return kind == PyKind::kDict ? pc->items.size() / 2 : pc->items.size();
 }
 
 const PyValue* PyValue::get(std::string_view key) const {
-  if (kind != PyKind::kDict || !c) return nullptr;
+  if (kind != PyKind::kDict) return nullptr;
   const auto& it = c->items;
   for (size_t k = it.size(); k >= 2; k -= 2) {
     const PyValue& kv = it[k - 2];
-    if (kv.kind == PyKind::kStr && kv.s == key) return &it[k - 1];
+    if (kv.kind == PyKind::kStr && kv.s() == key) return &it[k - 1];
   }
   return nullptr;
 }
@@ -241,21 +243,38 @@ class PickleParser {
     MOEPROF_RETURN_IF_ERROR(need(len_bytes, "length"));
     const uint64_t len = read_le(len_bytes);
     MOEPROF_RETURN_IF_ERROR(need(len, "data"));
+    if (len > UINT32_MAX)
+      return fail(op_off_, std::string(op_name(op_)) + " of " + std::to_string(len) + " bytes: longer than this reader's 4 GiB limit");
     PyValue v;
     v.kind = kind;
-    v.s = std::string_view(d_ + pos_, static_cast<size_t>(len));
+    v.p = d_ + pos_;
+    v.n = static_cast<uint32_t>(len);
     pos_ += static_cast<size_t>(len);
     return push(v);
   }
 
+  // The memo: MEMOIZE stores under the count of entries so far (dense, a vector); BINPUT and
+  // LONG_BINPUT may name any slot (far ones go to a map, so a huge slot number costs nothing).
   Status memo_put(uint64_t key) {
     if (above_mark() == 0) return underflow(1);
-    memo_[key] = stack_.back();
+    if (key < memo_.size() + 4096) {
+      if (key >= memo_.size()) {
+        memo_.resize(static_cast<size_t>(key) + 1);
+        memo_set_.resize(static_cast<size_t>(key) + 1, 0);
+      }
+      memo_count_ += memo_set_[key] == 0;
+      memo_set_[key] = 1;
+      memo_[key] = stack_.back();
+    } else {
+      memo_count_ += far_memo_.count(key) == 0;
+      far_memo_[key] = stack_.back();
+    }
     return Status::ok();
   }
   Status memo_get(uint64_t key) {
-    auto it = memo_.find(key);
-    if (it == memo_.end())
+    if (key < memo_.size() && memo_set_[key]) return push(memo_[key]);
+    auto it = far_memo_.find(key);
+    if (it == far_memo_.end())
       return fail(op_off_, std::string(op_name(op_)) + " of memo entry " + std::to_string(key) + ", which was never stored");
     return push(it->second);
   }
@@ -284,7 +303,7 @@ class PickleParser {
 
   Status target(size_t at, PyKind want, PyContainer** out) const {
     const PyValue& t = stack_[at];
-    if (t.kind != want || !t.c)
+    if (t.kind != want)
       return fail(op_off_, std::string(op_name(op_)) + " onto a " + std::string(py_kind_name(t.kind)) + ", not a " +
                                std::string(py_kind_name(want)));
     *out = t.c;
@@ -429,7 +448,7 @@ class PickleParser {
       case kDup:
         if (above_mark() == 0) return underflow(1);
         return push(stack_.back());
-      case kMemoize: return memo_put(memo_.size());
+      case kMemoize: return memo_put(memo_count_);
       case kBinPut:
         MOEPROF_RETURN_IF_ERROR(need(1));
         return memo_put(read_le(1));
@@ -487,7 +506,7 @@ class PickleParser {
     c->visit = kOnPath;
     uint32_t h = 0;
     for (const PyValue& v : c->items) {
-      if (!v.c) continue;
+      if (!v.is_container()) continue;
       MOEPROF_RETURN_IF_ERROR(height(v.c, depth + 1));
       h = std::max(h, v.c->height);
     }
@@ -499,7 +518,7 @@ class PickleParser {
     return fail(c->offset, "containers nested deeper than " + std::to_string(limits_.max_depth) + " levels");
   }
   Status check_depth() {
-    if (!doc_.root_.c) return Status::ok();
+    if (!doc_.root_.is_container()) return Status::ok();
     return height(doc_.root_.c, 1);
   }
 
@@ -511,7 +530,10 @@ class PickleParser {
   uint8_t op_ = 0;
   std::vector<PyValue> stack_;
   std::vector<size_t> marks_;
-  std::unordered_map<uint64_t, PyValue> memo_;
+  std::vector<PyValue> memo_;
+  std::vector<uint8_t> memo_set_;
+  std::unordered_map<uint64_t, PyValue> far_memo_;
+  uint64_t memo_count_ = 0;  // distinct slots stored: where MEMOIZE stores next
 };
 
 Result<PickleDoc> parse_pickle(std::string data, const PickleLimits& limits) {
@@ -561,7 +583,7 @@ void repr_into(const PyValue& v, size_t depth, size_t max_depth, size_t max_item
     case PyKind::kBytes: {
       if (v.kind == PyKind::kBytes) *out += 'b';
       *out += '\'';
-      for (char ch : v.s) {
+      for (char ch : v.s()) {
         const auto u = static_cast<unsigned char>(ch);
         if (ch == '\'' || ch == '\\') {
           *out += '\\';

@@ -6,7 +6,8 @@
 // REDUCE, BUILD, INST, OBJ, NEWOBJ, NEWOBJ_EX, EXT1/2/4, PERSID, BINPERSID) are refused, and so
 // are sets, out-of-band buffers and the text opcodes of protocol 0. Every read is bounds-checked
 // before anything is allocated, so a length field larger than the rest of the file is an error,
-// not an allocation. Integers are 64-bit signed (LONG1/LONG4 up to 8 bytes). Open MARKs, values on
+// not an allocation. Integers are 64-bit signed (LONG1/LONG4 up to 8 bytes), strings shorter than
+// 4 GiB. Open MARKs, values on
 // the stack and the nesting depth of the result are limited (PickleLimits); a structure that
 // contains itself is refused. Errors are Status::bad_input, "pickle offset N: ...", where N is the
 // byte offset of the opcode at fault (the file size when the file ends too early).
@@ -31,17 +32,26 @@ std::string_view py_kind_name(PyKind k);  // Python's type names: "NoneType", "i
 
 struct PyContainer;
 
-// A value. Scalars are held inline; str/bytes view the document's input; list/tuple/dict point to
-// a container the document owns. A default PyValue is None.
+// A value, 16 bytes. Scalars are held inline; str/bytes point into the document's input;
+// list/tuple/dict point to a container the document owns. A default PyValue is None. Read i for
+// int and bool (0/1), f for float, s() for str (UTF-8 as written, not validated) and bytes,
+// container() for list/tuple/dict: the union member that matches `kind`.
 struct PyValue {
   PyKind kind = PyKind::kNone;
-  int64_t i = 0;          // int, and bool as 0/1
-  double f = 0.0;         // float
-  std::string_view s;     // str (UTF-8 as written, not validated) and bytes
-  PyContainer* c = nullptr;
+  uint32_t n = 0;  // str/bytes length
+  union {
+    int64_t i = 0;
+    double f;
+    const char* p;   // str/bytes data
+    PyContainer* c;  // list/tuple/dict
+  };
 
   bool is(PyKind k) const { return kind == k; }
-  bool is_container() const { return c != nullptr; }
+  bool is_container() const { return kind == PyKind::kList || kind == PyKind::kTuple || kind == PyKind::kDict; }
+  PyContainer* container() const { return is_container() ? c : nullptr; }
+  std::string_view s() const {
+    return kind == PyKind::kStr || kind == PyKind::kBytes ? std::string_view(p, n) : std::string_view();
+  }
   // list/tuple items; dict entries alternate key, value. Empty for scalars.
   const std::vector<PyValue>& items() const;
   // Number of list/tuple items or dict entries; 0 for scalars.
@@ -49,6 +59,7 @@ struct PyValue {
   // Dict lookup by str key (the last entry wins, as in Python); nullptr if absent or not a dict.
   const PyValue* get(std::string_view key) const;
 };
+static_assert(sizeof(PyValue) == 16, "a snapshot holds millions of values: keep them small");
 
 struct PyContainer {
   PyKind kind = PyKind::kList;

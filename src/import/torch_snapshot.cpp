@@ -123,7 +123,7 @@ class Fields {
       return Status::ok();
     }
     if (v->kind != PyKind::kStr) return wrong(key, "str", *v);
-    *out = v->s;
+    *out = v->s();
     return Status::ok();
   }
   // A list (absent -> nullptr unless required).
@@ -204,7 +204,7 @@ class Importer {
       const auto& it = root_.items();
       for (size_t k = 0; k + 1 < it.size() && k < 16; k += 2) {
         if (!keys.empty()) keys += ", ";
-        keys += it[k].kind == PyKind::kStr ? sanitize_utf8(it[k].s) : std::string(py_kind_name(it[k].kind));
+        keys += it[k].kind == PyKind::kStr ? sanitize_utf8(it[k].s()) : std::string(py_kind_name(it[k].kind));
       }
       return Status::bad_input("not a PyTorch memory snapshot: the dict has neither 'device_traces' nor 'segments' (keys: " +
                                (keys.empty() ? std::string("none") : keys) + ")");
@@ -339,7 +339,7 @@ class Importer {
   // Frame lists are shared (torch dedups them, the pickle memo keeps them shared): one stack per list.
   Result<StackId> stack_of(const PyValue* frames, const WhereFn& where) {
     if (!frames || frames->size() == 0) return StackId::kNone;
-    auto it = stack_cache_.find(frames->c);
+    auto it = stack_cache_.find(frames->container());
     if (it != stack_cache_.end()) return it->second;
     std::vector<uint32_t> ids;
     ids.reserve(frames->size());
@@ -361,7 +361,7 @@ class Importer {
       ids.push_back(t.stacks.intern_frame(sf));
     }
     const StackId id = t.stacks.intern_stack(ids);
-    stack_cache_.emplace(frames->c, id);
+    stack_cache_.emplace(frames->container(), id);
     return id;
   }
 
@@ -539,8 +539,8 @@ class Importer {
       for (size_t k = 0; k + 1 < it.size(); k += 2) {
         if (!it[k].is(PyKind::kStr)) continue;
         const PyValue& v = it[k + 1];
-        std::string val = v.kind == PyKind::kStr ? std::string(v.s) : py_repr(v, 2, 16);
-        s += (s.empty() ? "" : "; ") + std::string(it[k].s) + "=" + val;
+        std::string val = v.kind == PyKind::kStr ? std::string(v.s()) : py_repr(v, 2, 16);
+        s += (s.empty() ? "" : "; ") + std::string(it[k].s()) + "=" + val;
       }
       m.extra["allocator_settings"] = sanitize_utf8(s);
     }

@@ -89,7 +89,7 @@ TEST_CASE("pickle: floats, strings, bytes, bools, None, tuples, nested dicts") {
   const PyValue* b = r.get("b\xc3\xa9");
   REQUIRE(b);
   CHECK(b->items()[0].kind == PyKind::kBytes);
-  CHECK(b->items()[0].s == std::string("\0x", 2));
+  CHECK(b->items()[0].s() == std::string("\0x", 2));
   CHECK(r.get("c")->items()[0].f == -0.1);
   CHECK(r.get("missing") == nullptr);
   CHECK(py_repr(r) == "{'a': (1.5, True, None), 'b\xc3\xa9': [b'\\x00x', False, ()], 'c': (-0.10000000000000001,)}");
@@ -108,7 +108,7 @@ TEST_CASE("pickle: the memo shares containers; later SETITEM keys win") {
   CHECK(r.size() == 4);  // x, y, z, x: a dict entry list, the last 'x' wins on lookup
   const PyValue* y = r.get("y");
   REQUIRE(y);
-  CHECK(r.items()[1].c == y->c);  // the same list object
+  CHECK(r.items()[1].container() == y->container());  // the same list object
   CHECK(r.get("x")->kind == PyKind::kNone);
   CHECK(py_repr(*r.get("z")) == "(42, 42)");
   CHECK(doc.containers() == 3);   // the dict, the list, the tuple
