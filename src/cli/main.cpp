@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   moeprof::cli::register_gate(app, &exit_code);
   moeprof::cli::register_export(app, &exit_code);
   moeprof::cli::register_devices(app, &exit_code);
+  moeprof::cli::register_import(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
