@@ -3,11 +3,15 @@
 # builds with CMake. Idempotent; run as root on a fresh Debian 12 machine (or with sudo).
 # The CUDA toolkit is taken from /usr/local/cuda when present; without it, moeprof builds its
 # CPU-only parts (CPU reference backend, planner, reports, gate).
+# Builds only what the main job needs (the moeprof command and, with CUDA, its injection library);
+# scripts/test.sh builds the rest.
 #   usage: scripts/setup.sh [--no-build]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(cmake ninja-build g++ libfmt-dev libcli11-dev nlohmann-json3-dev catch2)
+# python3 runs the include-rule check and the fixture generators; any python3 on PATH will do.
+command -v python3 >/dev/null 2>&1 || PACKAGES+=(python3)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -30,5 +34,7 @@ fi
 
 [ "${1:-}" = "--no-build" ] && exit 0
 cmake --preset release >/dev/null
-cmake --build --preset release -j "${MOEPROF_JOBS:-$(nproc)}"
+targets=(moeprof)
+grep -q '^MOEPROF_ENABLE_CUDA:BOOL=ON' build/CMakeCache.txt && targets+=(moeprof_inject)
+cmake --build --preset release -j "${MOEPROF_JOBS:-$(nproc)}" --target "${targets[@]}"
 echo "moeprof setup: built build/src/cli/moeprof"

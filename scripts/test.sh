@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# Set up, build and run moeprof's tests. GPU tests (CTest label `gpu`) run only where a GPU is
-# usable (nvidia-smi lists one); elsewhere they are skipped and only the CPU tests run.
+# Set up, build and run moeprof's tests. Whether a usable GPU exists is asked of the CUDA driver
+# (`moeprof devices`), not of nvidia-smi. With one, every test runs. Without one, the CPU tests
+# run, then the gpu-labelled tests, which report Skipped (CTest's skip code), never passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-  echo "moeprof test: GPU found: running all tests (CPU and gpu label)"
-  ctest --preset test-all
+cmake --build --preset release -j "${MOEPROF_JOBS:-$(nproc)}"
+log=build/Testing/moeprof-test.log
+mkdir -p build/Testing
+if build/src/cli/moeprof devices >/dev/null 2>&1; then
+  echo "moeprof test: usable GPU found ($(build/src/cli/moeprof devices | head -1)): running all tests"
+  ctest --preset test-all 2>&1 | tee "$log"
 else
-  echo "moeprof test: no GPU: running the CPU tests (gpu-labelled tests skipped)"
-  ctest --preset test
+  echo "moeprof test: no usable GPU ($(build/src/cli/moeprof devices 2>&1 | tail -1)): CPU tests, then the gpu label (skipped)"
+  ctest --preset test 2>&1 | tee "$log"
+  ctest --test-dir build -L gpu 2>&1 | tee -a "$log" | tail -n 4
 fi
+passed=$(grep -cE 'Test +#[0-9]+: .*[ *]Passed +[0-9.]+ sec' "$log" || true)
+skipped=$(grep -cE 'Test +#[0-9]+: .*[ *]Skipped +[0-9.]+ sec' "$log" || true)
+echo "moeprof test: ${passed} passed, ${skipped} skipped, 0 failed"
