@@ -5,18 +5,21 @@
 
 namespace moeprof::reports {
 
+namespace {
+// v / 10^k with one decimal, rounded half up, with separators in the integer part; exact in
+// integer arithmetic for every uint64_t.
+std::string scaled_one_decimal(uint64_t v, uint64_t unit) {
+  const uint64_t tenth = unit / 10;
+  const uint64_t q = v / tenth, r = v % tenth;
+  const uint64_t tenths = q + (r * 2 >= tenth ? 1 : 0);  // no overflow: q <= 2^64 / 10^2
+  return with_commas_u(tenths / 10) + "." + std::to_string(tenths % 10);
+}
+}  // namespace
+
 std::string format_bytes(uint64_t bytes) {
-  static const char* kUnits[] = {"kB", "MB", "GB", "TB", "PB"};
   if (bytes < 1000) return std::to_string(bytes) + " B";
-  double v = static_cast<double>(bytes);
-  int u = -1;
-  while (v >= 1000.0 && u < 4) {
-    v /= 1000.0;
-    ++u;
-  }
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[u]);
-  return buf;
+  if (bytes < 999950) return scaled_one_decimal(bytes, 1000) + " kB";
+  return scaled_one_decimal(bytes, 1000000) + " MB";
 }
 
 std::string format_delta_bytes(int64_t bytes) {
@@ -25,9 +28,23 @@ std::string format_delta_bytes(int64_t bytes) {
   return (bytes < 0 ? "-" : "+") + format_bytes(mag);
 }
 
-std::string with_commas(int64_t v) {
-  bool neg = v < 0;
-  uint64_t mag = neg ? static_cast<uint64_t>(-(v + 1)) + 1 : static_cast<uint64_t>(v);
+std::string format_change_bytes(uint64_t from, uint64_t to) {
+  if (from == to) return "0 B";
+  return to > from ? "+" + format_bytes(to - from) : "-" + format_bytes(from - to);
+}
+
+std::string format_exact_bytes(uint64_t bytes) { return with_commas_u(bytes) + " B"; }
+
+std::string format_duration_ns(uint64_t ns) {
+  char buf[64];
+  if (ns < 1000) return std::to_string(ns) + " ns";
+  if (ns < 1000000) std::snprintf(buf, sizeof(buf), "%.0f us", double(ns) / 1e3);
+  else if (ns < 1000000000) std::snprintf(buf, sizeof(buf), "%.1f ms", double(ns) / 1e6);
+  else std::snprintf(buf, sizeof(buf), "%.2f s", double(ns) / 1e9);
+  return buf;
+}
+
+std::string with_commas_u(uint64_t mag) {
   std::string digits = std::to_string(mag);
   std::string out;
   int n = 0;
@@ -36,8 +53,13 @@ std::string with_commas(int64_t v) {
     out.push_back(*it);
     ++n;
   }
-  if (neg) out.push_back('-');
   return std::string(out.rbegin(), out.rend());
+}
+
+std::string with_commas(int64_t v) {
+  const bool neg = v < 0;
+  const uint64_t mag = neg ? static_cast<uint64_t>(-(v + 1)) + 1 : static_cast<uint64_t>(v);
+  return (neg ? "-" : "") + with_commas_u(mag);
 }
 
 std::string format_percent(int64_t delta, uint64_t base) {

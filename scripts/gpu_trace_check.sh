@@ -53,7 +53,7 @@ if have "$MOEPROF" injection && have "$PROG" injection; then
 import json, sys
 exp = next(json.loads(l[7:]) for l in open(sys.argv[1]) if l.startswith("EXPECT "))
 rep = json.load(open(sys.argv[2]))
-t = [r for r in rep if r["path"].endswith("inject.mtrace")][0]
+t = [r for r in rep["traces"] if r["path"].endswith("inject.mtrace")][0]
 got = {str(d["device"]): d["peak_bytes"] for d in t["program"]["devices"]}
 bad = [f"dev{d}: trace {got.get(d)} != expected {p}" for d, p in exp["peak_bytes"].items() if got.get(d) != p]
 graph = {str(d["device"]): d["peak_by_category"].get("graph", 0) for d in t["all"]["devices"]}
@@ -89,7 +89,7 @@ if have "$MOEPROF" sigterm && python3 -c "import torch" 2>/dev/null; then
   for _ in $(seq 1 120); do grep -q ready "$OUT/sigterm_stdout.txt" 2>/dev/null && break; sleep 0.5; done
   kill -TERM "$mp"  # moeprof forwards it to python
   wait "$mp"; rc=$?
-  if grep -q TRUNCATED "$OUT/sigterm_stderr.txt"; then row sigterm FAIL "trace truncated (rc $rc)"
+  if grep -q "trace incomplete" "$OUT/sigterm_stderr.txt"; then row sigterm FAIL "trace truncated (rc $rc)"
   elif [ -s "$OUT/sigterm.mtrace" ] && [ $rc -eq 143 ]; then row sigterm PASS "rc 143, trace closed"
   else row sigterm FAIL "rc $rc, see sigterm_stderr.txt"; fi
 else
@@ -105,7 +105,7 @@ if have "$MOEPROF" pytorch && python3 -c "import torch" 2>/dev/null; then
 import json, sys
 t = next(json.loads(l[6:]) for l in open(sys.argv[1]) if l.startswith("TORCH "))
 rep = json.load(open(sys.argv[2]))
-r = [x for x in rep if x["path"].endswith("torch.mtrace")][0]
+r = [x for x in rep["traces"] if x["path"].endswith("torch.mtrace")][0]
 so = {d["device"]: d for d in r["stream_ordered"]["devices"]}
 sync = {d["device"]: d for d in r["device_sync"]["devices"]}
 peak = so.get(0, {}).get("peak_bytes", 0)
@@ -132,7 +132,7 @@ if have "$MOEPROF" pytorch-uses && python3 -c "import torch" 2>/dev/null; then
   res=$(python3 - "$OUT/uses_report.json" <<'PY'
 import json, sys
 rep = json.load(open(sys.argv[1]))
-r = [x for x in rep if x["path"].endswith("uses.mtrace")][0]
+r = [x for x in rep["traces"] if x["path"].endswith("uses.mtrace")][0]
 uses = r["all"].get("uses", 0)
 x = r["extra"]
 dev = {d["device"]: d for d in r["program"]["devices"]}.get(0, {})

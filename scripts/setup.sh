@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(cmake ninja-build g++ libfmt-dev libcli11-dev nlohmann-json3-dev catch2)
+PACKAGES=(cmake ninja-build g++ libfmt-dev libcli11-dev nlohmann-json3-dev catch2 python3-jsonschema)
 # python3 runs the include-rule check and the fixture generators; any python3 on PATH will do.
 command -v python3 >/dev/null 2>&1 || PACKAGES+=(python3)
 missing=()

@@ -26,10 +26,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/status.h"
 #include "core/trace_io.h"
-#include "planner/analysis.h"
+#include "reports/report_file.h"
+#include "reports/trace_report.h"
 #include "profiler/trace_paths.h"
 
 namespace moeprof::cli {
@@ -120,172 +122,6 @@ std::vector<std::string> written_traces(const std::string& out, fs::file_time_ty
   return found;
 }
 
-std::string human(uint64_t b) {
-  char buf[64];
-  if (b >= (uint64_t{1} << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(uint64_t{1} << 30));
-  else if (b >= (uint64_t{1} << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(uint64_t{1} << 20));
-  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
-  return buf;
-}
-
-// --report / --report-json: each trace replayed by planner::analyze (docs/metrics.md) in four
-// views, i.e. four sets of allocations taking part (AnalyzeOptions masks). The driver reports the
-// memory it reserves for CUDA graphs as one allocation at address 0 (category graph,
-// profiler/activity_decode.cpp); the program's own allocations are every other category.
-struct ReportView {
-  const char* key;  // JSON key
-  uint32_t category_mask, mem_kind_mask;
-};
-constexpr uint32_t kNotGraph = planner::all_categories_except(Category::kGraph);
-constexpr ReportView kReportViews[] = {
-    {"all", ~0u, ~0u},                                                              // everything
-    {"program", kNotGraph, ~0u},                                                    // the program's own
-    {"stream_ordered", kNotGraph, planner::mem_kind_bit(MemKind::kStreamOrdered)},  // cudaMallocAsync/pools
-    {"device_sync", kNotGraph, planner::mem_kind_bit(MemKind::kDevice)},            // cudaMalloc/cuMemAlloc
-};
-constexpr size_t kNumReportViews = sizeof(kReportViews) / sizeof(kReportViews[0]);
-
-planner::RunAnalysis analyze_view(const Trace& t, const ReportView& v) {
-  planner::AnalyzeOptions opt;
-  opt.timeline_points = 0;
-  opt.live_set_limit = 1;
-  opt.handoff_limit = 0;
-  opt.keep_lifetimes = true;  // bytes live at the end, scoped allocations
-  opt.category_mask = v.category_mask;
-  opt.mem_kind_mask = v.mem_kind_mask;
-  return planner::analyze(t, opt);
-}
-
-uint64_t live_end_bytes(const planner::RunAnalysis& a, uint16_t device) {
-  uint64_t b = 0;
-  for (const planner::Lifetime& l : a.lifetimes)
-    if (l.device == device && !l.freed()) b += l.bytes;
-  return b;
-}
-
-// uses: kUse records of the trace (`moeprof trace --uses`); the use figures are written only when > 0.
-nlohmann::json view_json(const planner::RunAnalysis& a, uint64_t kernels, uint64_t uses) {
-  uint64_t allocs = 0, frees = 0, alloc_bytes = 0, scoped = 0;
-  for (const auto& d : a.devices) {
-    allocs += d.allocations;
-    frees += d.frees;
-    alloc_bytes += d.churn_bytes;
-  }
-  for (const planner::Lifetime& l : a.lifetimes)
-    if (l.scope_id != StrId::kNone || l.name_id != StrId::kNone) ++scoped;
-  nlohmann::json j;
-  j["allocs"] = allocs;
-  j["frees"] = frees;
-  j["alloc_bytes"] = alloc_bytes;
-  j["kernels"] = kernels;
-  if (uses > 0) j["uses"] = uses;
-  j["allocs_with_scope"] = scoped;
-  j["peak_bytes"] = a.peak_total_bytes;
-  j["peak_activation_bytes"] = a.peak_activation_bytes;
-  const planner::Anomalies& an = a.anomalies;
-  j["anomalies"] = {{"unknown_frees", an.unknown_frees},       {"double_frees", an.double_frees},
-                    {"null_frees", an.null_frees},             {"never_freed", an.never_freed},
-                    {"never_freed_bytes", an.never_freed_bytes}, {"zero_size_allocs", an.zero_size_allocs},
-                    {"alloc_over_live", an.alloc_over_live},   {"free_size_mismatches", an.free_size_mismatches}};
-  nlohmann::json devs = nlohmann::json::array();
-  for (const auto& d : a.devices) {
-    nlohmann::json cats = nlohmann::json::object();
-    for (int c = 0; c < kNumCategories; ++c)
-      if (d.peak_by_category.bytes[static_cast<size_t>(c)] > 0)
-        cats[std::string(category_name(static_cast<Category>(c)))] = d.peak_by_category.bytes[static_cast<size_t>(c)];
-    nlohmann::json scopes = nlohmann::json::object();
-    for (const auto& s : d.scopes)
-      scopes[s.scope.empty() ? "(none)" : s.scope] = {
-          {"high_water_bytes", s.high_water_bytes}, {"alloc_bytes", s.allocated_bytes}, {"allocs", s.allocations}};
-    devs.push_back({{"device", d.device},
-                    {"peak_bytes", d.peak_total_bytes},
-                    {"peak_ts", d.peak_total_ts},
-                    {"peak_activation_bytes", d.peak_activation_bytes},
-                    {"peak_by_category", cats},
-                    {"allocs", d.allocations},
-                    {"frees", d.frees},
-                    {"alloc_bytes", d.churn_bytes},
-                    {"live_end_bytes", live_end_bytes(a, d.device)},
-                    {"pool_reserved_peak_bytes", d.pool_reserved_peak_bytes},
-                    {"graph_mem_peak_bytes", d.graph_mem_peak_bytes},
-                    {"scopes", scopes}});
-    if (uses > 0) {
-      nlohmann::json& dj = devs.back();
-      dj["has_uses"] = d.has_uses;
-      dj["held_after_last_use_bytes"] = d.held_after_last_use_bytes;
-      dj["never_used_at_peak_bytes"] = d.never_used_at_peak_bytes;
-      dj["handoff_count"] = d.handoff_count;
-      dj["handoff_bytes"] = d.handoff_bytes;
-    }
-  }
-  j["devices"] = devs;
-  return j;
-}
-
-// One trace's entry of --report-json.
-nlohmann::json trace_report_json(const std::string& path, const Trace& t,
-                                 const planner::RunAnalysis (&views)[kNumReportViews]) {
-  uint64_t kernels = 0;
-  uint64_t uses = 0;
-  for (const TraceRecord& r : t.records) {
-    kernels += r.kind == EventKind::kKernel;
-    uses += r.kind == EventKind::kUse;
-  }
-  nlohmann::json j;
-  j["path"] = path;
-  j["name"] = t.meta.name;
-  j["pid"] = t.meta.extra.count("pid") ? t.meta.extra.at("pid") : "";
-  j["records"] = t.records.size();
-  j["dropped_records"] = t.dropped_records;
-  j["truncated"] = t.truncated;
-  for (size_t i = 0; i < kNumReportViews; ++i) j[kReportViews[i].key] = view_json(views[i], kernels, uses);
-  j["extra"] = t.meta.extra;
-  return j;
-}
-
-uint64_t device_peak(const planner::RunAnalysis& a, uint16_t device) {
-  const planner::DeviceAnalysis* d = a.device(device);
-  return d != nullptr ? d->peak_total_bytes : 0;
-}
-
-void print_summary(const nlohmann::json& j, const Trace& t, const planner::RunAnalysis (&views)[kNumReportViews]) {
-  const nlohmann::json& all = j["all"];
-  const std::string pid = j["pid"].get<std::string>();
-  std::fprintf(stderr, "  %s: %s (pid %s)%s\n", j["path"].get<std::string>().c_str(), t.meta.name.c_str(),
-               pid.empty() ? "?" : pid.c_str(), t.truncated ? "  [TRUNCATED]" : "");
-  std::fprintf(stderr, "    records %zu, allocs %llu, frees %llu, kernels %llu, dropped %llu, attributed %llu/%llu\n",
-               t.records.size(), (unsigned long long)all["allocs"].get<uint64_t>(),
-               (unsigned long long)all["frees"].get<uint64_t>(), (unsigned long long)all["kernels"].get<uint64_t>(),
-               (unsigned long long)t.dropped_records, (unsigned long long)all["allocs_with_scope"].get<uint64_t>(),
-               (unsigned long long)all["allocs"].get<uint64_t>());
-  const planner::Anomalies& an = views[0].anomalies;
-  if (an.total() + an.null_frees > 0)
-    std::fprintf(stderr, "    anomalies: unknown frees %llu, double frees %llu, null frees %llu, alloc over live %llu\n",
-                 (unsigned long long)an.unknown_frees, (unsigned long long)an.double_frees,
-                 (unsigned long long)an.null_frees, (unsigned long long)an.alloc_over_live);
-  for (const auto& d : views[0].devices) {
-    std::fprintf(stderr,
-                 "    device %u: peak %s (program %s: stream-ordered alone %s, cudaMalloc alone %s), live at end %s, "
-                 "pool reserved peak %s, graph memory %s (allocation) / %s (attribute)\n",
-                 d.device, human(d.peak_total_bytes).c_str(), human(device_peak(views[1], d.device)).c_str(),
-                 human(device_peak(views[2], d.device)).c_str(), human(device_peak(views[3], d.device)).c_str(),
-                 human(live_end_bytes(views[0], d.device)).c_str(), human(d.pool_reserved_peak_bytes).c_str(),
-                 human(d.peak_by_category[Category::kGraph]).c_str(), human(d.graph_mem_peak_bytes).c_str());
-  }
-  if (j["all"].contains("uses")) {
-    std::fprintf(stderr, "    uses: %llu kernel-use events\n", (unsigned long long)j["all"]["uses"].get<uint64_t>());
-    for (const auto& d : views[1].devices)  // the program's own allocations
-      std::fprintf(stderr, "    device %u at the activation peak (%s): %s held after its last use, %s never used; "
-                   "%llu hand-offs (%s)\n",
-                   d.device, human(d.peak_activation_bytes).c_str(), human(d.held_after_last_use_bytes).c_str(),
-                   human(d.never_used_at_peak_bytes).c_str(), (unsigned long long)d.handoff_count,
-                   human(d.handoff_bytes).c_str());
-  }
-  auto note = t.meta.extra.find("allocator_note");
-  if (note != t.meta.extra.end()) std::fprintf(stderr, "    note: %s\n", note->second.c_str());
-}
-
 int run_trace(TraceOptions o) {
   if (o.command.empty()) {
     std::fprintf(stderr, "moeprof trace: no command given (usage: moeprof trace [options] -- CMD ARGS...)\n");
@@ -372,7 +208,7 @@ int run_trace(TraceOptions o) {
     return rc;
   }
   std::fprintf(stderr, "moeprof trace: command exited with %d; %zu trace(s):\n", rc, traces.size());
-  nlohmann::json report = nlohmann::json::array();
+  std::vector<reports::TracedFile> files;
   for (const std::string& p : traces) {
     auto t = read_trace(p);
     if (!t.is_ok()) {
@@ -383,16 +219,15 @@ int run_trace(TraceOptions o) {
       std::fprintf(stderr, "  %s (%zu records%s)\n", p.c_str(), t->records.size(), t->truncated ? ", truncated" : "");
       continue;
     }
-    planner::RunAnalysis views[kNumReportViews];
-    for (size_t i = 0; i < kNumReportViews; ++i) views[i] = analyze_view(*t, kReportViews[i]);
-    nlohmann::json j = trace_report_json(p, *t, views);
-    if (o.report) print_summary(j, *t, views);
-    report.push_back(std::move(j));
+    files.push_back(reports::analyze_traced_file(p, *t));
+    if (o.report) std::fputs(reports::trace_report_text(files.back()).c_str(), stderr);
   }
   if (!o.report_json.empty()) {
-    std::ofstream f(o.report_json);
-    f << report.dump(2) << "\n";
-    if (!f) std::fprintf(stderr, "moeprof trace: cannot write %s\n", o.report_json.c_str());
+    Status st = reports::write_text_file(o.report_json, reports::make_trace_report(files).dump(2) + "\n");
+    if (!st) {
+      fail("trace", st);
+      if (rc == 0) rc = st.exit_code();
+    }
   }
   return rc;
 }

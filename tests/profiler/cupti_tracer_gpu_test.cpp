@@ -7,6 +7,8 @@
 // (and ../../src/cli for moeprof and libmoeprof_inject.so), so a build tree can be moved.
 #include <catch2/catch.hpp>
 
+#include "tests/gpu_skip.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -211,8 +213,7 @@ TEST_CASE("in-process CuptiTracer records kernel uses (--uses) exactly", "[gpu][
 TEST_CASE("moeprof trace --uses (injection) records kernel uses", "[gpu][profiler][uses]") {
   fs::path moeprof = cli_dir() / "moeprof";
   if (!fs::exists(moeprof)) {
-    WARN("moeprof binary not built at " << moeprof << ": injection test skipped");
-    return;
+    MOEPROF_SKIP("moeprof binary not built at " + moeprof.string());
   }
   std::string path = tmp("inject_uses.mtrace");
   RunResult r = run(moeprof.string() + " trace --uses --out " + path + " -- " + test_prog().string());
@@ -252,8 +253,7 @@ TEST_CASE("in-process CuptiTracer records the test program exactly", "[gpu][prof
 TEST_CASE("moeprof trace (injection) records the unmodified test program", "[gpu][profiler]") {
   fs::path moeprof = cli_dir() / "moeprof";
   if (!fs::exists(moeprof)) {
-    WARN("moeprof binary not built at " << moeprof << ": injection test skipped");
-    return;
+    MOEPROF_SKIP("moeprof binary not built at " + moeprof.string());
   }
   std::string path = tmp("inject.mtrace");
   RunResult r = run(moeprof.string() + " trace --kernels --out " + path + " -- " + test_prog().string() + " --kernels");
@@ -288,12 +288,11 @@ TEST_CASE("moeprof trace --report-json replays each trace with the planner", "[p
   // CPU only: the command (cp) writes a hand-made trace where the traced program's would be.
   fs::path moeprof = cli_dir() / "moeprof";
   if (!fs::exists(moeprof) || !fs::exists(cli_dir() / "libmoeprof_inject.so")) {
-    WARN("moeprof or libmoeprof_inject.so not built in " << cli_dir() << ": report test skipped");
-    return;
+    MOEPROF_SKIP("moeprof or libmoeprof_inject.so not built in " + cli_dir().string());
   }
   Trace t;
   t.meta.name = "report-test";
-  t.meta.extra["pid"] = "4242";
+  t.meta.pid = 4242;
   auto alloc = [&](uint64_t ts, uint16_t dev, uint64_t addr, uint64_t bytes, MemKind k, Category c,
                    const std::string& scope = "", const std::string& name = "") {
     TraceRecord& r = t.add(EventKind::kAlloc, ts, addr, bytes);
@@ -330,12 +329,14 @@ TEST_CASE("moeprof trace --report-json replays each trace with the planner", "[p
   REQUIRE(r.rc == 0);
   std::ifstream f(json);
   nlohmann::json rep = nlohmann::json::parse(f);
-  REQUIRE(rep.size() == 1);
-  const nlohmann::json& j = rep[0];
+  CHECK(rep["schema_version"] == 1);
+  CHECK(rep["kind"] == "trace_report");
+  REQUIRE(rep["traces"].size() == 1);
+  const nlohmann::json& j = rep["traces"][0];
   INFO(j.dump(1));
   CHECK(j["path"] == out);
   CHECK(j["name"] == "report-test");
-  CHECK(j["pid"] == "4242");
+  CHECK(j["pid"] == 4242);
   CHECK(j["dropped_records"] == 3);
   CHECK(j["truncated"] == false);
   auto dev = [](const nlohmann::json& view, int d) -> nlohmann::json {

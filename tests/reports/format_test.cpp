@@ -1,0 +1,47 @@
+// The one number formatter (docs/metrics.md, "Units").
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <limits>
+
+#include "reports/format.h"
+
+using namespace moeprof::reports;
+
+TEST_CASE("format_bytes: B below 1 kB, kB below 1 MB, MB with separators above", "[reports][format]") {
+  CHECK(format_bytes(0) == "0 B");
+  CHECK(format_bytes(999) == "999 B");
+  CHECK(format_bytes(1000) == "1.0 kB");
+  CHECK(format_bytes(124800) == "124.8 kB");
+  CHECK(format_bytes(613460) == "613.5 kB");  // 613.46 rounds up
+  CHECK(format_bytes(999949) == "999.9 kB");
+  CHECK(format_bytes(999950) == "1.0 MB");    // would print as 1,000.0 kB
+  CHECK(format_bytes(234881024) == "234.9 MB");
+  CHECK(format_bytes(3876114688ull) == "3,876.1 MB");
+  CHECK(format_bytes(3337146624ull) == "3,337.1 MB");
+  CHECK(format_bytes(15500000000ull) == "15,500.0 MB");
+  CHECK(format_bytes(1050000) == "1.1 MB");   // half up
+  CHECK(format_bytes(std::numeric_limits<uint64_t>::max()) == "18,446,744,073,709.6 MB");
+}
+
+TEST_CASE("deltas: sign, exact at the extremes", "[reports][format]") {
+  CHECK(format_delta_bytes(0) == "0 B");
+  CHECK(format_delta_bytes(-124800) == "-124.8 kB");
+  CHECK(format_delta_bytes(-538968064) == "-539.0 MB");
+  CHECK(format_delta_bytes(std::numeric_limits<int64_t>::min()) == "-9,223,372,036,854.8 MB");
+  CHECK(format_change_bytes(3876114688ull, 3337146624ull) == "-539.0 MB");
+  CHECK(format_change_bytes(0, std::numeric_limits<uint64_t>::max()) == "+18,446,744,073,709.6 MB");
+  CHECK(format_change_bytes(7, 7) == "0 B");
+  CHECK(format_exact_bytes(538968064) == "538,968,064 B");
+  CHECK(with_commas(-538968064) == "-538,968,064");
+  CHECK(with_commas(std::numeric_limits<int64_t>::min()) == "-9,223,372,036,854,775,808");
+  CHECK(with_commas_u(std::numeric_limits<uint64_t>::max()) == "18,446,744,073,709,551,615");
+}
+
+TEST_CASE("durations relative to a trace's start", "[reports][format]") {
+  CHECK(format_duration_ns(0) == "0 ns");
+  CHECK(format_duration_ns(812) == "812 ns");
+  CHECK(format_duration_ns(812000) == "812 us");
+  CHECK(format_duration_ns(41300000) == "41.3 ms");
+  CHECK(format_duration_ns(3580000000ull) == "3.58 s");
+}
