@@ -32,7 +32,7 @@ TEST_CASE("trace report: four views, figures from the planner, versioned documen
   CHECK(a["all"]["devices"][0]["peak_time_ns"] == 700);  // relative to the first allocation (t=100)
   CHECK(a["program"]["peak_bytes"] == 13796);       // no graph memory in these traces
   CHECK(a["stream_ordered"]["allocs"] == 0);        // everything is host memory
-  CHECK(a["all"]["uses"] == 8);
+  CHECK(a["all"]["uses"] == 9);
   const ordered_json& b = doc["traces"][1];
   CHECK(b["pid"] == 4242);
   CHECK(b["dropped_records"] == 3);
