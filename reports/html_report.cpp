@@ -7,6 +7,7 @@
 
 #include "reports/format.h"
 #include "reports/json_report.h"
+#include "reports/html_report.h"
 
 namespace moeprof::reports {
 

@@ -50,8 +50,4 @@ Result<nlohmann::ordered_json> make_report(const std::vector<planner::RunAnalysi
 Status write_json_report(const std::string& path, const std::vector<planner::RunAnalysis>& runs,
                          const ReportOptions& opts = {});
 
-// Other renderings of a report document (make_report's result or a ReportFile's doc).
-std::string report_markdown(const nlohmann::ordered_json& report);
-std::string report_html(const nlohmann::ordered_json& report);
-
 }  // namespace moeprof::reports

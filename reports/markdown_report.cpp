@@ -3,6 +3,7 @@
 
 #include "reports/format.h"
 #include "reports/json_report.h"
+#include "reports/markdown_report.h"
 
 namespace moeprof::reports {
 

@@ -10,6 +10,8 @@
 #include "cli/commands.h"
 #include "core/status.h"
 #include "reports/json_report.h"
+#include "reports/html_report.h"
+#include "reports/markdown_report.h"
 #include "reports/perfetto.h"
 #include "reports/run_loader.h"
 

@@ -23,6 +23,8 @@
 #include "planner/analysis.h"
 #include "reports/format.h"
 #include "reports/json_report.h"
+#include "reports/html_report.h"
+#include "reports/markdown_report.h"
 #ifdef MOEPROF_HAVE_CUDA
 #include "profiler/cupti_tracer.h"
 #endif
@@ -63,8 +65,7 @@ std::string cupti_disagreement(const planner::RunAnalysis& c, const CategoryCoun
 }
 #endif
 
-std::string mb(uint64_t b) { return fmt::format("{:.1f} MB", double(b) / 1e6); }
-std::string signed_mb(int64_t b) { return fmt::format("{:+.1f} MB", double(b) / 1e6); }
+std::string mb(uint64_t b) { return reports::format_bytes(b); }
 
 int run_command(const RunArgs& a) {
   // Backend choice. "auto": the CUDA backend when a usable GPU is present, else the CPU reference.
@@ -246,11 +247,13 @@ int run_command(const RunArgs& a) {
   if (r.modes.size() == 2) {
     const auto& b = analyses[0];
     const auto& c = analyses[1];
-    const int64_t d = static_cast<int64_t>(c.peak_activation_bytes) - static_cast<int64_t>(b.peak_activation_bytes);
-    std::printf("\npeak activation delta (reuse - baseline): %s (%lld bytes, %.1f%%)\n", signed_mb(d).c_str(),
-                static_cast<long long>(d), b.peak_activation_bytes ? 100.0 * double(d) / double(b.peak_activation_bytes) : 0.0);
-    std::printf("churn delta: %s\n",
-                signed_mb(static_cast<int64_t>(c.churn_bytes) - static_cast<int64_t>(b.churn_bytes)).c_str());
+    const bool down = c.peak_activation_bytes < b.peak_activation_bytes;
+    const uint64_t mag = down ? b.peak_activation_bytes - c.peak_activation_bytes : c.peak_activation_bytes - b.peak_activation_bytes;
+    std::printf("\npeak activation delta (reuse - baseline): %s (%s%s, %s)\n",
+                reports::format_change_bytes(b.peak_activation_bytes, c.peak_activation_bytes).c_str(), down ? "-" : (mag ? "+" : ""),
+                reports::format_exact_bytes(mag).c_str(),
+                reports::format_percent(down ? -static_cast<int64_t>(mag) : static_cast<int64_t>(mag), b.peak_activation_bytes).c_str());
+    std::printf("churn delta: %s\n", reports::format_change_bytes(b.churn_bytes, c.churn_bytes).c_str());
     std::printf("outputs bitwise identical: %s%s\n", r.outputs_identical ? "yes" : "NO",
                 r.gpus > 1 ? " (every rank)" : "");
   }
@@ -258,9 +261,9 @@ int run_command(const RunArgs& a) {
     // Per rank (= device of the merged trace); the table above shows the maximum over ranks.
     for (size_t i = 0; i < r.modes.size(); ++i)
       for (const auto& d : analyses[i].devices)
-        std::printf("  %-9s rank %u: peak activation %s (%llu bytes), peak total %s\n", r.modes[i].mode.c_str(),
+        std::printf("  %-9s rank %u: peak activation %s (%s), peak total %s\n", r.modes[i].mode.c_str(),
                     static_cast<unsigned>(d.device), mb(d.peak_activation_bytes).c_str(),
-                    static_cast<unsigned long long>(d.peak_activation_bytes), mb(d.peak_total_bytes).c_str());
+                    reports::format_exact_bytes(d.peak_activation_bytes).c_str(), mb(d.peak_total_bytes).c_str());
   }
   for (const auto& m : r.modes) {
     std::string line;

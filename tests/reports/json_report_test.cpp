@@ -7,6 +7,8 @@
 #include "core/trace_io.h"
 #include "planner/analysis.h"
 #include "reports/json_report.h"
+#include "reports/html_report.h"
+#include "reports/markdown_report.h"
 #include "reports/report_file.h"
 #include "tests/reports/golden_traces.h"
 #include "tests/reports/test_util.h"

@@ -1,0 +1,13 @@
+// The Markdown rendering of a report document (make_report's result or a ReportFile's doc): the
+// figures of every run, the comparison and the live set at the peak, for a PR comment.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace moeprof::reports {
+
+std::string report_markdown(const nlohmann::ordered_json& report);
+
+}  // namespace moeprof::reports
