@@ -6,6 +6,7 @@
 
 #include "core/dtype.h"
 #include "core/version.h"
+#include "planner/stacks.h"
 
 namespace moeprof::reports {
 
@@ -29,7 +30,9 @@ planner::CategoryBytes max_over_devices(const planner::RunAnalysis& run,
   return out;
 }
 
-ordered_json live_entry_json(const planner::LiveEntry& e) {
+}  // namespace
+
+ordered_json live_entry_json(const planner::LiveEntry& e, const planner::RunAnalysis& run) {
   ordered_json j;
   j["name"] = e.name;
   j["scope"] = e.scope;
@@ -39,8 +42,11 @@ ordered_json live_entry_json(const planner::LiveEntry& e) {
   j["bytes"] = e.bytes;
   j["uses"] = e.uses;
   j["held_after_last_use"] = e.held_after_last_use;
+  if (e.stack_id != StackId::kNone) j["stack"] = planner::user_frames(run, e.stack_id, 3);
   return j;
 }
+
+namespace {
 
 ordered_json live_at_peak_json(const planner::RunAnalysis& run, const ReportOptions& opts) {
   ordered_json j;
@@ -67,7 +73,7 @@ ordered_json live_at_peak_json(const planner::RunAnalysis& run, const ReportOpti
   uint64_t omitted_bytes = 0;
   for (size_t i = 0; i < d.live_set_at_activation_peak.size(); ++i) {
     const auto& e = d.live_set_at_activation_peak[i];
-    if (i < opts.top_entries) top.push_back(live_entry_json(e));
+    if (i < opts.top_entries) top.push_back(live_entry_json(e, run));
     else omitted_bytes += e.bytes;
   }
   j["top"] = top;

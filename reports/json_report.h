@@ -39,6 +39,9 @@ std::vector<std::string> unique_run_names(const std::vector<planner::RunAnalysis
 // One run object (the element of `runs`), named `name`.
 nlohmann::ordered_json make_run_json(const planner::RunAnalysis& run, const std::string& name,
                                      const ReportOptions& opts = {});
+// One entry of a live set (live_at_peak.top), with the innermost user frames when it has a stack.
+nlohmann::ordered_json live_entry_json(const planner::LiveEntry& e, const planner::RunAnalysis& run);
+
 // One comparison object (deltas are candidate - baseline).
 nlohmann::ordered_json make_comparison_json(const planner::Comparison& cmp, const ReportOptions& opts = {});
 

@@ -12,6 +12,8 @@
 #include "planner/arena.h"
 #include "reports/json_report.h"
 #include "reports/run_loader.h"
+#include "reports/whatif_report.h"
+#include "planner/whatif.h"
 
 namespace moeprof::cli {
 
@@ -22,6 +24,8 @@ struct PlanArgs {
   bool json = false;
   bool arena = false;
   size_t top = 10;
+  std::string what_if;  // rule file
+  size_t fixes = 0;
 };
 
 void print_plan_text(const nlohmann::ordered_json& r) {
@@ -133,9 +137,29 @@ void register_plan(CLI::App& app, int* exit_code) {
   cmd->add_flag("--arena", args->arena,
                 "also plan one offline arena for the activation buffers of the peak device (greedy best-fit, "
                 "best of several orders) and compare it with LOAD, the lower bound");
-  cmd->callback([args, exit_code] {
+  cmd->add_option("--what-if", args->what_if,
+                  "predict the peaks if the rules in this file were applied (docs/planner.md, \"What-if\"; "
+                  "e.g. examples/what-if/sglang-pr-25379.rules)");
+  auto* fixes = cmd->add_option("--fixes", args->fixes,
+                                "rank up to N fixes: the single changes that lower the peak most, one after the other")
+                    ->expected(0, 1)
+                    ->default_str("10");
+  (void)fixes;
+  cmd->callback([args, exit_code, cmd] {
+    if (cmd->count("--fixes") > 0 && args->fixes == 0) args->fixes = 10;
+    const bool predict = !args->what_if.empty() || args->fixes > 0;
+    std::vector<planner::Rule> rules;
+    if (!args->what_if.empty()) {
+      auto r = planner::load_rules(args->what_if);
+      if (!r) {
+        *exit_code = fail("plan", r.status());
+        return;
+      }
+      rules = std::move(r).value();
+    }
     planner::AnalyzeOptions aopts;
-    aopts.keep_lifetimes = args->arena;
+    aopts.keep_lifetimes = args->arena || predict;
+    aopts.keep_event_index = predict;
     auto run = reports::load_run(args->trace, aopts);
     if (!run) {
       fail("plan", run.status());
@@ -148,8 +172,28 @@ void register_plan(CLI::App& app, int* exit_code) {
     ropts.include_timeline = false;
     auto j = reports::make_run_json(run->analysis, run->analysis.meta.name, ropts);
     if (args->arena) j["arena"] = arena_json(run->analysis);
-    if (args->json) std::cout << j.dump(2) << "\n";
-    else print_plan_text(j);
+    std::string text;
+    if (predict) {
+      planner::WhatIfOptions wopt;
+      wopt.fixes = args->fixes;
+      auto w = planner::what_if(run->analysis, rules, wopt);
+      if (!w) {
+        *exit_code = fail("plan", w.status());
+        return;
+      }
+      j["what_if"] = reports::what_if_json(*w, run->analysis, args->top);
+      text = reports::what_if_text(*w, args->top);
+    }
+    if (args->json) {
+      if (Status st = write_stdout(j.dump(2) + "\n"); !st) {
+        *exit_code = fail("plan", st);
+        return;
+      }
+    } else {
+      print_plan_text(j);
+      if (!text.empty()) std::cout << "\n" << text;
+      std::cout.flush();
+    }
     *exit_code = kExitOk;
   });
 }
