@@ -1,6 +1,7 @@
 // The op interface the model forward is written against, once. Two implementations:
 // CpuBackend (plain C++ reference, src/executor/cpu_backend.*) and CudaBackend (kernels/*.cu,
-// src/executor/cuda_backend.*). Every CUDA op is tested against the CPU op.
+// src/executor/cuda_backend.*). Every CUDA op is tested against the CPU op. The public ops check
+// their arguments once for every backend (backend_checks.cpp), then call the backend's do_<op>.
 //
 // Numeric conventions shared by both backends (so results can be compared tightly):
 //  * bf16 <-> f32 conversion: round to nearest even (kernels/common/fp_formats.h).
@@ -68,95 +69,152 @@ class Backend {
   virtual MemKind default_mem_kind(Category c) const = 0;
   uint64_t allocation_count() const { return next_id_ - 1; }
 
+  // ---- the ops ------------------------------------------------------------------------------
+  // Every op below is a public, non-virtual entry that checks its arguments once, with the same
+  // rules and messages for every backend (backend_checks.cpp): defined tensors, dtypes, exact
+  // shapes, contiguity where some backend needs it, NVFP4 widths, limits (top-k <= 32, at most
+  // 64 expert groups) and index ranges known on the host. A violation is Status::bad_input with
+  // one line "<op>: <arg> must be ...", and the implementation is not called. Otherwise the op
+  // calls the backend's protected do_<op>, which only computes (the CPU reference still checks
+  // the index tensors it reads on the host, with messages of the same form: see cpu_backend.h).
+
   // ---- data movement ------------------------------------------------------------------------
-  virtual Status copy_from_host(Tensor& dst, const void* src) = 0;   // contiguous dst
-  virtual Status copy_to_host(const Tensor& src, void* dst) = 0;     // contiguous src
+  // Row-major rows x cols host buffer <-> dst/src (views with a row stride are copied row by row).
+  Status copy_from_host(Tensor& dst, const void* src);
+  Status copy_to_host(const Tensor& src, void* dst);
   virtual Status synchronize() = 0;
 
   // ---- deterministic initialization (bit-identical across backends) -------------------------
   // bf16/f32: v = scale * (2u - 1), u = (hash(seed, i) >> 40) * 2^-24, i = row * cols + col.
-  virtual Status init_uniform(Tensor& t, uint64_t seed, float scale) = 0;
+  Status init_uniform(Tensor& t, uint64_t seed, float scale);
   // e4m3: v = e4m3_rne(lo + (hi - lo) * u) with u as above.
-  virtual Status init_e4m3(Tensor& t, uint64_t seed, float lo, float hi) = 0;
+  Status init_e4m3(Tensor& t, uint64_t seed, float lo, float hi);
   // u8 / fp4x2: byte = hash(seed, i) & 0xFF.
-  virtual Status init_bytes(Tensor& t, uint64_t seed) = 0;
-  // i32: v = lo + hash(seed, i) % (hi - lo).
-  virtual Status init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) = 0;
+  Status init_bytes(Tensor& t, uint64_t seed);
+  // i32: v = lo + hash(seed, i) % (hi - lo), hi > lo.
+  Status init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi);
   // i32: v = start + i.
-  virtual Status iota(Tensor& t, int32_t start) = 0;
+  Status iota(Tensor& t, int32_t start);
 
   // ---- dense ops (bf16 activations unless noted) ---------------------------------------------
   // out[t, :] = table[ids[t] - vocab_start, :] if vocab_start <= ids[t] < vocab_start + rows(table), else 0.
-  virtual Status embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) = 0;
-  // out = x * rsqrt(mean(x^2) + eps) * w  (per row; out may alias x).
-  virtual Status rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
+  // ids: contiguous i32 with T elements; out [T, cols(table)].
+  Status embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out);
+  // out = x * rsqrt(mean(x^2) + eps) * w  (per row; out may alias x). w: contiguous, cols(x) elements.
+  Status rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out);
   // residual = bf16(x + residual); x = rmsnorm(residual) (both in place).
-  virtual Status fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps) = 0;
+  Status fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps);
   // out[T, N] = x[T, K] @ w[N, K]^T, fp32 accumulation; out dtype bf16 or f32. `workspace` may be
   // undefined when linear_workspace_bytes() is 0.
-  virtual size_t linear_workspace_bytes(int64_t T, int64_t N, int64_t K) const { (void)T; (void)N; (void)K; return 0; }
-  virtual Status linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& workspace) = 0;
+  size_t linear_workspace_bytes(int64_t T, int64_t N, int64_t K) const { return do_linear_workspace_bytes(T, N, K); }
+  Status linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& workspace);
   // Interleaved rotary embedding on `rot_dim` columns starting at `rot_offset` inside each of
   // `n_heads` heads of `head_stride` columns: (x[2i], x[2i+1]) rotated by angle of pair i at
   // position pos[t]; cos_sin [max_pos, rot_dim] f32 holds cos (first rot_dim/2) then sin.
-  virtual Status rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t rot_offset, int64_t rot_dim,
-                      const Tensor& positions, const Tensor& cos_sin) = 0;
+  // positions: contiguous i32, one per row of x, each in [0, max_pos).
+  Status rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t rot_offset, int64_t rot_dim,
+              const Tensor& positions, const Tensor& cos_sin);
   // k[t, h, :] = concat(kv[t, h*kv_head_stride : +nope], k_pe[t, :rope]) for h < n_heads.
-  virtual Status mla_build_k(const Tensor& kv, int64_t n_heads, int64_t kv_head_stride, int64_t nope,
-                             const Tensor& k_pe, Tensor& k) = 0;
+  Status mla_build_k(const Tensor& kv, int64_t n_heads, int64_t kv_head_stride, int64_t nope, const Tensor& k_pe,
+                     Tensor& k);
   // cache[slot0 + t, :] = concat(latent[t, :], k_pe[t, :]).
-  virtual Status kv_cache_write(const Tensor& latent, const Tensor& k_pe, Tensor& cache, int64_t slot0) = 0;
+  Status kv_cache_write(const Tensor& latent, const Tensor& k_pe, Tensor& cache, int64_t slot0);
   // Causal prefill attention per head: out[t, h*v_dim : +v_dim] = sum_{s<=t} softmax_s(scale * q_t . k_s) v_s
   // with q/k heads at stride qk_head_stride (dim qk_dim) and v heads at column v_offset + h*v_head_stride.
-  virtual Status causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_heads,
-                                  int64_t qk_dim, int64_t v_dim, int64_t v_offset, int64_t v_head_stride,
-                                  float scale, Tensor& out) = 0;
+  Status causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_heads, int64_t qk_dim,
+                          int64_t v_dim, int64_t v_offset, int64_t v_head_stride, float scale, Tensor& out);
   // out[T, I] = silu(x[:, :I]) * x[:, I:2I].
-  virtual Status silu_and_mul(const Tensor& x, Tensor& out) = 0;
+  Status silu_and_mul(const Tensor& x, Tensor& out);
   // dst += src (bf16, elementwise, same shape).
-  virtual Status add_inplace(Tensor& dst, const Tensor& src) = 0;
-  // Tensor-parallel sum over ranks; a no-op for one rank or emulated TP.
-  virtual Status all_reduce(Tensor& t) = 0;
+  Status add_inplace(Tensor& dst, const Tensor& src);
+  // Tensor-parallel sum over ranks (contiguous bf16 or f32); a no-op for one rank or emulated TP.
+  Status all_reduce(Tensor& t);
 
   // ---- MoE ----------------------------------------------------------------------------------
-  // logits [T, E] f32 (+ bias [E] f32 for noaux_tc, else undefined) -> ids [T, k] i32 and
+  // logits [T, E] f32 (+ bias [E] contiguous f32 for noaux_tc, else ignored and may be undefined) -> ids [T, k] i32 and
   // weights [T, k] f32 (normalized when norm_topk_prob, then times routed_scaling_factor).
-  // Ties go to the lower expert index.
-  virtual Status router_topk(const Tensor& logits, const Tensor& bias, const RouterParams& p, Tensor& topk_ids,
-                             Tensor& topk_weights) = 0;
+  // Ties go to the lower expert index. 1 <= k <= min(32, E); 1 <= n_group <= 64 divides E;
+  // 1 <= topk_group <= n_group; grouped methods: k <= topk_group * E / n_group.
+  Status router_topk(const Tensor& logits, const Tensor& bias, const RouterParams& p, Tensor& topk_ids,
+                     Tensor& topk_weights);
   // NVFP4 quantization of x [T, K] bf16 (K % 16 == 0): out [T, K/2] fp4x2, scales [T, K/16] e4m3.
-  virtual Status fp4_quantize(const Tensor& x, float global_scale, Tensor& out, Tensor& scales) = 0;
+  Status fp4_quantize(const Tensor& x, float global_scale, Tensor& out, Tensor& scales);
   // Expert-contiguous permutation with rows padded to multiples of `tile` per expert, stable in
   // the flat index i = t*k + j: offsets [E+1] i32 (padded row starts), permuted_to_token [P] i32
-  // (-1 for padding and for rows past offsets[E]), expanded_to_permuted [T*k] i32.
-  virtual size_t moe_permute_workspace_bytes(int64_t T, int64_t k, int64_t E) const { (void)T; (void)k; (void)E; return 0; }
-  virtual Status moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile, Tensor& offsets,
-                             Tensor& permuted_to_token, Tensor& expanded_to_permuted, const Tensor& workspace) = 0;
+  // (-1 for padding and for rows past offsets[E]), expanded_to_permuted [T*k] i32. All four index
+  // tensors contiguous; P >= T*k + E*(tile-1); expert ids in [0, E); `workspace` holds at least
+  // moe_permute_workspace_bytes(T, k, E) bytes (may be undefined when that is 0).
+  size_t moe_permute_workspace_bytes(int64_t T, int64_t k, int64_t E) const {
+    return do_moe_permute_workspace_bytes(T, k, E);
+  }
+  Status moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile, Tensor& offsets,
+                     Tensor& permuted_to_token, Tensor& expanded_to_permuted, const Tensor& workspace);
   // gemm1: for padded row r of expert e with token t = permuted_to_token[r]:
   //   acc[n] = sum_k (e2m1*e4m3)(a[t,k]) * (e2m1*e4m3)(w13[e*2I + n, k])   (fp32 accumulation)
   //   gate = acc[n] * (a_gs * w13_gs[e]), up = acc[I+n] * (a_gs * w13_gs[e]),
   //   h = bf16(silu(gate) * up), then NVFP4-quantized with global scale out_gs into
   //   out [P, I/2] fp4x2 + out_scales [P, I/16]. Rows with t = -1 get codes 0 and scales 0.
   //   w13 [E*2I, H/2] fp4x2 (rows 0..I-1 gate, I..2I-1 up per expert), w13_scales [E*2I, H/16],
-  //   w13_gs [E] f32.
-  virtual Status moe_gemm1_fp4(const Tensor& a, const Tensor& a_scales, float a_gs, const Tensor& w13,
-                               const Tensor& w13_scales, const Tensor& w13_gs, const Tensor& offsets,
-                               const Tensor& permuted_to_token, float out_gs, Tensor& out, Tensor& out_scales) = 0;
+  //   w13_gs [E] f32. E = numel(offsets) - 1; offsets, permuted_to_token, w13_gs contiguous; the
+  //   code rows of a and w13 (gemm2: h and w2) 8-byte aligned (address and row stride).
+  Status moe_gemm1_fp4(const Tensor& a, const Tensor& a_scales, float a_gs, const Tensor& w13,
+                       const Tensor& w13_scales, const Tensor& w13_gs, const Tensor& offsets,
+                       const Tensor& permuted_to_token, float out_gs, Tensor& out, Tensor& out_scales);
   // gemm2: out[r, n] = bf16(sum_k deq(h[r,k]) * deq(w2[e*H + n, k]) * (h_gs * w2_gs[e])) for rows
   // r < offsets[E] whose permuted_to_token is >= 0; every other row is written as zeros.
-  virtual Status moe_gemm2_fp4(const Tensor& h, const Tensor& h_scales, float h_gs, const Tensor& w2,
-                               const Tensor& w2_scales, const Tensor& w2_gs, const Tensor& offsets,
-                               const Tensor& permuted_to_token, Tensor& out) = 0;
+  Status moe_gemm2_fp4(const Tensor& h, const Tensor& h_scales, float h_gs, const Tensor& w2, const Tensor& w2_scales,
+                       const Tensor& w2_gs, const Tensor& offsets, const Tensor& permuted_to_token, Tensor& out);
   // out[t, n] = bf16(acc + shared[t, n]) with acc = sum over j = 0..k-1 in order of
   // (w[t,j] * g2[expanded_to_permuted[t*k+j], n]) (no FMA); `shared` may be undefined (adds 0).
-  virtual Status moe_combine(const Tensor& gemm2_out, const Tensor& expanded_to_permuted, const Tensor& topk_weights,
-                             const Tensor& shared, Tensor& out) = 0;
+  // 1 <= k <= 32; expanded_to_permuted contiguous.
+  Status moe_combine(const Tensor& gemm2_out, const Tensor& expanded_to_permuted, const Tensor& topk_weights,
+                     const Tensor& shared, Tensor& out);
 
  protected:
   // `tag` lets a backend name the allocation to an outside tracer (the CUDA backend wraps the
   // driver call in an NVTX range "moeprof.tensor:<scope>/<name>|<category>").
   virtual Result<void*> do_allocate(size_t bytes, MemKind kind, const AllocTag& tag) = 0;
   virtual void do_free(void* ptr, size_t bytes, MemKind kind) = 0;
+
+  // The implementations behind the public ops, called only with arguments that passed the
+  // checks above (so they need not repeat them). Same parameters and numeric contract.
+  virtual Status do_copy_from_host(Tensor& dst, const void* src) = 0;
+  virtual Status do_copy_to_host(const Tensor& src, void* dst) = 0;
+  virtual Status do_init_uniform(Tensor& t, uint64_t seed, float scale) = 0;
+  virtual Status do_init_e4m3(Tensor& t, uint64_t seed, float lo, float hi) = 0;
+  virtual Status do_init_bytes(Tensor& t, uint64_t seed) = 0;
+  virtual Status do_init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) = 0;
+  virtual Status do_iota(Tensor& t, int32_t start) = 0;
+  virtual Status do_embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) = 0;
+  virtual Status do_rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
+  virtual Status do_fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps) = 0;
+  virtual size_t do_linear_workspace_bytes(int64_t /*T*/, int64_t /*N*/, int64_t /*K*/) const { return 0; }
+  virtual Status do_linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& workspace) = 0;
+  virtual Status do_rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t rot_offset, int64_t rot_dim,
+                         const Tensor& positions, const Tensor& cos_sin) = 0;
+  virtual Status do_mla_build_k(const Tensor& kv, int64_t n_heads, int64_t kv_head_stride, int64_t nope,
+                                const Tensor& k_pe, Tensor& k) = 0;
+  virtual Status do_kv_cache_write(const Tensor& latent, const Tensor& k_pe, Tensor& cache, int64_t slot0) = 0;
+  virtual Status do_causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_heads,
+                                     int64_t qk_dim, int64_t v_dim, int64_t v_offset, int64_t v_head_stride,
+                                     float scale, Tensor& out) = 0;
+  virtual Status do_silu_and_mul(const Tensor& x, Tensor& out) = 0;
+  virtual Status do_add_inplace(Tensor& dst, const Tensor& src) = 0;
+  virtual Status do_all_reduce(Tensor& t) = 0;
+  virtual Status do_router_topk(const Tensor& logits, const Tensor& bias, const RouterParams& p, Tensor& topk_ids,
+                                Tensor& topk_weights) = 0;
+  virtual Status do_fp4_quantize(const Tensor& x, float global_scale, Tensor& out, Tensor& scales) = 0;
+  virtual size_t do_moe_permute_workspace_bytes(int64_t /*T*/, int64_t /*k*/, int64_t /*E*/) const { return 0; }
+  virtual Status do_moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile, Tensor& offsets,
+                                Tensor& permuted_to_token, Tensor& expanded_to_permuted, const Tensor& workspace) = 0;
+  virtual Status do_moe_gemm1_fp4(const Tensor& a, const Tensor& a_scales, float a_gs, const Tensor& w13,
+                                  const Tensor& w13_scales, const Tensor& w13_gs, const Tensor& offsets,
+                                  const Tensor& permuted_to_token, float out_gs, Tensor& out, Tensor& out_scales) = 0;
+  virtual Status do_moe_gemm2_fp4(const Tensor& h, const Tensor& h_scales, float h_gs, const Tensor& w2,
+                                  const Tensor& w2_scales, const Tensor& w2_gs, const Tensor& offsets,
+                                  const Tensor& permuted_to_token, Tensor& out) = 0;
+  virtual Status do_moe_combine(const Tensor& gemm2_out, const Tensor& expanded_to_permuted,
+                                const Tensor& topk_weights, const Tensor& shared, Tensor& out) = 0;
 
  private:
   std::vector<AllocationObserver*> observers_;

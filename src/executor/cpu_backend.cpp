@@ -16,9 +16,6 @@
 
 namespace moeprof {
 
-using cpu_detail::need;
-using cpu_detail::need_numel;
-using cpu_detail::need_shape;
 using cpu_detail::row_ptr;
 using cpu_detail::vec_index;
 
@@ -40,34 +37,6 @@ void parallel_for(int64_t n, int threads, const std::function<void(int64_t)>& fn
   for (int w = 1; w < workers; ++w) pool.emplace_back(work);
   work();
   for (auto& th : pool) th.join();
-}
-
-static std::string describe(const Tensor& t) {
-  return std::string(dtype_name(t.dtype())) + " " + t.shape_string();
-}
-
-Status need(const Tensor& t, DType dt, const char* op, const char* arg) {
-  if (!t.defined()) return Status::bad_input(std::string("cpu ") + op + ": " + arg + " is undefined");
-  if (t.dtype() != dt)
-    return Status::bad_input(std::string("cpu ") + op + ": " + arg + " must be " + std::string(dtype_name(dt)) +
-                             " (got " + describe(t) + ")");
-  return Status::ok();
-}
-
-Status need_shape(const Tensor& t, DType dt, int64_t rows, int64_t cols, const char* op, const char* arg) {
-  MOEPROF_RETURN_IF_ERROR(need(t, dt, op, arg));
-  if (t.rows() != rows || t.cols() != cols)
-    return Status::bad_input(std::string("cpu ") + op + ": " + arg + " must be " + std::to_string(rows) + "x" +
-                             std::to_string(cols) + " (got " + describe(t) + ")");
-  return Status::ok();
-}
-
-Status need_numel(const Tensor& t, DType dt, int64_t n, const char* op, const char* arg) {
-  MOEPROF_RETURN_IF_ERROR(need(t, dt, op, arg));
-  if (t.numel() != n)
-    return Status::bad_input(std::string("cpu ") + op + ": " + arg + " must have " + std::to_string(n) +
-                             " elements (got " + describe(t) + ")");
-  return Status::ok();
 }
 
 PackedRows pack_rows(int64_t rows, int64_t K, const std::function<void(int64_t, float*)>& fill) {
@@ -166,13 +135,6 @@ void for_rows(int64_t rows, int64_t work_per_row, int threads, const std::functi
   cpu_detail::parallel_for(rows, big ? threads : 1, fn);
 }
 
-Status need_2d_same(const Tensor& a, const Tensor& b, const char* op, const char* an, const char* bn) {
-  if (a.rows() != b.rows() || a.cols() != b.cols())
-    return Status::bad_input(std::string("cpu ") + op + ": " + an + " " + a.shape_string() + " and " + bn + " " +
-                             b.shape_string() + " must have the same shape");
-  return Status::ok();
-}
-
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
@@ -198,8 +160,7 @@ void CpuBackend::do_free(void* ptr, size_t /*bytes*/, MemKind /*kind*/) { std::f
 // ---- data movement -------------------------------------------------------------------------
 // Views with a row stride are copied row by row (the interface only needs contiguous tensors).
 
-Status CpuBackend::copy_from_host(Tensor& dst, const void* src) {
-  if (!dst.defined()) return Status::bad_input("cpu copy_from_host: dst is undefined");
+Status CpuBackend::do_copy_from_host(Tensor& dst, const void* src) {
   const size_t row_bytes = static_cast<size_t>(dst.cols()) * dtype_size(dst.dtype());
   const char* s = static_cast<const char*>(src);
   if (dst.contiguous()) {
@@ -212,8 +173,7 @@ Status CpuBackend::copy_from_host(Tensor& dst, const void* src) {
   return Status::ok();
 }
 
-Status CpuBackend::copy_to_host(const Tensor& src, void* dst) {
-  if (!src.defined()) return Status::bad_input("cpu copy_to_host: src is undefined");
+Status CpuBackend::do_copy_to_host(const Tensor& src, void* dst) {
   const size_t row_bytes = static_cast<size_t>(src.cols()) * dtype_size(src.dtype());
   char* d = static_cast<char*>(dst);
   if (src.contiguous()) {
@@ -230,9 +190,7 @@ Status CpuBackend::copy_to_host(const Tensor& src, void* dst) {
 // ---- deterministic initialization ----------------------------------------------------------
 // The element index i = row * cols + col is the logical index, independent of the row stride.
 
-Status CpuBackend::init_uniform(Tensor& t, uint64_t seed, float scale) {
-  if (!t.defined() || (t.dtype() != DType::kBF16 && t.dtype() != DType::kF32))
-    return Status::bad_input("cpu init_uniform: tensor must be bf16 or f32");
+Status CpuBackend::do_init_uniform(Tensor& t, uint64_t seed, float scale) {
   const bool is_bf16 = t.dtype() == DType::kBF16;
   for_rows(t.rows(), t.cols(), num_threads_, [&](int64_t r) {
     for (int64_t c = 0; c < t.cols(); ++c) {
@@ -248,8 +206,7 @@ Status CpuBackend::init_uniform(Tensor& t, uint64_t seed, float scale) {
   return Status::ok();
 }
 
-Status CpuBackend::init_e4m3(Tensor& t, uint64_t seed, float lo, float hi) {
-  MOEPROF_RETURN_IF_ERROR(need(t, DType::kE4M3, "init_e4m3", "t"));
+Status CpuBackend::do_init_e4m3(Tensor& t, uint64_t seed, float lo, float hi) {
   const float span = hi - lo;
   for_rows(t.rows(), t.cols(), num_threads_, [&](int64_t r) {
     for (int64_t c = 0; c < t.cols(); ++c) {
@@ -262,9 +219,7 @@ Status CpuBackend::init_e4m3(Tensor& t, uint64_t seed, float lo, float hi) {
   return Status::ok();
 }
 
-Status CpuBackend::init_bytes(Tensor& t, uint64_t seed) {
-  if (!t.defined() || (t.dtype() != DType::kU8 && t.dtype() != DType::kFP4x2))
-    return Status::bad_input("cpu init_bytes: tensor must be u8 or fp4x2");
+Status CpuBackend::do_init_bytes(Tensor& t, uint64_t seed) {
   for_rows(t.rows(), t.cols(), num_threads_, [&](int64_t r) {
     for (int64_t c = 0; c < t.cols(); ++c)
       row_ptr<uint8_t>(t, r)[c] = static_cast<uint8_t>(kern::hash64(seed, static_cast<uint64_t>(r * t.cols() + c)) & 0xFF);
@@ -272,9 +227,7 @@ Status CpuBackend::init_bytes(Tensor& t, uint64_t seed) {
   return Status::ok();
 }
 
-Status CpuBackend::init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) {
-  MOEPROF_RETURN_IF_ERROR(need(t, DType::kI32, "init_ints", "t"));
-  if (hi <= lo) return Status::bad_input("cpu init_ints: empty range [" + std::to_string(lo) + ", " + std::to_string(hi) + ")");
+Status CpuBackend::do_init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) {
   const uint64_t range = static_cast<uint64_t>(static_cast<int64_t>(hi) - static_cast<int64_t>(lo));
   for (int64_t r = 0; r < t.rows(); ++r)
     for (int64_t c = 0; c < t.cols(); ++c) {
@@ -284,8 +237,7 @@ Status CpuBackend::init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) {
   return Status::ok();
 }
 
-Status CpuBackend::iota(Tensor& t, int32_t start) {
-  MOEPROF_RETURN_IF_ERROR(need(t, DType::kI32, "iota", "t"));
+Status CpuBackend::do_iota(Tensor& t, int32_t start) {
   for (int64_t r = 0; r < t.rows(); ++r)
     for (int64_t c = 0; c < t.cols(); ++c) row_ptr<int32_t>(t, r)[c] = static_cast<int32_t>(start + r * t.cols() + c);
   return Status::ok();
@@ -293,11 +245,7 @@ Status CpuBackend::iota(Tensor& t, int32_t start) {
 
 // ---- dense ops -----------------------------------------------------------------------------
 
-Status CpuBackend::embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) {
-  MOEPROF_RETURN_IF_ERROR(need(out, DType::kBF16, "embedding", "out"));
-  MOEPROF_RETURN_IF_ERROR(need_numel(ids, DType::kI32, out.rows(), "embedding", "ids"));
-  MOEPROF_RETURN_IF_ERROR(need(table, DType::kBF16, "embedding", "table"));
-  if (table.cols() != out.cols()) return Status::bad_input("cpu embedding: table and out widths differ");
+Status CpuBackend::do_embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) {
   const int64_t H = out.cols();
   for (int64_t t = 0; t < out.rows(); ++t) {
     const int64_t id = ids.data<int32_t>()[vec_index(ids, t)];
@@ -321,10 +269,7 @@ float inv_rms(const float* x, int64_t H, float eps) {
 }
 }  // namespace
 
-Status CpuBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
-  MOEPROF_RETURN_IF_ERROR(need(x, DType::kBF16, "rmsnorm", "x"));
-  MOEPROF_RETURN_IF_ERROR(need_shape(out, DType::kBF16, x.rows(), x.cols(), "rmsnorm", "out"));
-  MOEPROF_RETURN_IF_ERROR(need_numel(w, DType::kBF16, x.cols(), "rmsnorm", "w"));
+Status CpuBackend::do_rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
   const int64_t H = x.cols();
   std::vector<float> wf(static_cast<size_t>(H));
   for (int64_t i = 0; i < H; ++i) wf[static_cast<size_t>(i)] = bf(w.data<uint16_t>()[vec_index(w, i)]);
@@ -339,10 +284,7 @@ Status CpuBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& 
   return Status::ok();
 }
 
-Status CpuBackend::fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps) {
-  MOEPROF_RETURN_IF_ERROR(need(x, DType::kBF16, "fused_add_rmsnorm", "x"));
-  MOEPROF_RETURN_IF_ERROR(need_shape(residual, DType::kBF16, x.rows(), x.cols(), "fused_add_rmsnorm", "residual"));
-  MOEPROF_RETURN_IF_ERROR(need_numel(w, DType::kBF16, x.cols(), "fused_add_rmsnorm", "w"));
+Status CpuBackend::do_fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps) {
   const int64_t H = x.cols();
   std::vector<float> wf(static_cast<size_t>(H));
   for (int64_t i = 0; i < H; ++i) wf[static_cast<size_t>(i)] = bf(w.data<uint16_t>()[vec_index(w, i)]);
@@ -361,15 +303,8 @@ Status CpuBackend::fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& 
   return Status::ok();
 }
 
-Status CpuBackend::linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& /*workspace*/) {
-  MOEPROF_RETURN_IF_ERROR(need(x, DType::kBF16, "linear", "x"));
-  MOEPROF_RETURN_IF_ERROR(need(w, DType::kBF16, "linear", "w"));
-  if (!out.defined() || (out.dtype() != DType::kBF16 && out.dtype() != DType::kF32))
-    return Status::bad_input("cpu linear: out must be bf16 or f32");
+Status CpuBackend::do_linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& /*workspace*/) {
   const int64_t T = x.rows(), K = x.cols(), N = w.rows();
-  if (w.cols() != K || out.rows() != T || out.cols() != N)
-    return Status::bad_input("cpu linear: shapes x " + x.shape_string() + ", w " + w.shape_string() + ", out " +
-                             out.shape_string() + " do not match out[T,N] = x[T,K] @ w[N,K]^T");
   const auto a = cpu_detail::pack_rows(T, K, [&](int64_t t, float* dst) {
     const uint16_t* xr = row_ptr<uint16_t>(x, t);
     for (int64_t k = 0; k < K; ++k) dst[k] = bf(xr[k]);
@@ -395,22 +330,19 @@ Status CpuBackend::linear(const Tensor& x, const Tensor& w, Tensor& out, const T
   return Status::ok();
 }
 
-Status CpuBackend::rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t rot_offset, int64_t rot_dim,
+Status CpuBackend::do_rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t rot_offset, int64_t rot_dim,
                         const Tensor& positions, const Tensor& cos_sin) {
-  MOEPROF_RETURN_IF_ERROR(need(x, DType::kBF16, "rope", "x"));
-  MOEPROF_RETURN_IF_ERROR(need_numel(positions, DType::kI32, x.rows(), "rope", "positions"));
-  MOEPROF_RETURN_IF_ERROR(need(cos_sin, DType::kF32, "rope", "cos_sin"));
-  if (rot_dim <= 0 || rot_dim % 2 != 0 || cos_sin.cols() != rot_dim)
-    return Status::bad_input("cpu rope: rot_dim " + std::to_string(rot_dim) + " must be even and equal cos_sin width " +
-                             std::to_string(cos_sin.cols()));
-  if (n_heads <= 0 || rot_offset < 0 || (n_heads - 1) * head_stride + rot_offset + rot_dim > x.cols())
-    return Status::bad_input("cpu rope: heads x stride do not fit in x " + x.shape_string());
   const int64_t half = rot_dim / 2;
+  // Positions are data: checked here, where they are read (the CUDA kernel trusts them).
   for (int64_t t = 0; t < x.rows(); ++t) {
     const int64_t pos = positions.data<int32_t>()[vec_index(positions, t)];
     if (pos < 0 || pos >= cos_sin.rows())
-      return Status::bad_input("cpu rope: position " + std::to_string(pos) + " outside cos_sin table of " +
-                               std::to_string(cos_sin.rows()) + " rows");
+      return Status::bad_input("rope: positions[" + std::to_string(t) + "] must be in [0, " +
+                               std::to_string(cos_sin.rows()) + ") (the rows of cos_sin) (got " + std::to_string(pos) +
+                               ")");
+  }
+  for (int64_t t = 0; t < x.rows(); ++t) {
+    const int64_t pos = positions.data<int32_t>()[vec_index(positions, t)];
     const float* cs = row_ptr<float>(cos_sin, pos);
     uint16_t* xr = row_ptr<uint16_t>(x, t);
     for (int64_t h = 0; h < n_heads; ++h) {
@@ -426,16 +358,9 @@ Status CpuBackend::rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t
   return Status::ok();
 }
 
-Status CpuBackend::mla_build_k(const Tensor& kv, int64_t n_heads, int64_t kv_head_stride, int64_t nope,
+Status CpuBackend::do_mla_build_k(const Tensor& kv, int64_t n_heads, int64_t kv_head_stride, int64_t nope,
                                const Tensor& k_pe, Tensor& k) {
-  MOEPROF_RETURN_IF_ERROR(need(kv, DType::kBF16, "mla_build_k", "kv"));
-  MOEPROF_RETURN_IF_ERROR(need(k_pe, DType::kBF16, "mla_build_k", "k_pe"));
-  MOEPROF_RETURN_IF_ERROR(need(k, DType::kBF16, "mla_build_k", "k"));
   const int64_t T = k.rows(), rope_dim = k_pe.cols(), head = nope + rope_dim;
-  if (n_heads <= 0 || k.cols() != n_heads * head || kv.rows() < T || k_pe.rows() < T ||
-      (n_heads - 1) * kv_head_stride + nope > kv.cols())
-    return Status::bad_input("cpu mla_build_k: shapes kv " + kv.shape_string() + ", k_pe " + k_pe.shape_string() +
-                             ", k " + k.shape_string() + " do not match " + std::to_string(n_heads) + " heads");
   for (int64_t t = 0; t < T; ++t) {
     const uint16_t* kvr = row_ptr<uint16_t>(kv, t);
     const uint16_t* per = row_ptr<uint16_t>(k_pe, t);
@@ -448,14 +373,8 @@ Status CpuBackend::mla_build_k(const Tensor& kv, int64_t n_heads, int64_t kv_hea
   return Status::ok();
 }
 
-Status CpuBackend::kv_cache_write(const Tensor& latent, const Tensor& k_pe, Tensor& cache, int64_t slot0) {
-  MOEPROF_RETURN_IF_ERROR(need(latent, DType::kBF16, "kv_cache_write", "latent"));
-  MOEPROF_RETURN_IF_ERROR(need(k_pe, DType::kBF16, "kv_cache_write", "k_pe"));
-  MOEPROF_RETURN_IF_ERROR(need(cache, DType::kBF16, "kv_cache_write", "cache"));
+Status CpuBackend::do_kv_cache_write(const Tensor& latent, const Tensor& k_pe, Tensor& cache, int64_t slot0) {
   const int64_t T = latent.rows(), L = latent.cols(), R = k_pe.cols();
-  if (k_pe.rows() != T || cache.cols() != L + R || slot0 < 0 || slot0 + T > cache.rows())
-    return Status::bad_input("cpu kv_cache_write: latent " + latent.shape_string() + " + k_pe " + k_pe.shape_string() +
-                             " at slot " + std::to_string(slot0) + " do not fit cache " + cache.shape_string());
   for (int64_t t = 0; t < T; ++t) {
     uint16_t* c = row_ptr<uint16_t>(cache, slot0 + t);
     std::memcpy(c, row_ptr<uint16_t>(latent, t), static_cast<size_t>(L) * 2);
@@ -464,19 +383,10 @@ Status CpuBackend::kv_cache_write(const Tensor& latent, const Tensor& k_pe, Tens
   return Status::ok();
 }
 
-Status CpuBackend::causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_heads, int64_t qk_dim,
+Status CpuBackend::do_causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_heads, int64_t qk_dim,
                                     int64_t v_dim, int64_t v_offset, int64_t v_head_stride, float scale, Tensor& out) {
-  MOEPROF_RETURN_IF_ERROR(need(q, DType::kBF16, "causal_attention", "q"));
-  MOEPROF_RETURN_IF_ERROR(need(k, DType::kBF16, "causal_attention", "k"));
-  MOEPROF_RETURN_IF_ERROR(need(v, DType::kBF16, "causal_attention", "v"));
-  MOEPROF_RETURN_IF_ERROR(need(out, DType::kBF16, "causal_attention", "out"));
   const int64_t T = q.rows();
   // q/k heads are packed at a stride of qk_dim columns (the interface has no separate q/k stride).
-  if (n_heads <= 0 || q.cols() < n_heads * qk_dim || k.cols() < n_heads * qk_dim || k.rows() < T || v.rows() < T ||
-      v_offset + (n_heads - 1) * v_head_stride + v_dim > v.cols() || out.rows() != T || out.cols() != n_heads * v_dim)
-    return Status::bad_input("cpu causal_attention: shapes q " + q.shape_string() + ", k " + k.shape_string() + ", v " +
-                             v.shape_string() + ", out " + out.shape_string() + " do not match " +
-                             std::to_string(n_heads) + " heads");
   for_rows(T, T * n_heads * (qk_dim + v_dim) / 2 + 1, num_threads_, [&](int64_t t) {
     std::vector<float> qf(static_cast<size_t>(qk_dim)), p(static_cast<size_t>(t + 1)), o(static_cast<size_t>(v_dim));
     for (int64_t h = 0; h < n_heads; ++h) {
@@ -505,10 +415,7 @@ Status CpuBackend::causal_attention(const Tensor& q, const Tensor& k, const Tens
   return Status::ok();
 }
 
-Status CpuBackend::silu_and_mul(const Tensor& x, Tensor& out) {
-  MOEPROF_RETURN_IF_ERROR(need(x, DType::kBF16, "silu_and_mul", "x"));
-  MOEPROF_RETURN_IF_ERROR(need_shape(out, DType::kBF16, x.rows(), x.cols() / 2, "silu_and_mul", "out"));
-  if (x.cols() % 2 != 0) return Status::bad_input("cpu silu_and_mul: x width must be even (got " + x.shape_string() + ")");
+Status CpuBackend::do_silu_and_mul(const Tensor& x, Tensor& out) {
   const int64_t I = out.cols();
   for_rows(x.rows(), I, num_threads_, [&](int64_t t) {
     const uint16_t* xr = row_ptr<uint16_t>(x, t);
@@ -521,10 +428,7 @@ Status CpuBackend::silu_and_mul(const Tensor& x, Tensor& out) {
   return Status::ok();
 }
 
-Status CpuBackend::add_inplace(Tensor& dst, const Tensor& src) {
-  MOEPROF_RETURN_IF_ERROR(need(dst, DType::kBF16, "add_inplace", "dst"));
-  MOEPROF_RETURN_IF_ERROR(need(src, DType::kBF16, "add_inplace", "src"));
-  MOEPROF_RETURN_IF_ERROR(need_2d_same(dst, src, "add_inplace", "dst", "src"));
+Status CpuBackend::do_add_inplace(Tensor& dst, const Tensor& src) {
   for_rows(dst.rows(), dst.cols(), num_threads_, [&](int64_t t) {
     uint16_t* d = row_ptr<uint16_t>(dst, t);
     const uint16_t* s = row_ptr<uint16_t>(src, t);

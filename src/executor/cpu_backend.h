@@ -28,48 +28,52 @@ class CpuBackend final : public Backend {
   MemKind default_mem_kind(Category /*c*/) const override { return MemKind::kHost; }
   int num_threads() const { return num_threads_; }
 
-  Status copy_from_host(Tensor& dst, const void* src) override;
-  Status copy_to_host(const Tensor& src, void* dst) override;
   Status synchronize() override { return Status::ok(); }
-
-  Status init_uniform(Tensor& t, uint64_t seed, float scale) override;
-  Status init_e4m3(Tensor& t, uint64_t seed, float lo, float hi) override;
-  Status init_bytes(Tensor& t, uint64_t seed) override;
-  Status init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) override;
-  Status iota(Tensor& t, int32_t start) override;
-
-  Status embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) override;
-  Status rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
-  Status fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps) override;
-  Status linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& workspace) override;
-  Status rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t rot_offset, int64_t rot_dim,
-              const Tensor& positions, const Tensor& cos_sin) override;
-  Status mla_build_k(const Tensor& kv, int64_t n_heads, int64_t kv_head_stride, int64_t nope, const Tensor& k_pe,
-                     Tensor& k) override;
-  Status kv_cache_write(const Tensor& latent, const Tensor& k_pe, Tensor& cache, int64_t slot0) override;
-  Status causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_heads, int64_t qk_dim,
-                          int64_t v_dim, int64_t v_offset, int64_t v_head_stride, float scale, Tensor& out) override;
-  Status silu_and_mul(const Tensor& x, Tensor& out) override;
-  Status add_inplace(Tensor& dst, const Tensor& src) override;
-  Status all_reduce(Tensor& /*t*/) override { return Status::ok(); }
-
-  Status router_topk(const Tensor& logits, const Tensor& bias, const RouterParams& p, Tensor& topk_ids,
-                     Tensor& topk_weights) override;
-  Status fp4_quantize(const Tensor& x, float global_scale, Tensor& out, Tensor& scales) override;
-  Status moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile, Tensor& offsets,
-                     Tensor& permuted_to_token, Tensor& expanded_to_permuted, const Tensor& workspace) override;
-  Status moe_gemm1_fp4(const Tensor& a, const Tensor& a_scales, float a_gs, const Tensor& w13,
-                       const Tensor& w13_scales, const Tensor& w13_gs, const Tensor& offsets,
-                       const Tensor& permuted_to_token, float out_gs, Tensor& out, Tensor& out_scales) override;
-  Status moe_gemm2_fp4(const Tensor& h, const Tensor& h_scales, float h_gs, const Tensor& w2, const Tensor& w2_scales,
-                       const Tensor& w2_gs, const Tensor& offsets, const Tensor& permuted_to_token,
-                       Tensor& out) override;
-  Status moe_combine(const Tensor& gemm2_out, const Tensor& expanded_to_permuted, const Tensor& topk_weights,
-                     const Tensor& shared, Tensor& out) override;
 
  protected:
   Result<void*> do_allocate(size_t bytes, MemKind kind, const AllocTag& tag) override;
   void do_free(void* ptr, size_t bytes, MemKind kind) override;
+
+  // The ops (Backend has checked the arguments). Where an op reads index tensors on the host
+  // (positions, expert ids, offsets, permutation rows) it also checks their values, which the
+  // contract cannot do without reading device memory; same message form "<op>: <arg> must ...".
+  Status do_copy_from_host(Tensor& dst, const void* src) override;
+  Status do_copy_to_host(const Tensor& src, void* dst) override;
+
+  Status do_init_uniform(Tensor& t, uint64_t seed, float scale) override;
+  Status do_init_e4m3(Tensor& t, uint64_t seed, float lo, float hi) override;
+  Status do_init_bytes(Tensor& t, uint64_t seed) override;
+  Status do_init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) override;
+  Status do_iota(Tensor& t, int32_t start) override;
+
+  Status do_embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) override;
+  Status do_rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  Status do_fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps) override;
+  Status do_linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& workspace) override;
+  Status do_rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t rot_offset, int64_t rot_dim,
+                 const Tensor& positions, const Tensor& cos_sin) override;
+  Status do_mla_build_k(const Tensor& kv, int64_t n_heads, int64_t kv_head_stride, int64_t nope, const Tensor& k_pe,
+                        Tensor& k) override;
+  Status do_kv_cache_write(const Tensor& latent, const Tensor& k_pe, Tensor& cache, int64_t slot0) override;
+  Status do_causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_heads, int64_t qk_dim,
+                             int64_t v_dim, int64_t v_offset, int64_t v_head_stride, float scale, Tensor& out) override;
+  Status do_silu_and_mul(const Tensor& x, Tensor& out) override;
+  Status do_add_inplace(Tensor& dst, const Tensor& src) override;
+  Status do_all_reduce(Tensor& /*t*/) override { return Status::ok(); }
+
+  Status do_router_topk(const Tensor& logits, const Tensor& bias, const RouterParams& p, Tensor& topk_ids,
+                        Tensor& topk_weights) override;
+  Status do_fp4_quantize(const Tensor& x, float global_scale, Tensor& out, Tensor& scales) override;
+  Status do_moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile, Tensor& offsets,
+                        Tensor& permuted_to_token, Tensor& expanded_to_permuted, const Tensor& workspace) override;
+  Status do_moe_gemm1_fp4(const Tensor& a, const Tensor& a_scales, float a_gs, const Tensor& w13,
+                          const Tensor& w13_scales, const Tensor& w13_gs, const Tensor& offsets,
+                          const Tensor& permuted_to_token, float out_gs, Tensor& out, Tensor& out_scales) override;
+  Status do_moe_gemm2_fp4(const Tensor& h, const Tensor& h_scales, float h_gs, const Tensor& w2,
+                          const Tensor& w2_scales, const Tensor& w2_gs, const Tensor& offsets,
+                          const Tensor& permuted_to_token, Tensor& out) override;
+  Status do_moe_combine(const Tensor& gemm2_out, const Tensor& expanded_to_permuted, const Tensor& topk_weights,
+                        const Tensor& shared, Tensor& out) override;
 
  private:
   int num_threads_ = 1;
@@ -82,14 +86,8 @@ namespace cpu_detail {
 // scheduling). Runs inline when threads <= 1 or n <= 1.
 void parallel_for(int64_t n, int threads, const std::function<void(int64_t)>& fn);
 
-// Checks that `t` is defined and has dtype `dt`; the message names the op and the argument.
-Status need(const Tensor& t, DType dt, const char* op, const char* arg);
-// need() plus an exact rows x cols shape.
-Status need_shape(const Tensor& t, DType dt, int64_t rows, int64_t cols, const char* op, const char* arg);
-// need() plus numel == n (vectors may be 1 x n, n x 1 or any view; read with vec_index()).
-Status need_numel(const Tensor& t, DType dt, int64_t n, const char* op, const char* arg);
-
-// Storage index of logical (row-major) element i of a possibly strided view.
+// Storage index of logical (row-major) element i of a possibly strided view (vectors may be
+// 1 x n or n x 1).
 inline int64_t vec_index(const Tensor& t, int64_t i) { return (i / t.cols()) * t.ld() + i % t.cols(); }
 template <typename T>
 T* row_ptr(const Tensor& t, int64_t r) {

@@ -11,9 +11,6 @@
 
 namespace moeprof {
 
-using cpu_detail::need;
-using cpu_detail::need_numel;
-using cpu_detail::need_shape;
 using cpu_detail::row_ptr;
 using cpu_detail::vec_index;
 
@@ -91,17 +88,20 @@ void top_k(const std::vector<float>& crit, const std::vector<char>& allowed, int
   }
 }
 
-// Reads offsets[0..E] and checks they describe E padded expert ranges inside P rows.
+// Reads offsets[0..E] and checks they describe E padded expert ranges inside P rows (values:
+// checked here, where they are read on the host; the contract has checked the shape).
 Status read_offsets(const Tensor& offsets, int64_t P, const char* op, std::vector<int64_t>& off) {
   const int64_t n = offsets.numel();
   off.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) off[static_cast<size_t>(i)] = offsets.data<int32_t>()[vec_index(offsets, i)];
   for (int64_t i = 0; i + 1 < n; ++i)
     if (off[static_cast<size_t>(i)] > off[static_cast<size_t>(i + 1)])
-      return Status::bad_input(std::string("cpu ") + op + ": offsets are not non-decreasing");
-  if (n == 0 || off[0] != 0 || off.back() > P)
-    return Status::bad_input(std::string("cpu ") + op + ": offsets must start at 0 and end within " +
-                             std::to_string(P) + " rows");
+      return Status::bad_input(std::string(op) + ": offsets must be non-decreasing (got offsets[" + std::to_string(i) +
+                               "] = " + std::to_string(off[static_cast<size_t>(i)]) + " > offsets[" +
+                               std::to_string(i + 1) + "] = " + std::to_string(off[static_cast<size_t>(i + 1)]) + ")");
+  if (off[0] != 0 || off.back() > P)
+    return Status::bad_input(std::string(op) + ": offsets must start at 0 and end within the " + std::to_string(P) +
+                             " rows (got " + std::to_string(off[0]) + " .. " + std::to_string(off.back()) + ")");
   return Status::ok();
 }
 
@@ -120,8 +120,9 @@ Status collect_rows(const std::vector<int64_t>& off, const Tensor& p2t, int64_t 
       const int64_t t = p2t.data<int32_t>()[vec_index(p2t, r)];
       if (t < 0) continue;
       if (t >= num_tokens)
-        return Status::bad_input(std::string("cpu ") + op + ": permuted_to_token[" + std::to_string(r) + "] = " +
-                                 std::to_string(t) + " is not a token index below " + std::to_string(num_tokens));
+        return Status::bad_input(std::string(op) + ": permuted_to_token[" + std::to_string(r) +
+                                 "] must be -1 or a token index below " + std::to_string(num_tokens) + " (got " +
+                                 std::to_string(t) + ")");
       out[e].rows.push_back(r);
       out[e].tokens.push_back(t);
     }
@@ -132,24 +133,13 @@ Status collect_rows(const std::vector<int64_t>& off, const Tensor& p2t, int64_t 
 
 // ---- router ----------------------------------------------------------------------------------
 
-Status CpuBackend::router_topk(const Tensor& logits, const Tensor& bias, const RouterParams& p, Tensor& topk_ids,
+Status CpuBackend::do_router_topk(const Tensor& logits, const Tensor& bias, const RouterParams& p, Tensor& topk_ids,
                                Tensor& topk_weights) {
-  MOEPROF_RETURN_IF_ERROR(need(logits, DType::kF32, "router_topk", "logits"));
   const int64_t T = logits.rows(), E = logits.cols();
   const int k = p.top_k;
-  MOEPROF_RETURN_IF_ERROR(need_shape(topk_ids, DType::kI32, T, k, "router_topk", "topk_ids"));
-  MOEPROF_RETURN_IF_ERROR(need_shape(topk_weights, DType::kF32, T, k, "router_topk", "topk_weights"));
   const bool grouped = p.method != TopkMethod::kGreedy;
-  if (grouped && (p.n_group <= 0 || E % p.n_group != 0 || p.topk_group <= 0 || p.topk_group > p.n_group))
-    return Status::bad_input("cpu router_topk: " + std::to_string(E) + " experts cannot form " +
-                             std::to_string(p.n_group) + " groups keeping " + std::to_string(p.topk_group));
   const int64_t groups = grouped ? p.n_group : 1;
   const int64_t group_size = E / groups;
-  const int64_t selectable = grouped ? p.topk_group * group_size : E;
-  if (k <= 0 || k > selectable)
-    return Status::bad_input("cpu router_topk: top_k " + std::to_string(k) + " exceeds the " +
-                             std::to_string(selectable) + " selectable experts");
-  if (p.method == TopkMethod::kNoauxTc) MOEPROF_RETURN_IF_ERROR(need_numel(bias, DType::kF32, E, "router_topk", "bias"));
 
   std::vector<float> score(static_cast<size_t>(E)), crit(static_cast<size_t>(E)), gscore(static_cast<size_t>(groups));
   std::vector<char> allowed(static_cast<size_t>(E)), all_groups(static_cast<size_t>(groups), 1);
@@ -209,11 +199,7 @@ Status CpuBackend::router_topk(const Tensor& logits, const Tensor& bias, const R
 
 // ---- NVFP4 quantization --------------------------------------------------------------------
 
-Status CpuBackend::fp4_quantize(const Tensor& x, float global_scale, Tensor& out, Tensor& scales) {
-  MOEPROF_RETURN_IF_ERROR(need(x, DType::kBF16, "fp4_quantize", "x"));
-  if (x.cols() % 16 != 0) return Status::bad_input("cpu fp4_quantize: K must be a multiple of 16 (x " + x.shape_string() + ")");
-  MOEPROF_RETURN_IF_ERROR(need_shape(out, DType::kFP4x2, x.rows(), x.cols() / 2, "fp4_quantize", "out"));
-  MOEPROF_RETURN_IF_ERROR(need_shape(scales, DType::kE4M3, x.rows(), x.cols() / 16, "fp4_quantize", "scales"));
+Status CpuBackend::do_fp4_quantize(const Tensor& x, float global_scale, Tensor& out, Tensor& scales) {
   const int64_t K = x.cols();
   cpu_detail::parallel_for(x.rows(), x.rows() * K >= (1 << 18) ? num_threads() : 1, [&](int64_t t) {
     std::vector<float> v(static_cast<size_t>(K));
@@ -226,30 +212,24 @@ Status CpuBackend::fp4_quantize(const Tensor& x, float global_scale, Tensor& out
 
 // ---- permutation -----------------------------------------------------------------------------
 
-Status CpuBackend::moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile, Tensor& offsets,
+Status CpuBackend::do_moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile, Tensor& offsets,
                                Tensor& permuted_to_token, Tensor& expanded_to_permuted, const Tensor& /*workspace*/) {
-  MOEPROF_RETURN_IF_ERROR(need(topk_ids, DType::kI32, "moe_permute", "topk_ids"));
-  if (num_experts <= 0 || tile <= 0) return Status::bad_input("cpu moe_permute: num_experts and tile must be positive");
   const int64_t T = topk_ids.rows(), k = topk_ids.cols(), E = num_experts;
-  MOEPROF_RETURN_IF_ERROR(need_numel(offsets, DType::kI32, E + 1, "moe_permute", "offsets"));
-  MOEPROF_RETURN_IF_ERROR(need_numel(expanded_to_permuted, DType::kI32, T * k, "moe_permute", "expanded_to_permuted"));
-  MOEPROF_RETURN_IF_ERROR(need(permuted_to_token, DType::kI32, "moe_permute", "permuted_to_token"));
   const int64_t P = permuted_to_token.numel();
 
   std::vector<int64_t> ids(static_cast<size_t>(T * k)), count(static_cast<size_t>(E), 0);
   for (int64_t i = 0; i < T * k; ++i) {
     const int64_t e = topk_ids.data<int32_t>()[vec_index(topk_ids, i)];
-    if (e < 0 || e >= E)
-      return Status::bad_input("cpu moe_permute: expert id " + std::to_string(e) + " outside [0, " + std::to_string(E) + ")");
+    if (e < 0 || e >= E)  // data: checked here (the CUDA kernel maps such ids to no row, e2p = -1)
+      return Status::bad_input("moe_permute: topk_ids[" + std::to_string(i) + "] must be an expert id in [0, " +
+                               std::to_string(E) + ") (got " + std::to_string(e) + ")");
     ids[static_cast<size_t>(i)] = e;
     ++count[static_cast<size_t>(e)];
   }
   std::vector<int64_t> off(static_cast<size_t>(E + 1), 0);
   for (int64_t e = 0; e < E; ++e)
     off[static_cast<size_t>(e + 1)] = off[static_cast<size_t>(e)] + (count[static_cast<size_t>(e)] + tile - 1) / tile * tile;
-  if (off.back() > P)
-    return Status::bad_input("cpu moe_permute: " + std::to_string(off.back()) + " padded rows exceed permuted_to_token's " +
-                             std::to_string(P) + " (allocate T*k + E*(tile-1))");
+  // off.back() <= T*k + E*(tile-1) <= P: the contract checked permuted_to_token's size.
   for (int64_t e = 0; e <= E; ++e) offsets.data<int32_t>()[vec_index(offsets, e)] = static_cast<int32_t>(off[static_cast<size_t>(e)]);
   for (int64_t r = 0; r < P; ++r) permuted_to_token.data<int32_t>()[vec_index(permuted_to_token, r)] = -1;
   std::vector<int64_t> cursor(off.begin(), off.end() - 1);
@@ -263,23 +243,11 @@ Status CpuBackend::moe_permute(const Tensor& topk_ids, int64_t num_experts, int6
 
 // ---- FP4 expert GEMMs ------------------------------------------------------------------------
 
-Status CpuBackend::moe_gemm1_fp4(const Tensor& a, const Tensor& a_scales, float a_gs, const Tensor& w13,
+Status CpuBackend::do_moe_gemm1_fp4(const Tensor& a, const Tensor& a_scales, float a_gs, const Tensor& w13,
                                  const Tensor& w13_scales, const Tensor& w13_gs, const Tensor& offsets,
                                  const Tensor& permuted_to_token, float out_gs, Tensor& out, Tensor& out_scales) {
   const char* op = "moe_gemm1_fp4";
-  MOEPROF_RETURN_IF_ERROR(need(a, DType::kFP4x2, op, "a"));
-  MOEPROF_RETURN_IF_ERROR(need(out, DType::kFP4x2, op, "out"));
-  MOEPROF_RETURN_IF_ERROR(need(offsets, DType::kI32, op, "offsets"));
   const int64_t T = a.rows(), H = 2 * a.cols(), P = out.rows(), I = 2 * out.cols(), E = offsets.numel() - 1;
-  if (H % 16 != 0 || I % 16 != 0 || E <= 0)
-    return Status::bad_input("cpu moe_gemm1_fp4: hidden " + std::to_string(H) + " and intermediate " + std::to_string(I) +
-                             " must be multiples of 16, with at least one expert");
-  MOEPROF_RETURN_IF_ERROR(need_shape(a_scales, DType::kE4M3, T, H / 16, op, "a_scales"));
-  MOEPROF_RETURN_IF_ERROR(need_shape(w13, DType::kFP4x2, E * 2 * I, H / 2, op, "w13"));
-  MOEPROF_RETURN_IF_ERROR(need_shape(w13_scales, DType::kE4M3, E * 2 * I, H / 16, op, "w13_scales"));
-  MOEPROF_RETURN_IF_ERROR(need_numel(w13_gs, DType::kF32, E, op, "w13_gs"));
-  MOEPROF_RETURN_IF_ERROR(need_numel(permuted_to_token, DType::kI32, P, op, "permuted_to_token"));
-  MOEPROF_RETURN_IF_ERROR(need_shape(out_scales, DType::kE4M3, P, I / 16, op, "out_scales"));
   std::vector<int64_t> off;
   MOEPROF_RETURN_IF_ERROR(read_offsets(offsets, P, op, off));
   std::vector<ExpertRows> experts;
@@ -320,23 +288,11 @@ Status CpuBackend::moe_gemm1_fp4(const Tensor& a, const Tensor& a_scales, float 
   return Status::ok();
 }
 
-Status CpuBackend::moe_gemm2_fp4(const Tensor& h, const Tensor& h_scales, float h_gs, const Tensor& w2,
+Status CpuBackend::do_moe_gemm2_fp4(const Tensor& h, const Tensor& h_scales, float h_gs, const Tensor& w2,
                                  const Tensor& w2_scales, const Tensor& w2_gs, const Tensor& offsets,
                                  const Tensor& permuted_to_token, Tensor& out) {
   const char* op = "moe_gemm2_fp4";
-  MOEPROF_RETURN_IF_ERROR(need(h, DType::kFP4x2, op, "h"));
-  MOEPROF_RETURN_IF_ERROR(need(out, DType::kBF16, op, "out"));
-  MOEPROF_RETURN_IF_ERROR(need(offsets, DType::kI32, op, "offsets"));
   const int64_t P = h.rows(), I = 2 * h.cols(), H = out.cols(), E = offsets.numel() - 1;
-  if (I % 16 != 0 || E <= 0)
-    return Status::bad_input("cpu moe_gemm2_fp4: intermediate " + std::to_string(I) +
-                             " must be a multiple of 16, with at least one expert");
-  MOEPROF_RETURN_IF_ERROR(need_shape(h_scales, DType::kE4M3, P, I / 16, op, "h_scales"));
-  MOEPROF_RETURN_IF_ERROR(need_shape(w2, DType::kFP4x2, E * H, I / 2, op, "w2"));
-  MOEPROF_RETURN_IF_ERROR(need_shape(w2_scales, DType::kE4M3, E * H, I / 16, op, "w2_scales"));
-  MOEPROF_RETURN_IF_ERROR(need_numel(w2_gs, DType::kF32, E, op, "w2_gs"));
-  MOEPROF_RETURN_IF_ERROR(need_numel(permuted_to_token, DType::kI32, P, op, "permuted_to_token"));
-  if (out.rows() != P) return Status::bad_input("cpu moe_gemm2_fp4: out must have " + std::to_string(P) + " rows");
   std::vector<int64_t> off;
   MOEPROF_RETURN_IF_ERROR(read_offsets(offsets, P, op, off));
   std::vector<ExpertRows> experts;
@@ -367,23 +323,15 @@ Status CpuBackend::moe_gemm2_fp4(const Tensor& h, const Tensor& h_scales, float 
 
 // ---- combine ---------------------------------------------------------------------------------
 
-Status CpuBackend::moe_combine(const Tensor& gemm2_out, const Tensor& expanded_to_permuted, const Tensor& topk_weights,
+Status CpuBackend::do_moe_combine(const Tensor& gemm2_out, const Tensor& expanded_to_permuted, const Tensor& topk_weights,
                                const Tensor& shared, Tensor& out) {
-  const char* op = "moe_combine";
-  MOEPROF_RETURN_IF_ERROR(need(gemm2_out, DType::kBF16, op, "gemm2_out"));
-  MOEPROF_RETURN_IF_ERROR(need(topk_weights, DType::kF32, op, "topk_weights"));
-  MOEPROF_RETURN_IF_ERROR(need(out, DType::kBF16, op, "out"));
   const int64_t T = out.rows(), H = out.cols(), k = topk_weights.cols();
-  if (topk_weights.rows() != T || gemm2_out.cols() != H)
-    return Status::bad_input("cpu moe_combine: out " + out.shape_string() + ", topk_weights " +
-                             topk_weights.shape_string() + " and gemm2_out " + gemm2_out.shape_string() + " do not match");
-  MOEPROF_RETURN_IF_ERROR(need_numel(expanded_to_permuted, DType::kI32, T * k, op, "expanded_to_permuted"));
-  if (shared.defined()) MOEPROF_RETURN_IF_ERROR(need_shape(shared, DType::kBF16, T, H, op, "shared"));
+  // The rows are data: checked here, where they are read (the CUDA kernel skips rows < 0).
   for (int64_t i = 0; i < T * k; ++i) {
     const int64_t r = expanded_to_permuted.data<int32_t>()[vec_index(expanded_to_permuted, i)];
     if (r < 0 || r >= gemm2_out.rows())
-      return Status::bad_input("cpu moe_combine: expanded_to_permuted[" + std::to_string(i) + "] = " + std::to_string(r) +
-                               " is outside gemm2_out's " + std::to_string(gemm2_out.rows()) + " rows");
+      return Status::bad_input("moe_combine: expanded_to_permuted[" + std::to_string(i) + "] must be a row of gemm2_out in [0, " +
+                               std::to_string(gemm2_out.rows()) + ") (got " + std::to_string(r) + ")");
   }
   cpu_detail::parallel_for(T, T * H * k >= (1 << 18) ? num_threads() : 1, [&](int64_t t) {
     const float* w = row_ptr<float>(topk_weights, t);

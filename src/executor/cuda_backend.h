@@ -7,10 +7,17 @@
 // framework's caching allocator. Every allocating driver call sits inside an NVTX range
 // "moeprof.tensor:<scope>/<name>|<category>" so an outside CUPTI tracer can attribute it.
 // All ops are asynchronous on the backend's stream; copy_to_host/copy_from_host synchronize.
+//
+// Files: cuda_backend.cpp (construction, memory, copies, init and the small dense ops, all-reduce),
+// cuda_linear.cpp (cuBLASLt linear), cuda_moe.cpp (router, FP4 quantization, permutation, FP4
+// expert GEMMs, combine); cuda_check.h holds the CUDA/cuBLAS/NCCL status macros. Arguments are
+// checked once by Backend (backend_checks.cpp); the do_<op>s keep only what is CUDA-specific
+// (the 256-byte alignment of the permutation workspace, for CUB).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -43,60 +50,69 @@ class CudaBackend : public Backend {
   // Free device memory (cudaMemGetInfo) plus what the activation pool reserves but does not use.
   bool memory_info(size_t* free_bytes, size_t* total_bytes) const override;
 
-  Status copy_from_host(Tensor& dst, const void* src) override;
-  Status copy_to_host(const Tensor& src, void* dst) override;
   Status synchronize() override;
-
-  Status init_uniform(Tensor& t, uint64_t seed, float scale) override;
-  Status init_e4m3(Tensor& t, uint64_t seed, float lo, float hi) override;
-  Status init_bytes(Tensor& t, uint64_t seed) override;
-  Status init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) override;
-  Status iota(Tensor& t, int32_t start) override;
-
-  Status embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) override;
-  Status rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
-  Status fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps) override;
-  size_t linear_workspace_bytes(int64_t T, int64_t N, int64_t K) const override;
-  Status linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& workspace) override;
-  Status rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t rot_offset, int64_t rot_dim,
-              const Tensor& positions, const Tensor& cos_sin) override;
-  Status mla_build_k(const Tensor& kv, int64_t n_heads, int64_t kv_head_stride, int64_t nope, const Tensor& k_pe,
-                     Tensor& k) override;
-  Status kv_cache_write(const Tensor& latent, const Tensor& k_pe, Tensor& cache, int64_t slot0) override;
-  Status causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_heads, int64_t qk_dim,
-                          int64_t v_dim, int64_t v_offset, int64_t v_head_stride, float scale, Tensor& out) override;
-  Status silu_and_mul(const Tensor& x, Tensor& out) override;
-  Status add_inplace(Tensor& dst, const Tensor& src) override;
-  Status all_reduce(Tensor& t) override;
-
-  Status router_topk(const Tensor& logits, const Tensor& bias, const RouterParams& p, Tensor& topk_ids,
-                     Tensor& topk_weights) override;
-  Status fp4_quantize(const Tensor& x, float global_scale, Tensor& out, Tensor& scales) override;
-  size_t moe_permute_workspace_bytes(int64_t T, int64_t k, int64_t E) const override;
-  Status moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile, Tensor& offsets,
-                     Tensor& permuted_to_token, Tensor& expanded_to_permuted, const Tensor& workspace) override;
-  Status moe_gemm1_fp4(const Tensor& a, const Tensor& a_scales, float a_gs, const Tensor& w13, const Tensor& w13_scales,
-                       const Tensor& w13_gs, const Tensor& offsets, const Tensor& permuted_to_token, float out_gs,
-                       Tensor& out, Tensor& out_scales) override;
-  Status moe_gemm2_fp4(const Tensor& h, const Tensor& h_scales, float h_gs, const Tensor& w2, const Tensor& w2_scales,
-                       const Tensor& w2_gs, const Tensor& offsets, const Tensor& permuted_to_token,
-                       Tensor& out) override;
-  Status moe_combine(const Tensor& gemm2_out, const Tensor& expanded_to_permuted, const Tensor& topk_weights,
-                     const Tensor& shared, Tensor& out) override;
 
  protected:
   Result<void*> do_allocate(size_t bytes, MemKind kind, const AllocTag& tag) override;
   void do_free(void* ptr, size_t bytes, MemKind kind) override;
 
+  // cuda_backend.cpp
+  Status do_copy_from_host(Tensor& dst, const void* src) override;
+  Status do_copy_to_host(const Tensor& src, void* dst) override;
+  Status do_init_uniform(Tensor& t, uint64_t seed, float scale) override;
+  Status do_init_e4m3(Tensor& t, uint64_t seed, float lo, float hi) override;
+  Status do_init_bytes(Tensor& t, uint64_t seed) override;
+  Status do_init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) override;
+  Status do_iota(Tensor& t, int32_t start) override;
+  Status do_embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) override;
+  Status do_rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  Status do_fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps) override;
+  Status do_rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t rot_offset, int64_t rot_dim,
+                 const Tensor& positions, const Tensor& cos_sin) override;
+  Status do_mla_build_k(const Tensor& kv, int64_t n_heads, int64_t kv_head_stride, int64_t nope, const Tensor& k_pe,
+                        Tensor& k) override;
+  Status do_kv_cache_write(const Tensor& latent, const Tensor& k_pe, Tensor& cache, int64_t slot0) override;
+  Status do_causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_heads, int64_t qk_dim,
+                             int64_t v_dim, int64_t v_offset, int64_t v_head_stride, float scale, Tensor& out) override;
+  Status do_silu_and_mul(const Tensor& x, Tensor& out) override;
+  Status do_add_inplace(Tensor& dst, const Tensor& src) override;
+  Status do_all_reduce(Tensor& t) override;
+
+  // cuda_linear.cpp
+  size_t do_linear_workspace_bytes(int64_t T, int64_t N, int64_t K) const override;
+  Status do_linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& workspace) override;
+
+  // cuda_moe.cpp
+  Status do_router_topk(const Tensor& logits, const Tensor& bias, const RouterParams& p, Tensor& topk_ids,
+                        Tensor& topk_weights) override;
+  Status do_fp4_quantize(const Tensor& x, float global_scale, Tensor& out, Tensor& scales) override;
+  size_t do_moe_permute_workspace_bytes(int64_t T, int64_t k, int64_t E) const override;
+  Status do_moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile, Tensor& offsets,
+                        Tensor& permuted_to_token, Tensor& expanded_to_permuted, const Tensor& workspace) override;
+  Status do_moe_gemm1_fp4(const Tensor& a, const Tensor& a_scales, float a_gs, const Tensor& w13,
+                          const Tensor& w13_scales, const Tensor& w13_gs, const Tensor& offsets,
+                          const Tensor& permuted_to_token, float out_gs, Tensor& out, Tensor& out_scales) override;
+  Status do_moe_gemm2_fp4(const Tensor& h, const Tensor& h_scales, float h_gs, const Tensor& w2,
+                          const Tensor& w2_scales, const Tensor& w2_gs, const Tensor& offsets,
+                          const Tensor& permuted_to_token, Tensor& out) override;
+  Status do_moe_combine(const Tensor& gemm2_out, const Tensor& expanded_to_permuted, const Tensor& topk_weights,
+                        const Tensor& shared, Tensor& out) override;
+
  private:
-  struct LinearPlan;  // cached cuBLASLt descriptors + algorithm per shape
+  // cuBLASLt (cuda_linear.cpp): the handle, and descriptors + algorithm cached per shape.
+  struct LinearPlan;
+  struct LinearPlanDeleter {
+    void operator()(LinearPlan* p) const;
+  };
+  Status init_cublaslt();
+  void destroy_cublaslt();  // the plans, then the handle
   Result<LinearPlan*> linear_plan(const Tensor& x, const Tensor& w, const Tensor& out, size_t ws_bytes);
 
   int device_;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   void* lt_handle_ = nullptr;  // cublasLtHandle_t
-  std::map<std::string, std::unique_ptr<LinearPlan>> linear_plans_;
+  std::map<std::string, std::unique_ptr<LinearPlan, LinearPlanDeleter>> linear_plans_;
   void* nccl_comm_ = nullptr;  // ncclComm_t when attached (real TP)
   int nccl_rank_ = 0;
   int nccl_size_ = 1;
@@ -104,4 +120,29 @@ class CudaBackend : public Backend {
   size_t pool_reserved_unused() const;
 };
 
+// Helpers shared by the cuda_*.cpp files (not part of the public interface).
+namespace cuda_detail {
+
+// Typed device pointers of a tensor's first element (bf16 as uint16_t, e4m3/fp4x2 as uint8_t).
+inline const uint16_t* bf16p(const Tensor& t) { return static_cast<const uint16_t*>(t.raw()); }
+inline uint16_t* bf16p(Tensor& t) { return static_cast<uint16_t*>(t.raw()); }
+inline const uint8_t* u8p(const Tensor& t) { return static_cast<const uint8_t*>(t.raw()); }
+inline uint8_t* u8p(Tensor& t) { return static_cast<uint8_t*>(t.raw()); }
+inline const int32_t* i32p(const Tensor& t) { return static_cast<const int32_t*>(t.raw()); }
+inline int32_t* i32p(Tensor& t) { return static_cast<int32_t*>(t.raw()); }
+inline const float* f32p(const Tensor& t) { return static_cast<const float*>(t.raw()); }
+inline float* f32p(Tensor& t) { return static_cast<float*>(t.raw()); }
+
+// "bf16[37x272]"
+inline std::string shape(const Tensor& t) { return std::string(dtype_name(t.dtype())) + "[" + t.shape_string() + "]"; }
+
+// Largest power of two (<= 256) dividing the address.
+inline uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && (a % al) != 0) al >>= 1;
+  return al;
+}
+
+}  // namespace cuda_detail
 }  // namespace moeprof

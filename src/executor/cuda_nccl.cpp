@@ -8,6 +8,8 @@
 #include <shared_mutex>
 #include <unordered_set>
 
+#include "executor/cuda_check.h"
+
 namespace moeprof {
 namespace {
 
@@ -55,11 +57,6 @@ std::string g_load_error;
 std::shared_mutex g_comm_mu;
 std::unordered_set<void*> g_aborted;
 
-std::string nccl_error(NcclResult r) {
-  const char* s = g_api.get_error_string ? g_api.get_error_string(r) : nullptr;
-  return "ncclResult " + std::to_string(r) + (s ? std::string(" (") + s + ")" : std::string());
-}
-
 template <typename F>
 bool resolve(void* lib, const char* name, F* fn, std::string* missing) {
   dlerror();
@@ -74,6 +71,11 @@ bool resolve(void* lib, const char* name, F* fn, std::string* missing) {
 }
 
 }  // namespace
+
+std::string nccl_result_string(int result) {
+  const char* s = g_api.get_error_string ? g_api.get_error_string(result) : nullptr;
+  return "ncclResult " + std::to_string(result) + (s ? std::string(" (") + s + ")" : std::string());
+}
 
 Status nccl_load() {
   std::lock_guard<std::mutex> lock(g_load_mu);
@@ -119,10 +121,8 @@ Result<std::unique_ptr<NcclCommunicators>> NcclCommunicators::create(const std::
   MOEPROF_RETURN_IF_ERROR(nccl_load());
   std::unique_ptr<NcclCommunicators> c(new NcclCommunicators());
   std::vector<NcclComm> comms(devices.size(), nullptr);
-  const NcclResult r = g_api.comm_init_all(comms.data(), static_cast<int>(devices.size()), devices.data());
-  if (r != kNcclSuccess)
-    return Status::run_failure("ncclCommInitAll over " + std::to_string(devices.size()) + " devices failed: " +
-                               nccl_error(r));
+  const int n = static_cast<int>(devices.size());
+  MOEPROF_NCCL_CHECK("init over " + std::to_string(n) + " devices", g_api.comm_init_all(comms.data(), n, devices.data()));
   c->comms_.assign(comms.begin(), comms.end());
   return c;
 }
@@ -155,8 +155,8 @@ Status nccl_all_reduce(void* comm, void* data, size_t count, DType dtype, void* 
   if (!g_loaded) return Status::run_failure("all_reduce: NCCL is not loaded");
   if (g_aborted.count(comm) != 0)
     return Status::run_failure("all_reduce: the NCCL communicator was aborted (another rank failed)");
-  const NcclResult r = g_api.all_reduce(data, data, count, nccl_type, kNcclSum, static_cast<NcclComm>(comm), stream);
-  if (r != kNcclSuccess) return Status::run_failure("ncclAllReduce failed: " + nccl_error(r));
+  MOEPROF_NCCL_CHECK("all_reduce",
+                     g_api.all_reduce(data, data, count, nccl_type, kNcclSum, static_cast<NcclComm>(comm), stream));
   return Status::ok();
 }
 

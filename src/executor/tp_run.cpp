@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include "executor/cuda_backend.h"
+#include "executor/cuda_check.h"
 #include "executor/cuda_nccl.h"
 #endif
 
@@ -56,6 +57,23 @@ CategoryCounters max_over_ranks(const std::vector<const CategoryCounters*>& cs) 
   return m;
 }
 
+// CUDA devices visible to this process; 0 when the driver cannot say (a probe, not a failure:
+// the caller reports too few devices).
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+// Binds the calling thread to GPU `rank`: its kernels and allocations go there.
+Status bind_rank_device(int rank) {
+  MOEPROF_CUDA_CHECK("rank " + std::to_string(rank), cudaSetDevice(rank));
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<RunPlanResult> execute_tp_run_plan(const RunPlan& plan, int gpus) {
@@ -70,11 +88,7 @@ Result<RunPlanResult> execute_tp_run_plan(const RunPlan& plan, int gpus) {
     MOEPROF_ASSIGN_OR_RETURN(RankShape s, make_rank_shape(cfg, plan.tokens, gpus, r, plan.layers));
     shapes.push_back(s);
   }
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    count = 0;
-  }
+  const int count = cuda_device_count();
   if (count < gpus)
     return Status::run_failure("--gpus " + std::to_string(gpus) + " needs " + std::to_string(gpus) +
                                " CUDA devices; " + std::to_string(count) + " found");
@@ -136,10 +150,8 @@ Result<RunPlanResult> execute_tp_run_plan(const RunPlan& plan, int gpus) {
         opt.log_weights_note = r == 0 && mode == plan.modes.front();
         opt.hooks = false;
         Result<ModeResult> res = Status::run_failure("not run");
-        const cudaError_t e = cudaSetDevice(r);  // this thread's kernels and allocations go to GPU r
-        if (e != cudaSuccess) {
-          cudaGetLastError();
-          res = Status::run_failure(std::string("cudaSetDevice(") + std::to_string(r) + ") failed: " + cudaGetErrorString(e));
+        if (Status bound = bind_rank_device(r); !bound.is_ok()) {
+          res = bound;
         } else {
           res = run_rank_mode(*backends[static_cast<size_t>(r)], cfg, shapes[static_cast<size_t>(r)], plan, mode, opt);
         }

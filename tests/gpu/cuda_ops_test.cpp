@@ -19,6 +19,7 @@
 #include "executor/backends.h"
 #include "kernels/common/fp_formats.h"
 #include "kernels/common/random.h"
+#include "tests/executor/op_contract_cases.h"
 
 using namespace moeprof;
 
@@ -619,10 +620,55 @@ TEST_CASE("cuda backend reports bad shapes as bad_input and allocates with tags"
   Tensor o = alloc(g, DType::kBF16, 4, 32, "o");
   auto st = g.rmsnorm(x, w, 1e-6f, o);
   CHECK(st.code() == ErrorCode::kBadInput);
-  CHECK(st.message().find("rmsnorm") != std::string::npos);
+  CHECK(st.message() == "rmsnorm: w must have 32 elements (got bf16 1x16)");
   auto big = g.empty(DType::kU8, int64_t{1} << 40, 1024, AllocTag{"huge", "test", Category::kActivation});
   REQUIRE(!big.is_ok());
   CHECK(big.status().code() == ErrorCode::kRunFailure);
   CHECK(big.status().message().find("out of GPU memory") != std::string::npos);
+  REQUIRE(g.synchronize().is_ok());
+}
+
+// The op contract (src/executor/backend_checks.cpp) is the same for every backend: each bad call of
+// tests/executor/op_contract_cases.h gets the CPU backend's exact message from the CUDA backend
+// too, and writes nothing; the valid calls run.
+TEST_CASE("cuda backend returns the contract's messages for the same bad calls", "[gpu]") {
+  REQUIRE_GPU();
+  auto& c = *env().cpu;
+  auto& g = *env().gpu;
+  using Bytes = std::vector<std::vector<uint8_t>>;
+  for (const testref::ContractOp& op : testref::contract_ops()) {
+    for (size_t i = 0; i < op.bad.size(); ++i) {
+      INFO(op.op << " with a bad " << op.bad[i].what);
+      Bytes cb, ca, gb, ga;
+      const Status sc = op.run(c, static_cast<int>(i), &cb, &ca);
+      const Status sg = op.run(g, static_cast<int>(i), &gb, &ga);
+      CHECK(sg.code() == ErrorCode::kBadInput);
+      CHECK(sg.message() == sc.message());
+      CHECK(sg.message() == op.bad[i].message);
+      CHECK(ga == gb);
+    }
+    INFO(op.op << " (valid call)");
+    Bytes before, after;
+    const Status st = op.run(g, -1, &before, &after);
+    INFO(st.message());
+    REQUIRE(st.is_ok());
+    if (op.op != "all_reduce") CHECK(after != before);  // no communicator attached: a no-op
+  }
+
+  // CUDA-only rules: the permutation workspace (the CPU backend needs none).
+  const testref::Mk m{g};
+  const int64_t T = 4, k = 2, E = 4, tile = 4;
+  const size_t need = g.moe_permute_workspace_bytes(T, k, E);
+  REQUIRE(need > 0);
+  Tensor ids = m.ints(T, k, {0, 3, 1, 3, 3, 2, 0, 1});
+  Tensor off = m.t(DType::kI32, 1, E + 1), p2t = m.t(DType::kI32, 1, T * k + E * (tile - 1)), e2p = m.t(DType::kI32, 1, T * k);
+  Status st = g.moe_permute(ids, E, tile, off, p2t, e2p, Tensor());
+  CHECK(st.code() == ErrorCode::kBadInput);
+  CHECK(st.message() == "moe_permute: workspace must hold at least moe_permute_workspace_bytes(T, k, E) = " +
+                            std::to_string(need) + " bytes (got 0)");
+  Tensor ws = m.view(DType::kU8, 1, static_cast<int64_t>(need) + 256, 16, static_cast<int64_t>(need));
+  st = g.moe_permute(ids, E, tile, off, p2t, e2p, ws);
+  CHECK(st.code() == ErrorCode::kBadInput);
+  CHECK(st.message() == "moe_permute: workspace must be 256-byte aligned on the CUDA backend (CUB temporary storage)");
   REQUIRE(g.synchronize().is_ok());
 }
