@@ -1,5 +1,6 @@
-// moeprof run: executes the DeepSeek-V2-family model in baseline and/or reuse mode, records one
-// trace per mode, analyses them and writes DIR/report.json (+ .md, .html).
+// moeprof run: executes the DeepSeek-V2-family model in one or more memory modes (baseline, reuse,
+// fixes), records one trace per mode, analyses them, predicts the reuse and fixes runs from the
+// baseline trace with the shipped what-if rules, and writes DIR/report.json (+ .md, .html).
 #include <unistd.h>
 
 #include <chrono>
@@ -9,9 +10,12 @@
 #include <fmt/format.h>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "cli/builtin_rules.h"
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/trace_io.h"
 #include "core/version.h"
@@ -21,6 +25,8 @@
 #include "executor/tp_run.h"
 #include "model/config.h"
 #include "planner/analysis.h"
+#include "planner/whatif.h"
+#include "reports/whatif_report.h"
 #include "reports/format.h"
 #include "reports/json_report.h"
 #include "reports/html_report.h"
@@ -35,6 +41,7 @@ namespace {
 
 struct RunArgs {
   std::string model;
+  bool model_given = false;
   std::string backend = "auto";
   std::string mode = "both";
   int64_t tokens = 0;
@@ -67,28 +74,54 @@ std::string cupti_disagreement(const planner::RunAnalysis& c, const CategoryCoun
 
 std::string mb(uint64_t b) { return reports::format_bytes(b); }
 
+std::string seconds(double s) { return fmt::format("{:.2f} s", s); }
+
+// The what-if rules that predict a mode from the baseline trace ("" = none).
+std::string rules_for_mode(const std::string& mode) {
+  const std::string stem = mode == "reuse" ? "sglang-pr-25379" : mode == "fixes" ? "beyond-seed" : "";
+  for (const auto& [name, text] : builtin_rules())
+    if (name == stem) return text;
+  return "";
+}
+
+// Files a run writes into --out: removed before it starts, so a failed run never leaves a previous
+// run's report behind for the gate to read.
+void remove_stale_outputs(const std::string& dir, bool quiet) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  size_t removed = 0;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    const bool ours = n == "report.json" || n == "report.md" || n == "report.html" ||
+                      (n.size() > 7 && n.compare(n.size() - 7, 7, ".mtrace") == 0 &&
+                       (n.rfind("baseline.", 0) == 0 || n.rfind("reuse.", 0) == 0 || n.rfind("fixes.", 0) == 0));
+    if (ours && fs::remove(e.path(), ec)) ++removed;
+  }
+  if (removed && !quiet) note("run", "removed {} output(s) of an earlier run from {}", removed, dir);
+}
+
 int run_command(const RunArgs& a) {
   // Backend choice. "auto": the CUDA backend when a usable GPU is present, else the CPU reference.
   std::unique_ptr<Backend> backend;
   std::string backend_note;
   const bool multi_gpu = a.gpus > 1;
-  if (multi_gpu && a.backend == "cpu") {
-    std::fprintf(stderr, "moeprof run: --gpus %d needs the CUDA backend (got --backend cpu)\n", a.gpus);
-    return kExitBadInput;
-  }
+  if (multi_gpu && (a.backend == "cpu" || a.backend == "meta"))
+    return fail("run", Status::bad_input(fmt::format("--gpus {} needs the CUDA backend (got --backend {})", a.gpus, a.backend)));
+  if (a.model_given && a.model.empty()) return fail("run", Status::bad_input("--model is empty (give a built-in name or a config.json path)"));
   if (a.backend == "cuda" || a.backend == "auto") {
     auto cb = make_cuda_backend(0);
     if (cb.is_ok()) {
       backend = std::move(cb).value();
     } else if (a.backend == "cuda" || multi_gpu) {
-      std::fprintf(stderr, "moeprof run: %s\n", cb.status().message().c_str());
-      return kExitRunFailure;
+      return fail("run", cb.status());
     } else {
       backend_note = cb.status().message();
     }
   }
-  if (!backend) backend = make_cpu_backend();
+  if (!backend) backend = a.backend == "meta" ? make_meta_backend() : make_cpu_backend();
   const bool on_gpu = backend->name() == "cuda";
+  const bool computes = backend->name() != "meta";
 
   // Defaults: the seed case on a GPU, the tiny model on the CPU.
   RunPlan plan;
@@ -99,20 +132,42 @@ int run_command(const RunArgs& a) {
   plan.seed = a.seed;
   plan.out_dir = a.out;
   if (a.mode == "both") plan.modes = {MemoryMode::kBaseline, MemoryMode::kReuse};
+  else if (a.mode == "all") plan.modes = {MemoryMode::kBaseline, MemoryMode::kReuse, MemoryMode::kFixes};
   else if (a.mode == "baseline") plan.modes = {MemoryMode::kBaseline};
+  else if (a.mode == "fixes") plan.modes = {MemoryMode::kFixes};
   else plan.modes = {MemoryMode::kReuse};
   plan.weights = a.weights == "shared" ? WeightsMode::kShared
                                        : (a.weights == "per-layer" ? WeightsMode::kPerLayer : WeightsMode::kAuto);
   plan.progress = !a.quiet && ::isatty(STDERR_FILENO);
   plan.log = a.quiet ? nullptr : stderr;
 
+  // The header, before any work: what runs where.
+  {
+    auto cfg = resolve_model_config(plan.model);
+    if (!cfg) return fail("run", cfg.status());
+    const std::string header = fmt::format(
+        "moeprof run: {}, {} tokens, TP={}{}, {} layers, modes {}, backend {} ({})\n", cfg->name, plan.tokens, plan.tp,
+        multi_gpu ? fmt::format(" (one rank per GPU on {} GPUs, NCCL all-reduce)", a.gpus)
+                  : (plan.tp > 1 ? " (TP emulated on one device)" : ""),
+        plan.layers > 0 ? std::min<int64_t>(plan.layers, cfg->num_hidden_layers) : cfg->num_hidden_layers, a.mode,
+        backend->name(), backend->device_name());
+    if (a.json) {
+      if (!a.quiet) std::fputs(header.c_str(), stderr);
+    } else if (Status st = write_stdout(header); !st) {
+      return fail("run", st);
+    }
+    if (!backend_note.empty() && !a.quiet) note("run", "no GPU backend: {}", backend_note);
+    if (!computes && !a.quiet) note("run", "meta backend: allocations only, outputs are not computed");
+  }
+  remove_stale_outputs(a.out, a.quiet);
+
 #ifdef MOEPROF_HAVE_CUDA
   // On the GPU, the run also traces itself with the CUPTI recorder (DIR/<mode>.cupti.mtrace).
   auto tracer = std::make_shared<std::unique_ptr<profiler::CuptiTracer>>();
   std::vector<std::string> cupti_paths;
   if (on_gpu && a.cupti && multi_gpu && !a.quiet)
-    std::fprintf(stderr, "moeprof: --gpus %d: the in-process CUPTI trace is skipped for multi-GPU runs "
-                         "(the executor's own traces are written per rank and merged)\n", a.gpus);
+    note("run", "--gpus {}: the in-process CUPTI trace is skipped for multi-GPU runs (the executor's own traces are written "
+                "per rank and merged)", a.gpus);
   if (on_gpu && a.cupti && !multi_gpu) {
     plan.before_mode = [&, tracer](const std::string& mode, const RunMeta& meta) -> Status {
       RunMeta m = meta;
@@ -134,46 +189,54 @@ int run_command(const RunArgs& a) {
   }
 #endif
   // Multi-GPU: execute_tp_run_plan makes its own backend per GPU; the probe on GPU 0 goes first.
-  const std::string backend_name = backend->name();
-  const std::string device_name = backend->device_name();
   if (multi_gpu) backend.reset();
+  const auto t_start = std::chrono::steady_clock::now();
   auto res = multi_gpu ? execute_tp_run_plan(plan, a.gpus) : execute_run_plan(*backend, plan);
-  if (!res.is_ok()) {
-    std::fprintf(stderr, "moeprof run: %s\n", res.status().message().c_str());
-    return res.status().exit_code();
-  }
+  if (!res.is_ok()) return fail("run", res.status());
   const RunPlanResult& r = res.value();
 
   // Analyse the traces as written (read back from disk), check them against the executor's own
-  // accounting, and write the report.
+  // accounting, predict the modes from the baseline, and write the report.
+  if (plan.progress) std::fprintf(stderr, "\r\033[K[report] analysing %zu trace(s)", r.modes.size());
   std::vector<planner::RunAnalysis> analyses;
   for (const auto& m : r.modes) {
     auto tr = read_trace(m.trace_path);
-    if (!tr.is_ok()) {
-      std::fprintf(stderr, "moeprof run: %s\n", tr.status().message().c_str());
-      return kExitRunFailure;
-    }
-    analyses.push_back(planner::analyze(tr.value()));
+    if (!tr.is_ok()) return fail("run", Status::run_failure(tr.status().message()));
+    planner::AnalyzeOptions ao;
+    ao.keep_event_index = m.mode == "baseline";
+    ao.keep_lifetimes = ao.keep_event_index;
+    analyses.push_back(planner::analyze(tr.value(), ao));
     const auto& an = analyses.back();
-    if (an.peak_total_bytes != m.accounting.peak_total || an.peak_activation_bytes != m.accounting.peak_activation) {
-      std::fprintf(stderr,
-                   "moeprof run: %s trace disagrees with the executor's accounting (peak total %llu vs %llu, "
-                   "activation %llu vs %llu)\n",
-                   m.mode.c_str(), static_cast<unsigned long long>(an.peak_total_bytes),
-                   static_cast<unsigned long long>(m.accounting.peak_total),
-                   static_cast<unsigned long long>(an.peak_activation_bytes),
-                   static_cast<unsigned long long>(m.accounting.peak_activation));
-      return kExitRunFailure;
+    if (an.peak_total_bytes != m.accounting.peak_total || an.peak_activation_bytes != m.accounting.peak_activation)
+      return fail("run", Status::run_failure(fmt::format(
+                             "{} trace disagrees with the executor's accounting (peak total {} vs {}, activation {} vs {})", m.mode,
+                             an.peak_total_bytes, m.accounting.peak_total, an.peak_activation_bytes, m.accounting.peak_activation)));
+  }
+  // Predictions: each non-baseline mode from the baseline trace and its rules; the ranked fixes of
+  // the baseline beyond the seed's change go into the report.
+  std::vector<std::optional<uint64_t>> predicted(r.modes.size());
+  std::optional<planner::WhatIfResult> baseline_fixes;
+  if (!r.modes.empty() && r.modes.front().mode == "baseline") {
+    for (size_t i = 1; i < r.modes.size(); ++i) {
+      auto rules = planner::parse_rules(rules_for_mode(r.modes[i].mode), r.modes[i].mode + ".rules");
+      if (!rules || rules->empty()) continue;
+      auto w = planner::what_if(analyses[0], *rules, planner::WhatIfOptions{0, 0, 0});
+      if (w) predicted[i] = w->predicted_peak_activation_bytes;
+    }
+    auto seed = planner::parse_rules(rules_for_mode("reuse"), "sglang-pr-25379.rules");
+    if (seed) {
+      planner::WhatIfOptions wo;
+      wo.fixes = 5;
+      wo.timeline_points = 500;
+      auto w = planner::what_if(analyses[0], *seed, wo);
+      if (w) baseline_fixes = std::move(w).value();
     }
   }
 #ifdef MOEPROF_HAVE_CUDA
   bool cupti_agrees = true;
   for (size_t i = 0; i < cupti_paths.size() && i < r.modes.size(); ++i) {
     auto tr = read_trace(cupti_paths[i]);
-    if (!tr.is_ok()) {
-      std::fprintf(stderr, "moeprof run: %s\n", tr.status().message().c_str());
-      return kExitRunFailure;
-    }
+    if (!tr.is_ok()) return fail("run", Status::run_failure(tr.status().message()));
     // Allocations with no API call of the program behind them (correlation id 0, no tag): the
     // driver's own, e.g. modules' static __device__ memory loaded lazily at a kernel's first
     // launch. They are reported, and left out of the comparison with the executor's accounting.
@@ -188,107 +251,116 @@ int run_command(const RunArgs& a) {
       }
       return driver;
     });
-    if (driver_allocs > 0)
-      std::fprintf(stderr, "moeprof run: %s: CUPTI also saw %llu driver-internal allocations (%llu B, no API call behind them, e.g. module static memory)\n",
-                   r.modes[i].mode.c_str(), static_cast<unsigned long long>(driver_allocs),
-                   static_cast<unsigned long long>(driver_bytes));
+    if (driver_allocs > 0 && !a.quiet)
+      note("run", "{}: CUPTI also saw {} driver-internal allocations ({}, no API call behind them, e.g. module static memory)",
+           r.modes[i].mode, driver_allocs, reports::format_exact_bytes(driver_bytes));
     planner::RunAnalysis c = planner::analyze(t);
     std::string diff = c.devices.empty() ? std::string(" no allocations recorded") : cupti_disagreement(c, r.modes[i].accounting);
     if (!diff.empty()) {
       cupti_agrees = false;
-      std::fprintf(stderr, "moeprof run: %s: CUPTI trace disagrees with the executor's accounting:%s\n",
-                   r.modes[i].mode.c_str(), diff.c_str());
+      note("run", "{}: CUPTI trace disagrees with the executor's accounting:{}", r.modes[i].mode, diff);
     }
   }
 #endif
   const std::string report_path = (std::filesystem::path(a.out) / "report.json").string();
   {
-    Status st = reports::write_json_report(report_path, analyses);
-    if (!st.is_ok()) {
-      std::fprintf(stderr, "moeprof run: %s\n", st.message().c_str());
-      return kExitRunFailure;
+    reports::ReportOptions ro;
+    if (analyses.size() > 2) ro.compare_baseline = analyses.front().meta.name;
+    auto doc = reports::make_report(analyses, ro);
+    if (!doc) return fail("run", doc.status());
+    if (baseline_fixes) (*doc)["runs"][0]["what_if"] = reports::what_if_json(*baseline_fixes, analyses[0]);
+    for (size_t i = 1; i < r.modes.size(); ++i)
+      if (predicted[i]) {
+        auto& run = (*doc)["runs"][i];
+        run["predicted_from_baseline"] = {{"rules", r.modes[i].mode == "reuse" ? "examples/what-if/sglang-pr-25379.rules"
+                                                                                 : "examples/what-if/beyond-seed.rules"},
+                                          {"predicted_peak_activation_bytes", *predicted[i]}};
+      }
+    if (plan.progress) std::fprintf(stderr, "\r\033[K[report] writing %s (+ report.md, report.html)", report_path.c_str());
+    for (const auto& [name, text] : {std::pair<std::string, std::string>{"report.json", doc->dump(2) + "\n"},
+                                     {"report.md", reports::report_markdown(*doc)},
+                                     {"report.html", reports::report_html(*doc)}}) {
+      Status st = reports::write_text_file((std::filesystem::path(a.out) / name).string(), text);
+      if (!st) return fail("run", st);
     }
-    auto doc = reports::make_report(analyses);
-    if (doc.is_ok()) {
-      std::ofstream(std::filesystem::path(a.out) / "report.md") << reports::report_markdown(doc.value());
-      std::ofstream(std::filesystem::path(a.out) / "report.html") << reports::report_html(doc.value());
-    }
+    if (plan.progress) std::fprintf(stderr, "\r\033[K");
   }
+  const double total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
 
   // Checks that fail the run, whatever is printed.
-  int verdict = kExitOk;
-  if (r.modes.size() == 2 && !r.outputs_identical) verdict = kExitRunFailure;
+  const bool outputs_differ = computes && r.modes.size() > 1 && !r.outputs_identical;
+  int verdict = outputs_differ ? kExitRunFailure : kExitOk;
 #ifdef MOEPROF_HAVE_CUDA
   if (!cupti_agrees) verdict = kExitRunFailure;
 #endif
+  auto differ_note = [&] {
+    if (outputs_differ) fail("run", Status::run_failure("the modes' outputs differ: a buffer was reused or freed while still needed"));
+  };
   if (a.json) {
     std::ifstream in(report_path);
-    std::printf("%s", std::string(std::istreambuf_iterator<char>(in), {}).c_str());
-    if (r.modes.size() == 2 && !r.outputs_identical)
-      std::fprintf(stderr, "moeprof run: baseline and reuse outputs differ: the reused buffer was not dead\n");
+    if (Status st = write_stdout(std::string(std::istreambuf_iterator<char>(in), {})); !st) return fail("run", st);
+    differ_note();
     return verdict;
   }
-  std::printf("moeprof run: %s, %lld tokens, TP=%d%s, %lld layers, backend %s (%s)\n", r.model.c_str(),
-              static_cast<long long>(r.tokens), r.tp,
-              r.gpus > 1 ? fmt::format(" (one rank per GPU on {} GPUs, NCCL all-reduce)", r.gpus).c_str()
-                         : (r.tp_emulated ? " (TP emulated on one device)" : ""),
-              static_cast<long long>(r.layers), backend_name.c_str(), device_name.c_str());
-  if (!backend_note.empty() && !a.quiet) std::printf("  (no GPU backend: %s)\n", backend_note.c_str());
-  if (!r.weights_note.empty()) std::printf("  weights: %s\n", r.weights_note.c_str());
-  std::printf("\n%-9s %16s %16s %16s %12s %10s\n", "mode", "peak activation", "peak total", "churn", "allocations",
-              "wall");
+  std::string out;
+  if (!r.weights_note.empty()) out += "  weights: " + r.weights_note + "\n";
+  out += fmt::format("\n{:<9} {:>16} {:>22} {:>16} {:>16} {:>12} {:>10} {:>10}\n", "mode", "peak activation",
+                     "predicted (baseline)", "peak total", "churn", "allocations", "forward", "total");
   for (size_t i = 0; i < r.modes.size(); ++i) {
     const auto& m = r.modes[i];
     const auto& an = analyses[i];
-    std::printf("%-9s %16s %16s %16s %12llu %9.2fs\n", m.mode.c_str(), mb(an.peak_activation_bytes).c_str(),
-                mb(an.peak_total_bytes).c_str(), mb(an.churn_bytes).c_str(),
-                static_cast<unsigned long long>(an.allocations), m.forward_seconds);
+    out += fmt::format("{:<9} {:>16} {:>22} {:>16} {:>16} {:>12} {:>10} {:>10}\n", m.mode, mb(an.peak_activation_bytes),
+                       predicted[i] ? (*predicted[i] == an.peak_activation_bytes ? "= " : "") + mb(*predicted[i]) : "",
+                       mb(an.peak_total_bytes), mb(an.churn_bytes), reports::with_commas_u(an.allocations),
+                       seconds(m.forward_seconds), seconds(m.total_seconds));
   }
-  if (r.modes.size() == 2) {
+  for (size_t i = 1; i < r.modes.size() && r.modes.front().mode == "baseline"; ++i) {
     const auto& b = analyses[0];
-    const auto& c = analyses[1];
+    const auto& c = analyses[i];
     const bool down = c.peak_activation_bytes < b.peak_activation_bytes;
     const uint64_t mag = down ? b.peak_activation_bytes - c.peak_activation_bytes : c.peak_activation_bytes - b.peak_activation_bytes;
-    std::printf("\npeak activation delta (reuse - baseline): %s (%s%s, %s)\n",
-                reports::format_change_bytes(b.peak_activation_bytes, c.peak_activation_bytes).c_str(), down ? "-" : (mag ? "+" : ""),
-                reports::format_exact_bytes(mag).c_str(),
-                reports::format_percent(down ? -static_cast<int64_t>(mag) : static_cast<int64_t>(mag), b.peak_activation_bytes).c_str());
-    std::printf("churn delta: %s\n", reports::format_change_bytes(b.churn_bytes, c.churn_bytes).c_str());
-    std::printf("outputs bitwise identical: %s%s\n", r.outputs_identical ? "yes" : "NO",
-                r.gpus > 1 ? " (every rank)" : "");
+    out += fmt::format("{}peak activation delta ({} - baseline): {} ({}{}, {}); churn {}\n", i == 1 ? "\n" : "", r.modes[i].mode,
+                       reports::format_change_bytes(b.peak_activation_bytes, c.peak_activation_bytes), down ? "-" : (mag ? "+" : ""),
+                       reports::format_exact_bytes(mag),
+                       reports::format_percent(down ? -static_cast<int64_t>(mag) : static_cast<int64_t>(mag), b.peak_activation_bytes),
+                       reports::format_change_bytes(b.churn_bytes, c.churn_bytes));
+    if (predicted[i])
+      out += fmt::format("  predicted from the baseline trace by {}.rules: {} ({})\n",
+                         r.modes[i].mode == "reuse" ? "sglang-pr-25379" : "beyond-seed", reports::format_exact_bytes(*predicted[i]),
+                         *predicted[i] == c.peak_activation_bytes ? "equal to the measured peak"
+                                                                  : "measured " + reports::format_exact_bytes(c.peak_activation_bytes));
   }
+  if (r.modes.size() > 1)
+    out += fmt::format("outputs bitwise identical: {}\n", !computes ? "not computed (meta backend)"
+                                                                    : (r.outputs_identical ? (r.gpus > 1 ? "yes (every rank)" : "yes") : "NO"));
   if (r.gpus > 1) {
     // Per rank (= device of the merged trace); the table above shows the maximum over ranks.
     for (size_t i = 0; i < r.modes.size(); ++i)
       for (const auto& d : analyses[i].devices)
-        std::printf("  %-9s rank %u: peak activation %s (%s), peak total %s\n", r.modes[i].mode.c_str(),
-                    static_cast<unsigned>(d.device), mb(d.peak_activation_bytes).c_str(),
-                    reports::format_exact_bytes(d.peak_activation_bytes).c_str(), mb(d.peak_total_bytes).c_str());
+        out += fmt::format("  {:<9} rank {}: peak activation {} ({}), peak total {}\n", r.modes[i].mode, d.device,
+                           mb(d.peak_activation_bytes), reports::format_exact_bytes(d.peak_activation_bytes), mb(d.peak_total_bytes));
   }
   for (const auto& m : r.modes) {
     std::string line;
     for (int c = 0; c < kNumCategories; ++c)
       if (m.accounting.allocations[c] > 0)
-        line += fmt::format(" {} {}", category_name(static_cast<Category>(c)), reports::format_bytes(m.accounting.peak[c]));
-    std::printf("executor accounting, peak per category (%s):%s\n", m.mode.c_str(), line.c_str());
+        line += fmt::format(" {} {}", category_name(static_cast<Category>(c)), mb(m.accounting.peak[c]));
+    out += fmt::format("executor accounting, peak per category ({}):{}\n", m.mode, line);
   }
   for (const auto& m : r.modes)
-    std::printf("MoE output buffers (%s): %lld reused, %lld fresh, %lld fallback\n", m.mode.c_str(),
-                static_cast<long long>(m.moe.reused), static_cast<long long>(m.moe.fresh),
-                static_cast<long long>(m.moe.fallback));
+    out += fmt::format("MoE output buffers ({}): {} reused, {} fresh, {} fallback\n", m.mode, m.moe.reused, m.moe.fresh, m.moe.fallback);
 #ifdef MOEPROF_HAVE_CUDA
   if (!cupti_paths.empty())
-    std::printf("CUPTI traces agree with the executor's accounting in every category: %s\n",
-                cupti_agrees ? "yes" : "NO");
+    out += fmt::format("CUPTI traces agree with the executor's accounting in every category: {}\n", cupti_agrees ? "yes" : "NO");
 #endif
-  std::printf("\ntraces: ");
-  for (const auto& m : r.modes) std::printf("%s ", m.trace_path.c_str());
-  std::printf("\nreport: %s (+ report.md, report.html)\n", report_path.c_str());
+  out += "\ntraces:";
+  for (const auto& m : r.modes) out += " " + m.trace_path;
+  out += fmt::format("\nreport: {} (+ report.md, report.html); {} in all\n", report_path, seconds(total_seconds));
 #ifdef MOEPROF_HAVE_CUDA
-  for (const auto& p : cupti_paths) std::printf("CUPTI trace: %s\n", p.c_str());
+  for (const auto& p : cupti_paths) out += "CUPTI trace: " + p + "\n";
 #endif
-  if (r.modes.size() == 2 && !r.outputs_identical)
-    std::fprintf(stderr, "moeprof run: baseline and reuse outputs differ: the reused buffer was not dead\n");
+  if (Status st = write_stdout(out); !st) return fail("run", st);
+  differ_note();
   return verdict;
 }
 
@@ -297,12 +369,16 @@ int run_command(const RunArgs& a) {
 void register_run(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "run", "Run the DeepSeek-V2-family executor (baseline and/or reuse mode), trace it, write a report");
+      "run", "Run the DeepSeek-V2-family executor in one or more memory modes, trace it, predict, write a report");
+  cmd->footer("Example: moeprof run --model kimi-k2.5 --tokens 16384 --tp 4 --mode all\n"
+              "Without a GPU: moeprof run (tiny, CPU) or --backend meta (allocations only, any size, seconds).");
   cmd->add_option("--model", args->model,
                   "Built-in model (tiny, deepseek-v2-lite, deepseek-v2, deepseek-v3, kimi-k2.5) or a config.json path "
                   "[default: kimi-k2.5 on a GPU, tiny on the CPU]");
-  cmd->add_option("--backend", args->backend, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  cmd->add_option("--mode", args->mode, "baseline | reuse | both")->check(CLI::IsMember({"baseline", "reuse", "both"}));
+  cmd->add_option("--backend", args->backend, "auto | cpu | cuda | meta (allocations only: no memory, no compute)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda", "meta"}));
+  cmd->add_option("--mode", args->mode, "baseline | reuse | fixes | both (baseline and reuse) | all (the three)")
+      ->check(CLI::IsMember({"baseline", "reuse", "fixes", "both", "all"}));
   cmd->add_option("--tokens", args->tokens, "Prefill tokens [default: 16384 on a GPU, 100 for tiny, 64 otherwise]")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->add_option("--layers", args->layers, "Run only the first N layers")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
@@ -319,7 +395,10 @@ void register_run(CLI::App& app, int* exit_code) {
   cmd->add_flag("--quiet,-q", args->quiet, "No progress or notes on stderr");
   cmd->add_flag("--json", args->json, "Print the JSON report instead of the table");
   cmd->add_flag("!--no-cupti", args->cupti, "On the GPU, do not also trace the run with CUPTI");
-  cmd->callback([args, exit_code]() { *exit_code = run_command(*args); });
+  cmd->callback([args, exit_code, cmd]() {
+    args->model_given = cmd->count("--model") > 0;
+    *exit_code = run_command(*args);
+  });
 }
 
 }  // namespace moeprof::cli

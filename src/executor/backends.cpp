@@ -1,4 +1,5 @@
 #include "executor/backends.h"
+#include "executor/meta_backend.h"
 
 namespace moeprof {
 
@@ -8,5 +9,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(int /*device*/) {
   return Status::run_failure("this moeprof was built without the CUDA backend (MOEPROF_ENABLE_CUDA=OFF)");
 }
 #endif
+
+std::unique_ptr<Backend> make_meta_backend() { return std::make_unique<MetaBackend>(); }
 
 }  // namespace moeprof

@@ -9,6 +9,8 @@
 namespace moeprof {
 
 std::unique_ptr<Backend> make_cpu_backend();
+// Shapes and allocations only, no memory and no compute (executor/meta_backend.h).
+std::unique_ptr<Backend> make_meta_backend();
 
 // True when this binary has the CUDA backend compiled in.
 bool cuda_backend_compiled();

@@ -6,7 +6,14 @@
 
 namespace moeprof {
 
-std::string_view memory_mode_name(MemoryMode m) { return m == MemoryMode::kBaseline ? "baseline" : "reuse"; }
+std::string_view memory_mode_name(MemoryMode m) {
+  switch (m) {
+    case MemoryMode::kBaseline: return "baseline";
+    case MemoryMode::kReuse: return "reuse";
+    case MemoryMode::kFixes: return "fixes";
+  }
+  return "baseline";
+}
 
 // ---------------------------------------------------------------------------------------------
 // Output-buffer scope (per thread).
@@ -48,7 +55,7 @@ Result<ForwardOutput> DeepseekModel::forward() {
   ids.reset();
   Tensor residual;
   for (int64_t l = 0; l < shape_.layers; ++l) {
-    if (opt_.progress) opt_.progress(l, shape_.layers);
+    if (opt_.progress) opt_.progress("forward", l, shape_.layers);
     MOEPROF_RETURN_IF_ERROR(layer_forward(l, hidden, residual, &out.moe).with_context("layer " + std::to_string(l)));
   }
   attn_inputs_ = {};
@@ -118,7 +125,7 @@ Status DeepseekModel::layer_forward(int64_t l, Tensor& hidden, Tensor& residual,
       MOEPROF_ASSIGN_OR_RETURN(mlp_out, moe(l, attn_out, stats));
     }
   } else {
-    MOEPROF_ASSIGN_OR_RETURN(mlp_out, dense_mlp(attn_out, L.mlp_gate_up, L.mlp_down, plan.scope + "/mlp"));
+    MOEPROF_ASSIGN_OR_RETURN(mlp_out, dense_mlp(l, attn_out, L.mlp_gate_up, L.mlp_down, plan.scope + "/mlp"));
   }
   attn_out.reset();
   hidden = std::move(mlp_out);
@@ -185,12 +192,13 @@ Result<Tensor> DeepseekModel::attention(int64_t l) {
   return o;
 }
 
-Result<Tensor> DeepseekModel::dense_mlp(const Tensor& x, const Tensor& gate_up_w, const Tensor& down_w,
+Result<Tensor> DeepseekModel::dense_mlp(int64_t l, Tensor& x, const Tensor& gate_up_w, const Tensor& down_w,
                                         const std::string& scope) {
   const int64_t T = x.rows(), H = cfg_.hidden_size, I = gate_up_w.rows() / 2;
   const Tensor& ws = w_->workspace;
   MOEPROF_ASSIGN_OR_RETURN(Tensor gate_up, act(DType::kBF16, T, 2 * I, "gate_up", scope));
   MOEPROF_RETURN_IF_ERROR(op("gate_up_proj", be_.linear(x, gate_up_w, gate_up, ws), {&x}, {&gate_up}));
+  if (plans_[l].free_mlp_input_after_use) x.reset();  // its last use
   MOEPROF_ASSIGN_OR_RETURN(Tensor a, act(DType::kBF16, T, I, "act", scope));
   MOEPROF_RETURN_IF_ERROR(op("silu_and_mul", be_.silu_and_mul(gate_up, a), {&gate_up}, {&a}));
   gate_up.reset();
@@ -201,7 +209,7 @@ Result<Tensor> DeepseekModel::dense_mlp(const Tensor& x, const Tensor& gate_up_w
   return out;
 }
 
-Result<Tensor> DeepseekModel::moe(int64_t l, const Tensor& moe_in, MoeRunnerStats* stats) {
+Result<Tensor> DeepseekModel::moe(int64_t l, Tensor& moe_in, MoeRunnerStats* stats) {
   const LayerWeights& L = w_->layers[l];
   const std::string scope = plans_[l].scope + "/moe";
   const int64_t T = shape_.tokens, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
@@ -233,11 +241,12 @@ Result<Tensor> DeepseekModel::moe(int64_t l, const Tensor& moe_in, MoeRunnerStat
   rp.routed_scaling_factor = static_cast<float>(cfg_.routed_scaling_factor);
   MOEPROF_RETURN_IF_ERROR(op("router_topk", be_.router_topk(logits, L.gate_bias, rp, topk_ids, topk_w), {&logits},
                              {&topk_ids, &topk_w}));
+  if (plans_[l].free_router_logits_after_topk) logits.reset();
   // Router logits, top-k and the shared output stay referenced until the MoE call returns.
   return routed_experts(l, moe_in, topk_ids, topk_w, shared_out, stats);
 }
 
-Result<Tensor> DeepseekModel::routed_experts(int64_t l, const Tensor& moe_in, const Tensor& topk_ids,
+Result<Tensor> DeepseekModel::routed_experts(int64_t l, Tensor& moe_in, const Tensor& topk_ids,
                                              const Tensor& topk_w, const Tensor& shared_out, MoeRunnerStats* stats) {
   const LayerWeights& L = w_->layers[l];
   const std::string scope = plans_[l].scope + "/moe/experts";
@@ -268,6 +277,7 @@ Result<Tensor> DeepseekModel::routed_experts(int64_t l, const Tensor& moe_in, co
   MOEPROF_ASSIGN_OR_RETURN(Tensor hs_fp4, act(DType::kFP4x2, T, H / 2, "hs_fp4", scope));
   MOEPROF_ASSIGN_OR_RETURN(Tensor hs_sf, act(DType::kE4M3, T, H / 16, "hs_scales", scope));
   MOEPROF_RETURN_IF_ERROR(op("fp4_quantize", be_.fp4_quantize(moe_in, L.a_gs, hs_fp4, hs_sf), {&moe_in}, {&hs_fp4, &hs_sf}));
+  if (plans_[l].free_mlp_input_after_use) moe_in.reset();  // its last use
   MOEPROF_ASSIGN_OR_RETURN(Tensor offsets, act(DType::kI32, 1, E + 1, "expert_offsets", scope));
   MOEPROF_ASSIGN_OR_RETURN(Tensor p2t, act(DType::kI32, 1, P, "permuted_to_token", scope));
   MOEPROF_ASSIGN_OR_RETURN(Tensor e2p, act(DType::kI32, 1, T * k, "expanded_to_permuted", scope));
@@ -285,6 +295,10 @@ Result<Tensor> DeepseekModel::routed_experts(int64_t l, const Tensor& moe_in, co
                              be_.moe_gemm1_fp4(hs_fp4, hs_sf, L.a_gs, L.w13, L.w13_scales, L.w13_gs, offsets, p2t,
                                                L.h_gs, g1, g1_sf),
                              {&hs_fp4, &hs_sf, &offsets, &p2t}, {&g1, &g1_sf}));
+  if (plans_[l].free_quantized_input_after_gemm1) {
+    hs_fp4.reset();
+    hs_sf.reset();
+  }
   MOEPROF_ASSIGN_OR_RETURN(Tensor g2, act(DType::kBF16, P, H, "gemm2_out", scope));
   MOEPROF_RETURN_IF_ERROR(op("moe_gemm2_fp4",
                              be_.moe_gemm2_fp4(g1, g1_sf, L.h_gs, L.w2, L.w2_scales, L.w2_gs, offsets, p2t, g2),
@@ -300,7 +314,8 @@ Result<Tensor> DeepseekModel::run_routed_experts_for_test(int64_t layer, const T
                                                           const Tensor& topk_weights, const Tensor& shared_out,
                                                           MoeRunnerStats* stats) {
   if (layer < 0 || layer >= shape_.layers || !plans_[layer].moe) return Status::bad_input("not a MoE layer");
-  return routed_experts(layer, moe_in, topk_ids, topk_weights, shared_out, stats);
+  Tensor in = moe_in;  // the runner may release its reference (fixes mode)
+  return routed_experts(layer, in, topk_ids, topk_weights, shared_out, stats);
 }
 
 

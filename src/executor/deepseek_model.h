@@ -19,7 +19,9 @@
 
 namespace moeprof {
 
-enum class MemoryMode { kBaseline, kReuse };
+// baseline: SGLang before PR 25379; reuse: after it; fixes: reuse plus the ranked fixes the
+// planner finds beyond it (examples/what-if/beyond-seed.rules; docs/executor.md, "Memory modes").
+enum class MemoryMode { kBaseline, kReuse, kFixes };
 enum class WeightsMode { kAuto, kPerLayer, kShared };
 std::string_view memory_mode_name(MemoryMode m);
 
@@ -48,15 +50,22 @@ struct ModelOptions {
   // vocabulary, as every rank sees the same tokens. With emulated TP the prompt stays inside the
   // rank's vocabulary shard, so the one rank that runs does real work on every token.
   bool real_collectives = false;
-  // Called at the start of each layer (layer index, layer count).
-  std::function<void(int64_t, int64_t)> progress;
+  // Called at the start of each layer's weight generation ("weights") and forward ("forward"):
+  // (phase, layer index, layer count).
+  std::function<void(const char*, int64_t, int64_t)> progress;
 };
 
 // Decisions made once per layer at construction (never on the forward's hot path).
 struct LayerPlan {
   bool moe = false;
   bool provide_output_buffer = false;  // reuse mode, MoE layer whose input is not the residual
-  bool clear_attn_inputs = false;      // reuse mode
+  bool clear_attn_inputs = false;      // reuse and fixes modes
+  // fixes mode: the MLP/MoE input freed after its last use (the routed experts' quantization, the
+  // dense MLP's gate_up projection), the router logits after top-k, the quantized MoE input
+  // (codes and scales) after gemm1.
+  bool free_mlp_input_after_use = false;
+  bool free_router_logits_after_topk = false;
+  bool free_quantized_input_after_gemm1 = false;
   std::string scope;                   // "layer.N"
 };
 
@@ -107,10 +116,11 @@ class DeepseekModel {
   Status init_weights();
   Status layer_forward(int64_t layer, Tensor& hidden, Tensor& residual, MoeRunnerStats* stats);
   Result<Tensor> attention(int64_t layer);
-  Result<Tensor> moe(int64_t layer, const Tensor& moe_in, MoeRunnerStats* stats);
-  Result<Tensor> routed_experts(int64_t layer, const Tensor& moe_in, const Tensor& topk_ids,
+  // moe_in / x are released early when the layer plan says so (fixes mode).
+  Result<Tensor> moe(int64_t layer, Tensor& moe_in, MoeRunnerStats* stats);
+  Result<Tensor> routed_experts(int64_t layer, Tensor& moe_in, const Tensor& topk_ids,
                                 const Tensor& topk_weights, const Tensor& shared_out, MoeRunnerStats* stats);
-  Result<Tensor> dense_mlp(const Tensor& x, const Tensor& gate_up, const Tensor& down, const std::string& scope);
+  Result<Tensor> dense_mlp(int64_t layer, Tensor& x, const Tensor& gate_up, const Tensor& down, const std::string& scope);
   Status op(const std::string& what, Status st, std::initializer_list<const Tensor*> reads,
             std::initializer_list<const Tensor*> writes);
   Result<Tensor> act(DType dt, int64_t rows, int64_t cols, const std::string& name, const std::string& scope,

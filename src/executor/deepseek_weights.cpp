@@ -94,8 +94,13 @@ DeepseekModel::DeepseekModel(Backend& backend, const ModelConfig& cfg, const Ran
     p.moe = cfg_.is_moe_layer(l);
     p.scope = "layer." + std::to_string(l);
     // Layer 0's input is the embedding output, which also becomes the residual: never dead.
-    p.provide_output_buffer = mode_ == MemoryMode::kReuse && p.moe && l > 0;
-    p.clear_attn_inputs = mode_ == MemoryMode::kReuse;
+    const bool reuse = mode_ == MemoryMode::kReuse || mode_ == MemoryMode::kFixes;
+    const bool fixes = mode_ == MemoryMode::kFixes;
+    p.provide_output_buffer = reuse && p.moe && l > 0;
+    p.clear_attn_inputs = reuse;
+    p.free_mlp_input_after_use = fixes;
+    p.free_router_logits_after_topk = fixes && p.moe;
+    p.free_quantized_input_after_gemm1 = fixes && p.moe;
   }
   softmax_scale_ = static_cast<float>(1.0 / std::sqrt(double(cfg_.qk_head_dim())));
   if (cfg_.rope_scaling.type == "yarn" && cfg_.rope_scaling.mscale_all_dim > 0) {
@@ -205,6 +210,7 @@ Status DeepseekModel::init_weights() {
   W.layers.resize(shape_.layers);
   const LayerWeights* shared_experts = nullptr;
   for (int64_t l = 0; l < shape_.layers; ++l) {
+    if (opt_.progress) opt_.progress("weights", l, shape_.layers);
     LayerWeights& L = W.layers[l];
     const std::string sa = "layer." + std::to_string(l) + "/attn/weights";
     MOEPROF_ASSIGN_OR_RETURN(L.input_norm, host_vec(l, DType::kBF16, H, 1.0f, 0.1f, "input_layernorm", sa));

@@ -59,10 +59,11 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
   mo.real_collectives = !opt.tp_emulated && shape.tp_size > 1;
   if (opt.progress) {
     std::string label = mr.mode;
-    mo.progress = [label](int64_t l, int64_t n) {
-      std::fprintf(stderr, "\r[%s] layer %lld of %lld ", label.c_str(), static_cast<long long>(l + 1),
+    mo.progress = [label](const char* phase, int64_t l, int64_t n) {
+      std::fprintf(stderr, "\r\033[K[%s] %s: layer %lld of %lld", label.c_str(), phase, static_cast<long long>(l + 1),
                    static_cast<long long>(n));
-      if (l + 1 == n) std::fprintf(stderr, "\n");
+      if (l + 1 == n && std::strcmp(phase, "forward") == 0) std::fprintf(stderr, "\n");
+      std::fflush(stderr);
     };
   }
   const auto t0 = std::chrono::steady_clock::now();
