@@ -26,6 +26,7 @@ struct PlanArgs {
   size_t top = 10;
   std::string what_if;  // rule file
   size_t fixes = 0;
+  CategoryArgs categories;
 };
 
 void print_plan_text(const nlohmann::ordered_json& r) {
@@ -145,6 +146,7 @@ void register_plan(CLI::App& app, int* exit_code) {
                     ->expected(0, 1)
                     ->default_str("10");
   (void)fixes;
+  add_category_options(cmd, &args->categories);
   cmd->callback([args, exit_code, cmd] {
     if (cmd->count("--fixes") > 0 && args->fixes == 0) args->fixes = 10;
     const bool predict = !args->what_if.empty() || args->fixes > 0;
@@ -160,7 +162,12 @@ void register_plan(CLI::App& app, int* exit_code) {
     planner::AnalyzeOptions aopts;
     aopts.keep_lifetimes = args->arena || predict;
     aopts.keep_event_index = predict;
-    auto run = reports::load_run(args->trace, aopts);
+    auto cats = category_options(args->categories);
+    if (!cats) {
+      *exit_code = fail("plan", cats.status());
+      return;
+    }
+    auto run = reports::load_run(args->trace, aopts, "", *cats);
     if (!run) {
       fail("plan", run.status());
       *exit_code = run.status().exit_code();

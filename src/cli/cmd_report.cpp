@@ -25,6 +25,7 @@ struct ReportArgs {
   std::string json, markdown, html, perfetto, compare_baseline;
   size_t top = 20;
   size_t max_slices = 20000;
+  CategoryArgs categories;
 };
 
 }  // namespace
@@ -41,7 +42,13 @@ void register_report(CLI::App& app, int* exit_code) {
   cmd->add_option("--compare-baseline", args->compare_baseline, "compare every other run against this run");
   cmd->add_option("--top", args->top, "live allocations and scopes listed per run")->check(CLI::PositiveNumber);
   cmd->add_option("--max-slices", args->max_slices, "allocation slices per run in the Perfetto export")->check(CLI::PositiveNumber);
+  add_category_options(cmd, &args->categories);
   cmd->callback([args, exit_code] {
+    auto cats = category_options(args->categories);
+    if (!cats) {
+      *exit_code = fail("report", cats.status());
+      return;
+    }
     if (!args->names.empty() && args->names.size() != args->traces.size()) {
       *exit_code = fail("report", Status::bad_input(fmt::format("--name given {} time(s) for {} trace(s)", args->names.size(), args->traces.size())));
       return;
@@ -50,7 +57,7 @@ void register_report(CLI::App& app, int* exit_code) {
     aopts.keep_lifetimes = !args->perfetto.empty();
     std::vector<reports::LoadedRun> loaded;
     for (size_t i = 0; i < args->traces.size(); ++i) {
-      auto run = reports::load_run(args->traces[i], aopts, args->names.empty() ? "" : args->names[i]);
+      auto run = reports::load_run(args->traces[i], aopts, args->names.empty() ? "" : args->names[i], *cats);
       if (!run) {
         *exit_code = fail("report", run.status());
         return;
