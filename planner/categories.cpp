@@ -74,7 +74,7 @@ Category library_category(const Trace& t, const TraceRecord& r) {
       if (contains(file, "libnccl")) return Category::kCommunication;
       for (std::string_view lib : {"libcublas", "libcudnn", "libcufft", "libcusparse"})
         if (contains(file, lib)) return Category::kWorkspace;
-    } else if (contains(file, "torch/distributed")) {
+    } else if (contains(file, "-packages/torch/distributed")) {
       return Category::kCommunication;
     }
   }
@@ -99,14 +99,38 @@ InferredCategories infer_categories(const Trace& t, const std::vector<CategoryRu
     const TraceRecord &x = t.records[a], &y = t.records[b];
     return x.timestamp_ns != y.timestamp_ns ? x.timestamp_ns < y.timestamp_ns : x.seq < y.seq;
   });
+  // The end of the work: the last use or kernel, else the last allocation. An allocation still
+  // live then outlived the computation (weights, caches, the outputs); teardown frees after it
+  // do not make it transient.
+  uint64_t work_begin = UINT64_MAX, work_end = 0;
+  bool have_work = false;
+  for (const TraceRecord& r : t.records)
+    if (r.kind == EventKind::kUse || r.kind == EventKind::kKernel) {
+      work_begin = std::min(work_begin, r.timestamp_ns);
+      work_end = std::max(work_end, r.timestamp_ns);
+      have_work = true;
+    }
+  if (!have_work)
+    for (const TraceRecord& r : t.records)
+      if (r.kind == EventKind::kAlloc) {
+        work_begin = std::min(work_begin, r.timestamp_ns);
+        work_end = std::max(work_end, r.timestamp_ns);
+      }
+  // Persistent: live at the end of the work and through at least half of it (an output kept from
+  // one iteration while the next runs is live at the end, but only for its last part).
+  auto spans_work = [&](uint64_t alloc_ts) {
+    if (work_end <= work_begin) return true;
+    const uint64_t from = std::max(alloc_ts, work_begin);
+    return from <= work_end && 2 * (work_end - from) >= work_end - work_begin;
+  };
   AddressMap open;  // (device, address) -> alloc record index + 1; 0 after a free
-  std::vector<char> freed(n, 0);
+  std::vector<char> freed(n, 0);  // freed before the end of the work
   for (uint32_t i : order) {
     const TraceRecord& r = t.records[i];
     if (r.kind == EventKind::kAlloc) {
       open.slot(r.device, r.address) = i + 1;
     } else if (uint32_t* s = open.find(r.device, r.address); s && *s) {
-      freed[*s - 1] = 1;
+      if (r.timestamp_ns < work_end) freed[*s - 1] = 1;
       *s = 0;
     }
   }
@@ -134,9 +158,17 @@ InferredCategories infer_categories(const Trace& t, const std::vector<CategoryRu
         }
     }
     if (c == Category::kUnknown && (c = library_category(t, r)) != Category::kUnknown) ++out.by_library;
+    // No API call behind it (CUPTI correlation id 0, no thread): the driver's own memory, e.g. the
+    // static __device__ data of a kernel module loaded lazily at its first launch.
+    if (c == Category::kUnknown && t.meta.backend == "cupti" && r.seq == 0 && r.tid == 0 && r.name_id == StrId::kNone &&
+        r.stack_id == StackId::kNone) {
+      c = Category::kWorkspace;
+      ++out.driver;
+    }
     if (c == Category::kUnknown) {
-      c = freed[i] ? Category::kActivation : Category::kWeights;
-      ++(freed[i] ? out.transient : out.persistent);
+      const bool persistent = !freed[i] && spans_work(r.timestamp_ns);
+      c = persistent ? Category::kWeights : Category::kActivation;
+      ++(persistent ? out.persistent : out.transient);
     }
     out.by_record[i] = c;
   }

@@ -6,9 +6,14 @@
 //      torch/distributed), or in a scope naming nccl;
 //   3. workspace: allocated from a math library (a native frame in libcublas/libcublasLt/libcudnn/
 //      libcufft/libcusparse);
-//   4. weights ("persistent"): still live at the end of the trace (weights, buffers, caches that
-//      live across the forward);
-//   5. activation (transient): everything else, i.e. freed during the trace.
+//   4. workspace: CUDA driver memory with no API call of the program behind it (CUPTI traces:
+//      correlation id 0, no thread), e.g. kernel modules' static data loaded lazily;
+//   5. weights ("persistent"): live through at least the second half of the work and still live at
+//      its end; the work runs from the trace's first to its last use or kernel (without either,
+//      from its first to its last allocation). Weights, buffers and caches that live across the
+//      forward, also when the program's teardown frees them before the trace ends; not an output
+//      kept from one iteration while the next one runs;
+//   6. activation (transient): everything else, i.e. freed while the work went on.
 // Peak activation of a traced program then means what it means for the executor.
 #pragma once
 
@@ -44,7 +49,7 @@ struct InferredCategories {
   std::vector<Category> by_record;  // per record index; meaningful for kAlloc records
   // Allocations given each category, by the reason: rule, library (communication/workspace),
   // persistent, transient.
-  uint64_t by_rule = 0, by_library = 0, persistent = 0, transient = 0;
+  uint64_t by_rule = 0, by_library = 0, driver = 0, persistent = 0, transient = 0;
 };
 
 InferredCategories infer_categories(const Trace& trace, const std::vector<CategoryRule>& rules);

@@ -24,9 +24,9 @@ Result<LoadedRun> load_run(const std::string& path, const planner::AnalyzeOption
   run.analysis = planner::analyze(trace, o);
   if (infer)
     run.analysis.categories_note = fmt::format(
-        "categories inferred (docs/metrics.md): {} persistent (live at the end, counted as weights), {} transient "
-        "(activation), {} from library frames, {} by rule",
-        inferred.persistent, inferred.transient, inferred.by_library, inferred.by_rule);
+        "categories inferred (docs/metrics.md): {} persistent (counted as weights), {} transient (activation), {} from "
+        "library frames, {} driver-internal (workspace), {} by rule",
+        inferred.persistent, inferred.transient, inferred.by_library, inferred.driver, inferred.by_rule);
   run.trace = std::move(trace);
   return run;
 }

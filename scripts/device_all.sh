@@ -102,20 +102,20 @@ print(('PASS' if ok else 'FAIL'), f'baseline {b} reuse {c} (pred {pc}) fixes {f}
         step hf_trace 240 "$B/src/cli/moeprof" trace --torch-async --uses --stacks python --report \
           --report-json "$L/hf_report.json" --out "$L/hf.mtrace" -- python3 tests/profiler/hf_moe_prefill.py 3001
         rc=$?
-        "$B/src/cli/moeprof" plan "$L/hf.mtrace" --json --fixes 5 --top 12 > "$L/hf_plan.json" 2> "$L/hf_plan.err"
+        "$B/src/cli/moeprof" plan "$L/hf.mtrace" --json --fixes 5 --top 40 > "$L/hf_plan.json" 2> "$L/hf_plan.err"
         "$B/src/cli/moeprof" plan "$L/hf.mtrace" --fixes 5 --top 12 > "$L/hf_plan.txt" 2>&1
         res=$(python3 scripts/hf_stack_check.py "$L/hf_trace.log" "$L/hf_report.json" "$L/hf_plan.json" 2>&1)
         [ $rc -ne 0 ] && res="FAIL trace exit $rc"
         row hf_stacks "${res%% *}" "${res#* }"
         # Overhead: the same prefill untraced, traced without stacks, traced with Python stacks.
-        for v in none plain stacks; do
+        for v in none plain stacks none plain stacks; do
           t0=$(date +%s%N)
           case $v in
             none) PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync python3 tests/profiler/hf_moe_prefill.py 3001 > "$L/hf_t_$v.log" 2>&1 ;;
             plain) "$B/src/cli/moeprof" trace --torch-async --out "$L/hf_t.mtrace" -- python3 tests/profiler/hf_moe_prefill.py 3001 > "$L/hf_t_$v.log" 2>&1 ;;
             stacks) "$B/src/cli/moeprof" trace --torch-async --stacks python --out "$L/hf_t.mtrace" -- python3 tests/profiler/hf_moe_prefill.py 3001 > "$L/hf_t_$v.log" 2>&1 ;;
           esac
-          echo "$v $(( ($(date +%s%N) - t0) / 1000000 )) ms" >> "$L/hf_overhead.txt"
+          echo "$v: process $(( ($(date +%s%N) - t0) / 1000000 )) ms, prefill $(grep -o '"prefill_seconds": [0-9.e-]*' "$L/hf_t_$v.log" | cut -d' ' -f2) s;" >> "$L/hf_overhead.txt"
         done
         row hf_overhead INFO "$(tr '\n' ' ' < "$L/hf_overhead.txt")"
       else

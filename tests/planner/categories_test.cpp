@@ -1,8 +1,11 @@
 // Inferred categories of traced programs, category rules, and growing allocation families.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "planner/analysis.h"
 #include "planner/categories.h"
+#include "planner/stacks.h"
 #include "tests/planner/trace_builder.h"
 
 using namespace moeprof;
@@ -36,6 +39,8 @@ Trace traced() {
   b.free(7, 0x50);
   b.free(8, 0x60);
   b.free(9, 0x40);
+  b.use(10, 0x10);  // the last use: the end of the work
+  b.free(11, 0x20);  // teardown: w2 stays persistent
   return b.trace;
 }
 
@@ -63,6 +68,15 @@ TEST_CASE("inferred categories: persistent, library workspaces and communication
   CHECK(a.peak_activation_bytes == 300 + 64 + 100 + 200);  // workspace + communication + activation
   CHECK(a.devices[0].peak_by_category[Category::kWeights] == 1200);
   CHECK(a.peak_total_bytes == 1864);
+  // Without uses or kernels the end of the work is the last allocation (t=6): then the NCCL buffer
+  // and both activations count as freed during the work too, and w2's teardown free as well.
+  Trace plain = traced();
+  plain.records.erase(std::remove_if(plain.records.begin(), plain.records.end(),
+                                     [](const TraceRecord& r) { return r.kind == EventKind::kUse; }),
+                      plain.records.end());
+  InferredCategories p = infer_categories(plain, {});
+  CHECK(p.by_record[1] == Category::kWeights);  // freed at 11 >= 6: persistent
+  CHECK(p.by_record[4] == Category::kActivation);
 }
 
 TEST_CASE("category rules override the inference; errors name the line", "[planner][categories]") {
@@ -112,4 +126,16 @@ TEST_CASE("growth: a transient family that grows every occurrence is flagged", "
   CHECK(a.growth[0].occurrences == 5);
   CHECK(a.growth[0].first_bytes == 1000);
   CHECK(a.growth[0].last_bytes == 5000);
+}
+
+TEST_CASE("user frames: torch's package and the interpreter fold, model code stays", "[planner][stacks]") {
+  CHECK(is_library_frame("Module._call_impl", "/opt/torch/.venv/lib/python3.12/site-packages/torch/nn/modules/module.py", FrameKind::kPython));
+  CHECK_FALSE(is_library_frame("DeepseekV3MLP.forward",
+                               "/opt/torch/.venv/lib/python3.12/site-packages/transformers/models/deepseek_v3/modeling_deepseek_v3.py",
+                               FrameKind::kPython));
+  CHECK(is_library_frame("_find_and_load", "<frozen importlib._bootstrap>", FrameKind::kPython));
+  CHECK_FALSE(is_library_frame("main", "/home/u/torch/serve.py", FrameKind::kPython));  // a directory named torch
+  CHECK(is_library_frame("cublasLtMatmul", "libcublasLt.so.13", FrameKind::kNative));
+  CHECK(is_library_frame("at::native::empty_cuda", "libtorch_cuda.so", FrameKind::kNative));
+  CHECK_FALSE(is_library_frame("my_op", "serve", FrameKind::kNative));
 }
