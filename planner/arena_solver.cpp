@@ -248,7 +248,7 @@ Result<ArenaSolution> solve_arena(const std::vector<Buffer>& buffers, const Aren
         probe_s = budget[ci];
         if (!halfway) budget[ci] *= 2;
       }
-      if (opt.capacity != 0 && c.arena > opt.capacity) cap = std::min(cap, opt.capacity);
+      if (opt.capacity != 0 && c.arena > opt.capacity && c.lower <= opt.capacity) cap = std::min(cap, opt.capacity);
       const Clock::time_point probe_deadline =
           std::min(deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(probe_s)));
       const SearchOutcome out = portfolios[ci]->decide(cap, probe_deadline, &trial);

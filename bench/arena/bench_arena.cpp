@@ -1,14 +1,14 @@
 // bench_arena: the arena solver (planner/arena_solver.h) on
 //   - MiniMalloc's "challenging" instances (a directory of MiniMalloc CSV files);
-//   - generated instances shaped like inference forwards (layers of short-lived activations, a
-//     residual stream that crosses layers, microbatches overlapping two at a time, token counts
-//     varying per microbatch, 256-byte alignment), 10k and 100k buffers by default;
+//   - generated instances shaped like a serving engine's forward steps (generate_forward below),
+//     one stream (forward-*) or two-batch overlap (tbo-*), 10k and 100k buffers by default,
+//     256-byte alignment;
 //   - the activation buffers of .mtrace files given on the command line (the device with the
 //     largest activation peak, 256-byte alignment, as `moeprof plan --arena`).
 // Every plan is checked by validate_plan(); the row says "INVALID" if one fails.
 //
 //   bench_arena [--dir DIR] [--time-limit S] [--gen-time-limit S] [--gen N,N,...] [--seed S]
-//               [--only NAME,...] [TRACE.mtrace ...]
+//               [--only NAME,...] [--dump-generated DIR] [TRACE.mtrace ...]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -30,64 +30,56 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A forward pass per microbatch: `layers` layers of `per_layer` tensors. Tensor k of a layer is
-// read by the next 1..3 tensors and freed after its last reader; the layer's last tensor (the
-// hidden state) lives until the end of the next layer. Two microbatches run interleaved (one op
-// each in turn), so lifetimes of different sizes overlap. Time = event index.
-std::vector<Buffer> generate_forward(size_t target, uint64_t seed) {
+// Forward steps of a serving engine, back to back: each step has its own token count (1k..16k)
+// and runs `layers` layers of `per_layer` tensors. Tensor k of a layer is read by the next 1..3
+// ops and freed after its last reader; the layer's last tensor (the hidden state) lives until the
+// end of the next layer; everything of a step is freed when it ends. With `overlap` (two-batch
+// overlap), the step's tokens are split into two microbatches whose ops alternate, so lifetimes
+// of two similar sizes interleave. Time = event index.
+std::vector<Buffer> generate_forward(size_t target, uint64_t seed, bool overlap) {
   std::mt19937_64 rng(seed);
-  const size_t per_layer = 20, layers = 61;
+  constexpr size_t kPerLayer = 20, kLayers = 61;
   // Bytes per token of each tensor of a layer (bf16 activations of a DeepSeek-like layer, TP=4).
-  const uint64_t width[per_layer] = {14336, 4224, 6144, 8192, 4096, 2048, 14336, 14336, 768, 64,
+  const uint64_t width[kPerLayer] = {14336, 4224, 6144, 8192, 4096, 2048, 14336, 14336, 768, 64,
                                      3584,  16384, 16384, 8192, 14336, 14336, 2048, 14336, 7168, 14336};
-  std::vector<Buffer> out;
   struct Live {
     size_t buffer;
-    uint64_t free_at_op;  // op index of the stream after which it is freed
+    size_t free_after_op;
   };
-  struct Stream {
-    uint64_t tokens = 0;
-    size_t op = 0;  // next op (layer * per_layer + k)
-    std::vector<Live> live;
-  };
+  std::vector<Buffer> out;
   uint64_t now = 0;
-  auto new_stream = [&]() {
-    Stream s;
-    s.tokens = 64 * (16 + rng() % 240);  // 1k..16k tokens
-    return s;
-  };
-  Stream st[2] = {new_stream(), new_stream()};
-  size_t turn = 0;
   while (out.size() < target) {
-    Stream& s = st[turn];
-    turn ^= 1;
-    const size_t layer = s.op / per_layer, k = s.op % per_layer;
-    Buffer b;
-    b.id = out.size();
-    b.size = s.tokens * width[k] + (rng() % 4) * 512;  // a little jitter, then 256-byte alignment
-    b.lower = now++;
-    b.upper = 0;
-    out.push_back(b);
-    const uint64_t life = k == per_layer - 1 ? 2 * per_layer : 1 + rng() % 3;
-    s.live.push_back({out.size() - 1, s.op + life});
-    // Free what this op was the last reader of.
-    for (size_t j = 0; j < s.live.size();) {
-      if (s.live[j].free_at_op <= s.op) {
-        out[s.live[j].buffer].upper = now++;
-        s.live[j] = s.live.back();
-        s.live.pop_back();
-      } else {
-        ++j;
+    const uint64_t tokens = 64 * (16 + rng() % 241);
+    const int streams = overlap ? 2 : 1;
+    uint64_t mb_tokens[2] = {tokens, 0};
+    if (overlap) {
+      mb_tokens[0] = tokens / 128 * 64;
+      mb_tokens[1] = tokens - mb_tokens[0];
+    }
+    std::vector<Live> live[2];
+    for (size_t op = 0; op < kLayers * kPerLayer && out.size() < target; ++op) {
+      for (int m = 0; m < streams && out.size() < target; ++m) {
+        const size_t k = op % kPerLayer;
+        Buffer b;
+        b.id = out.size();
+        b.size = mb_tokens[m] * width[k] + (rng() % 4) * 512;  // a little jitter (workspace padding)
+        b.lower = now++;
+        out.push_back(b);
+        live[m].push_back({out.size() - 1, op + (k == kPerLayer - 1 ? 2 * kPerLayer : 1 + rng() % 3)});
+        for (size_t j = 0; j < live[m].size();) {
+          if (live[m][j].free_after_op <= op) {
+            out[live[m][j].buffer].upper = now++;
+            live[m][j] = live[m].back();
+            live[m].pop_back();
+          } else {
+            ++j;
+          }
+        }
       }
     }
-    ++s.op;
-    if (layer + 1 == layers && k + 1 == per_layer) {  // forward done: release, next microbatch
-      for (const Live& l : s.live) out[l.buffer].upper = now++;
-      s = new_stream();
-    }
+    for (auto& l : live)
+      for (const Live& e : l) out[e.buffer].upper = now++;
   }
-  for (auto* s : {&st[0], &st[1]})
-    for (const Live& l : s->live) out[l.buffer].upper = now++;
   return out;
 }
 
@@ -153,6 +145,7 @@ int main(int argc, char** argv) {
   double limit = 60, gen_limit = 10;
   std::vector<size_t> gen = {10000, 100000};
   std::vector<std::string> traces, only;
+  std::string dump_dir;
   uint64_t seed = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -180,6 +173,7 @@ int main(int argc, char** argv) {
     else if (a == "--gen-time-limit") gen_limit = std::atof(next().c_str());
     else if (a == "--seed") seed = std::strtoull(next().c_str(), nullptr, 10);
     else if (a == "--only") only = list(next());
+    else if (a == "--dump-generated") dump_dir = next();
     else if (a == "--gen") {
       gen.clear();
       for (const auto& v : list(next())) gen.push_back(std::strtoull(v.c_str(), nullptr, 10));
@@ -220,11 +214,35 @@ int main(int argc, char** argv) {
     }
     print_row(solve(name, csv->buffers, 1, limit, seed));
   }
-  for (size_t n : gen) {
-    const std::string name = "forward-" + std::to_string(n / 1000) + "k";
+  for (size_t n : gen)
+    for (bool overlap : {false, true}) {
+    const std::string name = std::string(overlap ? "tbo-" : "forward-") + std::to_string(n / 1000) + "k";
     if (!wanted(name)) continue;
-    print_row(solve(name, generate_forward(n, seed + n), 256, gen_limit, seed));
-  }
+    const std::vector<Buffer> bs = generate_forward(n, seed + n + overlap, overlap);
+    if (!dump_dir.empty()) {  // the instance as a MiniMalloc CSV (without offsets)
+      ArenaCsv csv;
+      csv.columns = {"id", "lower", "upper", "size"};
+      for (const Buffer& b : bs) {
+        csv.buffers.push_back(b);
+        csv.rows.push_back({std::to_string(b.id), std::to_string(b.lower), std::to_string(b.upper), std::to_string(b.size)});
+      }
+      std::string text = arena_csv_with_offsets(csv, std::vector<uint64_t>(bs.size(), 0));
+      // Drop the offset column: cut ",<offset>" at each line end.
+      std::string out;
+      for (size_t pos = 0; pos < text.size();) {
+        const size_t nl = text.find('\n', pos);
+        const std::string line = text.substr(pos, nl - pos);
+        out += line.substr(0, line.rfind(',')) + "\n";
+        pos = nl + 1;
+      }
+      FILE* f = std::fopen((dump_dir + "/" + name + ".csv").c_str(), "w");
+      if (f) {
+        std::fwrite(out.data(), 1, out.size(), f);
+        std::fclose(f);
+      }
+    }
+    print_row(solve(name, bs, 256, gen_limit, seed));
+    }
   for (const auto& path : traces) {
     const std::string name = fs::path(path).filename().string();
     if (!wanted(name)) continue;
