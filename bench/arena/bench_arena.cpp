@@ -1,8 +1,8 @@
 // bench_arena: the arena solver (planner/arena_solver.h) on
 //   - MiniMalloc's "challenging" instances (a directory of MiniMalloc CSV files);
-//   - generated instances shaped like a serving engine's forward steps (generate_forward below),
-//     one stream (forward-*) or two-batch overlap (tbo-*), 10k and 100k buffers by default,
-//     256-byte alignment;
+//   - generated instances: a serving engine's forward steps made of the executor's Kimi-K2.5
+//     layer (generate_forward below), one stream (forward-*) or two-batch overlap (tbo-*), 10k
+//     and 100k buffers by default, 256-byte alignment;
 //   - the activation buffers of .mtrace files given on the command line (the device with the
 //     largest activation peak, 256-byte alignment, as `moeprof plan --arena`).
 // Every plan is checked by validate_plan(); the row says "INVALID" if one fails.
@@ -10,6 +10,7 @@
 //   bench_arena [--dir DIR] [--time-limit S] [--gen-time-limit S] [--gen N,N,...] [--seed S]
 //               [--only NAME,...] [--dump-generated DIR] [TRACE.mtrace ...]
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -30,55 +31,130 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Forward steps of a serving engine, back to back: each step has its own token count (1k..16k)
-// and runs `layers` layers of `per_layer` tensors. Tensor k of a layer is read by the next 1..3
-// ops and freed after its last reader; the layer's last tensor (the hidden state) lives until the
-// end of the next layer; everything of a step is freed when it ends. With `overlap` (two-batch
-// overlap), the step's tokens are split into two microbatches whose ops alternate, so lifetimes
-// of two similar sizes interleave. Time = event index.
-std::vector<Buffer> generate_forward(size_t target, uint64_t seed, bool overlap) {
+// Forward steps of a serving engine, back to back, each with its own token count T (1k..16k).
+// A step runs 61 layers of the executor's DeepSeek-V3/Kimi-K2.5 layer (baseline mode, TP=4
+// rank shapes): the allocations and frees below are the order `moeprof run` records on
+// Kimi-K2.5, with sizes in bytes per token (or per padded MoE row, P = 8T + 384 * 63). Every
+// buffer of a step is freed when it ends, so steps are independent components. With `overlap`
+// (two-batch overlap), a step's tokens are split in two microbatches whose events alternate.
+// Time = event index.
+struct LayerEvent {
+  bool alloc;
+  int tensor;     // index into kTensors
+  int layer_back;  // frees: 0 = this layer's tensor, 1 = the previous layer's
+};
+struct TensorSpec {
+  uint64_t per_token, per_row, fixed;  // bytes = per_token * T + per_row * P + fixed
+};
+enum : int { kPostNorm, kQkvA, kQaNormed, kQ, kKvaNormed, kKv, kK, kAttnOut, kOProj, kGateUp, kAct, kShared, kLogits,
+             kTopkIds, kTopkW, kMoeOut, kHsFp4, kHsScales, kOffsets, kPermToTok, kExpToPerm, kG1, kG1Scales, kG2, kNumTensors };
+constexpr TensorSpec kTensors[kNumTensors] = {
+    {14336, 0, 0}, {4224, 0, 0}, {3072, 0, 0}, {6144, 0, 0},  {1024, 0, 0},  {8192, 0, 0}, {6144, 0, 0},    {4096, 0, 0},
+    {14336, 0, 0}, {2048, 0, 0}, {1024, 0, 0}, {14336, 0, 0}, {1536, 0, 0},  {32, 0, 0},   {32, 0, 0},      {14336, 0, 0},
+    {3584, 0, 0},  {448, 0, 0},  {0, 0, 1540}, {0, 4, 0},     {32, 0, 0},    {0, 256, 0},  {0, 32, 0},      {0, 14336, 0}};
+constexpr LayerEvent kLayer[] = {
+    {true, kPostNorm, 0},   {false, kQkvA, 1},      {false, kPostNorm, 1},  {true, kQkvA, 0},       {true, kQaNormed, 0},
+    {true, kQ, 0},          {false, kQaNormed, 0},  {true, kKvaNormed, 0},  {true, kKv, 0},         {false, kKvaNormed, 0},
+    {true, kK, 0},          {true, kAttnOut, 0},    {false, kQ, 0},         {false, kK, 0},         {false, kKv, 0},
+    {true, kOProj, 0},      {false, kAttnOut, 0},   {true, kGateUp, 0},     {true, kAct, 0},        {false, kGateUp, 0},
+    {true, kShared, 0},     {false, kAct, 0},       {true, kLogits, 0},     {true, kTopkIds, 0},    {true, kTopkW, 0},
+    {true, kMoeOut, 0},     {true, kHsFp4, 0},      {true, kHsScales, 0},   {true, kOffsets, 0},    {true, kPermToTok, 0},
+    {true, kExpToPerm, 0},  {true, kG1, 0},         {true, kG1Scales, 0},   {true, kG2, 0},         {false, kG2, 0},
+    {false, kG1Scales, 0},  {false, kG1, 0},        {false, kExpToPerm, 0}, {false, kPermToTok, 0}, {false, kOffsets, 0},
+    {false, kHsScales, 0},  {false, kHsFp4, 0},     {false, kTopkW, 0},     {false, kTopkIds, 0},   {false, kLogits, 0},
+    {false, kShared, 0},    {false, kOProj, 0},     {false, kMoeOut, 1}};
+
+std::vector<Buffer> generate_forward(size_t target, uint64_t seed, bool overlap);
+
+// Pipelined steps: a new step (its own token count) starts every half forward, so two steps of
+// different sizes are always in flight, one op each in turn: one component for the whole run.
+std::vector<Buffer> generate_pipelined(size_t target, uint64_t seed) {
+  constexpr int kLayers = 61;
+  constexpr int kEvents = static_cast<int>(sizeof(kLayer) / sizeof(kLayer[0]));
   std::mt19937_64 rng(seed);
-  constexpr size_t kPerLayer = 20, kLayers = 61;
-  // Bytes per token of each tensor of a layer (bf16 activations of a DeepSeek-like layer, TP=4).
-  const uint64_t width[kPerLayer] = {14336, 4224, 6144, 8192, 4096, 2048, 14336, 14336, 768, 64,
-                                     3584,  16384, 16384, 8192, 14336, 14336, 2048, 14336, 7168, 14336};
-  struct Live {
-    size_t buffer;
-    size_t free_after_op;
+  std::vector<Buffer> out;
+  uint64_t now = 0;
+  struct Step {
+    uint64_t tokens = 0;
+    int pos = 0;  // next event: layer * kEvents + event
+    std::array<std::array<size_t, kNumTensors>, 2> live{};
+    std::vector<size_t> mine;
   };
+  auto fresh = [&]() {
+    Step s;
+    s.tokens = 64 * (16 + rng() % 241);
+    return s;
+  };
+  Step steps[2] = {fresh(), fresh()};
+  steps[1].pos = -kLayers / 2 * kEvents;  // starts half a forward later
+  for (size_t turn = 0; out.size() < target; ++turn) {
+    Step& s = steps[turn % 2];
+    if (s.pos < 0) {
+      ++s.pos;
+      continue;
+    }
+    const int layer = s.pos / kEvents;
+    const LayerEvent& e = kLayer[s.pos % kEvents];
+    if (e.alloc) {
+      const TensorSpec& t = kTensors[e.tensor];
+      const uint64_t P = 8 * s.tokens + 384 * 63;
+      Buffer b;
+      b.id = out.size();
+      b.size = t.per_token * s.tokens + t.per_row * P + t.fixed;
+      b.lower = now++;
+      b.upper = UINT64_MAX;
+      s.live[static_cast<size_t>(layer % 2)][static_cast<size_t>(e.tensor)] = out.size();
+      s.mine.push_back(out.size());
+      out.push_back(b);
+    } else if (layer >= e.layer_back) {
+      out[s.live[static_cast<size_t>((layer - e.layer_back) % 2)][static_cast<size_t>(e.tensor)]].upper = now++;
+    }
+    if (++s.pos == kLayers * kEvents) {
+      for (size_t i : s.mine)
+        if (out[i].upper == UINT64_MAX) out[i].upper = now++;
+      s = fresh();
+    }
+  }
+  for (Buffer& b : out)
+    if (b.upper == UINT64_MAX) b.upper = now++;
+  return out;
+}
+
+std::vector<Buffer> generate_forward(size_t target, uint64_t seed, bool overlap) {
+  constexpr int kLayers = 61;
+  std::mt19937_64 rng(seed);
   std::vector<Buffer> out;
   uint64_t now = 0;
   while (out.size() < target) {
     const uint64_t tokens = 64 * (16 + rng() % 241);
     const int streams = overlap ? 2 : 1;
-    uint64_t mb_tokens[2] = {tokens, 0};
-    if (overlap) {
-      mb_tokens[0] = tokens / 128 * 64;
-      mb_tokens[1] = tokens - mb_tokens[0];
-    }
-    std::vector<Live> live[2];
-    for (size_t op = 0; op < kLayers * kPerLayer && out.size() < target; ++op) {
-      for (int m = 0; m < streams && out.size() < target; ++m) {
-        const size_t k = op % kPerLayer;
-        Buffer b;
-        b.id = out.size();
-        b.size = mb_tokens[m] * width[k] + (rng() % 4) * 512;  // a little jitter (workspace padding)
-        b.lower = now++;
-        out.push_back(b);
-        live[m].push_back({out.size() - 1, op + (k == kPerLayer - 1 ? 2 * kPerLayer : 1 + rng() % 3)});
-        for (size_t j = 0; j < live[m].size();) {
-          if (live[m][j].free_after_op <= op) {
-            out[live[m][j].buffer].upper = now++;
-            live[m][j] = live[m].back();
-            live[m].pop_back();
-          } else {
-            ++j;
+    const uint64_t mb_tokens[2] = {overlap ? tokens / 128 * 64 : tokens, overlap ? tokens - tokens / 128 * 64 : 0};
+    // live[m][layer % 2][tensor]: buffer index of microbatch m's tensor, this and the previous layer.
+    std::vector<std::array<std::array<size_t, kNumTensors>, 2>> live(static_cast<size_t>(streams));
+    std::vector<size_t> pending;  // buffers still live at the end of the step
+    for (int layer = 0; layer < kLayers; ++layer) {
+      for (const LayerEvent& e : kLayer) {
+        for (int m = 0; m < streams; ++m) {
+          auto& mine = live[static_cast<size_t>(m)];
+          if (e.alloc) {
+            const TensorSpec& t = kTensors[e.tensor];
+            const uint64_t T = mb_tokens[m], P = 8 * T + 384 * 63;
+            Buffer b;
+            b.id = out.size();
+            b.size = t.per_token * T + t.per_row * P + t.fixed;
+            b.lower = now++;
+            b.upper = UINT64_MAX;
+            mine[static_cast<size_t>(layer % 2)][static_cast<size_t>(e.tensor)] = out.size();
+            out.push_back(b);
+          } else if (layer >= e.layer_back) {
+            Buffer& b = out[mine[static_cast<size_t>((layer - e.layer_back) % 2)][static_cast<size_t>(e.tensor)]];
+            b.upper = now++;
           }
         }
       }
     }
-    for (auto& l : live)
-      for (const Live& e : l) out[e.buffer].upper = now++;
+    for (Buffer& b : out)
+      if (b.upper == UINT64_MAX) b.upper = now++;
   }
   return out;
 }
@@ -215,10 +291,12 @@ int main(int argc, char** argv) {
     print_row(solve(name, csv->buffers, 1, limit, seed));
   }
   for (size_t n : gen)
-    for (bool overlap : {false, true}) {
-    const std::string name = std::string(overlap ? "tbo-" : "forward-") + std::to_string(n / 1000) + "k";
+    for (int kind = 0; kind < 3; ++kind) {
+    static const char* kKinds[3] = {"forward-", "tbo-", "pipelined-"};
+    const std::string name = kKinds[kind] + std::to_string(n / 1000) + "k";
     if (!wanted(name)) continue;
-    const std::vector<Buffer> bs = generate_forward(n, seed + n + overlap, overlap);
+    const std::vector<Buffer> bs =
+        kind == 2 ? generate_pipelined(n, seed + n + 2) : generate_forward(n, seed + n + static_cast<uint64_t>(kind), kind == 1);
     if (!dump_dir.empty()) {  // the instance as a MiniMalloc CSV (without offsets)
       ArenaCsv csv;
       csv.columns = {"id", "lower", "upper", "size"};
