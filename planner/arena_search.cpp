@@ -181,7 +181,7 @@ class Searcher {
   R solve(size_t beg, size_t end, uint64_t x) {
     if (out_of_budget()) return R::kAbort;
     const size_t pool_mark = pool_.size();
-    uint64_t m = kInf;
+    uint64_t m = kInf, wait_top = kInf;
     uint32_t span_lo = UINT32_MAX, span_hi = 0;
     for (size_t k = beg; k < end; ++k) {
       const uint32_t i = pool_[k];
@@ -190,6 +190,7 @@ class Searcher {
       const uint64_t kk = key(i);
       if (waits(i, kk, x)) {
         if (free_nbrs_[i] == 0) return fail(pool_mark);  // waits for a neighbour that will never come
+        wait_top = std::min(wait_top, kk + p_.size[i]);
         continue;
       }
       if (kk < m) {
@@ -199,15 +200,10 @@ class Searcher {
       if (kk == m) pool_.push_back(i);
     }
     if (m == kInf || m > cap_) return fail(pool_mark);
-    if (cfg_.dominance) {
-      // A waiting buffer that fits between its key and m could go there: every completion of
-      // this node is matched by one with that buffer lower (same arena), reached elsewhere.
-      for (size_t k = beg; k < end; ++k) {
-        const uint32_t i = pool_[k];
-        const uint64_t kk = key(i);
-        if (waits(i, kk, x) && kk + p_.size[i] <= m) return fail(pool_mark);
-      }
-    }
+    // Dominance: a waiting buffer that fits between its key and m could go there: every
+    // completion of this node is matched by one with that buffer lower (same arena), reached on
+    // another path.
+    if (cfg_.dominance && wait_top <= m) return fail(pool_mark);
     const uint64_t room = cap_ - m;
     for (uint32_t s = span_lo; s < span_hi; ++s)
       if (rem_[s] > room) return fail(pool_mark);  // water level

@@ -221,37 +221,39 @@ Result<ArenaSolution> solve_arena(const std::vector<Buffer>& buffers, const Aren
   // Improvement: the component that sets the arena is searched below its best plan.
   if (limit_s > 0 && !comps.empty()) {
     std::vector<std::unique_ptr<Portfolio>> portfolios(comps.size());
-    std::vector<bool> tried_lower(comps.size(), false);
-    std::vector<uint64_t> step(comps.size(), 0);
-    std::vector<double> budget(comps.size(), 0.0);
+    // Per component: the budgets of the two kinds of probe, the descent step, the time spent.
+    struct Schedule {
+      double low_s = 0, step_s = 0, low_spent = 0, step_spent = 0;
+      uint64_t step = 0;
+      bool tried_low = false;
+    };
+    std::vector<Schedule> sched(comps.size());
+    for (Schedule& sc : sched) {
+      sc.low_s = std::max(0.01, limit_s / 32);
+      sc.step_s = std::max(0.005, limit_s / 512);
+    }
     std::vector<uint64_t> trial(buffers.size(), 0);
     while (Clock::now() < deadline) {
       const size_t ci = best_comp();
       Component& c = comps[ci];
       if (c.arena <= global_lower() || !c.searchable) break;  // optimal, or nothing more to try
       if (!portfolios[ci]) portfolios[ci] = std::make_unique<Portfolio>(c.problem, opt.seed + ci);
-      const double left = seconds_between(Clock::now(), deadline);
-      // The probe: first at the lower bound (a quarter of the time left), then below the best
-      // plan: alternately halfway between the bounds and one granule below the best plan, with
-      // a budget that doubles each time both miss.
-      uint64_t cap;
-      double probe_s;
-      if (!tried_lower[ci]) {
-        tried_lower[ci] = true;
-        cap = c.lower;
-        probe_s = left / 4;
-        budget[ci] = std::max(0.01, left / 64);
-      } else {
-        const bool halfway = (step[ci]++ % 2) == 0;
-        cap = halfway ? c.lower + (c.arena - c.lower) / 2 / c.gran * c.gran : c.arena - c.gran;
-        cap = std::max(cap, c.lower);
-        probe_s = budget[ci];
-        if (!halfway) budget[ci] *= 2;
-      }
+      Schedule& sc = sched[ci];
+      if (sc.step == 0) sc.step = c.gran;
+      // Two kinds of probe. "Low": at the lower bound, where a plan is optimal; first, then
+      // whenever the low probes have had less than half the time of the step probes, with a
+      // budget that doubles each time. "Step": below the best plan by `step`, which doubles
+      // after a success and shrinks after a miss; at one granule, a miss doubles its budget.
+      const bool low = !sc.tried_low || sc.low_spent < sc.step_spent / 2;
+      sc.tried_low = true;
+      uint64_t cap = low ? c.lower : std::max(c.lower, c.arena - std::min(sc.step, c.arena - c.lower));
       if (opt.capacity != 0 && c.arena > opt.capacity && c.lower <= opt.capacity) cap = std::min(cap, opt.capacity);
+      const double probe_s = low ? sc.low_s : sc.step_s;
+      const Clock::time_point start = Clock::now();
       const Clock::time_point probe_deadline =
-          std::min(deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(probe_s)));
+          std::min(deadline, start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(probe_s)));
       const SearchOutcome out = portfolios[ci]->decide(cap, probe_deadline, &trial);
+      (low ? sc.low_spent : sc.step_spent) += seconds_between(start, Clock::now());
       if (out == SearchOutcome::kFound) {
         const uint64_t a = component_arena(c.problem, trial);
         if (a < c.arena) {
@@ -259,8 +261,16 @@ Result<ArenaSolution> solve_arena(const std::vector<Buffer>& buffers, const Aren
           c.algorithm = "search";
           for (uint32_t i : c.problem.orig) sol.offsets[i] = trial[i];
         }
+        if (!low) sc.step *= 2;
       } else if (out == SearchOutcome::kInfeasible) {
         c.lower = std::max(c.lower, round_up(cap + 1, c.gran));
+        sc.step = std::max(c.gran, sc.step / 2 / c.gran * c.gran);
+      } else if (low) {
+        sc.low_s *= 2;
+      } else if (sc.step > c.gran) {
+        sc.step = std::max(c.gran, sc.step / 4 / c.gran * c.gran);
+      } else {
+        sc.step_s *= 2;
       }
     }
     for (const auto& p : portfolios) {
