@@ -69,6 +69,11 @@ struct SearchConfig {
   bool section_inference = true;  // the section-floor test (stronger pruning, costlier nodes)
   bool dominance = true;          // prune nodes where a waiting buffer fits below the next offset
   bool fit = true;                // skyline-fit candidate order (else the problem's index order)
+  bool symmetry = true;           // touching buffers with the same lifetime only in index order
+  // Which section a node branches on, among those that must be covered (else among all): the
+  // one with the fewest candidates, or the leftmost unless one has a single candidate.
+  enum class Pick : uint8_t { kFewest, kForcedThenLeftmost };
+  Pick pick = Pick::kFewest;
 };
 
 struct SearchStats {

@@ -66,6 +66,43 @@ class Searcher {
       if (p.align[i] > 1) gran_ = std::gcd(gran_, p.align[i]);
     }
     gran_ = std::max<uint64_t>(gran_, 1);
+    // The buffers of each section (CSR), when they are not too many.
+    uint64_t spans = 0;
+    for (size_t i = 0; i < n; ++i) spans += p.hi[i] - p.lo[i];
+    if (spans <= (uint64_t{1} << 24)) {
+      sec_off_.assign(p.sections + 1, 0);
+      for (size_t i = 0; i < n; ++i)
+        for (uint32_t s = p.lo[i]; s < p.hi[i]; ++s) ++sec_off_[s + 1];
+      for (uint32_t s = 0; s < p.sections; ++s) sec_off_[s + 1] += sec_off_[s];
+      sec_members_.resize(spans);
+      std::vector<uint64_t> fill(sec_off_.begin(), sec_off_.end() - 1);
+      for (uint32_t i = 0; i < n; ++i)
+        for (uint32_t s = p.lo[i]; s < p.hi[i]; ++s) sec_members_[fill[s]++] = i;
+      support_.assign(p.sections, UINT32_MAX);
+    }
+    // Twins: buffers with the same lifetime (sections), grouped by sorting.
+    std::vector<uint32_t> by_life(n);
+    std::iota(by_life.begin(), by_life.end(), 0u);
+    std::sort(by_life.begin(), by_life.end(), [&](uint32_t a, uint32_t b) {
+      return p.lo[a] != p.lo[b] ? p.lo[a] < p.lo[b] : p.hi[a] != p.hi[b] ? p.hi[a] < p.hi[b] : a < b;
+    });
+    twin_off_.assign(n + 1, 0);
+    std::vector<std::vector<uint32_t>> tw(n);
+    for (size_t k = 0; k < n;) {
+      size_t e = k + 1;
+      while (e < n && p.lo[by_life[e]] == p.lo[by_life[k]] && p.hi[by_life[e]] == p.hi[by_life[k]]) ++e;
+      // Swapping two touching buffers keeps both aligned only if they share an alignment that
+      // divides both sizes.
+      for (size_t a = k; a < e; ++a)
+        for (size_t b = k; b < e; ++b) {
+          const uint32_t x = by_life[a], y = by_life[b];
+          if (x != y && p.align[x] == p.align[y] && p.size[x] % p.align[x] == 0 && p.size[y] % p.align[y] == 0)
+            tw[x].push_back(y);
+        }
+      k = e;
+    }
+    for (size_t i = 0; i < n; ++i) twin_off_[i + 1] = twin_off_[i] + static_cast<uint32_t>(tw[i].size());
+    for (size_t i = 0; i < n; ++i) twins_.insert(twins_.end(), tw[i].begin(), tw[i].end());
   }
 
   SearchOutcome run(std::vector<uint64_t>* offsets, SearchStats* stats) {
@@ -199,6 +236,22 @@ class Searcher {
       }
       if (kk == m) pool_.push_back(i);
     }
+    if (cfg_.symmetry && m != kInf) {
+      // Symmetry: buffers with the same lifetime that touch (one directly on the other) can swap
+      // places, so only plans with the lower index below are searched.
+      size_t w = pool_mark;
+      for (size_t k = pool_mark; k < pool_.size(); ++k) {
+        const uint32_t i = pool_[k];
+        bool ok = true;
+        for (uint32_t t = twin_off_[i]; t < twin_off_[i + 1] && ok; ++t) {
+          const uint32_t a = twins_[t];
+          ok = !(a > i && placed_[a] && offset_[a] + p_.size[a] == m);
+        }
+        if (ok) pool_[w++] = i;
+      }
+      pool_.resize(w);
+      if (w == pool_mark) return fail(pool_mark);
+    }
     if (m == kInf || m > cap_) return fail(pool_mark);
     // Dominance: a waiting buffer that fits between its key and m could go there: every
     // completion of this node is matched by one with that buffer lower (same arena), reached on
@@ -207,7 +260,7 @@ class Searcher {
     const uint64_t room = cap_ - m;
     for (uint32_t s = span_lo; s < span_hi; ++s)
       if (rem_[s] > room) return fail(pool_mark);  // water level
-    if (cfg_.section_inference && !sections_fit(beg, end, x, m)) return fail(pool_mark);
+    if (cfg_.section_inference && !sections_fit(beg, end, x, m, span_lo, span_hi)) return fail(pool_mark);
 
     // The section to branch on, and whether it may be left uncovered at m.
     for (size_t k = pool_mark; k < pool_.size(); ++k)
@@ -220,7 +273,11 @@ class Searcher {
       const bool must = rem_[s] > no_waste;
       if (must && cand_count_[s] == 0) dead = true;
       if (cand_count_[s] == 0) continue;
-      const bool better = best != UINT32_MAX && cand_count_[s] < cand_count_[best];
+      bool better = false;
+      if (best != UINT32_MAX) {
+        better = cfg_.pick == SearchConfig::Pick::kFewest ? cand_count_[s] < cand_count_[best]
+                                                          : cand_count_[s] == 1 && cand_count_[best] > 1;
+      }
       if (best == UINT32_MAX || must > best_must || (must == best_must && better)) {
         best = s;
         best_must = must;
@@ -295,13 +352,42 @@ class Searcher {
   }
 
   // Section floors: the lowest unplaced buffer of each section sits at >= max(its key, m), or
-  // at least one granule above m for one that waits.
-  bool sections_fit(size_t beg, size_t end, uint64_t x, uint64_t m) {
+  // at least one granule above m for one that waits; so a section fails when none of its
+  // unplaced buffers has such an effective key <= C - (its unplaced bytes). Each section keeps a
+  // support (a buffer that passed there last time); only a section whose support no longer
+  // passes scans its buffers.
+  uint64_t effective_key(uint32_t i, uint64_t x, uint64_t m) const {
+    const uint64_t kk = key(i);
+    return kk < m || waits(i, kk, x) ? m + gran_ : kk;
+  }
+
+  bool sections_fit(size_t beg, size_t end, uint64_t x, uint64_t m, uint32_t span_lo, uint32_t span_hi) {
+    if (sec_off_.empty()) return sections_fit_scan(beg, end, x, m);
+    for (uint32_t s = span_lo; s < span_hi; ++s) {
+      if (rem_[s] == 0) continue;
+      const uint64_t limit = cap_ - rem_[s];  // rem_[s] <= cap_ - m: the water level passed
+      const uint32_t sup = support_[s];
+      if (sup != UINT32_MAX && !placed_[sup] && effective_key(sup, x, m) <= limit) continue;
+      bool found = false;
+      for (uint64_t e = sec_off_[s]; e < sec_off_[s + 1]; ++e) {
+        const uint32_t i = sec_members_[e];
+        if (!placed_[i] && effective_key(i, x, m) <= limit) {
+          support_[s] = i;
+          found = true;
+          break;
+        }
+      }
+      if (!found) return false;
+    }
+    return true;
+  }
+
+  // The same test by a scan over the group (when the section lists would be too large).
+  bool sections_fit_scan(size_t beg, size_t end, uint64_t x, uint64_t m) {
     uint32_t span_lo = UINT32_MAX, span_hi = 0;
     for (size_t k = beg; k < end; ++k) {
       const uint32_t i = pool_[k];
-      uint64_t kk = key(i);
-      if (kk < m || waits(i, kk, x)) kk = m + gran_;
+      const uint64_t kk = effective_key(i, x, m);
       for (uint32_t s = p_.lo[i]; s < p_.hi[i]; ++s) sec_min_[s] = std::min(sec_min_[s], kk);
       span_lo = std::min(span_lo, p_.lo[i]);
       span_hi = std::max(span_hi, p_.hi[i]);
@@ -329,6 +415,10 @@ class Searcher {
   std::vector<std::pair<uint32_t, size_t>> log_;                  // placements: buffer, trail mark
   std::vector<uint32_t> pool_;  // stack of groups, candidate lists and cut positions
   std::vector<uint32_t> cuts_;  // scratch of solve_groups()
+  std::vector<uint32_t> twin_off_, twins_;  // buffers with the same lifetime (CSR)
+  std::vector<uint64_t> sec_off_;           // buffers of each section (CSR) ...
+  std::vector<uint32_t> sec_members_;
+  std::vector<uint32_t> support_;           // ... and the one that passed the floor test last
   std::vector<uint64_t> floor_, floor_trail_;  // top of the placed buffers per section; old values
   uint64_t gran_ = 1;           // every offset of a canonical plan is a multiple of this
   uint64_t nodes_ = 0;

@@ -50,18 +50,27 @@ class Portfolio {
       std::stable_sort(perm.begin(), perm.end(), less);
       return perm;
     };
-    // Longest first; largest first (without the skyline-fit order: it solves instances the
-    // others do not); fullest section first, then area; area.
-    fixed_.push_back({permute_problem(base, order([&](uint32_t a, uint32_t b) {
-                        return dur(a) != dur(b) ? dur(a) > dur(b) : base.size[a] > base.size[b];
-                      })), true});
+    // Longest first (skyline fit; and without it, branching left to right); largest first
+    // (without the skyline fit); fullest section first, then area; area.
+    const auto longest = permute_problem(base, order([&](uint32_t a, uint32_t b) {
+      return dur(a) != dur(b) ? dur(a) > dur(b) : base.size[a] > base.size[b];
+    }));
+    fixed_.push_back({longest, {}});
+    SearchConfig left_to_right;
+    left_to_right.fit = false;
+    left_to_right.pick = SearchConfig::Pick::kForcedThenLeftmost;
+    fixed_.push_back({longest, left_to_right});
+    SearchConfig no_fit;
+    no_fit.fit = false;
     fixed_.push_back({permute_problem(base, order([&](uint32_t a, uint32_t b) {
                         return base.size[a] != base.size[b] ? base.size[a] > base.size[b] : dur(a) > dur(b);
-                      })), false});
+                      })),
+                      no_fit});
     fixed_.push_back({permute_problem(base, order([&](uint32_t a, uint32_t b) {
                         return total[a] != total[b] ? total[a] > total[b] : area(a) > area(b);
-                      })), true});
-    fixed_.push_back({permute_problem(base, order([&](uint32_t a, uint32_t b) { return area(a) > area(b); })), true});
+                      })),
+                      {}});
+    fixed_.push_back({permute_problem(base, order([&](uint32_t a, uint32_t b) { return area(a) > area(b); })), {}});
   }
 
   // kFound: *offsets (caller order, only this component's entries written) holds a plan.
@@ -69,14 +78,17 @@ class Portfolio {
     const uint64_t base_limit = std::max<uint64_t>(2 * base_.n(), 1000);
     for (int round = 0;; ++round) {
       for (const auto& f : fixed_) {
-        const SearchOutcome out = run(f.problem, f.fit, capacity, deadline, base_limit << std::min(round, 40), offsets);
+        const SearchOutcome out = run(f.problem, f.cfg, capacity, deadline, base_limit << std::min(round, 40), offsets);
         if (out != SearchOutcome::kAborted || Clock::now() >= deadline) return out;
       }
-      for (int k = 0; k < (4 << std::min(round, 12)); ++k) {
+      // Random orders: 12 x 2^round of them, alternating the two section choices.
+      for (int k = 0; k < (12 << std::min(round, 12)); ++k) {
         std::vector<uint32_t> perm(base_.n());
         std::iota(perm.begin(), perm.end(), 0u);
         std::shuffle(perm.begin(), perm.end(), rng_);
-        const SearchOutcome out = run(permute_problem(base_, perm), true, capacity, deadline, base_limit, offsets);
+        SearchConfig cfg;
+        cfg.pick = k % 2 ? SearchConfig::Pick::kForcedThenLeftmost : SearchConfig::Pick::kFewest;
+        const SearchOutcome out = run(permute_problem(base_, perm), cfg, capacity, deadline, base_limit, offsets);
         if (out != SearchOutcome::kAborted || Clock::now() >= deadline) return out;
       }
     }
@@ -87,16 +99,14 @@ class Portfolio {
  private:
   struct Fixed {
     Problem problem;
-    bool fit;
+    SearchConfig cfg;
   };
 
-  SearchOutcome run(const Problem& p, bool fit, uint64_t capacity, Clock::time_point deadline, uint64_t node_limit,
-                    std::vector<uint64_t>* offsets) {
+  SearchOutcome run(const Problem& p, const SearchConfig& cfg, uint64_t capacity, Clock::time_point deadline,
+                    uint64_t node_limit, std::vector<uint64_t>* offsets) {
     SearchLimits lim;
     lim.deadline = deadline;
     lim.max_nodes = node_limit;
-    SearchConfig cfg;
-    cfg.fit = fit;
     SearchStats st;
     std::vector<uint64_t> off;
     const SearchOutcome out = search_fit(p, capacity, lim, cfg, &off, &st);

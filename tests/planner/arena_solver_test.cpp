@@ -147,13 +147,16 @@ TEST_CASE("solver: an optimum above LOAD is proven by the search", "[planner][ar
 
 TEST_CASE("solver: random small instances match brute force, with and without alignment", "[planner][arena][solver]") {
   std::mt19937_64 rng(2025);
-  for (int iter = 0; iter < 300; ++iter) {
+  for (int iter = 0; iter < 600; ++iter) {
     const size_t n = 1 + rng() % 7;
     std::vector<Buffer> bs;
     const bool aligned = iter % 3 == 0;
+    // Every other instance has narrow lifetimes: many buffers share one (the symmetry rule).
+    const uint64_t span = iter % 2 ? 3 : 9, len = iter % 2 ? 2 : 6;
     for (size_t i = 0; i < n; ++i) {
-      const uint64_t lo = rng() % 9;
-      bs.push_back(buf(1 + rng() % 13, lo, lo + 1 + rng() % 6, aligned ? uint64_t{1} << (rng() % 3) : 1));
+      const uint64_t lo = rng() % span, al = aligned ? uint64_t{1} << (rng() % 3) : 1;
+      const uint64_t size = iter % 4 == 0 ? al * (1 + rng() % 4) : 1 + rng() % 13;
+      bs.push_back(buf(size, lo, lo + 1 + rng() % len, al));
     }
     const uint64_t opt = brute_force(bs);
     ArenaSolveOptions o;
