@@ -64,7 +64,7 @@ constexpr LayerEvent kLayer[] = {
     {false, kHsScales, 0},  {false, kHsFp4, 0},     {false, kTopkW, 0},     {false, kTopkIds, 0},   {false, kLogits, 0},
     {false, kShared, 0},    {false, kOProj, 0},     {false, kMoeOut, 1}};
 
-std::vector<Buffer> generate_forward(size_t target, uint64_t seed, bool overlap);
+std::vector<Buffer> generate_forward(size_t target, uint64_t seed, bool overlap, uint64_t fixed_tokens);
 
 // Pipelined steps: a new step (its own token count) starts every half forward, so two steps of
 // different sizes are always in flight, one op each in turn: one component for the whole run.
@@ -120,13 +120,13 @@ std::vector<Buffer> generate_pipelined(size_t target, uint64_t seed) {
   return out;
 }
 
-std::vector<Buffer> generate_forward(size_t target, uint64_t seed, bool overlap) {
+std::vector<Buffer> generate_forward(size_t target, uint64_t seed, bool overlap, uint64_t fixed_tokens = 0) {
   constexpr int kLayers = 61;
   std::mt19937_64 rng(seed);
   std::vector<Buffer> out;
   uint64_t now = 0;
   while (out.size() < target) {
-    const uint64_t tokens = 64 * (16 + rng() % 241);
+    const uint64_t tokens = fixed_tokens != 0 ? fixed_tokens : 64 * (16 + rng() % 241);
     const int streams = overlap ? 2 : 1;
     const uint64_t mb_tokens[2] = {overlap ? tokens / 128 * 64 : tokens, overlap ? tokens - tokens / 128 * 64 : 0};
     // live[m][layer % 2][tensor]: buffer index of microbatch m's tensor, this and the previous layer.
@@ -290,13 +290,15 @@ int main(int argc, char** argv) {
     }
     print_row(solve(name, csv->buffers, 1, limit, seed));
   }
+  // The seed case's shape: one 16,384-token forward of the executor's Kimi-K2.5 layer.
+  if (!gen.empty() && wanted("kimi16k-model")) print_row(solve("kimi16k-model", generate_forward(1, seed, false, 16384), 256, gen_limit, seed));
   for (size_t n : gen)
     for (int kind = 0; kind < 3; ++kind) {
     static const char* kKinds[3] = {"forward-", "tbo-", "pipelined-"};
     const std::string name = kKinds[kind] + std::to_string(n / 1000) + "k";
     if (!wanted(name)) continue;
     const std::vector<Buffer> bs =
-        kind == 2 ? generate_pipelined(n, seed + n + 2) : generate_forward(n, seed + n + static_cast<uint64_t>(kind), kind == 1);
+        kind == 2 ? generate_pipelined(n, seed + n + 2) : generate_forward(n, seed + n + static_cast<uint64_t>(kind), kind == 1, 0);
     if (!dump_dir.empty()) {  // the instance as a MiniMalloc CSV (without offsets)
       ArenaCsv csv;
       csv.columns = {"id", "lower", "upper", "size"};
