@@ -78,7 +78,7 @@ struct SearchConfig {
 
 struct SearchStats {
   uint64_t nodes = 0;
-  size_t max_depth = 0;
+  size_t max_depth = 0;  // most buffers placed at once (how far the search got)
 };
 
 // Needs p.has_adjacency. On kFound, *offsets holds a plan (problem order) with every buffer

@@ -1,4 +1,5 @@
-// Exact search for an arena plan that fits a capacity (arena_engine.h; docs/planner.md).
+// Exact search for an arena plan that fits a capacity (arena_engine.h; docs/planner.md has the
+// full description and the arguments for each rule).
 //
 // Canonical plans: every buffer sits at offset 0 or on top of a buffer it overlaps in time
 // (pushing every buffer down as far as it goes keeps a plan valid and never grows it). Sorted by
@@ -8,11 +9,10 @@
 //  * x is the water level: the offset of the last placement; later ones are >= x.
 //  * At a node, m is the smallest key >= x among the unplaced buffers that may still go there,
 //    and the candidates are the buffers whose key is m. The node picks one section (an
-//    elementary time interval) and branches on which candidate live in it goes at m, plus, when
-//    the section can afford waste, a last branch that bans all of them at m. The section is one
-//    that must be covered at m (its unplaced bytes leave no room for even one granule of waste
-//    above m) with the fewest candidates, else the one with the fewest candidates. Each set of
-//    buffers placed at m is reached along exactly one path.
+//    elementary time interval), preferring one that must be covered at m (its unplaced bytes
+//    leave no room for even one granule of waste above m), and branches on which candidate live
+//    in it goes at m, plus, when the section can afford waste, a last branch that bans all of
+//    them at m. Each set of buffers placed at m is reached along exactly one path.
 //  * Pruning, valid for every completion of the node:
 //    - water level: every unplaced buffer ends up at >= m, so m + (unplaced bytes live in any
 //      section) <= capacity;
@@ -20,7 +20,9 @@
 //      above m for one that waits), so that key + the section's unplaced bytes <= capacity;
 //    - a buffer whose key fell below x (or that is banned at its key) waits for a neighbour to
 //      be placed under it; with no unplaced neighbour left, the node is dead;
-//    - a section that must be covered at m but has no candidate kills the node.
+//    - dominance: a waiting buffer that fits between its key and m could be moved down;
+//    - a section that must be covered at m but has no candidate kills the node;
+//    - symmetry: touching buffers with the same lifetime only with the lower index below.
 //  * Decomposition: after each placement the unplaced buffers of the group are split into
 //    groups that do not overlap in time; each is solved on its own (one group failing fails the
 //    branch without retrying the others), which removes the thrashing between independent parts.
