@@ -299,25 +299,13 @@ int main(int argc, char** argv) {
     if (!wanted(name)) continue;
     const std::vector<Buffer> bs =
         kind == 2 ? generate_pipelined(n, seed + n + 2) : generate_forward(n, seed + n + static_cast<uint64_t>(kind), kind == 1, 0);
-    if (!dump_dir.empty()) {  // the instance as a MiniMalloc CSV (without offsets)
-      ArenaCsv csv;
-      csv.columns = {"id", "lower", "upper", "size"};
-      for (const Buffer& b : bs) {
-        csv.buffers.push_back(b);
-        csv.rows.push_back({std::to_string(b.id), std::to_string(b.lower), std::to_string(b.upper), std::to_string(b.size)});
-      }
-      std::string text = arena_csv_with_offsets(csv, std::vector<uint64_t>(bs.size(), 0));
-      // Drop the offset column: cut ",<offset>" at each line end.
-      std::string out;
-      for (size_t pos = 0; pos < text.size();) {
-        const size_t nl = text.find('\n', pos);
-        const std::string line = text.substr(pos, nl - pos);
-        out += line.substr(0, line.rfind(',')) + "\n";
-        pos = nl + 1;
-      }
-      FILE* f = std::fopen((dump_dir + "/" + name + ".csv").c_str(), "w");
-      if (f) {
-        std::fwrite(out.data(), 1, out.size(), f);
+    if (!dump_dir.empty()) {  // the instance as a MiniMalloc CSV, for other solvers
+      std::string text = "id,lower,upper,size\n";
+      for (const Buffer& b : bs)
+        text += std::to_string(b.id) + "," + std::to_string(b.lower) + "," + std::to_string(b.upper) + "," +
+                std::to_string(b.size) + "\n";
+      if (FILE* f = std::fopen((dump_dir + "/" + name + ".csv").c_str(), "w")) {
+        std::fwrite(text.data(), 1, text.size(), f);
         std::fclose(f);
       }
     }

@@ -146,3 +146,19 @@ TEST_CASE("cli arena: bad input exits 2 with a one-line error naming the line", 
   CHECK(help.rc == 0);
   for (const char* opt : {"--json", "--write-offsets", "--time-limit", "--capacity"}) CHECK(help.out.find(opt) != std::string::npos);
 }
+
+TEST_CASE("cli arena: plan --arena reports the solver's fields", "[cli][arena]") {
+  const std::string path = std::string(MOEPROF_SOURCE_DIR) + "/examples/traces/tiny-baseline.mtrace";
+  for (const char* limit : {"0", "2"}) {
+    auto r = run_cli("plan '" + path + "' --arena --json --arena-time-limit " + limit);
+    REQUIRE(r.rc == 0);
+    json a = json::parse(r.out)["arena"];
+    CHECK(a["lower_bound_bytes"].get<uint64_t>() >= a["load_bytes"].get<uint64_t>());
+    CHECK(a["arena_bytes"].get<uint64_t>() >= a["lower_bound_bytes"].get<uint64_t>());
+    CHECK(a["proven_optimal"].get<bool>() == (a["arena_bytes"] == a["lower_bound_bytes"]));
+    CHECK(a["algorithm"].is_string());
+    CHECK(a["seconds"].get<double>() >= 0.0);
+    CHECK(a["valid"] == true);
+  }
+  CHECK(run_cli("plan '" + path + "' --arena --arena-time-limit -1").rc == 2);
+}
