@@ -263,6 +263,30 @@ TEST_CASE("solver: components, empty and degenerate input, errors", "[planner][a
   CHECK(huge.status().message() == "the buffer sizes sum to more than 2^63 bytes");
 }
 
+TEST_CASE("solver: a component with too many overlapping pairs is planned by the sweep", "[planner][arena][solver]") {
+  // 4,500 buffers that all overlap at t = 4499 (10.1 M pairs, above the 8.4 M that get an
+  // overlap graph), then a second component of short random buffers.
+  std::mt19937_64 rng(8);
+  std::vector<Buffer> bs;
+  uint64_t sum = 0;
+  for (uint64_t i = 0; i < 4500; ++i) {
+    bs.push_back(buf(1 + rng() % 1000, i, i + 4500 + rng() % 100));
+    sum += bs.back().size;
+  }
+  for (int i = 0; i < 300; ++i) {
+    const uint64_t lo = 20000 + rng() % 500;
+    bs.push_back(buf(1 + rng() % 1000, lo, lo + 1 + rng() % 30));
+  }
+  ArenaSolveOptions o;
+  o.time_limit_s = 1;
+  const ArenaSolution s = solve_checked(bs, o);
+  CHECK(s.components == 2);
+  CHECK(s.load_bytes == sum);
+  CHECK(s.arena_bytes == sum);
+  CHECK(s.proven_optimal);
+  CHECK(s.algorithm == "greedy:lower_asc_sweep");
+}
+
 TEST_CASE("engine: the sweep equals best-fit in lower order; every greedy plan is valid", "[planner][arena][solver]") {
   std::mt19937_64 rng(3);
   for (int iter = 0; iter < 100; ++iter) {
