@@ -108,6 +108,7 @@ void Replayer::finish(RunAnalysis* run, uint32_t num_events) {
     run->devices.push_back(std::move(ds.out));
   }
   run->anomalies = an_;
+  run->limit_error = limit_error_;
 
   groups_.for_each([&](std::pair<uint64_t, uint64_t> k, uint32_t count) {
     run->alloc_groups.push_back(AllocGroup{run->str(static_cast<StrId>(k.first >> 32)),

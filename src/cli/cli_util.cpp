@@ -22,6 +22,19 @@ Status write_stdout(std::string_view text) {
   return Status::ok();
 }
 
+std::vector<std::string> run_warnings(const planner::RunAnalysis& run) {
+  std::vector<std::string> w;
+  const std::string name = run.meta.name.empty() ? std::string("run") : "run " + run.meta.name;
+  if (auto it = run.meta.extra.find("error"); it != run.meta.extra.end() && !it->second.empty())
+    w.push_back(fmt::format("{} failed: {}: the figures cover only what ran before the failure", name, it->second));
+  if (run.truncated)
+    w.push_back(fmt::format("{}: trace truncated: {}: the figures are lower bounds", name, run.truncation_note));
+  if (run.dropped_records)
+    w.push_back(fmt::format("{}: the recorder dropped {} records: the figures are lower bounds", name, run.dropped_records));
+  if (run.allocations == 0) w.push_back(fmt::format("{}: no allocations recorded", name));
+  return w;
+}
+
 void add_category_options(CLI::App* cmd, CategoryArgs* a) {
   cmd->add_option("--categories", a->mode,
                   "auto: infer the categories of traced and imported programs (persistent, workspace, communication, "

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -27,6 +28,11 @@ void note(std::string_view cmd, fmt::format_string<Args...> f, Args&&... args) {
 // Writes text to stdout and flushes; a failed write (a closed pipe, a full disk, /dev/full) is a
 // kRunFailure, so results are never lost with exit 0.
 Status write_stdout(std::string_view text);
+
+// What a reader must see before any figure of a run, one line each, most serious first: the run
+// failed (its trace carries extra.error), the trace is truncated (the figures are lower bounds),
+// the recorder dropped records, nothing was allocated. Empty for a complete run.
+std::vector<std::string> run_warnings(const planner::RunAnalysis& run);
 
 // --categories auto|infer|keep and --category-rules FILE (planner/categories.h), shared by the
 // commands that read traces.

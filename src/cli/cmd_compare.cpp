@@ -116,6 +116,12 @@ void register_compare(CLI::App& app, int* exit_code) {
       }
       prediction = reports::prediction_json(*w, b->analysis, args->predicted_by);
     }
+    // A truncated, failed or empty input is said first (text) and in "warnings" (JSON): the
+    // deltas of a lower bound are not a comparison.
+    std::vector<std::string> warnings;
+    for (const auto& [which, run] : {std::pair<const char*, const planner::RunAnalysis*>{"baseline", &a->analysis},
+                                     {"candidate", &b->analysis}})
+      for (auto& w : run_warnings(*run)) warnings.push_back(std::string(which) + " " + w);
     std::vector<planner::RunAnalysis> runs = {std::move(a->analysis), std::move(b->analysis)};
     auto names = reports::unique_run_names(runs);
     planner::Comparison cmp = planner::compare(runs[0], runs[1]);
@@ -125,12 +131,14 @@ void register_compare(CLI::App& app, int* exit_code) {
     ropts.list_limit = args->top;
     auto j = reports::make_comparison_json(cmp, ropts);
     if (prediction) j["predicted"] = *prediction;
+    j["warnings"] = warnings;
     if (args->json) {
       if (Status st = write_stdout(j.dump(2) + "\n"); !st) {
         *exit_code = fail("compare", st);
         return;
       }
     } else {
+      for (const auto& w : warnings) fmt::print("warning: {}\n", w);
       print_compare_text(j);
       if (prediction) std::cout << "\n" << reports::prediction_text(*prediction);
       std::cout.flush();

@@ -45,7 +45,12 @@ void register_export(CLI::App& app, int* exit_code) {
     }
     if (!args->jsonl.empty()) {
       if (args->jsonl == "-") {
-        write_jsonl(run->trace, std::cout);
+        write_jsonl(run->trace, std::cout);  // streamed (a copy could be larger than the trace), then checked
+        if (Status st = write_stdout(""); !st || !std::cout) {
+          std::cout.clear();
+          *exit_code = fail("export", st ? Status::run_failure("writing to standard output failed") : st);
+          return;
+        }
       } else {
         std::ofstream out(args->jsonl, std::ios::binary | std::ios::trunc);
         if (!out) {

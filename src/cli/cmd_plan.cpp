@@ -31,12 +31,17 @@ struct PlanArgs {
   CategoryArgs categories;
 };
 
-void print_plan_text(const nlohmann::ordered_json& r) {
+void print_plan_text(const nlohmann::ordered_json& r, const std::vector<std::string>& warnings) {
   using reports::format_bytes;
   using reports::with_commas;
-  auto bytes = [](const nlohmann::ordered_json& v) {
+  // Warnings first: a truncated or failed run's figures are lower bounds, and a trace with no
+  // allocation has no peak to headline (not "0 B").
+  for (const auto& w : warnings) fmt::print("warning: {}\n", w);
+  const bool nothing = r["allocations"].get<uint64_t>() == 0;
+  auto bytes = [nothing](const nlohmann::ordered_json& v) {
     uint64_t b = v.get<uint64_t>();
-    return fmt::format("{:>15} B  ({})", with_commas(static_cast<int64_t>(b)), format_bytes(b));
+    if (nothing) return fmt::format("{:>15}", "none recorded");
+    return fmt::format("{:>15} B  ({})", reports::with_commas_u(b), format_bytes(b));
   };
   fmt::print("run {}: mode {}, model {}, {} tokens, TP rank {}/{}, backend {}{}\n", r["name"].get<std::string>(),
              r["mode"].get<std::string>(), r["model"].get<std::string>(), r["tokens"].get<int64_t>(),
@@ -85,6 +90,7 @@ void print_plan_text(const nlohmann::ordered_json& r) {
   }
   if (r["dropped_records"].get<uint64_t>()) notes.push_back(fmt::format("{} dropped records", r["dropped_records"].get<uint64_t>()));
   if (r["truncated"].get<bool>()) notes.push_back("trace truncated: " + r["truncation_note"].get<std::string>());
+  if (!reports::json_str(r["extra"], "error").empty()) notes.push_back("run failed: " + reports::json_str(r["extra"], "error"));
   fmt::print("\nanomalies: {}\n", notes.empty() ? "none" : fmt::format("{}", fmt::join(notes, "; ")));
   if (r.contains("arena")) {
     const auto& a = r["arena"];
@@ -210,7 +216,7 @@ void register_plan(CLI::App& app, int* exit_code) {
         return;
       }
     } else {
-      print_plan_text(j);
+      print_plan_text(j, run_warnings(run->analysis));
       if (!text.empty()) std::cout << "\n" << text;
       std::cout.flush();
     }

@@ -98,7 +98,12 @@ void register_report(CLI::App& app, int* exit_code) {
       popts.max_slices = args->max_slices;
       if (!write(args->perfetto, reports::perfetto_json(pruns, popts))) return;
     }
-    if (!any) std::cout << reports::report_markdown(*doc);
+    if (!any) {
+      if (Status st = write_stdout(reports::report_markdown(*doc)); !st) {
+        *exit_code = fail("report", st);
+        return;
+      }
+    }
     *exit_code = kExitOk;
   });
 }
