@@ -22,11 +22,7 @@ Result<LoadedRun> load_run(const std::string& path, const planner::AnalyzeOption
     o.record_categories = &inferred.by_record;
   }
   run.analysis = planner::analyze(trace, o);
-  if (infer)
-    run.analysis.categories_note = fmt::format(
-        "categories inferred (docs/metrics.md): {} persistent (counted as weights), {} transient (activation), {} from "
-        "library frames, {} driver-internal (workspace), {} by rule",
-        inferred.persistent, inferred.transient, inferred.by_library, inferred.driver, inferred.by_rule);
+  if (infer) run.analysis.categories_note = planner::categories_note(inferred);
   run.trace = std::move(trace);
   return run;
 }
