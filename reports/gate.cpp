@@ -228,6 +228,14 @@ std::string gate_junit(const GateResult& r, const GateOptions& opts) {
   return out;
 }
 
-std::string proposed_baseline(const ReportFile& current) { return current.doc.dump(2) + "\n"; }
+std::string proposed_baseline(const ReportFile& current) {
+  // The figures the gate reads, without the per-allocation timelines.
+  nlohmann::ordered_json doc = current.doc;
+  for (auto& r : doc["runs"]) {
+    r.erase("memory_timeline");
+    r.erase("timeline");
+  }
+  return report_text(doc);
+}
 
 }  // namespace moeprof::reports

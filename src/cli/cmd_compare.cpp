@@ -10,6 +10,7 @@
 #include "reports/format.h"
 #include "reports/json_report.h"
 #include "reports/run_loader.h"
+#include "reports/text_report.h"
 #include "reports/whatif_report.h"
 #include "planner/whatif.h"
 
@@ -24,42 +25,6 @@ struct CompareArgs {
   bool json = false;
   size_t top = 20;
 };
-
-void print_compare_text(const nlohmann::ordered_json& c) {
-  using namespace reports;
-  auto row = [](const char* what, uint64_t b, uint64_t c, int64_t d) {
-    fmt::print("  {:<16} {:>16} {:>16} {:>16}  {} ({})\n", what, with_commas(static_cast<int64_t>(b)), with_commas(static_cast<int64_t>(c)),
-               with_commas(d), format_delta_bytes(d), format_percent(d, b));
-  };
-  fmt::print("{} (candidate) vs {} (baseline)\n", c["candidate"].get<std::string>(), c["baseline"].get<std::string>());
-  fmt::print("  {:<16} {:>16} {:>16} {:>16}\n", "bytes", "baseline", "candidate", "delta");
-  row("peak activation", c["baseline_peak_activation_bytes"].get<uint64_t>(), c["candidate_peak_activation_bytes"].get<uint64_t>(),
-      c["peak_activation_delta_bytes"].get<int64_t>());
-  row("peak total", c["baseline_peak_total_bytes"].get<uint64_t>(), c["candidate_peak_total_bytes"].get<uint64_t>(),
-      c["peak_total_delta_bytes"].get<int64_t>());
-  fmt::print("  {:<16} {:>16} {:>16} {:>16}  {}\n", "churn", "", "", with_commas(c["churn_delta_bytes"].get<int64_t>()),
-             format_delta_bytes(c["churn_delta_bytes"].get<int64_t>()));
-  fmt::print("  {:<16} {:>16} {:>16} {:>+16}\n", "allocations", "", "", c["allocations_delta"].get<int64_t>());
-  fmt::print("\nlive at the activation peak, by category (delta):\n");
-  for (const auto& [cat, v] : c["live_at_peak_delta_by_category"].items()) {
-    if (v.get<int64_t>()) fmt::print("  {:<14} {}\n", cat, format_delta_bytes(v.get<int64_t>()));
-  }
-  if (!c["scope_deltas"].empty()) {
-    fmt::print("\nscope high-water deltas:\n");
-    for (const auto& s : c["scope_deltas"]) {
-      std::string name = s["scope"].get<std::string>();
-      fmt::print("  {:>12}  {}\n", format_delta_bytes(s["delta_bytes"].get<int64_t>()), name.empty() ? "(unscoped)" : name);
-    }
-  }
-  for (const char* key : {"only_in_baseline", "only_in_candidate"}) {
-    if (c[key].empty()) continue;
-    fmt::print("\nallocations only in the {} ({}):\n", std::string(key).substr(8), format_bytes(c[std::string(key) + "_bytes"].get<uint64_t>()));
-    for (const auto& g : c[key]) {
-      fmt::print("  {:>5} x {:>12}  {} {}\n", g["count"].get<uint64_t>(), format_bytes(g["bytes"].get<uint64_t>()),
-                 g["scope"].get<std::string>(), g["name"].get<std::string>());
-    }
-  }
-}
 
 }  // namespace
 
@@ -124,9 +89,12 @@ void register_compare(CLI::App& app, int* exit_code) {
         return;
       }
     } else {
-      print_compare_text(j);
-      if (prediction) std::cout << "\n" << reports::prediction_text(*prediction);
-      std::cout.flush();
+      std::string text = reports::comparison_text(j, args->a, args->b);
+      if (prediction) text += "\n" + reports::prediction_text(*prediction);
+      if (Status st = write_stdout(text); !st) {
+        *exit_code = fail("compare", st);
+        return;
+      }
     }
     *exit_code = kExitOk;
   });

@@ -204,7 +204,7 @@ int run_command(const RunArgs& a) {
     if (!tr.is_ok()) return fail("run", Status::run_failure(tr.status().message()));
     planner::AnalyzeOptions ao;
     ao.keep_event_index = m.mode == "baseline";
-    ao.keep_lifetimes = ao.keep_event_index;
+    ao.keep_lifetimes = true;  // the per-allocation timeline of the report
     analyses.push_back(planner::analyze(tr.value(), ao));
     const auto& an = analyses.back();
     if (an.peak_total_bytes != m.accounting.peak_total || an.peak_activation_bytes != m.accounting.peak_activation)
@@ -277,7 +277,7 @@ int run_command(const RunArgs& a) {
                                           {"predicted_peak_activation_bytes", *predicted[i]}};
       }
     if (plan.progress) std::fprintf(stderr, "\r\033[K[report] writing %s (+ report.md, report.html)", report_path.c_str());
-    for (const auto& [name, text] : {std::pair<std::string, std::string>{"report.json", doc->dump(2) + "\n"},
+    for (const auto& [name, text] : {std::pair<std::string, std::string>{"report.json", reports::report_text(*doc)},
                                      {"report.md", reports::report_markdown(*doc)},
                                      {"report.html", reports::report_html(*doc)}}) {
       Status st = reports::write_text_file((std::filesystem::path(a.out) / name).string(), text);

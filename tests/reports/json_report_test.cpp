@@ -44,7 +44,7 @@ ordered_json golden_report() {
 TEST_CASE("regenerate golden files", "[.regen]") {
   REQUIRE(write_trace(testing::golden_dir() + "/baseline.mtrace", testing::golden_trace(false)).is_ok());
   REQUIRE(write_trace(testing::golden_dir() + "/reuse.mtrace", testing::golden_trace(true)).is_ok());
-  testing::spit(testing::golden_dir() + "/report.expected.json", golden_report().dump(2) + "\n");
+  testing::spit(testing::golden_dir() + "/report.expected.json", reports::report_text(golden_report()));
 }
 
 TEST_CASE("checked-in golden traces are what the generator writes", "[golden]") {
