@@ -1,4 +1,5 @@
-// moeprof compare A B [--json]: how run B (candidate) differs from run A (baseline).
+// moeprof compare A B [--json] [--out-md FILE]: how run B differs from run A (the baseline), with
+// the live-at-peak diff tensor by tensor.
 #include <iostream>
 #include <memory>
 
@@ -9,6 +10,8 @@
 #include "core/status.h"
 #include "reports/format.h"
 #include "reports/json_report.h"
+#include "reports/markdown_report.h"
+#include "reports/report_file.h"
 #include "reports/run_loader.h"
 #include "reports/text_report.h"
 #include "reports/whatif_report.h"
@@ -21,7 +24,7 @@ namespace moeprof::cli {
 namespace {
 
 struct CompareArgs {
-  std::string a, b, predicted_by;
+  std::string a, b, predicted_by, out_md;
   bool json = false;
   size_t top = 20;
 };
@@ -30,14 +33,16 @@ struct CompareArgs {
 
 void register_compare(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<CompareArgs>();
-  auto* cmd = app.add_subcommand("compare", "Compare two traces: peak, per-category, per-scope and allocation differences");
-  cmd->add_option("baseline", args->a, "baseline trace (A)")->required();
-  cmd->add_option("candidate", args->b, "candidate trace (B); deltas are B - A")->required();
-  cmd->add_flag("--json", args->json, "print the comparison as JSON (the report's comparison object)");
-  cmd->add_option("--top", args->top, "entries listed per table")->check(CLI::PositiveNumber);
+  auto* cmd = app.add_subcommand("compare", "Compare two traces: both runs' figures, the live-at-peak diff tensor by tensor, scopes, allocations");
+  cmd->footer("Example: moeprof compare moeprof-out/baseline.mtrace moeprof-out/reuse.mtrace --out-md diff.md");
+  cmd->add_option("baseline", args->a, "trace A, the baseline (.mtrace)")->required()->type_name("FILE");
+  cmd->add_option("candidate", args->b, "trace B; every change is B - A")->required()->type_name("FILE");
+  cmd->add_flag("--json", args->json, "print the comparison as JSON on stdout (the report's comparison object)");
+  cmd->add_option("--out-md", args->out_md, "write the comparison as Markdown to this file")->type_name("FILE");
+  cmd->add_option("--top", args->top, "entries listed per table")->check(CLI::PositiveNumber)->type_name("N")->capture_default_str();
   cmd->add_option("--predicted-by", args->predicted_by,
-                  "also predict the candidate's peak from the baseline trace with these what-if rules and show it beside "
-                  "the measured one");
+                  "also predict B's peak from trace A with these what-if rules and show it beside the measured one")
+      ->type_name("RULES");
   cmd->callback([args, exit_code] {
     std::vector<planner::Rule> rules;
     if (!args->predicted_by.empty()) {
@@ -55,14 +60,12 @@ void register_compare(CLI::App& app, int* exit_code) {
     base_opts.keep_lifetimes = base_opts.keep_event_index = !args->predicted_by.empty();
     auto a = reports::load_run(args->a, base_opts);
     if (!a) {
-      fail("compare", a.status());
-      *exit_code = a.status().exit_code();
+      *exit_code = fail("compare", a.status());
       return;
     }
     auto b = reports::load_run(args->b, aopts);
     if (!b) {
-      fail("compare", b.status());
-      *exit_code = b.status().exit_code();
+      *exit_code = fail("compare", b.status());
       return;
     }
     std::optional<nlohmann::ordered_json> prediction;
@@ -83,6 +86,13 @@ void register_compare(CLI::App& app, int* exit_code) {
     ropts.list_limit = args->top;
     auto j = reports::make_comparison_json(cmp, ropts);
     if (prediction) j["predicted"] = *prediction;
+    if (!args->out_md.empty()) {
+      if (Status st = reports::write_text_file(args->out_md, reports::comparison_markdown(j)); !st) {
+        *exit_code = fail("compare", st);
+        return;
+      }
+      if (args->out_md != "-") note("compare", "wrote {}", args->out_md);
+    }
     if (args->json) {
       if (Status st = write_stdout(j.dump(2) + "\n"); !st) {
         *exit_code = fail("compare", st);

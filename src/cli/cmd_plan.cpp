@@ -80,21 +80,24 @@ nlohmann::ordered_json arena_json(const planner::RunAnalysis& run) {
 
 void register_plan(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<PlanArgs>();
-  auto* cmd = app.add_subcommand("plan", "Analyse one trace: peaks, live set at the peak, scopes, churn, anomalies");
-  cmd->add_option("trace", args->trace, "trace file (.mtrace)")->required();
-  cmd->add_flag("--json", args->json, "print the run as JSON (the element of a report's runs array)");
-  cmd->add_option("--top", args->top, "entries listed in the live set and scope tables")->check(CLI::PositiveNumber);
+  auto* cmd = app.add_subcommand("plan", "Analyse one trace: peaks, the live set at the peak, scopes, churn, reuse findings, anomalies");
+  cmd->footer("Example: moeprof plan moeprof-out/baseline.mtrace --what-if examples/what-if/sglang-pr-25379.rules --fixes");
+  cmd->add_option("trace", args->trace, "trace file (.mtrace)")->required()->type_name("FILE");
+  cmd->add_flag("--json", args->json, "print the run as JSON on stdout (the element of a report's runs array)");
+  cmd->add_option("--top", args->top, "entries listed in the live set and scope tables")
+      ->check(CLI::PositiveNumber)
+      ->type_name("N")
+      ->capture_default_str();
   cmd->add_flag("--arena", args->arena,
                 "also plan one offline arena for the activation buffers of the peak device (greedy best-fit, "
                 "best of several orders) and compare it with LOAD, the lower bound");
   cmd->add_option("--what-if", args->what_if,
                   "predict the peaks if the rules in this file were applied (docs/planner.md, \"What-if\"; "
-                  "e.g. examples/what-if/sglang-pr-25379.rules)");
-  auto* fixes = cmd->add_option("--fixes", args->fixes,
-                                "rank up to N fixes: the single changes that lower the peak most, one after the other")
-                    ->expected(0, 1)
-                    ->default_str("10");
-  (void)fixes;
+                  "e.g. examples/what-if/sglang-pr-25379.rules)")
+      ->type_name("RULES");
+  cmd->add_option("--fixes", args->fixes, "rank up to N fixes: the single changes that lower the peak most, one after the other (N: 10 when not given)")
+      ->expected(0, 1)
+      ->type_name("N");
   cmd->callback([args, exit_code, cmd] {
     if (cmd->count("--fixes") > 0 && args->fixes == 0) args->fixes = 10;
     const bool predict = !args->what_if.empty() || args->fixes > 0;

@@ -33,22 +33,38 @@ struct ReportArgs {
 
 void register_report(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<ReportArgs>();
-  auto* cmd = app.add_subcommand("report", "Write the JSON report (and Markdown, HTML, Perfetto renderings) of one or more traces");
-  cmd->add_option("traces", args->traces, "trace files (.mtrace), one run each")->required();
+  auto* cmd = app.add_subcommand("report", "The JSON report of one or more traces and its renderings: Markdown, the HTML page, Perfetto");
+  cmd->footer("Example: moeprof report baseline.mtrace reuse.mtrace --out-html report.html --out-md report.md\n"
+              "Without --json or an --out-* option the Markdown goes to stdout; \"-\" as a file is stdout.");
+  cmd->add_option("traces", args->traces, "trace files (.mtrace), one run each")->required()->type_name("FILE");
   cmd->add_flag("--json", args->json, "print the JSON report on stdout");
   cmd->add_option("--out-json", args->out_json, "write the JSON report to this file")->type_name("FILE");
   cmd->add_option("--out-md", args->out_md, "write the Markdown report to this file")->type_name("FILE");
   cmd->add_option("--out-html", args->out_html, "write the single-file HTML page to this file")->type_name("FILE");
   cmd->add_option("--out-perfetto", args->out_perfetto, "write a Perfetto trace (Chrome JSON) of every run to this file")
       ->type_name("FILE");
-  cmd->add_option("--name", args->names, "run names, one per trace (default: the trace's run name, else its file stem)");
-  cmd->add_option("--compare-baseline", args->compare_baseline, "compare every other run against this run");
-  cmd->add_option("--top", args->top, "live allocations and scopes listed per run")->check(CLI::PositiveNumber);
-  cmd->add_option("--max-slices", args->max_slices, "allocation slices per run in the Perfetto export")->check(CLI::PositiveNumber);
+  cmd->add_option("--name", args->names, "run names, one per trace [default: the trace's run name, else its file stem]")
+      ->type_name("NAME");
+  cmd->add_option("--compare-baseline", args->compare_baseline, "compare every other run against this run [default: with two runs, the first]")
+      ->type_name("NAME");
+  cmd->add_option("--top", args->top, "live allocations and scopes listed per run")
+      ->check(CLI::PositiveNumber)
+      ->type_name("N")
+      ->capture_default_str();
+  cmd->add_option("--max-slices", args->max_slices, "allocation slices per run in the Perfetto trace (the largest)")
+      ->check(CLI::PositiveNumber)
+      ->type_name("N")
+      ->capture_default_str();
   cmd->callback([args, exit_code] {
     if (!args->names.empty() && args->names.size() != args->traces.size()) {
       *exit_code = fail("report", Status::bad_input(fmt::format("--name given {} time(s) for {} trace(s)", args->names.size(), args->traces.size())));
       return;
+    }
+    for (const std::string* f : {&args->out_json, &args->out_md, &args->out_html, &args->out_perfetto}) {
+      if (args->json && *f == "-") {
+        *exit_code = fail("report", Status::bad_input("--json prints on stdout: give the --out-* options a file, not \"-\""));
+        return;
+      }
     }
     planner::AnalyzeOptions aopts;
     aopts.keep_lifetimes = true;  // the per-allocation timeline (memory_timeline) and the Perfetto slices

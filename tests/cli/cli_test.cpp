@@ -104,25 +104,26 @@ TEST_CASE("cli: compare --json on the golden traces", "[cli]") {
   CHECK(j["only_in_baseline"][0]["name"] == "moe_output");
   auto text = run_cli("compare " + golden("baseline.mtrace") + " " + golden("reuse.mtrace"));
   REQUIRE(text.rc == 0);
-  CHECK(text.out.find("reuse (candidate) vs baseline (baseline)") != std::string::npos);
+  CHECK(text.out.rfind("A: run baseline (", 0) == 0);
+  CHECK(text.out.find("B: run reuse (") != std::string::npos);
 }
 
 TEST_CASE("cli: report, then gate against it", "[cli]") {
   auto dir = moeprof::testing::temp_dir("cli_gate");
   std::string base = (dir / "base.json").string(), html = (dir / "r.html").string(), md = (dir / "r.md").string(),
               pf = (dir / "r.perfetto.json").string();
-  auto r = run_cli("report " + golden("baseline.mtrace") + " " + golden("reuse.mtrace") + " --json '" + base + "' --html '" +
-                   html + "' --markdown '" + md + "' --perfetto '" + pf + "'");
+  auto r = run_cli("report " + golden("baseline.mtrace") + " " + golden("reuse.mtrace") + " --out-json '" + base + "' --out-html '" +
+                   html + "' --out-md '" + md + "' --out-perfetto '" + pf + "'");
   REQUIRE(r.rc == 0);
   json doc = json::parse(moeprof::testing::slurp(base));
   CHECK(doc["schema_version"] == 1);
   CHECK(doc["comparison"]["peak_activation_delta_bytes"] == -339);
   CHECK(moeprof::testing::slurp(html).find("id=\"moeprof-data\"") != std::string::npos);
-  CHECK(moeprof::testing::slurp(md).find("## Comparison: reuse (candidate) vs baseline (baseline)") != std::string::npos);
+  CHECK(moeprof::testing::slurp(md).find("## Comparison: B = reuse against A = baseline") != std::string::npos);
   CHECK(json::parse(moeprof::testing::slurp(pf))["traceEvents"].size() > 20);
 
   // Renamed runs in the report.
-  auto named = run_cli("report " + golden("baseline.mtrace") + " " + golden("reuse.mtrace") + " --name A --name B --json -");
+  auto named = run_cli("report " + golden("baseline.mtrace") + " " + golden("reuse.mtrace") + " --name A --name B --json");
   REQUIRE(named.rc == 0);
   CHECK(json::parse(named.out)["comparison"]["candidate"] == "B");
 
@@ -142,8 +143,8 @@ TEST_CASE("cli: report, then gate against it", "[cli]") {
   std::string curp = (dir / "cur.json").string(), junit = (dir / "gate.xml").string(), prop = (dir / "proposed.json").string(),
               gmd = (dir / "gate.md").string();
   moeprof::testing::spit(curp, cur.dump(2));
-  auto reg = run_cli("gate --baseline '" + base + "' --current '" + curp + "' --junit '" + junit + "' --update-baseline '" + prop +
-                     "' --markdown '" + gmd + "'");
+  auto reg = run_cli("gate --baseline '" + base + "' --current '" + curp + "' --out-junit '" + junit + "' --out-baseline '" + prop +
+                     "' --out-md '" + gmd + "'");
   CHECK(reg.rc == 1);
   CHECK(reg.out.rfind("moeprof gate: FAIL: 1 regression, 1 unexpected improvement", 0) == 0);
   CHECK(reg.out.find("| reuse | peak_activation_bytes | 1,957 | 1,958 | +1 B | +0.1% | 0 | ❌ regression |") != std::string::npos);
@@ -181,16 +182,16 @@ TEST_CASE("cli: report, then gate against it", "[cli]") {
   CHECK(bad_current.rc == 2);
 }
 
-TEST_CASE("cli: export --jsonl and --perfetto", "[cli]") {
+TEST_CASE("cli: export --out-jsonl and --out-perfetto", "[cli]") {
   auto dir = moeprof::testing::temp_dir("cli_export");
   std::string jl = (dir / "t.jsonl").string(), pf = (dir / "t.json").string();
-  auto r = run_cli("export " + golden("reuse.mtrace") + " --jsonl '" + jl + "' --perfetto '" + pf + "' --max-slices 2");
+  auto r = run_cli("export " + golden("reuse.mtrace") + " --out-jsonl '" + jl + "' --out-perfetto '" + pf + "' --max-slices 2");
   REQUIRE(r.rc == 0);
   std::string lines = moeprof::testing::slurp(jl);
   CHECK(json::parse(lines.substr(0, lines.find('\n')))["dropped_records"] == 3);
   json doc = json::parse(moeprof::testing::slurp(pf));
   size_t alloc_slices = 0;
-  for (const auto& e : doc["traceEvents"]) alloc_slices += e["ph"] == "b" && e["cat"] != "marker";
+  for (const auto& e : doc["traceEvents"]) alloc_slices += e["ph"] == "X" && e["cat"] != "kernel";
   CHECK(alloc_slices == 2);
 }
 
