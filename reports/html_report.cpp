@@ -53,8 +53,8 @@ std::string runs_section(const ordered_json& report) {
   // Warnings first: figures of a truncated trace or one with lost records are lower bounds.
   for (const auto& r : report["runs"]) {
     if (r.value("truncated", false))
-      out += fmt::format("<div class=\"warn\"><b>{}</b>: trace truncated ({}): figures cover the part read</div>\n",
-                         h(json_str(r, "name")), h(json_str(r, "truncation_note")));
+      out += fmt::format("<div class=\"warn\"><b>{}</b>: the trace is {}: the figures cover the part read</div>\n", h(json_str(r, "name")),
+                         h(json_str(r, "truncation_note").empty() ? "truncated" : json_str(r, "truncation_note")));
     if (json_u64(r, "dropped_records"))
       out += fmt::format("<div class=\"warn\"><b>{}</b>: {} dropped records: figures are lower bounds</div>\n", h(json_str(r, "name")),
                          with_commas_u(json_u64(r, "dropped_records")));

@@ -83,12 +83,14 @@ std::string run_text(const ordered_json& r) {
   std::string out;
   // Warnings first: a truncated trace's figures cover only the part read.
   if (r.value("truncated", false))
-    out += fmt::format("warning: trace truncated ({}): the figures cover the part read\n", json_str(r, "truncation_note"));
+    out += fmt::format("warning: the trace is {}: the figures cover the part read\n",
+                       json_str(r, "truncation_note").empty() ? "truncated" : json_str(r, "truncation_note"));
   if (json_u64(r, "dropped_records"))
     out += fmt::format("warning: {} dropped records: the figures are lower bounds\n", with_commas_u(json_u64(r, "dropped_records")));
   for (const auto& n : run_notes(r)) out += "note: " + n + "\n";
-  out += fmt::format("run {}: mode {}, model {}, {} tokens, TP {}, backend {}{}\n", json_str(r, "name"), json_str(r, "mode"),
-                     json_str(r, "model"), with_commas(json_i64(r, "tokens")), run_tp_label(r), json_str(r, "backend"),
+  auto or_dash = [&](const char* key) { return json_str(r, key).empty() ? std::string("-") : json_str(r, key); };
+  out += fmt::format("run {}: mode {}, model {}, {} tokens, TP {}, backend {}{}\n", json_str(r, "name"), or_dash("mode"), or_dash("model"),
+                     with_commas(json_i64(r, "tokens")), run_tp_label(r), or_dash("backend"),
                      json_str(r, "device_name").empty() ? "" : " (" + json_str(r, "device_name") + ")");
   out += fmt::format("  peak activation  {}\n", bytes_exact(json_u64(r, "peak_activation_bytes")));
   out += fmt::format("  peak total       {}\n", bytes_exact(json_u64(r, "peak_total_bytes")));

@@ -215,7 +215,7 @@
   function layerSplits(model, min, max, incr) {
     const out = [];
     const layers = model.labels.filter((l) => l[0] >= 0 && Number.isInteger(l[0]) && l[1] !== 'end').length;
-    if (min <= -1 && max >= -1) out.push(-1);
+    if (min <= -1 && max >= -1 && max - min <= 24) out.push(-1);  // named only where there is room
     for (let v = Math.max(0, Math.ceil(min / incr) * incr); v <= Math.min(max, layers); v += incr) out.push(v);
     return out;
   }

@@ -242,6 +242,21 @@ for (const name of ['kimi', 'tiny', 'golden', 'torch']) {
       await page.setViewportSize({ width: 1280, height: 900 });
       await page.locator('#timeline').screenshot({ path: path.join(DOCS, 'kimi-timeline.png') });
       await page.locator('section.comparison').first().screenshot({ path: path.join(DOCS, 'kimi-diff.png') });
+      // Zoomed to the baseline's peak (layer 1, the first MoE layer), hovering its largest tensor.
+      const doc0 = doc.runs[0].memory_timeline;
+      const px = await page.evaluate(() => window.__moeprof.models[0].peakX);
+      await page.evaluate((x) => window.__moeprof.charts[0].u.setScale('x', { min: x - 1.2, max: x + 0.8 }), px);
+      const pt = await page.evaluate(([x, y]) => {
+        const c = window.__moeprof.charts[0];
+        c.el.scrollIntoView({ block: 'center' });
+        const r = c.u.over.getBoundingClientRect();
+        return { x: r.left + c.u.valToPos(x, 'x'), y: r.top + c.u.valToPos(y, 'y') };
+      }, [px + 0.05, doc0.peak.activation_bytes * 0.6]);
+      await page.mouse.move(pt.x, pt.y);
+      await page.waitForFunction(() => !document.getElementById('tooltip').hidden);
+      const box = await page.locator('.tl-run').first().boundingBox();
+      await page.screenshot({ path: path.join(DOCS, 'kimi-peak-hover.png'), clip: { x: box.x, y: box.y, width: box.width, height: box.height + 60 } });
+      await page.mouse.move(0, 0);
     }
     await page.close();
   });

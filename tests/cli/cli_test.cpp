@@ -228,3 +228,129 @@ TEST_CASE("cli: plan --arena places the activation buffers and reports LOAD exac
   auto text = run_cli("plan '" + path + "' --arena");
   CHECK(text.out.find("LOAD (lower bound)") != std::string::npos);
 }
+
+namespace {
+
+// Every line on stderr is a note or an error of this subcommand: "moeprof <cmd>: ...".
+bool stderr_lines_are(const std::string& err, const std::string& cmd) {
+  size_t start = 0;
+  while (start < err.size()) {
+    size_t end = err.find('\n', start);
+    if (end == std::string::npos) end = err.size();
+    if (err.compare(start, cmd.size() + 10, "moeprof " + cmd + ": ") != 0) return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("cli: --json prints one JSON document on stdout in every subcommand", "[cli][json]") {
+  auto dir = moeprof::testing::temp_dir("cli_json");
+  const std::string b = golden("baseline.mtrace"), c = golden("reuse.mtrace");
+  // plan: the run object.
+  auto plan = run_cli("plan --json " + b);
+  REQUIRE(plan.rc == 0);
+  CHECK(json::parse(plan.out)["peak_activation_bytes"] == 2296);
+  // compare: the comparison object, with the live-at-peak diff.
+  auto cmp = run_cli("compare --json " + b + " " + c);
+  REQUIRE(cmp.rc == 0);
+  json jc = json::parse(cmp.out);
+  CHECK(jc["live_at_peak_diff"]["delta_bytes"] == -339);
+  CHECK(jc["baseline_churn_bytes"] == 15753);
+  // report: the JSON report on stdout; a file too, with --out-json; notes on stderr only.
+  const std::string rj = (dir / "r.json").string();
+  auto rep = run_cli("report --json " + b + " " + c + " --out-json '" + rj + "'");
+  REQUIRE(rep.rc == 0);
+  json jr = json::parse(rep.out);
+  CHECK(jr == json::parse(moeprof::testing::slurp(rj)));
+  CHECK(jr["comparison"]["peak_activation_delta_bytes"] == -339);
+  CHECK(stderr_lines_are(rep.err, "report"));
+  CHECK(run_cli("report --json " + b + " --out-md -").rc == 2);  // both on stdout: refused
+  // gate: the verdict and every check.
+  auto gate = run_cli("gate --json --allow-incomplete --baseline '" + rj + "' --current '" + rj + "'");
+  REQUIRE(gate.rc == 0);
+  json jg = json::parse(gate.out);
+  CHECK(jg["passed"] == true);
+  CHECK(jg["checks"].size() == 6);
+  CHECK(jg["checks"][0]["run"] == "baseline");
+  CHECK(jg["checks"][0]["metric"] == "peak_activation_bytes");
+  CHECK(jg["checks"][0]["baseline"] == 2296);
+  CHECK(jg["checks"][0]["delta"] == 0);
+  auto failing = run_cli("gate --json --baseline '" + rj + "' --current '" + rj + "'");
+  CHECK(failing.rc == 1);
+  CHECK(json::parse(failing.out)["incomplete_runs"] == 1);
+  // export: what was written.
+  const std::string pf = (dir / "e.json").string();
+  auto ex = run_cli("export --json " + c + " --out-perfetto '" + pf + "'");
+  REQUIRE(ex.rc == 0);
+  json je = json::parse(ex.out);
+  CHECK(je["run"] == "reuse");
+  CHECK(je["written"][0]["format"] == "perfetto");
+  CHECK(je["written"][0]["bytes"] == std::filesystem::file_size(pf));
+  // devices: the list (exit 3 without a usable GPU, the JSON all the same).
+  auto dev = run_cli("devices --json");
+  CHECK((dev.rc == 0 || dev.rc == 3));
+  CHECK(json::parse(dev.out).contains("devices"));
+  // import: the summary.
+  auto im = run_cli("import --json '" + moeprof::testing::golden_dir() + "/torch/random.pickle' -o '" + (dir / "t.mtrace").string() + "'");
+  REQUIRE(im.rc == 0);
+  CHECK(json::parse(im.out)["devices"][0]["peak_bytes"] == 1127559550);
+  // run: the report (the meta backend: a two-layer Kimi in well under a second).
+  auto run = run_cli("run --json --quiet --backend meta --model kimi-k2.5 --layers 2 --tokens 64 --out '" + (dir / "run").string() + "'");
+  REQUIRE(run.rc == 0);
+  json jrun = json::parse(run.out);
+  CHECK(jrun["runs"].size() == 2);
+  CHECK(jrun["runs"][0]["memory_timeline"]["axis"]["unit"] == "layer");
+  CHECK(run.err.empty());
+}
+
+TEST_CASE("cli: every error is one line, 'moeprof <cmd>: error: ...'", "[cli]") {
+  const std::string b = golden("baseline.mtrace");
+  struct Case {
+    std::string args, cmd;
+  };
+  for (const Case& k : {Case{"plan /nonexistent/x.mtrace", "plan"}, Case{"plan " + b + " --no-such-option", "plan"},
+                        Case{"compare " + b, "compare"}, Case{"report " + b + " --name a --name b", "report"},
+                        Case{"gate --baseline /nonexistent/a.json --current /nonexistent/b.json", "gate"},
+                        Case{"export " + b, "export"}, Case{"import /nonexistent/s.pickle -o /tmp/x.mtrace", "import"},
+                        Case{"run --backend meta --model no-such-model", "run"}, Case{"run --tokens 0", "run"}}) {
+    auto r = run_cli(k.args);
+    INFO(k.args << " -> " << r.err);
+    CHECK(r.rc != 0);
+    CHECK(count_lines(r.err) == 1);
+    CHECK(r.err.rfind("moeprof " + k.cmd + ": error: ", 0) == 0);
+    CHECK(r.out.empty());
+  }
+  auto none = run_cli("");
+  CHECK(none.err.rfind("moeprof: error: ", 0) == 0);
+}
+
+TEST_CASE("cli: plan on a truncated trace warns first and prints no null", "[cli]") {
+  auto dir = moeprof::testing::temp_dir("cli_truncated");
+  const std::string bytes = moeprof::testing::slurp(moeprof::testing::golden_dir() + "/baseline.mtrace");
+  for (size_t keep : {size_t{120}, bytes.size() - 40}) {
+    const std::string path = (dir / ("cut" + std::to_string(keep) + ".mtrace")).string();
+    moeprof::testing::spit(path, bytes.substr(0, keep));
+    auto r = run_cli("plan '" + path + "'");
+    INFO(r.out);
+    REQUIRE(r.rc == 0);
+    CHECK(r.out.rfind("warning: the trace is truncated at byte offset ", 0) == 0);
+    CHECK(r.out.find("null") == std::string::npos);
+  }
+}
+
+TEST_CASE("cli: help shows value names and defaults, not CLI11's validators", "[cli]") {
+  for (const char* sub : {"run", "plan", "compare", "report", "gate", "export", "devices", "import"}) {
+    auto h = run_cli(std::string(sub) + " --help");
+    INFO(sub);
+    REQUIRE(h.rc == 0);
+    CHECK(h.out.rfind("", 0) == 0);
+    CHECK(h.out.find("Example: moeprof " + std::string(sub)) != std::string::npos);
+    CHECK(h.out.find(" in [") == std::string::npos);    // "INT in [1 - 1099511627776]"
+    CHECK(h.out.find("{false}") == std::string::npos);  // "--no-cupti{false}"
+    CHECK(h.out.find("TEXT:") == std::string::npos);
+  }
+  CHECK(run_cli("run --help").out.find("--out DIR") != std::string::npos);
+  CHECK(run_cli("run --help").out.find("[default: moeprof-out]") != std::string::npos);
+}

@@ -399,7 +399,17 @@ TEST_CASE("moeprof trace --out-json replays each trace with the planner", "[prof
   // The text report.
   CHECK(r.out.find("device 0: peak 5.1 kB at 20 ns (program 1.1 kB: stream-ordered alone 1.0 kB, cudaMalloc alone 100 B)") !=
         std::string::npos);
+  // --json: the same document on stdout, after the command (stderr to a file of its own).
+  const std::string stdout_json = tmp("report.stdout.json"), err = tmp("report.stderr");
+  RunResult rj = run("(" + moeprof.string() + " trace --json --out " + out + " -- cp " + src + " " + out + " > " + stdout_json + " 2> " + err + ")");
+  REQUIRE(rj.rc == 0);
+  std::ifstream fj(stdout_json);
+  nlohmann::json on_stdout = nlohmann::json::parse(fj);
+  CHECK(on_stdout["kind"] == "trace_report");
+  CHECK(on_stdout["traces"][0]["all"] == j["all"]);
   fs::remove(src);
   fs::remove(out);
   fs::remove(json);
+  fs::remove(stdout_json);
+  fs::remove(err);
 }
