@@ -180,6 +180,14 @@ struct RunAnalysis {
   // refer to this numbering (which is also used when lifetimes are not kept).
   std::vector<Lifetime> lifetimes;
   bool handoffs_computed = true;        // AnalyzeOptions::findings
+  std::string categories_note;          // how categories were inferred ("" = the trace's own)
+  // Transient allocations of one family (name or innermost user frame, scope pattern) whose size
+  // grows from one occurrence to the next, e.g. a buffer re-allocated larger every step.
+  struct Growth {
+    std::string label, scope;
+    uint64_t occurrences = 0, first_bytes = 0, last_bytes = 0;
+  };
+  std::vector<Growth> growth;
   // With AnalyzeOptions::keep_event_index: the timestamp of every replay position, every use by an
   // op and every marker end, in replay order (what-if rules locate "after op X" with them).
   std::vector<uint64_t> position_ts;
@@ -207,6 +215,9 @@ struct AnalyzeOptions {
   // keep_lifetimes) the replay keeps only what is live, and RunAnalysis::handoffs_computed is false.
   bool findings = true;
   bool keep_event_index = false;
+  // Per record index: the category the replay uses for that allocation instead of the record's
+  // (planner/categories.h infers them for traced programs); nullptr = the records' own.
+  const std::vector<Category>* record_categories = nullptr;
 };
 
 // Mask helpers: category_bit(Category::kGraph), mem_kind_bit(MemKind::kStreamOrdered).

@@ -4,6 +4,7 @@
 #include "planner/arena.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -49,6 +50,13 @@ std::vector<size_t> placement_order(const std::vector<Buffer>& bs, ArenaOrder or
 }
 
 }  // namespace
+
+uint64_t offset_alignment(const Buffer& b, uint64_t global_alignment) {
+  const uint64_t g = std::max<uint64_t>(global_alignment, 1), a = std::max<uint64_t>(b.alignment, 1);
+  const uint64_t d = std::gcd(g, a);
+  const unsigned __int128 l = static_cast<unsigned __int128>(g / d) * a;
+  return l > UINT64_MAX ? 0 : static_cast<uint64_t>(l);
+}
 
 std::string_view arena_order_name(ArenaOrder o) {
   switch (o) {
@@ -97,6 +105,7 @@ ArenaPlan plan_arena(const std::vector<Buffer>& buffers, ArenaOrder order, const
     const Buffer& b = buffers[i];
     if (!occupies(b)) continue;
     const uint64_t size = align_up(b.size, al);
+    const uint64_t oal = std::max<uint64_t>(offset_alignment(b, al), 1);
     busy.clear();
     for (size_t j : placed) {
       if (time_overlap(b, buffers[j])) busy.emplace_back(plan.offsets[j], plan.offsets[j] + align_up(buffers[j].size, al));
@@ -106,7 +115,7 @@ ArenaPlan plan_arena(const std::vector<Buffer>& buffers, ArenaOrder order, const
     uint64_t best_off = 0, best_gap = UINT64_MAX;
     bool found = false;
     for (const auto& [off, end] : busy) {
-      const uint64_t start = align_up(cur, al);
+      const uint64_t start = align_up(cur, oal);
       if (off > start && off - start >= size && off - start < best_gap) {
         best_gap = off - start;
         best_off = start;
@@ -114,7 +123,7 @@ ArenaPlan plan_arena(const std::vector<Buffer>& buffers, ArenaOrder order, const
       }
       cur = std::max(cur, end);
     }
-    plan.offsets[i] = found ? best_off : align_up(cur, al);
+    plan.offsets[i] = found ? best_off : align_up(cur, oal);
     plan.arena_size = std::max(plan.arena_size, plan.offsets[i] + size);
     placed.push_back(i);
   }
@@ -143,29 +152,57 @@ Status validate_plan(const std::vector<Buffer>& buffers, const ArenaPlan& plan, 
   for (size_t i = 0; i < buffers.size(); ++i) {
     if (!occupies(buffers[i])) continue;
     const uint64_t off = plan.offsets[i];
-    if (off % al != 0) return Status::bad_input("buffer " + std::to_string(i) + " offset " + std::to_string(off) + " is not aligned");
+    const uint64_t oal = offset_alignment(buffers[i], al);
+    if (oal == 0 || off % oal != 0) {
+      return Status::bad_input("buffer " + std::to_string(i) + " offset " + std::to_string(off) + " is not a multiple of " +
+                               std::to_string(oal));
+    }
+    if (off > UINT64_MAX - align_up(buffers[i].size, al)) {
+      return Status::bad_input("buffer " + std::to_string(i) + " offset " + std::to_string(off) + " overflows");
+    }
     if (off + align_up(buffers[i].size, al) > plan.arena_size) {
       return Status::bad_input("buffer " + std::to_string(i) + " ends past the arena size " + std::to_string(plan.arena_size));
     }
     idx.push_back(i);
   }
-  // Sweep by lower; check each buffer against the still-live earlier ones.
-  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return buffers[a].lower < buffers[b].lower; });
-  std::vector<size_t> active;
+  if (opt.capacity != 0 && plan.arena_size > opt.capacity) {
+    return Status::bad_input("arena size " + std::to_string(plan.arena_size) + " exceeds the capacity " +
+                             std::to_string(opt.capacity));
+  }
+  // Sweep over time. The address intervals of the buffers live at one instant are pairwise
+  // disjoint (checked as each one arrives), so a new buffer can only collide with its neighbours
+  // in address order: O(n log n). At equal times, buffers that end leave before new ones arrive.
+  std::vector<std::pair<uint64_t, size_t>> ev;  // (time, 2*i + arriving)
+  ev.reserve(2 * idx.size());
   for (size_t i : idx) {
-    const Buffer& b = buffers[i];
-    active.erase(std::remove_if(active.begin(), active.end(), [&](size_t j) { return buffers[j].upper <= b.lower; }),
-                 active.end());
-    const uint64_t lo = plan.offsets[i], hi = lo + align_up(b.size, al);
-    for (size_t j : active) {
-      const uint64_t lo2 = plan.offsets[j], hi2 = lo2 + align_up(buffers[j].size, al);
-      if (lo < hi2 && lo2 < hi) {
-        return Status::bad_input("buffers " + std::to_string(j) + " and " + std::to_string(i) +
-                                 " are live together and overlap in [" + std::to_string(std::max(lo, lo2)) + ", " +
-                                 std::to_string(std::min(hi, hi2)) + ")");
-      }
+    ev.emplace_back(buffers[i].lower, 2 * i + 1);
+    ev.emplace_back(buffers[i].upper, 2 * i);
+  }
+  std::sort(ev.begin(), ev.end(), [](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first < b.first;
+    if ((a.second & 1) != (b.second & 1)) return (a.second & 1) < (b.second & 1);
+    return a.second < b.second;
+  });
+  std::map<uint64_t, size_t> live;  // offset -> buffer
+  auto end_of = [&](size_t i) { return plan.offsets[i] + align_up(buffers[i].size, al); };
+  auto conflict = [&](size_t j, size_t i) {
+    const uint64_t lo = std::max(plan.offsets[i], plan.offsets[j]), hi = std::min(end_of(i), end_of(j));
+    return Status::bad_input("buffers " + std::to_string(std::min(i, j)) + " and " + std::to_string(std::max(i, j)) +
+                             " are live together and overlap in [" + std::to_string(lo) + ", " + std::to_string(hi) + ")");
+  };
+  for (const auto& [t, code] : ev) {
+    const size_t i = code / 2;
+    if ((code & 1) == 0) {
+      live.erase(plan.offsets[i]);
+      continue;
     }
-    active.push_back(i);
+    auto next = live.lower_bound(plan.offsets[i]);
+    if (next != live.end() && next->first < end_of(i)) return conflict(next->second, i);
+    if (next != live.begin()) {
+      auto prev = std::prev(next);
+      if (end_of(prev->second) > plan.offsets[i]) return conflict(prev->second, i);
+    }
+    live.emplace(plan.offsets[i], i);
   }
   return Status::ok();
 }

@@ -21,6 +21,7 @@ struct Buffer {
   uint64_t size = 0;
   uint64_t lower = 0;
   uint64_t upper = 0;
+  uint64_t alignment = 1;  // the offset must be a multiple of this (and of ArenaOptions::alignment)
 };
 
 enum class ArenaOrder : uint8_t {
@@ -43,7 +44,11 @@ struct ArenaPlan {
 
 struct ArenaOptions {
   uint64_t alignment = 1;  // offsets and sizes are rounded up to this (power of two not required)
+  uint64_t capacity = 0;   // validate_plan: the arena must not exceed this (0: no limit)
 };
+
+// The alignment a buffer's offset needs: lcm(global, buffer.alignment); 0 if that overflows.
+uint64_t offset_alignment(const Buffer& b, uint64_t global_alignment);
 
 // LOAD: max over time of the summed sizes of live buffers ([lower, upper) half-open, so a buffer
 // ending at t and one starting at t do not overlap).
@@ -55,8 +60,9 @@ ArenaPlan plan_arena(const std::vector<Buffer>& buffers, ArenaOrder order, const
 // Every order; the smallest arena wins (ties: the earlier order in the enum).
 ArenaPlan plan_arena_best(const std::vector<Buffer>& buffers, const ArenaOptions& opt = {});
 
-// Checks a plan: one offset per buffer, alignment, everything inside arena_size, and no two
-// buffers overlapping in both time and address. Returns kBadInput naming the first conflict.
+// The independent checker: one offset per buffer, alignment (global and per buffer), everything
+// inside arena_size, arena_size within opt.capacity (when set), and no two buffers overlapping in
+// both time and address. Returns kBadInput naming the first conflict. O(n log n + overlapping pairs).
 Status validate_plan(const std::vector<Buffer>& buffers, const ArenaPlan& plan, const ArenaOptions& opt = {});
 
 // Buffers from a run's lifetimes on one device (needs AnalyzeOptions::keep_lifetimes). Time is the

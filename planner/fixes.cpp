@@ -172,7 +172,14 @@ std::vector<Fix> rank_fixes(WhatIfState& s, const WhatIfOptions& opt) {
       dt.tree.max_leaves(64, &leaves);
       for (size_t k : leaves) places.emplace_back(dt.device, dt.coords[k]);
     }
-    std::map<std::string, Rule> cands;
+    // Each candidate carries an upper bound of what it can take off the peak: the bytes it could
+    // remove at the first place of the peak (which stays at the peak unless they go).
+    struct Cand {
+      Rule rule;
+      uint64_t bound = 0;
+    };
+    std::map<std::string, Cand> cands;
+    const auto [dev0, at0] = places.front();
     auto add_candidates = [&](uint32_t i, uint32_t at) {
       const Block& b = s.blocks[i];
       uint32_t who = i;  // the occupant at the peak names the family
@@ -195,10 +202,15 @@ std::vector<Fix> rank_fixes(WhatIfState& s, const WhatIfOptions& opt) {
       Rule free_rule;
       free_rule.kind = RuleKind::kFreeAtLastUse;
       free_rule.target = sel;
-      if (b.uses > 0 && b.last_use < at) cands.emplace(free_rule.text(), free_rule);
+      const bool first_place = b.device == dev0 && at == at0;
+      if (b.uses > 0 && b.last_use < at) {
+        Cand& c = cands.emplace(free_rule.text(), Cand{free_rule, 0}).first->second;
+        if (first_place) c.bound += b.bytes;
+      }
       Rule hand = free_rule;
       hand.kind = RuleKind::kHandOff;
-      cands.emplace(hand.text(), hand);
+      Cand& h = cands.emplace(hand.text(), Cand{hand, 0}).first->second;
+      if (first_place) h.bound += b.bytes;
     };
     std::map<uint16_t, std::vector<uint32_t>> at_of;  // device -> sorted peak positions
     for (auto [dev, at] : places) at_of[dev].push_back(at);
@@ -236,21 +248,39 @@ std::vector<Fix> rank_fixes(WhatIfState& s, const WhatIfOptions& opt) {
       return std::make_tuple(a.peak, a.count, !a_handoff, ~a.churn, a_text) <
              std::make_tuple(b.peak, b.count, !b_handoff, ~b.churn, b_text);
     };
+    // Singles, largest bound first; a candidate whose bound is below the best gain found cannot win.
+    std::vector<const Cand*> order;
+    for (auto& [text, c] : cands) order.push_back(&c);
+    std::stable_sort(order.begin(), order.end(), [](const Cand* a, const Cand* b) { return a->bound > b->bound; });
     std::vector<std::pair<Eval, const Rule*>> singles;
-    for (auto& [text, rule] : cands) {
-      Eval e = evaluate({&rule});
-      if (e.applied > 0) singles.emplace_back(e, &rule);
+    int64_t best_gain = 0;
+    for (const Cand* c : order) {
+      if (c->bound == 0 || static_cast<int64_t>(c->bound) < best_gain) break;
+      Eval e = evaluate({&c->rule});
+      if (e.applied == 0) continue;
+      best_gain = std::max(best_gain, peak - e.peak);
+      singles.emplace_back(e, &c->rule);
     }
-    std::sort(singles.begin(), singles.end(), [&](const auto& x, const auto& y) {
-      return better(x.first, x.second->kind == RuleKind::kHandOff, x.second->text(), y.first,
-                    y.second->kind == RuleKind::kHandOff, y.second->text());
-    });
+    auto sort_singles = [&] {
+      std::sort(singles.begin(), singles.end(), [&](const auto& x, const auto& y) {
+        return better(x.first, x.second->kind == RuleKind::kHandOff, x.second->text(), y.first,
+                      y.second->kind == RuleKind::kHandOff, y.second->text());
+      });
+    };
+    sort_singles();
     std::vector<const Rule*> chosen;
     Eval best;
     if (!singles.empty() && singles.front().first.peak < peak) {
       chosen = {singles.front().second};
       best = singles.front().first;
     } else {
+      // Every candidate, evaluated, ranks the pairs by the places they take the peak off.
+      singles.clear();
+      for (const Cand* c : order) {
+        Eval e = evaluate({&c->rule});
+        if (e.applied > 0) singles.emplace_back(e, &c->rule);
+      }
+      sort_singles();
       // No single change lowers the peak (it is reached in places no one family covers, e.g. a
       // layer input named differently in the first layer): try pairs of the changes that take the
       // peak off the most places.

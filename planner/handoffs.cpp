@@ -1,4 +1,6 @@
 // Reuse findings (hand-offs) from the lifetimes of a replay.
+#include <algorithm>
+#include <map>
 #include <vector>
 
 #include "planner/replayer.h"
@@ -63,6 +65,54 @@ void Replayer::find_handoffs(const RunAnalysis& run, uint32_t num_events) {
       d.handoffs.push_back(std::move(h));
     }
   }
+}
+
+// Growth: transient lifetimes (freed) grouped by (name, or innermost frame when unnamed; scope with
+// digit runs as '*'), in allocation order; a group of at least three whose bytes never shrink and
+// end larger than they started is a finding.
+void Replayer::find_growth(RunAnalysis* run) {
+  struct Group {
+    std::string label, scope;
+    uint64_t n = 0, first = 0, last = 0;
+    bool monotone = true;
+  };
+  std::map<std::pair<std::string, std::string>, Group> groups;
+  for (const Lifetime& l : lts_) {
+    if (l.free_index == kNoIndex || l.bytes == 0 || !counts_as_activation(l.category)) continue;
+    std::string label = run->str(l.name_id);
+    if (label.empty() && l.stack_id != StackId::kNone) {
+      const auto& frames = run->stacks.stack(l.stack_id);
+      if (!frames.empty()) {
+        const StackFrame& f = run->stacks.frame(frames.front());
+        label = run->str(f.file) + ":" + std::to_string(f.line);
+      }
+    }
+    if (label.empty()) continue;
+    std::string scope;
+    bool digits = false;
+    for (char c : run->str(l.scope_id)) {
+      const bool d = c >= '0' && c <= '9';
+      if (!d) scope.push_back(c);
+      else if (!digits) scope.push_back('*');
+      digits = d;
+    }
+    Group& g = groups[{label, scope}];
+    if (g.n == 0) {
+      g.label = label;
+      g.scope = scope;
+      g.first = l.bytes;
+    } else if (l.bytes < g.last) {
+      g.monotone = false;
+    }
+    g.last = l.bytes;
+    ++g.n;
+  }
+  for (auto& [k, g] : groups)
+    if (g.n >= 3 && g.monotone && g.last > g.first)
+      run->growth.push_back(RunAnalysis::Growth{g.label, g.scope, g.n, g.first, g.last});
+  std::sort(run->growth.begin(), run->growth.end(), [](const auto& a, const auto& b) {
+    return a.last_bytes - a.first_bytes > b.last_bytes - b.first_bytes;
+  });
 }
 
 }  // namespace moeprof::planner

@@ -292,7 +292,7 @@ RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt) {
         rp->marker(r, pos);
         continue;
       }
-      if (rp->event(r, pos)) ++pos;
+      if (rp->event(r, pos, i)) ++pos;
     }
     if (in_order) {
       run.replayed_events = pos;
@@ -330,7 +330,7 @@ RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt) {
       rp.marker(r, pos);
       continue;
     }
-    if (rp.event(r, pos)) ++pos;
+    if (rp.event(r, pos, k.idx)) ++pos;
   }
   run.reordered = true;
   run.replayed_events = pos;

@@ -53,7 +53,15 @@ class Replayer {
 
   // Replays one event at replay position `pos`; false when the filter left it out (it then takes
   // no position).
-  bool event(const TraceRecord& r, uint32_t pos) {
+  bool event(const TraceRecord& rec, uint32_t pos, size_t index) {
+    const TraceRecord* rp = &rec;
+    TraceRecord inferred;
+    if (opt_.record_categories != nullptr && rec.kind == EventKind::kAlloc && index < opt_.record_categories->size()) {
+      inferred = rec;
+      inferred.category = (*opt_.record_categories)[index];
+      rp = &inferred;
+    }
+    const TraceRecord& r = *rp;
     if (filtering_ && !takes_part(r)) return false;
     DeviceState& d = dev_state(r.device);
     switch (r.kind) {
@@ -87,6 +95,7 @@ class Replayer {
   uint32_t new_slot();
   void free_slot(uint32_t s);
   void find_handoffs(const RunAnalysis& run, uint32_t num_events);
+  void find_growth(RunAnalysis* run);
   void build_live_sets(RunAnalysis* run);
 
   const AnalyzeOptions& opt_;

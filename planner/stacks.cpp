@@ -26,8 +26,10 @@ bool is_library_frame(std::string_view function, std::string_view file, FrameKin
   if (kind == FrameKind::kPython) {
     // The interpreter's own machinery and torch's package (its Python wrappers of the allocator,
     // module call plumbing); transformers and other model code stay.
-    static constexpr std::array<std::string_view, 6> kPy = {"<frozen ", "/torch/", "\\torch\\", "importlib", "/runpy.py",
-                                                            "/threading.py"};
+    // torch's package is matched as a package directory ("site-packages/torch/"), not as any
+    // path component named torch: environments live in places such as /opt/torch/.venv.
+    static constexpr std::array<std::string_view, 7> kPy = {"<frozen ", "-packages/torch/", "\\torch\\",
+                                                            "importlib", "/runpy.py", "/threading.py", "<string>"};
     for (std::string_view p : kPy)
       if (contains(file, p)) return true;
     return false;

@@ -33,10 +33,13 @@ WhatIfState::WhatIfState(const RunAnalysis& r) : run(&r), num_events(static_cast
   }
 }
 
-std::vector<uint32_t> WhatIfState::select(const Selector& sel) const {
+const std::vector<uint32_t>& WhatIfState::select(const Selector& sel) const {
+  const std::string key = sel.text();
+  auto cached = select_cache.find(key);
+  if (cached != select_cache.end()) return cached->second;
   // The string terms (globs, stack substring) are evaluated once per distinct (name, scope,
   // stack); the numeric ones per allocation.
-  std::vector<uint32_t> out;
+  std::vector<uint32_t>& out = select_cache[key];
   PairMap cache;  // (name << 32 | scope, stack) -> 1 match, 2 no match
   Selector strings_only = sel;
   strings_only.categories = 0;
@@ -82,7 +85,7 @@ void WhatIfState::apply(const Rule& rule, RuleEffect* eff, std::vector<Change>* 
   auto touch = [&](uint32_t b) {
     if (changes) changes->push_back(Change{b, blocks[b]});
   };
-  std::vector<uint32_t> targets = select(rule.target);
+  std::vector<uint32_t> targets = select(rule.target);  // a copy: the hand-off sorts it
   eff->matched += targets.size();
 
   switch (rule.kind) {
@@ -148,6 +151,15 @@ void WhatIfState::apply(const Rule& rule, RuleEffect* eff, std::vector<Change>* 
       // fits, then the one dead longest. Entries are checked lazily (still owned, still allocated,
       // still dead since then).
       std::sort(targets.begin(), targets.end(), [&](uint32_t a, uint32_t b) { return blocks[a].start < blocks[b].start; });
+      // Only buffers at least as large as the smallest target, on the targets' devices, can be
+      // taken over: the others never enter the sweep.
+      uint64_t min_bytes = UINT64_MAX;
+      std::set<uint16_t> devices;
+      for (uint32_t t : targets)
+        if (blocks[t].merged_into == kNoBlock && blocks[t].bytes > 0) {
+          min_bytes = std::min(min_bytes, blocks[t].bytes);
+          devices.insert(blocks[t].device);
+        }
       using Dead = std::tuple<uint32_t, uint32_t>;  // (dead since, block)
       std::priority_queue<Dead, std::vector<Dead>, std::greater<>> becoming;
       std::vector<char> donor_ok;
@@ -155,21 +167,31 @@ void WhatIfState::apply(const Rule& rule, RuleEffect* eff, std::vector<Change>* 
         donor_ok.assign(blocks.size(), 0);
         for (uint32_t i : select(*rule.from)) donor_ok[i] = 1;
       }
-      for (uint32_t i = 0; i < blocks.size(); ++i) {
+      std::vector<Dead> initial;
+      for (uint32_t i = 0; i < blocks.size() && min_bytes != UINT64_MAX; ++i) {
         const Block& b = blocks[i];
-        if (b.merged_into != kNoBlock || b.bytes == 0 || b.uses == 0 || b.last_use + 1 >= b.end) continue;
+        if (b.bytes < min_bytes || b.merged_into != kNoBlock || b.uses == 0 || b.last_use + 1 >= b.end) continue;
         // Only activation memory is taken over: weights and the KV cache outlive what the trace
         // shows (later requests, decode steps), even when the trace records no further use.
-        if (!b.act || (rule.from && !donor_ok[i])) continue;
-        becoming.emplace(b.last_use + 1, i);
+        if (!b.act || (rule.from && !donor_ok[i]) || !devices.count(b.device)) continue;
+        initial.emplace_back(b.last_use + 1, i);
       }
+      std::sort(initial.begin(), initial.end());
+      size_t next_initial = 0;
       std::set<std::tuple<uint16_t, uint64_t, uint32_t, uint32_t>> pool;  // (device, bytes, dead since, block)
       for (uint32_t t : targets) {
         Block& L = blocks[t];
         if (L.merged_into != kNoBlock || L.bytes == 0) continue;
-        while (!becoming.empty() && std::get<0>(becoming.top()) <= L.start) {
-          auto [since, b] = becoming.top();
-          becoming.pop();
+        while ((next_initial < initial.size() && std::get<0>(initial[next_initial]) <= L.start) ||
+               (!becoming.empty() && std::get<0>(becoming.top()) <= L.start)) {
+          Dead d;
+          if (next_initial < initial.size() && std::get<0>(initial[next_initial]) <= L.start) {
+            d = initial[next_initial++];
+          } else {
+            d = becoming.top();
+            becoming.pop();
+          }
+          auto [since, b] = d;
           const Block& m = blocks[b];
           if (m.merged_into == kNoBlock && m.bytes > 0 && m.uses > 0 && m.last_use + 1 == since) pool.emplace(m.device, m.bytes, since, b);
         }

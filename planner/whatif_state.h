@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "planner/analysis.h"
@@ -34,14 +36,16 @@ struct WhatIfState {
   const RunAnalysis* run = nullptr;
   uint32_t num_events = 0;
   std::vector<Block> blocks;  // one per lifetime, same index
+  mutable std::map<std::string, std::vector<uint32_t>> select_cache;
 
   explicit WhatIfState(const RunAnalysis& r);
   uint32_t holder(uint32_t b) const {  // the block that holds allocation b's memory
     while (blocks[b].merged_into != kNoBlock) b = blocks[b].merged_into;
     return b;
   }
-  // The allocations a selector matches, in index order.
-  std::vector<uint32_t> select(const Selector& sel) const;
+  // The allocations a selector matches, in index order (cached per selector: what a selector
+  // matches never changes).
+  const std::vector<uint32_t>& select(const Selector& sel) const;
   // Applies one rule; records every block it changes (before the change) when `changes` is set.
   void apply(const Rule& rule, RuleEffect* effect, std::vector<Change>* changes);
   void revert(const std::vector<Change>& changes);

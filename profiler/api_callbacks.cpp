@@ -64,6 +64,7 @@ void record_call(Session* s, ThreadState& ts, uint32_t corr, uint32_t partner, b
     }
   }
   a.tid = ts.tid;
+  if (is_alloc && s->stacks) a.stack = s->stacks->capture();
   s->table.put(corr, partner, a);
 }
 

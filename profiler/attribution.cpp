@@ -60,8 +60,21 @@ uint64_t AttributionTable::pruned() const {
   return pruned_;
 }
 
-TraceAssembler::TraceAssembler(TraceWriter* writer, AttributionTable* table) : writer_(writer), table_(table) {
+TraceAssembler::TraceAssembler(TraceWriter* writer, AttributionTable* table, StackCollector* stacks)
+    : writer_(writer), table_(table), stacks_(stacks) {
   local_to_writer_.push_back(StrId::kNone);
+}
+
+StackId TraceAssembler::writer_stack(uint32_t local) {
+  if (local == 0 || stacks_ == nullptr) return StackId::kNone;
+  auto it = stack_to_writer_.find(local);
+  if (it != stack_to_writer_.end()) return it->second;
+  std::vector<uint32_t> frames;
+  for (const ResolvedFrame& f : stacks_->resolve(local))
+    frames.push_back(writer_->intern_frame(StackFrame{writer_->intern(f.function), writer_->intern(f.file), f.line, f.kind}));
+  const StackId id = writer_->intern_stack(frames);
+  stack_to_writer_.emplace(local, id);
+  return id;
 }
 
 StrId TraceAssembler::writer_id(uint32_t local_id) {
@@ -88,6 +101,8 @@ void TraceAssembler::on_record(const DecodedRecord& d) {
         // driver's graph-memory reservation, which can share a correlation id with an API call).
         if (a.category != Category::kUnknown) r.category = a.category;
         r.flags |= a.flags;
+        r.stack_id = writer_stack(a.stack);
+        if (r.stack_id != StackId::kNone) ++stats_.allocs_with_stack;
         if (a.scope != 0 || a.name != 0) ++stats_.allocs_scoped;
         if ((a.flags & kFlagInferredScope) == 0 && (a.name != 0 || a.category != Category::kUnknown))
           ++stats_.allocs_tagged;

@@ -16,6 +16,7 @@
 #include "core/trace.h"
 #include "core/trace_io.h"
 #include "profiler/activity_decode.h"
+#include "profiler/stack_capture.h"
 
 namespace moeprof::profiler {
 
@@ -25,6 +26,7 @@ struct Attribution {
   uint32_t name = 0;
   Category category = Category::kUnknown;
   uint16_t flags = 0;  // kFlagInferredScope when the scope came from NVTX ranges
+  uint32_t stack = 0;  // id in the session's StackCollector (0 = none)
 };
 
 // Thread-safe. An API call made through the runtime (cudaMalloc) nests a driver call (cuMemAlloc)
@@ -65,13 +67,14 @@ struct AssemblerStats {
   uint64_t allocs_scoped = 0;   // ... with a scope (NVTX path or tag)
   uint64_t allocs_tagged = 0;   // ... with a moeprof.tensor tag
   uint64_t frees_joined = 0;
+  uint64_t allocs_with_stack = 0;
 };
 
 // RecordSink that joins attribution, tracks pool sizes, interns strings and appends to a
 // TraceWriter. Not thread-safe: the caller serializes (the tracer holds its writer mutex).
 class TraceAssembler : public RecordSink {
  public:
-  TraceAssembler(TraceWriter* writer, AttributionTable* table);
+  TraceAssembler(TraceWriter* writer, AttributionTable* table, StackCollector* stacks = nullptr);
   void on_record(const DecodedRecord& r) override;
   const AssemblerStats& stats() const { return stats_; }
   // Appends a record as is (e.g. kGraphMem at flush).
@@ -80,9 +83,12 @@ class TraceAssembler : public RecordSink {
 
  private:
   StrId writer_id(uint32_t local_id);
+  StackId writer_stack(uint32_t local_stack);
 
   TraceWriter* writer_;
   AttributionTable* table_;
+  StackCollector* stacks_;
+  std::unordered_map<uint32_t, StackId> stack_to_writer_;
   PoolTracker pools_;
   std::vector<StrId> local_to_writer_;              // kNone = not yet interned (except id 0)
   std::unordered_map<const char*, StrId> kernel_names_;

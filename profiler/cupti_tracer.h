@@ -26,6 +26,7 @@
 
 #include "core/status.h"
 #include "core/trace.h"
+#include "profiler/stack_capture.h"
 
 namespace moeprof::profiler {
 
@@ -46,6 +47,7 @@ struct TracerOptions {
   size_t buffer_bytes = size_t{8} << 20; // CUPTI activity buffers (4-8 MB recommended)
   size_t preallocated_buffers = 4;
   size_t max_buffers = 64;               // beyond this CUPTI drops records (counted)
+  StackMode stacks = StackMode::kNone;   // call stacks at allocation (profiler/stack_capture.h)
   size_t records_per_frame = 4096;
   uint64_t flush_interval_ms = 1000;  // a pending frame older than this is written (a killed process loses at most this)
 };
@@ -62,6 +64,8 @@ struct TracerStats {
   // TracerOptions::uses: kUse records written, launches whose arguments were scanned, launches
   // that could not be scanned (no parameter layout from the driver).
   uint64_t uses = 0, uses_launches_scanned = 0, uses_scan_failures = 0;
+  // TracerOptions::stacks: allocations with a stack, and stacks captured with Python frames.
+  uint64_t allocs_with_stack = 0, stacks_captured = 0, python_stacks = 0;
 };
 
 class CuptiTracer {

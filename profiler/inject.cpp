@@ -101,6 +101,8 @@ void start_tracer() {
   moeprof::profiler::TracerOptions opt;
   opt.kernels = env_or(moeprof::profiler::kEnvTraceKernels, "0") == "1";
   opt.uses = env_or(moeprof::profiler::kEnvTraceUses, "0") == "1";
+  if (!moeprof::profiler::parse_stack_mode(env_or(moeprof::profiler::kEnvTraceStacks, "none"), &opt.stacks))
+    opt.stacks = moeprof::profiler::StackMode::kNone;
   opt.install_signal_handlers = env_or(moeprof::profiler::kEnvTraceSignals, "1") != "0";
   opt.flush_at_exit = true;
   auto t = CuptiTracer::start(path, meta, opt);

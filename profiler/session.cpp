@@ -120,6 +120,11 @@ TracerStats collect_stats(Session* s) {
     t.allocs_scoped = a.allocs_scoped;
     t.allocs_tagged = a.allocs_tagged;
     t.frees_joined = a.frees_joined;
+    t.allocs_with_stack = a.allocs_with_stack;
+  }
+  if (s->stacks) {
+    t.stacks_captured = s->stacks->captured();
+    t.python_stacks = s->stacks->python_captured();
   }
   if (s->writer) t.records_written = s->writer->records_written();
   t.dropped_records = s->dropped.load();
@@ -182,6 +187,11 @@ Status stop_session(Session* s, bool crashed) {
       x["tracer.uses_launches_scanned"] = std::to_string(t.uses_launches_scanned);
       x["tracer.uses_scan_failures"] = std::to_string(t.uses_scan_failures);
     }
+    if (s->stacks) {
+      x["tracer.allocs_with_stack"] = std::to_string(t.allocs_with_stack);
+      x["tracer.stacks_captured"] = std::to_string(t.stacks_captured);
+      x["tracer.stacks_with_python"] = std::to_string(t.python_stacks);
+    }
     x["tracer.stopped_by"] = crashed ? "signal" : "stop";
     if (!notes.empty()) x["tracer.notes"] = notes;
     s->writer->add_dropped(t.dropped_records);
@@ -232,6 +242,7 @@ Result<Session*> start_session(const std::string& trace_path, const RunMeta& met
   x["tracer.kernels"] = options.kernels ? "on" : "off";
   x["tracer.attribution"] = options.attribution ? "on" : "off";
   if (options.uses) x["tracer.uses"] = "on (kernel-argument scan; counts written at stop)";
+  x["tracer.stacks"] = stack_mode_name(options.stacks);
   {
     const char* nvtx_env = std::getenv("NVTX_INJECTION64_PATH");
     x["tracer.nvtx_route"] = (nvtx_env != nullptr && nvtx_env[0] != 0)
@@ -261,7 +272,8 @@ Result<Session*> start_session(const std::string& trace_path, const RunMeta& met
     return w.status().with_context("cupti tracer");
   }
   s->writer = std::move(w).value();
-  s->assembler = std::make_unique<TraceAssembler>(s->writer.get(), &s->table);
+  if (options.stacks != StackMode::kNone) s->stacks = std::make_unique<StackCollector>(options.stacks);
+  s->assembler = std::make_unique<TraceAssembler>(s->writer.get(), &s->table, s->stacks.get());
 
   auto fail = [&](const std::string& what, CUptiResult res) -> Status {
     for (CUpti_ActivityKind k : s->enabled_kinds) cuptiActivityDisable(k);

@@ -13,6 +13,7 @@ inline constexpr const char* kEnvTraceOut = "MOEPROF_TRACE_OUT";
 inline constexpr const char* kEnvTraceRootPid = "MOEPROF_TRACE_ROOT_PID";
 inline constexpr const char* kEnvTraceKernels = "MOEPROF_TRACE_KERNELS";
 inline constexpr const char* kEnvTraceUses = "MOEPROF_TRACE_USES";  // "1": TracerOptions::uses
+inline constexpr const char* kEnvTraceStacks = "MOEPROF_TRACE_STACKS";  // python | native | both
 inline constexpr const char* kEnvTraceSignals = "MOEPROF_TRACE_SIGNALS";
 inline constexpr const char* kEnvTorchAsync = "MOEPROF_TRACE_TORCH_ASYNC";
 inline constexpr const char* kTraceExt = ".mtrace";

@@ -55,6 +55,7 @@ struct Session {
   bool closed = false;
 
   AttributionTable table;
+  std::unique_ptr<StackCollector> stacks;  // opt.stacks != kNone
   CUpti_SubscriberHandle subscriber = nullptr;
   std::vector<CUpti_ActivityKind> enabled_kinds;
 

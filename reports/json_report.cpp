@@ -288,6 +288,14 @@ ordered_json make_run_json(const planner::RunAnalysis& run, const std::string& n
   j["truncated"] = run.truncated;
   j["truncation_note"] = run.truncation_note;
   j["reordered"] = run.reordered;
+  if (!run.categories_note.empty()) j["categories_inferred"] = run.categories_note;
+  if (!run.growth.empty()) {
+    ordered_json g = ordered_json::array();
+    for (const auto& x : run.growth)
+      g.push_back({{"label", x.label}, {"scope", x.scope}, {"occurrences", x.occurrences}, {"first_bytes", x.first_bytes},
+                   {"last_bytes", x.last_bytes}});
+    j["growth"] = g;
+  }
   ordered_json extra = ordered_json::object();
   for (const auto& [k, v] : m.extra) extra[k] = v;
   j["extra"] = extra;

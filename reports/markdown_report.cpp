@@ -93,7 +93,7 @@ std::string report_markdown(const ordered_json& report) {
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", md_cell(json_str(r, "name")),
                        md_cell(json_str(r, "mode")), md_cell(json_str(r, "model")), json_i64(r, "tokens"),
                        md_cell(run_tp_label(r)), md_cell(json_str(r, "backend")), bytes_cell(json_u64(r, "peak_activation_bytes")),
-                       bytes_cell(json_u64(r, "peak_total_bytes")), bytes_cell(json_u64(r, "churn_bytes")), json_u64(r, "allocations"),
+                       bytes_cell(json_u64(r, "peak_total_bytes")), bytes_cell(json_u64(r, "churn_bytes")), with_commas_u(json_u64(r, "allocations")),
                        r.contains("anomalies") ? json_u64(r["anomalies"], "total") : 0);
   }
   for (const auto& r : report["runs"]) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/version.h"
+#include "planner/categories.h"
 #include "reports/format.h"
 
 namespace moeprof::reports {
@@ -32,8 +33,14 @@ TracedFile analyze_traced_file(const std::string& path, const Trace& t) {
     f.kernels += r.kind == EventKind::kKernel;
     f.uses += r.kind == EventKind::kUse;
   }
+  // Traced programs: categories inferred (planner/categories.h), so "activation" means what it
+  // means for the executor: transient allocations.
+  planner::InferredCategories inferred;
+  const bool infer = planner::should_infer_categories(t, planner::CategoryInference::kAuto);
+  if (infer) inferred = planner::infer_categories(t, {});
   for (size_t i = 0; i < kNumTraceViews; ++i) {
     planner::AnalyzeOptions opt;
+    if (infer) opt.record_categories = &inferred.by_record;
     opt.timeline_points = 0;
     opt.live_set_limit = 1;
     opt.handoff_limit = 0;

@@ -5,7 +5,7 @@
 # Binaries come prebuilt in ./build-gpu. Logs are packed into $OUT/logs.tgz; the summary table
 # is printed last and saved as $OUT/summary.txt.
 #   usage: OUT=dir scripts/device_all.sh [steps...]
-#          (steps: ops model seed trace bench seed-nocupti models oom tp2)
+#          (steps: ops model seed trace bench seed-nocupti models oom hf snapshot sanitizer tp2)
 set -u
 B=${B:-build-gpu}
 OUT=${OUT:-$PWD/device-logs}
@@ -13,7 +13,7 @@ L=/tmp/moeprof-device-logs
 rm -rf "$L"; mkdir -p "$L" "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export NCCL_NVLS_ENABLE=0
-STEPS=${*:-ops model seed trace bench seed-nocupti models oom}  # add tp2 on a 2-GPU machine
+STEPS=${*:-ops model seed trace models hf snapshot oom sanitizer}  # add tp2 on a 2-GPU machine
 START=$(date +%s)
 BUDGET=${BUDGET:-560}
 ROWS=()
@@ -42,8 +42,24 @@ for s in $STEPS; do
       rc=$?; row model_gpu_test "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -oE 'relative L2 error[^)]*' "$L/model_gpu_test.log" | tr '\n' ';' | head -c 200)" ;;
     seed)
       mkdir -p "$L/cupti-bufs"
-      MOEPROF_CUPTI_DUMP_DIR="$L/cupti-bufs" step seed 300 "$B/src/cli/moeprof" run --out "$L/seed"
-      rc=$?; row seed "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E 'delta \(reuse' "$L/seed.log")" ;;
+      # The seed case in all three modes, CUPTI-traced; reuse and fixes predicted from the baseline.
+      step seed 300 "$B/src/cli/moeprof" run --mode all --out "$L/seed"
+      rc=$?
+      res=$(python3 - "$L/seed/report.json" <<'PY' 2>&1
+import json, sys
+r = json.load(open(sys.argv[1]))
+runs = {x["name"]: x for x in r["runs"]}
+b = runs["baseline"]["peak_activation_bytes"]
+parts, ok = [f"baseline {b}"], True
+for m in ("reuse", "fixes"):
+    got = runs[m]["peak_activation_bytes"]; pred = runs[m].get("predicted_from_baseline", {}).get("predicted_peak_activation_bytes")
+    ok = ok and pred == got
+    parts.append(f"{m} {got} (predicted {pred}, delta {got - b})")
+print(("PASS " if ok else "FAIL ") + "; ".join(parts))
+PY
+)
+      [ $rc -ne 0 ] && res="FAIL exit $rc"
+      row seed "${res%% *}" "${res#* }" ;;
     trace)
       OUT="$L/trace" step trace_check 200 bash scripts/gpu_trace_check.sh "$B"
       rc=$?; row trace_check "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "see trace_check.log" ;;
@@ -60,12 +76,15 @@ for s in $STEPS; do
       # are saved: T*(H + latent)*2.
       for spec in "deepseek-v3 8192 8 14336 2112" "deepseek-v2 8192 8 10240 2112" "deepseek-v2-lite 8192 1 2048 576"; do
         set -- $spec
-        step "model_$1" 120 "$B/src/cli/moeprof" run --model "$1" --tokens "$2" --tp "$3" --no-cupti --quiet --out "$L/$1"
+        step "model_$1" 120 "$B/src/cli/moeprof" run --model "$1" --tokens "$2" --tp "$3" --mode all --no-cupti --quiet --out "$L/$1"
         rc=$?
         res=$(python3 -c "
-import json,sys; r=json.load(open('$L/$1/report.json')); d=r['comparison']['peak_activation_delta_bytes']; want=-$2*($4+$5)*2
-b=r['runs'][0]['peak_activation_bytes']; c=r['runs'][1]['peak_activation_bytes']
-print(('PASS' if d==want else 'FAIL'), f'baseline {b} reuse {c} delta {d} formula {want}')" 2>&1)
+import json,sys; r=json.load(open('$L/$1/report.json')); runs={x['name']: x for x in r['runs']}
+b=runs['baseline']['peak_activation_bytes']; c=runs['reuse']['peak_activation_bytes']; f=runs['fixes']['peak_activation_bytes']
+pc=runs['reuse']['predicted_from_baseline']['predicted_peak_activation_bytes']; pf=runs['fixes']['predicted_from_baseline']['predicted_peak_activation_bytes']
+d=c-b; want=-$2*($4+$5)*2
+ok=d==want and pc==c and pf==f
+print(('PASS' if ok else 'FAIL'), f'baseline {b} reuse {c} (pred {pc}) fixes {f} (pred {pf}) delta {d} formula {want}')" 2>&1)
         [ $rc -ne 0 ] && res="FAIL exit $rc"
         row "model_$1" "${res%% *}" "${res#* }"
       done ;;
@@ -75,18 +94,67 @@ print(('PASS' if d==want else 'FAIL'), f'baseline {b} reuse {c} delta {d} formul
       rc=$?; row tp_gpu_test "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -oE 'TP=2 on 2 GPUs[^)]*\)' "$L/tp_gpu_test.log" | tr '\n' ';' | head -c 200)"
       step tp2_run 240 "$B/src/cli/moeprof" run --backend cuda --model kimi-k2.5 --layers 4 --tokens 2048 --tp 2 --gpus 2 --out "$L/tp2"
       rc=$?; row tp2_run "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E 'rank [01]:' "$L/tp2_run.log" | tr -s ' ' | tr '\n' ';' | head -c 200)" ;;
+    hf)
+      # An unmodified transformers MoE model traced with Python stacks: the traced peak equals
+      # max_memory_allocated, the largest transient allocations name transformers lines, weights
+      # are inferred persistent, the ranked fixes name source lines.
+      if python3 -c "import transformers" 2>/dev/null; then
+        step hf_trace 240 "$B/src/cli/moeprof" trace --torch-async --uses --stacks python --report \
+          --report-json "$L/hf_report.json" --out "$L/hf.mtrace" -- python3 tests/profiler/hf_moe_prefill.py 3001
+        rc=$?
+        "$B/src/cli/moeprof" plan "$L/hf.mtrace" --json --fixes 5 --top 40 > "$L/hf_plan.json" 2> "$L/hf_plan.err"
+        "$B/src/cli/moeprof" plan "$L/hf.mtrace" --fixes 5 --top 12 > "$L/hf_plan.txt" 2>&1
+        res=$(python3 scripts/hf_stack_check.py "$L/hf_trace.log" "$L/hf_report.json" "$L/hf_plan.json" 2>&1)
+        [ $rc -ne 0 ] && res="FAIL trace exit $rc"
+        row hf_stacks "${res%% *}" "${res#* }"
+        # Overhead: the same prefill untraced, traced without stacks, traced with Python stacks.
+        for v in none plain stacks none plain stacks; do
+          t0=$(date +%s%N)
+          case $v in
+            none) PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync python3 tests/profiler/hf_moe_prefill.py 3001 > "$L/hf_t_$v.log" 2>&1 ;;
+            plain) "$B/src/cli/moeprof" trace --torch-async --out "$L/hf_t.mtrace" -- python3 tests/profiler/hf_moe_prefill.py 3001 > "$L/hf_t_$v.log" 2>&1 ;;
+            stacks) "$B/src/cli/moeprof" trace --torch-async --stacks python --out "$L/hf_t.mtrace" -- python3 tests/profiler/hf_moe_prefill.py 3001 > "$L/hf_t_$v.log" 2>&1 ;;
+          esac
+          echo "$v: process $(( ($(date +%s%N) - t0) / 1000000 )) ms, prefill $(grep -o '"prefill_seconds": [0-9.e-]*' "$L/hf_t_$v.log" | cut -d' ' -f2) s;" >> "$L/hf_overhead.txt"
+        done
+        row hf_overhead INFO "$(tr '\n' ' ' < "$L/hf_overhead.txt")"
+      else
+        row hf_stacks SKIP "no transformers"
+      fi ;;
+    snapshot)
+      # Real PyTorch memory snapshots for tests/golden/torch/real (the import test's fixtures).
+      if python3 -c "import torch" 2>/dev/null; then
+        step snapshot 120 python3 scripts/torch_snapshot_fixture.py --out "$L/torch-real"
+        rc=$?
+        for f in "$L"/torch-real/*.pickle; do
+          [ -e "$f" ] && "$B/src/cli/moeprof" import "$f" --out "${f%.pickle}.mtrace" >> "$L/snapshot_import.log" 2>&1
+        done
+        tar czf "$OUT/torch-real.tgz" -C "$L" torch-real 2>/dev/null
+        row snapshot "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(ls "$L"/torch-real 2>/dev/null | tr '\n' ' ')"
+      fi ;;
+    sanitizer)
+      # compute-sanitizer on the tiny model (all modes, no CUPTI: the sanitizer holds the slot).
+      for tool in memcheck racecheck initcheck; do
+        step "cs_$tool" 90 compute-sanitizer --tool "$tool" --error-exitcode 9 "$B/src/cli/moeprof" run --backend cuda \
+          --model tiny --tokens 100 --mode all --no-cupti --quiet --out "$L/cs-$tool"
+        rc=$?
+        row "cs_$tool" "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E 'ERROR SUMMARY' "$L/cs_$tool.log" | tail -n1)"
+      done
+      # The op tests include a deliberate out-of-memory case: API errors are not reported.
+      step cs_ops 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$B/tests/gpu/cuda_ops_test" '[gpu]' -r compact
+      rc=$?; row cs_ops_memcheck "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E 'ERROR SUMMARY' "$L/cs_ops.log" | tail -n1)" ;;
     oom)
       # Per-layer Kimi-K2.5 weights need ~150 GB: the run must fail with exit 3 and one line, and
       # the trace written up to the failure must still read back.
-      step oom 120 "$B/src/cli/moeprof" run --weights per-layer --mode baseline --quiet --out "$L/oom"
+      step oom 120 bash -c "\"$B/src/cli/moeprof\" run --weights per-layer --mode baseline --quiet --out \"$L/oom\" 2> \"$L/oom.err\""
       rc=$?
       "$B/src/cli/moeprof" plan "$L/oom/baseline.mtrace" > "$L/oom_plan.log" 2>&1
       prc=$?
-      n=$(wc -l < "$L/oom.log")
-      if [ $rc -eq 3 ] && [ "$n" -eq 1 ] && grep -q "out of GPU memory" "$L/oom.log" && [ $prc -eq 0 ]; then
+      n=$(wc -l < "$L/oom.err")
+      if [ $rc -eq 3 ] && [ "$n" -eq 1 ] && grep -q "out of GPU memory" "$L/oom.err" && [ $prc -eq 0 ]; then
         row oom PASS "exit 3, one line; trace readable: $(grep -m1 'peak total' "$L/oom_plan.log" | tr -s ' ')"
       else
-        row oom FAIL "exit $rc, $n lines, plan exit $prc: $(head -c 200 "$L/oom.log")"
+        row oom FAIL "exit $rc, $n lines on stderr, plan exit $prc: $(head -c 200 "$L/oom.err")"
       fi ;;
   esac
 done

@@ -22,4 +22,27 @@ Status write_stdout(std::string_view text) {
   return Status::ok();
 }
 
+void add_category_options(CLI::App* cmd, CategoryArgs* a) {
+  cmd->add_option("--categories", a->mode,
+                  "auto: infer the categories of traced and imported programs (persistent, workspace, communication, "
+                  "transient; docs/metrics.md); infer: always; keep: the trace's own")
+      ->check(CLI::IsMember({"auto", "infer", "keep"}))
+      ->capture_default_str();
+  cmd->add_option("--category-rules", a->rules,
+                  "rules that override the inference, one per line: <category> SELECTOR (selectors as in what-if rules)");
+}
+
+Result<reports::CategoryOptions> category_options(const CategoryArgs& a) {
+  reports::CategoryOptions o;
+  o.mode = a.mode == "infer" ? planner::CategoryInference::kInfer
+                             : (a.mode == "keep" ? planner::CategoryInference::kKeep : planner::CategoryInference::kAuto);
+  if (!a.rules.empty()) {
+    auto r = planner::load_category_rules(a.rules);
+    if (!r) return r.status();
+    o.rules = std::move(r).value();
+    if (o.mode == planner::CategoryInference::kAuto) o.mode = planner::CategoryInference::kInfer;
+  }
+  return o;
+}
+
 }  // namespace moeprof::cli

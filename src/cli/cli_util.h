@@ -7,7 +7,10 @@
 
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
+
 #include "core/status.h"
+#include "reports/run_loader.h"
 
 namespace moeprof::cli {
 
@@ -24,5 +27,14 @@ void note(std::string_view cmd, fmt::format_string<Args...> f, Args&&... args) {
 // Writes text to stdout and flushes; a failed write (a closed pipe, a full disk, /dev/full) is a
 // kRunFailure, so results are never lost with exit 0.
 Status write_stdout(std::string_view text);
+
+// --categories auto|infer|keep and --category-rules FILE (planner/categories.h), shared by the
+// commands that read traces.
+struct CategoryArgs {
+  std::string mode = "auto";
+  std::string rules;
+};
+void add_category_options(CLI::App* cmd, CategoryArgs* a);
+Result<reports::CategoryOptions> category_options(const CategoryArgs& a);
 
 }  // namespace moeprof::cli

@@ -25,6 +25,7 @@ namespace {
 
 struct CompareArgs {
   std::string a, b, predicted_by, out_md;
+  CategoryArgs categories;
   bool json = false;
   size_t top = 20;
 };
@@ -43,7 +44,13 @@ void register_compare(CLI::App& app, int* exit_code) {
   cmd->add_option("--predicted-by", args->predicted_by,
                   "also predict B's peak from trace A with these what-if rules and show it beside the measured one")
       ->type_name("RULES");
+  add_category_options(cmd, &args->categories);
   cmd->callback([args, exit_code] {
+    auto cats = category_options(args->categories);
+    if (!cats) {
+      *exit_code = fail("compare", cats.status());
+      return;
+    }
     std::vector<planner::Rule> rules;
     if (!args->predicted_by.empty()) {
       auto r = planner::load_rules(args->predicted_by);
@@ -58,12 +65,12 @@ void register_compare(CLI::App& app, int* exit_code) {
     aopts.timeline_points = 0;
     planner::AnalyzeOptions base_opts = aopts;
     base_opts.keep_lifetimes = base_opts.keep_event_index = !args->predicted_by.empty();
-    auto a = reports::load_run(args->a, base_opts);
+    auto a = reports::load_run(args->a, base_opts, "", *cats);
     if (!a) {
       *exit_code = fail("compare", a.status());
       return;
     }
-    auto b = reports::load_run(args->b, aopts);
+    auto b = reports::load_run(args->b, aopts, "", *cats);
     if (!b) {
       *exit_code = fail("compare", b.status());
       return;

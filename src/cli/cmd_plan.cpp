@@ -1,4 +1,4 @@
-// moeprof plan TRACE [--json] [--top N]: the memory analysis of one trace.
+// moeprof plan TRACE [--json] [--top N] [--arena [--arena-time-limit S]]: the memory analysis of one trace.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "reports/format.h"
 #include "planner/arena.h"
+#include "planner/arena_solver.h"
 #include "reports/json_report.h"
 #include "reports/run_loader.h"
 #include "reports/text_report.h"
@@ -24,9 +25,11 @@ struct PlanArgs {
   std::string trace;
   bool json = false;
   bool arena = false;
+  double arena_time_limit = 1.0;
   size_t top = 10;
   std::string what_if;  // rule file
   size_t fixes = 0;
+  CategoryArgs categories;
 };
 
 std::string plan_text(const nlohmann::ordered_json& r) {
@@ -34,14 +37,16 @@ std::string plan_text(const nlohmann::ordered_json& r) {
   std::string out = reports::run_text(r);
   if (r.contains("arena")) {
     const auto& a = r["arena"];
-    if (a.contains("skipped")) {
-      out += fmt::format("\narena plan: skipped ({})\n", a["skipped"].get<std::string>());
-    } else if (a.contains("arena_bytes")) {
+    if (a.contains("arena_bytes")) {
       out += fmt::format("\narena plan for the activation buffers of device {} ({} buffers, {} B alignment):\n",
-                 a["device"].get<int>(), a["buffers"].get<uint64_t>(), a["alignment"].get<uint64_t>());
-      out += fmt::format("  LOAD (lower bound) {:>16} B\n  greedy best-fit    {:>16} B  (+{:.2f}%, order {}{})\n",
-                 with_commas(a["load_bytes"].get<int64_t>()), with_commas(a["arena_bytes"].get<int64_t>()),
-                 a["gap_pct"].get<double>(), a["order"].get<std::string>(), a["valid"].get<bool>() ? "" : ", INVALID");
+                         a["device"].get<int>(), a["buffers"].get<uint64_t>(), a["alignment"].get<uint64_t>());
+      out += fmt::format("  LOAD (lower bound) {:>16} B\n", with_commas(a["load_bytes"].get<int64_t>()));
+      if (a["lower_bound_bytes"].get<uint64_t>() > a["load_bytes"].get<uint64_t>())
+        out += fmt::format("  lower bound        {:>16} B  (raised by the search)\n", with_commas(a["lower_bound_bytes"].get<int64_t>()));
+      out += fmt::format("  arena              {:>16} B  (+{:.2f}%, {}, {}, {:.3f} s{})\n", with_commas(a["arena_bytes"].get<int64_t>()),
+                         a["gap_pct"].get<double>(), a["algorithm"].get<std::string>(),
+                         a["proven_optimal"].get<bool>() ? "proven optimal" : "not proven optimal", a["seconds"].get<double>(),
+                         a["valid"].get<bool>() ? "" : ", INVALID");
     }
   }
   return out;
@@ -51,7 +56,7 @@ std::string plan_text(const nlohmann::ordered_json& r) {
 
 // The offline arena for the activation buffers of the device with the largest activation peak.
 // Time is the replay position, so LOAD equals that device's activation peak.
-nlohmann::ordered_json arena_json(const planner::RunAnalysis& run) {
+nlohmann::ordered_json arena_json(const planner::RunAnalysis& run, double time_limit_s) {
   nlohmann::ordered_json a;
   if (run.devices.empty()) return a;
   const planner::DeviceAnalysis* dev = &run.devices[0];
@@ -60,21 +65,28 @@ nlohmann::ordered_json arena_json(const planner::RunAnalysis& run) {
   const auto buffers = planner::buffers_from_lifetimes(run, dev->device, /*activation_only=*/true);
   a["device"] = dev->device;
   a["buffers"] = buffers.size();
-  constexpr size_t kMaxBuffers = 20000;  // the greedy placement is O(n^2)
-  if (buffers.size() > kMaxBuffers) {
-    a["skipped"] = fmt::format("more than {} buffers", kMaxBuffers);
+  planner::ArenaSolveOptions opt;
+  opt.alignment = 256;  // CUDA allocation granularity of cudaMalloc / the stream-ordered pool
+  opt.time_limit_s = time_limit_s;
+  auto sol = planner::solve_arena(buffers, opt);
+  if (!sol) {
+    a["error"] = sol.status().message();
     return a;
   }
-  planner::ArenaOptions opt;
-  opt.alignment = 256;  // CUDA allocation granularity of cudaMalloc / the stream-ordered pool
-  const planner::ArenaPlan plan = planner::plan_arena_best(buffers, opt);
+  planner::ArenaOptions check;
+  check.alignment = opt.alignment;
   a["alignment"] = opt.alignment;
-  a["load_bytes"] = plan.load;
-  a["arena_bytes"] = plan.arena_size;
-  a["fragmentation_bytes"] = plan.fragmentation_bytes;
-  a["gap_pct"] = plan.gap_pct;
-  a["order"] = std::string(planner::arena_order_name(plan.order));
-  a["valid"] = planner::validate_plan(buffers, plan, opt).is_ok();
+  a["load_bytes"] = sol->load_bytes;
+  a["lower_bound_bytes"] = sol->lower_bound_bytes;
+  a["arena_bytes"] = sol->arena_bytes;
+  a["fragmentation_bytes"] = sol->arena_bytes - sol->load_bytes;
+  a["gap_pct"] = sol->gap_pct();
+  a["algorithm"] = sol->algorithm;
+  // The greedy order that won, or "search" (kept for readers of the earlier greedy-only output).
+  a["order"] = sol->algorithm.rfind("greedy:", 0) == 0 ? sol->algorithm.substr(7) : sol->algorithm;
+  a["proven_optimal"] = sol->proven_optimal;
+  a["seconds"] = sol->seconds;
+  a["valid"] = planner::validate_plan(buffers, planner::to_arena_plan(*sol), check).is_ok();
   return a;
 }
 
@@ -89,8 +101,12 @@ void register_plan(CLI::App& app, int* exit_code) {
       ->type_name("N")
       ->capture_default_str();
   cmd->add_flag("--arena", args->arena,
-                "also plan one offline arena for the activation buffers of the peak device (greedy best-fit, "
-                "best of several orders) and compare it with LOAD, the lower bound");
+                "also plan one offline arena for the activation buffers of the peak device (the arena solver: greedy "
+                "orders, then the exact search within --arena-time-limit) and compare it with LOAD, the lower bound");
+  cmd->add_option("--arena-time-limit", args->arena_time_limit, "seconds for the arena plan (0: greedy only)")
+      ->check(CLI::NonNegativeNumber)
+      ->type_name("SECONDS")
+      ->capture_default_str();
   cmd->add_option("--what-if", args->what_if,
                   "predict the peaks if the rules in this file were applied (docs/planner.md, \"What-if\"; "
                   "e.g. examples/what-if/sglang-pr-25379.rules)")
@@ -98,6 +114,7 @@ void register_plan(CLI::App& app, int* exit_code) {
   cmd->add_option("--fixes", args->fixes, "rank up to N fixes: the single changes that lower the peak most, one after the other (N: 10 when not given)")
       ->expected(0, 1)
       ->type_name("N");
+  add_category_options(cmd, &args->categories);
   cmd->callback([args, exit_code, cmd] {
     if (cmd->count("--fixes") > 0 && args->fixes == 0) args->fixes = 10;
     const bool predict = !args->what_if.empty() || args->fixes > 0;
@@ -113,7 +130,12 @@ void register_plan(CLI::App& app, int* exit_code) {
     planner::AnalyzeOptions aopts;
     aopts.keep_lifetimes = args->arena || predict;
     aopts.keep_event_index = predict;
-    auto run = reports::load_run(args->trace, aopts);
+    auto cats = category_options(args->categories);
+    if (!cats) {
+      *exit_code = fail("plan", cats.status());
+      return;
+    }
+    auto run = reports::load_run(args->trace, aopts, "", *cats);
     if (!run) {
       fail("plan", run.status());
       *exit_code = run.status().exit_code();
@@ -124,7 +146,7 @@ void register_plan(CLI::App& app, int* exit_code) {
     ropts.top_scopes = args->top;
     ropts.include_timeline = false;
     auto j = reports::make_run_json(run->analysis, run->analysis.meta.name, ropts);
-    if (args->arena) j["arena"] = arena_json(run->analysis);
+    if (args->arena) j["arena"] = arena_json(run->analysis, args->arena_time_limit);
     std::string text;
     if (predict) {
       planner::WhatIfOptions wopt;

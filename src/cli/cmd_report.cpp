@@ -27,6 +27,7 @@ struct ReportArgs {
   bool json = false;
   size_t top = 20;
   size_t max_slices = 20000;
+  CategoryArgs categories;
 };
 
 }  // namespace
@@ -55,7 +56,13 @@ void register_report(CLI::App& app, int* exit_code) {
       ->check(CLI::PositiveNumber)
       ->type_name("N")
       ->capture_default_str();
+  add_category_options(cmd, &args->categories);
   cmd->callback([args, exit_code] {
+    auto cats = category_options(args->categories);
+    if (!cats) {
+      *exit_code = fail("report", cats.status());
+      return;
+    }
     if (!args->names.empty() && args->names.size() != args->traces.size()) {
       *exit_code = fail("report", Status::bad_input(fmt::format("--name given {} time(s) for {} trace(s)", args->names.size(), args->traces.size())));
       return;
@@ -70,7 +77,7 @@ void register_report(CLI::App& app, int* exit_code) {
     aopts.keep_lifetimes = true;  // the per-allocation timeline (memory_timeline) and the Perfetto slices
     std::vector<reports::LoadedRun> loaded;
     for (size_t i = 0; i < args->traces.size(); ++i) {
-      auto run = reports::load_run(args->traces[i], aopts, args->names.empty() ? "" : args->names[i]);
+      auto run = reports::load_run(args->traces[i], aopts, args->names.empty() ? "" : args->names[i], *cats);
       if (!run) {
         *exit_code = fail("report", run.status());
         return;

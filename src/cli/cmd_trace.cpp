@@ -49,6 +49,7 @@ struct TraceOptions {
   bool torch_async = false;
   bool kernels = false;
   bool uses = false;
+  std::string stacks = "none";
   std::vector<std::string> command;
 };
 
@@ -162,6 +163,7 @@ int run_trace(TraceOptions o) {
     setenv(profiler::kEnvTraceKernels, o.kernels ? "1" : "0", 1);
     if (o.uses) setenv(profiler::kEnvTraceUses, "1", 1);
     else unsetenv(profiler::kEnvTraceUses);
+    setenv(profiler::kEnvTraceStacks, o.stacks.c_str(), 1);
     if (o.torch_async) {
       setenv("PYTORCH_CUDA_ALLOC_CONF", conf.c_str(), 1);
       setenv(profiler::kEnvTorchAsync, "1", 1);
@@ -254,6 +256,11 @@ void register_trace(CLI::App& app, int* exit_code) {
                 "also record kernel uses: at each kernel launch, one use event per live device "
                 "allocation that a kernel argument points into (first/last use, memory held after "
                 "its last use; docs/tracing.md)");
+  cmd->add_option("--stacks", opts->stacks,
+                  "record the call stack of each allocation: python (the allocating thread's Python frames), native "
+                  "(return addresses, symbolized once), both, or none (docs/tracing.md, \"Call stacks\")")
+      ->check(CLI::IsMember({"none", "python", "native", "both"}))
+      ->capture_default_str();
   cmd->add_option("--inject-lib", opts->inject_lib, "path of libmoeprof_inject.so [default: next to moeprof]")->type_name("FILE");
   cmd->add_option("command", opts->command, "the command to trace and its arguments, after --")->required()->type_name("CMD");
   cmd->callback([opts, exit_code] { *exit_code = run_trace(*opts); });

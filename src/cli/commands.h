@@ -7,6 +7,7 @@
 namespace moeprof::cli {
 
 void register_plan(CLI::App& app, int* exit_code);
+void register_arena(CLI::App& app, int* exit_code);
 void register_compare(CLI::App& app, int* exit_code);
 void register_report(CLI::App& app, int* exit_code);
 void register_gate(CLI::App& app, int* exit_code);

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   moeprof::cli::register_trace(app, &exit_code);
 #endif
   moeprof::cli::register_plan(app, &exit_code);
+  moeprof::cli::register_arena(app, &exit_code);
   moeprof::cli::register_compare(app, &exit_code);
   moeprof::cli::register_report(app, &exit_code);
   moeprof::cli::register_gate(app, &exit_code);

@@ -67,10 +67,10 @@ before(() => {
   pages.torch = p('torch.html');
 });
 
-let context;
+let context, profile;
 before(async () => {
   // A new, empty profile; the flags keep Chromium from any network traffic of its own.
-  const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'moeprof-chromium-'));
+  profile = fs.mkdtempSync(path.join(os.tmpdir(), 'moeprof-chromium-'));
   context = await chromium.launchPersistentContext(profile, {
     executablePath: CHROMIUM,
     headless: true,
@@ -79,7 +79,10 @@ before(async () => {
       '--disable-component-update', '--disable-sync'],
   });
 });
-after(async () => { if (context) await context.close(); });
+after(async () => {
+  if (context) await context.close();
+  if (profile) fs.rmSync(profile, { recursive: true, force: true });
+});
 
 // Opens a page; returns it with the console errors, uncaught exceptions and requests it made.
 async function open(file) {

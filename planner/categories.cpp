@@ -1,0 +1,178 @@
+#include "planner/categories.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "planner/address_map.h"
+
+namespace moeprof::planner {
+
+Result<std::vector<CategoryRule>> parse_category_rules(std::string_view text, const std::string& source) {
+  std::vector<CategoryRule> out;
+  size_t pos = 0, line_no = 0;
+  while (pos <= text.size()) {
+    const size_t nl = text.find('\n', pos);
+    std::string line(text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos));
+    pos = nl == std::string_view::npos ? text.size() + 1 : nl + 1;
+    ++line_no;
+    if (const size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream in(line);
+    std::string cat;
+    if (!(in >> cat)) continue;
+    const std::string where = source + ":" + std::to_string(line_no) + ": ";
+    CategoryRule r;
+    if (!parse_category(cat, &r.category))
+      return Status::bad_input(where + "unknown category '" + cat +
+                               "' (unknown, weights, kv_cache, activation, workspace, communication, graph)");
+    // The selector is parsed as the target of a drop rule, so both files share one grammar.
+    std::string rest((std::istreambuf_iterator<char>(in)), {});
+    auto rules = parse_rules("drop " + rest, source);
+    if (!rules) {
+      std::string msg = rules.status().message();
+      const size_t cut = msg.find(": ");
+      return Status::bad_input(where + (cut == std::string::npos ? msg : msg.substr(cut + 2)));
+    }
+    if (rules->empty()) return Status::bad_input(where + "a category rule needs a selector");
+    r.selector = (*rules)[0].target;
+    r.origin = source + ":" + std::to_string(line_no);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+Result<std::vector<CategoryRule>> load_category_rules(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return Status::bad_input("cannot read category rules " + path + ": " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return parse_category_rules(ss.str(), path);
+}
+
+bool should_infer_categories(const Trace& trace, CategoryInference mode) {
+  if (mode == CategoryInference::kKeep) return false;
+  const bool traced = trace.meta.backend == "cupti" || trace.meta.backend == "torch-snapshot" ||
+                      trace.meta.mode == "traced" || trace.meta.mode == "imported";
+  if (mode == CategoryInference::kAuto && !traced) return false;
+  for (const TraceRecord& r : trace.records)
+    if (r.kind == EventKind::kAlloc && r.category == Category::kUnknown) return true;
+  return false;
+}
+
+namespace {
+
+bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
+
+// Category a library allocated for, from the stack (innermost frame first) and the scope.
+Category library_category(const Trace& t, const TraceRecord& r) {
+  for (uint32_t fid : t.stacks.stack(r.stack_id)) {
+    const StackFrame& f = t.stacks.frame(fid);
+    const std::string_view file = t.str(f.file);
+    if (f.kind == FrameKind::kNative) {
+      if (contains(file, "libnccl")) return Category::kCommunication;
+      for (std::string_view lib : {"libcublas", "libcudnn", "libcufft", "libcusparse"})
+        if (contains(file, lib)) return Category::kWorkspace;
+    } else if (contains(file, "-packages/torch/distributed")) {
+      return Category::kCommunication;
+    }
+  }
+  std::string scope(t.str(r.scope_id));
+  std::transform(scope.begin(), scope.end(), scope.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (contains(scope, "nccl")) return Category::kCommunication;
+  return Category::kUnknown;
+}
+
+}  // namespace
+
+InferredCategories infer_categories(const Trace& t, const std::vector<CategoryRule>& rules) {
+  InferredCategories out;
+  const size_t n = t.records.size();
+  out.by_record.resize(n, Category::kUnknown);
+  for (size_t i = 0; i < n; ++i) out.by_record[i] = t.records[i].category;
+  // Replay order (timestamp, seq, file position) to tell which allocations are live at the end.
+  std::vector<uint32_t> order;
+  for (uint32_t i = 0; i < n; ++i)
+    if (t.records[i].kind == EventKind::kAlloc || t.records[i].kind == EventKind::kFree) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    const TraceRecord &x = t.records[a], &y = t.records[b];
+    return x.timestamp_ns != y.timestamp_ns ? x.timestamp_ns < y.timestamp_ns : x.seq < y.seq;
+  });
+  // The end of the work: the last use or kernel, else the last allocation. An allocation still
+  // live then outlived the computation (weights, caches, the outputs); teardown frees after it
+  // do not make it transient.
+  uint64_t work_begin = UINT64_MAX, work_end = 0;
+  bool have_work = false;
+  for (const TraceRecord& r : t.records)
+    if (r.kind == EventKind::kUse || r.kind == EventKind::kKernel) {
+      work_begin = std::min(work_begin, r.timestamp_ns);
+      work_end = std::max(work_end, r.timestamp_ns);
+      have_work = true;
+    }
+  if (!have_work)
+    for (const TraceRecord& r : t.records)
+      if (r.kind == EventKind::kAlloc) {
+        work_begin = std::min(work_begin, r.timestamp_ns);
+        work_end = std::max(work_end, r.timestamp_ns);
+      }
+  // Persistent: live at the end of the work and through at least half of it (an output kept from
+  // one iteration while the next runs is live at the end, but only for its last part).
+  auto spans_work = [&](uint64_t alloc_ts) {
+    if (work_end <= work_begin) return true;
+    const uint64_t from = std::max(alloc_ts, work_begin);
+    return from <= work_end && 2 * (work_end - from) >= work_end - work_begin;
+  };
+  AddressMap open;  // (device, address) -> alloc record index + 1; 0 after a free
+  std::vector<char> freed(n, 0);  // freed before the end of the work
+  for (uint32_t i : order) {
+    const TraceRecord& r = t.records[i];
+    if (r.kind == EventKind::kAlloc) {
+      open.slot(r.device, r.address) = i + 1;
+    } else if (uint32_t* s = open.find(r.device, r.address); s && *s) {
+      if (r.timestamp_ns < work_end) freed[*s - 1] = 1;
+      *s = 0;
+    }
+  }
+  // Rules see the trace through a RunAnalysis shell (strings and stacks) and a lifetime per record.
+  RunAnalysis shell;
+  shell.strings = t.strings.all();
+  shell.stacks = t.stacks;
+  for (uint32_t i = 0; i < n; ++i) {
+    const TraceRecord& r = t.records[i];
+    if (r.kind != EventKind::kAlloc || r.category != Category::kUnknown) continue;
+    Category c = Category::kUnknown;
+    if (!rules.empty()) {
+      Lifetime l;
+      l.bytes = r.bytes;
+      l.device = r.device;
+      l.name_id = r.name_id;
+      l.scope_id = r.scope_id;
+      l.stack_id = r.stack_id;
+      l.category = r.category;
+      for (const CategoryRule& rule : rules)
+        if (rule.selector.matches(l, shell)) {
+          c = rule.category;
+          ++out.by_rule;
+          break;
+        }
+    }
+    if (c == Category::kUnknown && (c = library_category(t, r)) != Category::kUnknown) ++out.by_library;
+    // No API call behind it (CUPTI correlation id 0, no thread): the driver's own memory, e.g. the
+    // static __device__ data of a kernel module loaded lazily at its first launch.
+    if (c == Category::kUnknown && t.meta.backend == "cupti" && r.seq == 0 && r.tid == 0 && r.name_id == StrId::kNone &&
+        r.stack_id == StackId::kNone) {
+      c = Category::kWorkspace;
+      ++out.driver;
+    }
+    if (c == Category::kUnknown) {
+      const bool persistent = !freed[i] && spans_work(r.timestamp_ns);
+      c = persistent ? Category::kWeights : Category::kActivation;
+      ++(persistent ? out.persistent : out.transient);
+    }
+    out.by_record[i] = c;
+  }
+  return out;
+}
+
+}  // namespace moeprof::planner
