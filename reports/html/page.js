@@ -233,10 +233,22 @@
   }
 
   const tip = document.getElementById('tooltip');
-  function showTip(model, h, clientX, clientY) {
-    if (!h) { tip.hidden = true; tip.removeAttribute('data-bytes'); return; }
+  // Live bytes of a panel at x: the listed bands' stack plus the summarized ones.
+  function liveAt(model, panelName, x) {
+    const p = model.panels[panelName];
+    return stepAt(p.tops, x) + (p.summary.length ? stepAt(p.summary, x) : 0);
+  }
+  function showTip(model, h, clientX, clientY, at) {
+    if (!h && !at) { tip.hidden = true; tip.removeAttribute('data-bytes'); return; }
     let html;
-    if (h.summary !== undefined) {
+    const head = at ? '<span class="muted">' + esc(xLabel(model, at.x)) + ': ' + esc(fmtBytes(at.live)) + ' live (' +
+      esc(at.panel === 'activation' ? 'activation' : 'all memory') + ')</span>' + (h ? '<br>' : '') : '';
+    if (at) tip.dataset.live = at.live;
+    if (!h) {
+      html = head;
+      tip.removeAttribute('data-bytes');
+      tip.dataset.name = '';
+    } else if (h.summary !== undefined) {
       html = '<b>smaller allocations (summarized)</b><br>' + esc(fmtExact(h.summary)) + ' (' + esc(fmtBytes(h.summary)) + ')';
       tip.dataset.bytes = h.summary;
       tip.dataset.name = '';
@@ -252,7 +264,7 @@
       tip.dataset.bytes = al.b;
       tip.dataset.name = al.name;
     }
-    tip.innerHTML = html;
+    tip.innerHTML = h ? head + html : html;
     tip.hidden = false;
     const r = tip.getBoundingClientRect();
     tip.style.left = Math.min(clientX + 14, window.innerWidth - r.width - 8) + window.scrollX + 'px';
@@ -300,8 +312,9 @@
           const { left, top } = u.cursor;
           if (left == null || left < 0) { showTip(model, null); return; }
           const rect = u.over.getBoundingClientRect();
-          const h = hit(model, panelName, u.posToVal(left, 'x'), u.posToVal(top, 'y'));
-          showTip(model, h, rect.left + left, rect.top + top);
+          const x = u.posToVal(left, 'x');
+          const h = hit(model, panelName, x, u.posToVal(top, 'y'));
+          showTip(model, h, rect.left + left, rect.top + top, { x, live: liveAt(model, panelName, x), panel: panelName });
         }],
       },
     };

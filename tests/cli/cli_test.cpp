@@ -341,7 +341,7 @@ TEST_CASE("cli: plan on a truncated trace warns first and prints no null", "[cli
 }
 
 TEST_CASE("cli: help shows value names and defaults, not CLI11's validators", "[cli]") {
-  for (const char* sub : {"run", "plan", "compare", "report", "gate", "export", "devices", "import"}) {
+  for (const char* sub : {"run", "plan", "arena", "compare", "report", "gate", "export", "devices", "import"}) {
     auto h = run_cli(std::string(sub) + " --help");
     INFO(sub);
     REQUIRE(h.rc == 0);
