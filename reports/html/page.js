@@ -360,7 +360,9 @@
       const box = document.createElement('div');
       box.className = 'tl-run';
       box.dataset.run = m.run.name;
-      box.innerHTML = '<h3>' + esc(m.run.name) + ' <span class="muted">peak activation ' + esc(fmtBytes(m.peak.activation_bytes)) +
+      const devs = (m.run.devices || []).length;
+      box.innerHTML = '<h3>' + esc(m.run.name) + ' <span class="muted">' + (devs > 1 ? 'device ' + m.mt.device + ' of ' + devs + ' (the highest peak), ' : '') +
+        'peak activation ' + esc(fmtBytes(m.peak.activation_bytes)) +
         ' (' + esc(fmtExact(m.peak.activation_bytes)) + ')' + (m.mt.summarized && m.mt.summarized.allocations
           ? ', ' + commas(m.mt.summarized.allocations) + ' smaller allocations summarized' : '') + '</span></h3>' +
         '<div class="chart chart-activation"></div><div class="chart chart-all"></div>';

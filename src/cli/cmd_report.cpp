@@ -27,6 +27,7 @@ struct ReportArgs {
   bool json = false;
   size_t top = 20;
   size_t max_slices = 20000;
+  size_t max_allocations = 6000;
   CategoryArgs categories;
 };
 
@@ -49,6 +50,11 @@ void register_report(CLI::App& app, int* exit_code) {
   cmd->add_option("--compare-baseline", args->compare_baseline, "compare every other run against this run [default: with two runs, the first]")
       ->type_name("NAME");
   cmd->add_option("--top", args->top, "live allocations and scopes listed per run")
+      ->check(CLI::PositiveNumber)
+      ->type_name("N")
+      ->capture_default_str();
+  cmd->add_option("--max-allocations", args->max_allocations,
+                  "allocations listed one by one per run in the memory timeline (the largest; the rest summarized, exact at the peak)")
       ->check(CLI::PositiveNumber)
       ->type_name("N")
       ->capture_default_str();
@@ -90,6 +96,7 @@ void register_report(CLI::App& app, int* exit_code) {
     ropts.top_entries = args->top;
     ropts.top_scopes = args->top;
     ropts.compare_baseline = args->compare_baseline;
+    ropts.memory_timeline.max_allocations = args->max_allocations;
     auto doc = reports::make_report(analyses, ropts);
     if (!doc) {
       *exit_code = fail("report", doc.status());

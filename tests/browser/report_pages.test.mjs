@@ -61,6 +61,9 @@ before(() => {
   const g = path.join(SRC, 'tests', 'golden');
   moeprof('report', path.join(g, 'baseline.mtrace'), path.join(g, 'reuse.mtrace'), '--out-html', p('golden.html'));
   pages.golden = p('golden.html');
+  // The same with only the 3 largest allocations listed: the rest summarized, exact at the peak.
+  moeprof('report', path.join(g, 'baseline.mtrace'), path.join(g, 'reuse.mtrace'), '--max-allocations', '3', '--out-html', p('summarized.html'));
+  pages.summarized = p('summarized.html');
   // A PyTorch snapshot: no layer scopes, so the x axis is time; one run, no comparison.
   moeprof('import', path.join(g, 'torch', 'random.pickle'), '--out', p('torch.mtrace'));
   moeprof('report', p('torch.mtrace'), '--out-html', p('torch.html'));
@@ -222,7 +225,7 @@ async function shoot(page, name, selector) {
   return file;
 }
 
-for (const name of ['kimi', 'tiny', 'golden', 'torch']) {
+for (const name of ['kimi', 'tiny', 'golden', 'summarized', 'torch']) {
   test(name + ' report page', async () => {
     const file = pages[name];
     const doc = reportOf(file);
