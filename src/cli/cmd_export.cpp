@@ -1,15 +1,18 @@
-// moeprof export TRACE [--jsonl OUT] [--perfetto OUT.json] [--max-slices N]
+// moeprof export TRACE [--out-jsonl F] [--out-perfetto F] [--max-slices N] [--json]
 #include <fstream>
 #include <iostream>
 #include <memory>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/status.h"
 #include "core/trace_io.h"
+#include "reports/format.h"
 #include "reports/perfetto.h"
+#include "reports/report_file.h"
 #include "reports/run_loader.h"
 
 namespace moeprof::cli {
@@ -19,20 +22,33 @@ namespace {
 struct ExportArgs {
   std::string trace, jsonl, perfetto;
   size_t max_slices = 20000;
+  bool json = false;
 };
 
 }  // namespace
 
 void register_export(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<ExportArgs>();
-  auto* cmd = app.add_subcommand("export", "Convert a trace to JSON lines or to a Chrome JSON trace for Perfetto UI");
-  cmd->add_option("trace", args->trace, "trace file (.mtrace)")->required();
-  cmd->add_option("--jsonl", args->jsonl, "write one JSON object per record here (\"-\" = stdout)");
-  cmd->add_option("--perfetto", args->perfetto, "write a Chrome JSON trace (counters, allocation slices, markers) here");
-  cmd->add_option("--max-slices", args->max_slices, "allocation slices kept (the largest)")->check(CLI::PositiveNumber);
+  auto* cmd = app.add_subcommand("export", "Convert a trace to JSON lines or to a Perfetto trace (Chrome JSON, ui.perfetto.dev)");
+  cmd->footer("Example: moeprof export moeprof-out/baseline.mtrace --out-perfetto baseline.perfetto.json\n"
+              "\"-\" as a file is stdout.");
+  cmd->add_option("trace", args->trace, "trace file (.mtrace)")->required()->type_name("FILE");
+  cmd->add_option("--out-jsonl", args->jsonl, "write a meta line, then one JSON object per record, to this file")->type_name("FILE");
+  cmd->add_option("--out-perfetto", args->perfetto,
+                  "write a Perfetto trace to this file: a counter per category, the peaks, allocations by scope, markers, kernels")
+      ->type_name("FILE");
+  cmd->add_option("--max-slices", args->max_slices, "allocation slices kept (the largest)")
+      ->check(CLI::PositiveNumber)
+      ->type_name("N")
+      ->capture_default_str();
+  cmd->add_flag("--json", args->json, "print what was written (files, records, bytes) as JSON on stdout");
   cmd->callback([args, exit_code] {
     if (args->jsonl.empty() && args->perfetto.empty()) {
-      *exit_code = fail("export", Status::bad_input("nothing to do: give --jsonl and/or --perfetto"));
+      *exit_code = fail("export", Status::bad_input("nothing to do: give --out-jsonl and/or --out-perfetto"));
+      return;
+    }
+    if (args->json && (args->jsonl == "-" || args->perfetto == "-")) {
+      *exit_code = fail("export", Status::bad_input("--json prints on stdout: give --out-jsonl and --out-perfetto a file, not \"-\""));
       return;
     }
     planner::AnalyzeOptions aopts;
@@ -43,7 +59,9 @@ void register_export(CLI::App& app, int* exit_code) {
       *exit_code = fail("export", run.status());
       return;
     }
+    nlohmann::ordered_json written = nlohmann::ordered_json::array();
     if (!args->jsonl.empty()) {
+      written.push_back({{"format", "jsonl"}, {"path", args->jsonl}, {"records", run->trace.records.size()}});
       if (args->jsonl == "-") {
         write_jsonl(run->trace, std::cout);
       } else {
@@ -58,19 +76,29 @@ void register_export(CLI::App& app, int* exit_code) {
           *exit_code = fail("export", Status::run_failure("writing " + args->jsonl + " failed"));
           return;
         }
-        fmt::print(stderr, "moeprof export: wrote {}\n", args->jsonl);
+        note("export", "wrote {}", args->jsonl);
       }
     }
     if (!args->perfetto.empty()) {
       reports::PerfettoOptions popts;
       popts.max_slices = args->max_slices;
       std::vector<reports::PerfettoRun> runs = {{run->analysis.meta.name, &run->trace, &run->analysis}};
-      Status st = reports::write_perfetto(args->perfetto, runs, popts);
+      const std::string text = reports::perfetto_json(runs, popts);
+      Status st = reports::write_text_file(args->perfetto, text);
       if (!st) {
         *exit_code = fail("export", st);
         return;
       }
-      if (args->perfetto != "-") fmt::print(stderr, "moeprof export: wrote {}\n", args->perfetto);
+      if (args->perfetto != "-") note("export", "wrote {} ({})", args->perfetto, reports::format_bytes(text.size()));
+      written.push_back({{"format", "perfetto"}, {"path", args->perfetto}, {"bytes", text.size()}});
+    }
+    if (args->json) {
+      nlohmann::ordered_json j = {{"trace", args->trace}, {"run", run->analysis.meta.name}, {"records", run->trace.records.size()},
+                                  {"written", written}};
+      if (Status st = write_stdout(j.dump(2) + "\n"); !st) {
+        *exit_code = fail("export", st);
+        return;
+      }
     }
     *exit_code = kExitOk;
   });
