@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "core/trace_io.h"
+#include "core/trace_merge.h"
 #include "planner/categories.h"
 #include "planner/replayer.h"
 
@@ -43,7 +44,7 @@ struct Globals {
 // An input: a TraceReader (in a thread of its own when parallel) and the remapping of its ids.
 class Input {
  public:
-  Input(std::string path, uint16_t device_base, bool parallel) : path_(std::move(path)), base_(device_base), parallel_(parallel) {}
+  Input(std::string path, bool parallel) : path_(std::move(path)), parallel_(parallel) {}
   ~Input() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -57,13 +58,37 @@ class Input {
     auto r = TraceReader::open(path_);
     if (!r) return r.status();
     reader_ = std::move(r).value();
-    if (parallel_) thread_ = std::thread([this] { produce(); });
+    // The first frame is read here: its devices decide the device numbers of merged inputs.
+    first_ = read_one();
+    have_first_ = true;
+    if (!first_.error.is_ok()) return first_.error;
+    for (const TraceRecord& rec : first_.records) {
+      if (std::find(devices_.begin(), devices_.end(), rec.device) == devices_.end()) devices_.push_back(rec.device);
+    }
+    std::sort(devices_.begin(), devices_.end());
+    if (parallel_ && !first_.end) thread_ = std::thread([this] { produce(); });
     return Status::ok();
+  }
+  // The devices the first frame records, sorted.
+  const std::vector<uint16_t>& first_devices() const { return devices_; }
+  // Merged inputs: records go to device + offset; a device outside [lo, hi] is an error (it could
+  // collide with another input's).
+  void set_device_offset(uint16_t offset, uint16_t lo, uint16_t hi) {
+    base_ = offset;
+    lo_ = lo;
+    hi_ = hi;
+    check_devices_ = true;
   }
 
   // The next batch of records, remapped into `g`; false at the end of the input.
   Result<bool> next(Globals& g, std::vector<TraceRecord>* out) {
-    Batch b = parallel_ ? take() : read_one();
+    Batch b;
+    if (have_first_) {
+      b = std::move(first_);
+      have_first_ = false;
+    } else {
+      b = parallel_ ? take() : read_one();
+    }
     if (!b.error.is_ok()) return b.error;
     for (std::string& s : b.strings) str_.push_back(g.strings.intern(s));
     for (const StackFrame& f : b.frames) {
@@ -86,6 +111,10 @@ class Input {
       r.scope_id = map(r.scope_id);
       r.shape_id = map(r.shape_id);
       r.stack_id = index_of(r.stack_id) < stack_.size() ? stack_[index_of(r.stack_id)] : StackId::kNone;
+      if (check_devices_ && (r.device < lo_ || r.device > hi_))
+        return Status::bad_input(path_ + ": records device " + std::to_string(r.device) + " after its first frame recorded only devices " +
+                                 std::to_string(lo_) + ".." + std::to_string(hi_) +
+                                 ": merged streaming needs each input's devices in its first frame (analyse it with --stream off)");
       r.device = static_cast<uint16_t>(r.device + base_);
     }
     out->swap(b.records);
@@ -158,8 +187,12 @@ class Input {
   }
 
   std::string path_;
-  uint16_t base_;
   bool parallel_;
+  uint16_t base_ = 0, lo_ = 0, hi_ = 0;
+  bool check_devices_ = false;
+  Batch first_;
+  bool have_first_ = false;
+  std::vector<uint16_t> devices_;
   std::unique_ptr<TraceReader> reader_;
   size_t sent_strings_ = 1, sent_frames_ = 0, sent_stacks_ = 1;  // id 0 of strings and stacks exist everywhere
   std::vector<StrId> str_{StrId::kNone};
@@ -309,8 +342,18 @@ class Merger {
 Status open_inputs(const std::vector<std::string>& paths, bool parallel, std::vector<std::unique_ptr<Input>>* out) {
   out->clear();
   for (size_t i = 0; i < paths.size(); ++i) {
-    out->push_back(std::make_unique<Input>(paths[i], static_cast<uint16_t>(paths.size() > 1 ? i : 0), parallel));
+    out->push_back(std::make_unique<Input>(paths[i], parallel));
     MOEPROF_RETURN_IF_ERROR(out->back()->open());
+  }
+  if (out->size() < 2) return Status::ok();
+  std::vector<std::vector<uint16_t>> devs;
+  for (const auto& in : *out) devs.push_back(in->first_devices());
+  MOEPROF_ASSIGN_OR_RETURN(std::vector<uint16_t> off, rank_device_offsets(devs));
+  for (size_t i = 0; i < out->size(); ++i) {
+    const auto& d = devs[i];
+    // Offsets 0 (each input names its one device): only that device; else any up to the largest.
+    const bool keep = off == std::vector<uint16_t>(off.size(), 0);
+    (*out)[i]->set_device_offset(off[i], keep && !d.empty() ? d.front() : 0, d.empty() ? 0 : d.back());
   }
   return Status::ok();
 }

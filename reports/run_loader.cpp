@@ -3,16 +3,19 @@
 #include <filesystem>
 
 #include "core/trace_io.h"
+#include "core/trace_merge.h"
+#include "planner/stream.h"
 
-#include <fmt/format.h>
 
 namespace moeprof::reports {
 
-Result<LoadedRun> load_run(const std::string& path, const planner::AnalyzeOptions& opts, const std::string& name_override,
-                           const CategoryOptions& categories) {
-  MOEPROF_ASSIGN_OR_RETURN(Trace trace, read_trace(path));
+namespace {
+
+// Names the run, infers categories when asked, analyses.
+LoadedRun analyze_trace(Trace trace, const std::string& source, const planner::AnalyzeOptions& opts,
+                        const std::string& name_override, const CategoryOptions& categories) {
   if (!name_override.empty()) trace.meta.name = name_override;
-  if (trace.meta.name.empty()) trace.meta.name = std::filesystem::path(path).stem().string();
+  if (trace.meta.name.empty()) trace.meta.name = std::filesystem::path(source).stem().string();
   LoadedRun run;
   planner::AnalyzeOptions o = opts;
   planner::InferredCategories inferred;
@@ -25,6 +28,66 @@ Result<LoadedRun> load_run(const std::string& path, const planner::AnalyzeOption
   if (infer) run.analysis.categories_note = planner::categories_note(inferred);
   run.trace = std::move(trace);
   return run;
+}
+
+}  // namespace
+
+Result<LoadedRun> load_run(const std::string& path, const planner::AnalyzeOptions& opts, const std::string& name_override,
+                           const CategoryOptions& categories) {
+  MOEPROF_ASSIGN_OR_RETURN(Trace trace, read_trace(path));
+  return analyze_trace(std::move(trace), path, opts, name_override, categories);
+}
+
+std::vector<std::string> split_run_argument(const std::string& arg) {
+  std::error_code ec;
+  if (arg.find(',') == std::string::npos || std::filesystem::exists(arg, ec)) return {arg};
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= arg.size()) {
+    const size_t c = arg.find(',', start);
+    const std::string part = arg.substr(start, c == std::string::npos ? std::string::npos : c - start);
+    if (!part.empty()) out.push_back(part);
+    if (c == std::string::npos) break;
+    start = c + 1;
+  }
+  return out;
+}
+
+Result<LoadedRun> load_run(const std::vector<std::string>& paths, const LoadOptions& opts) {
+  if (paths.empty()) return Status::bad_input("no trace given");
+  uint64_t bytes = 0;
+  for (const std::string& p : paths) {
+    std::error_code ec;
+    const auto n = std::filesystem::file_size(p, ec);
+    if (!ec) bytes += n;
+  }
+  bool stream = opts.stream == StreamMode::kOn || (opts.stream == StreamMode::kAuto && bytes >= opts.auto_bytes);
+  if (!opts.needs_memory.empty()) {
+    if (opts.stream == StreamMode::kOn)
+      return Status::bad_input(opts.needs_memory + " needs the whole trace in memory: drop --stream on");
+    stream = false;
+  }
+  LoadedRun run;
+  if (stream) {
+    planner::StreamOptions so;
+    so.analyze = opts.analyze;
+    so.categories = opts.categories.mode;
+    so.category_rules = opts.categories.rules;
+    MOEPROF_ASSIGN_OR_RETURN(run.analysis, planner::analyze_stream(paths, so));
+    if (!opts.name.empty()) run.analysis.meta.name = opts.name;
+    run.streamed = true;
+    return run;
+  }
+  if (paths.size() == 1) return load_run(paths.front(), opts.analyze, opts.name, opts.categories);
+  std::vector<Trace> ranks;
+  for (const std::string& p : paths) {
+    MOEPROF_ASSIGN_OR_RETURN(Trace t, read_trace(p));
+    ranks.push_back(std::move(t));
+  }
+  MOEPROF_RETURN_IF_ERROR(offset_rank_devices(&ranks));
+  Trace merged = merge_traces(ranks);
+  ranks.clear();
+  return analyze_trace(std::move(merged), paths.front(), opts.analyze, opts.name, opts.categories);
 }
 
 }  // namespace moeprof::reports

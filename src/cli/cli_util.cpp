@@ -45,4 +45,18 @@ Result<reports::CategoryOptions> category_options(const CategoryArgs& a) {
   return o;
 }
 
+void add_stream_option(CLI::App* cmd, std::string* mode) {
+  cmd->add_option("--stream", *mode,
+                  "read the traces as a stream, in memory that grows with what is live rather than with the trace: "
+                  "auto streams inputs of 1 GiB or more; streamed runs have no hand-off search and no per-allocation "
+                  "timeline (docs/planner.md, \"Streaming\")")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->type_name("MODE")
+      ->capture_default_str();
+}
+
+reports::StreamMode stream_mode(const std::string& mode) {
+  return mode == "on" ? reports::StreamMode::kOn : (mode == "off" ? reports::StreamMode::kOff : reports::StreamMode::kAuto);
+}
+
 }  // namespace moeprof::cli

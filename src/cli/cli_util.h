@@ -37,4 +37,8 @@ struct CategoryArgs {
 void add_category_options(CLI::App* cmd, CategoryArgs* a);
 Result<reports::CategoryOptions> category_options(const CategoryArgs& a);
 
+// --stream auto|on|off (reports::StreamMode; docs/planner.md, "Streaming").
+void add_stream_option(CLI::App* cmd, std::string* mode);
+reports::StreamMode stream_mode(const std::string& mode);
+
 }  // namespace moeprof::cli

@@ -24,7 +24,7 @@ namespace moeprof::cli {
 namespace {
 
 struct CompareArgs {
-  std::string a, b, predicted_by, out_md;
+  std::string a, b, predicted_by, out_md, stream = "auto";
   CategoryArgs categories;
   bool json = false;
   size_t top = 20;
@@ -36,7 +36,7 @@ void register_compare(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<CompareArgs>();
   auto* cmd = app.add_subcommand("compare", "Compare two traces: both runs' figures, the live-at-peak diff tensor by tensor, scopes, allocations");
   cmd->footer("Example: moeprof compare moeprof-out/baseline.mtrace moeprof-out/reuse.mtrace --out-md diff.md");
-  cmd->add_option("baseline", args->a, "trace A, the baseline (.mtrace)")->required()->type_name("FILE");
+  cmd->add_option("baseline", args->a, "trace A, the baseline (.mtrace; the ranks of one run joined by commas)")->required()->type_name("FILE");
   cmd->add_option("candidate", args->b, "trace B; every change is B - A")->required()->type_name("FILE");
   cmd->add_flag("--json", args->json, "print the comparison as JSON on stdout (the report's comparison object)");
   cmd->add_option("--out-md", args->out_md, "write the comparison as Markdown to this file")->type_name("FILE");
@@ -45,6 +45,7 @@ void register_compare(CLI::App& app, int* exit_code) {
                   "also predict B's peak from trace A with these what-if rules and show it beside the measured one")
       ->type_name("RULES");
   add_category_options(cmd, &args->categories);
+  add_stream_option(cmd, &args->stream);
   cmd->callback([args, exit_code] {
     auto cats = category_options(args->categories);
     if (!cats) {
@@ -65,12 +66,20 @@ void register_compare(CLI::App& app, int* exit_code) {
     aopts.timeline_points = 0;
     planner::AnalyzeOptions base_opts = aopts;
     base_opts.keep_lifetimes = base_opts.keep_event_index = !args->predicted_by.empty();
-    auto a = reports::load_run(args->a, base_opts, "", *cats);
+    reports::LoadOptions la;
+    la.analyze = base_opts;
+    la.categories = *cats;
+    la.stream = stream_mode(args->stream);
+    la.needs_memory = args->predicted_by.empty() ? "" : "--predicted-by";
+    reports::LoadOptions lb = la;
+    lb.analyze = aopts;
+    lb.needs_memory.clear();
+    auto a = reports::load_run(reports::split_run_argument(args->a), la);
     if (!a) {
       *exit_code = fail("compare", a.status());
       return;
     }
-    auto b = reports::load_run(args->b, aopts, "", *cats);
+    auto b = reports::load_run(reports::split_run_argument(args->b), lb);
     if (!b) {
       *exit_code = fail("compare", b.status());
       return;

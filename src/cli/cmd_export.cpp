@@ -1,4 +1,5 @@
 // moeprof export TRACE [--out-jsonl F] [--out-perfetto F] [--max-slices N] [--json]
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -20,7 +21,7 @@ namespace moeprof::cli {
 namespace {
 
 struct ExportArgs {
-  std::string trace, jsonl, perfetto;
+  std::string trace, jsonl, perfetto, stream = "auto";
   size_t max_slices = 20000;
   bool json = false;
 };
@@ -42,6 +43,7 @@ void register_export(CLI::App& app, int* exit_code) {
       ->type_name("N")
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "print what was written (files, records, bytes) as JSON on stdout");
+  add_stream_option(cmd, &args->stream);
   cmd->callback([args, exit_code] {
     if (args->jsonl.empty() && args->perfetto.empty()) {
       *exit_code = fail("export", Status::bad_input("nothing to do: give --out-jsonl and/or --out-perfetto"));
@@ -51,26 +53,56 @@ void register_export(CLI::App& app, int* exit_code) {
       *exit_code = fail("export", Status::bad_input("--json prints on stdout: give --out-jsonl and --out-perfetto a file, not \"-\""));
       return;
     }
-    planner::AnalyzeOptions aopts;
-    aopts.keep_lifetimes = !args->perfetto.empty();
-    if (args->perfetto.empty()) aopts.timeline_points = 0;
-    auto run = reports::load_run(args->trace, aopts);
-    if (!run) {
-      *exit_code = fail("export", run.status());
+    // JSON lines alone stream (auto: from 1 GiB); the Perfetto trace needs the run in memory.
+    std::error_code ec;
+    const uint64_t size = std::filesystem::file_size(args->trace, ec);
+    const reports::StreamMode mode = stream_mode(args->stream);
+    if (mode == reports::StreamMode::kOn && !args->perfetto.empty()) {
+      *exit_code = fail("export", Status::bad_input("--out-perfetto needs the whole trace in memory: drop --stream on"));
       return;
     }
+    const bool stream_jsonl =
+        args->perfetto.empty() && (mode == reports::StreamMode::kOn || (mode == reports::StreamMode::kAuto && !ec && size >= reports::kStreamAutoBytes));
+    planner::AnalyzeOptions aopts;
+    aopts.keep_lifetimes = true;
+    reports::LoadedRun loaded;
+    reports::LoadedRun* run = &loaded;
+    if (!stream_jsonl) {
+      auto r = reports::load_run(args->trace, aopts);
+      if (!r) {
+        *exit_code = fail("export", r.status());
+        return;
+      }
+      loaded = std::move(r).value();
+    }
+    uint64_t records = run->trace.records.size();
+    auto jsonl_to = [&](std::ostream& os) -> Status {
+      if (!stream_jsonl) {
+        write_jsonl(run->trace, os);
+        return Status::ok();
+      }
+      auto n = write_jsonl_stream(args->trace, os);
+      if (!n) return n.status();
+      records = *n;
+      return Status::ok();
+    };
     nlohmann::ordered_json written = nlohmann::ordered_json::array();
     if (!args->jsonl.empty()) {
-      written.push_back({{"format", "jsonl"}, {"path", args->jsonl}, {"records", run->trace.records.size()}});
       if (args->jsonl == "-") {
-        write_jsonl(run->trace, std::cout);
+        if (Status st = jsonl_to(std::cout); !st) {
+          *exit_code = fail("export", st);
+          return;
+        }
       } else {
         std::ofstream out(args->jsonl, std::ios::binary | std::ios::trunc);
         if (!out) {
           *exit_code = fail("export", Status::bad_input("cannot create " + args->jsonl));
           return;
         }
-        write_jsonl(run->trace, out);
+        if (Status st = jsonl_to(out); !st) {
+          *exit_code = fail("export", st);
+          return;
+        }
         out.close();
         if (!out) {
           *exit_code = fail("export", Status::run_failure("writing " + args->jsonl + " failed"));
@@ -78,6 +110,7 @@ void register_export(CLI::App& app, int* exit_code) {
         }
         note("export", "wrote {}", args->jsonl);
       }
+      written.push_back({{"format", "jsonl"}, {"path", args->jsonl}, {"records", records}});
     }
     if (!args->perfetto.empty()) {
       reports::PerfettoOptions popts;
@@ -93,7 +126,7 @@ void register_export(CLI::App& app, int* exit_code) {
       written.push_back({{"format", "perfetto"}, {"path", args->perfetto}, {"bytes", text.size()}});
     }
     if (args->json) {
-      nlohmann::ordered_json j = {{"trace", args->trace}, {"run", run->analysis.meta.name}, {"records", run->trace.records.size()},
+      nlohmann::ordered_json j = {{"trace", args->trace}, {"run", stream_jsonl ? std::string() : run->analysis.meta.name}, {"records", records},
                                   {"written", written}};
       if (Status st = write_stdout(j.dump(2) + "\n"); !st) {
         *exit_code = fail("export", st);

@@ -22,7 +22,8 @@ namespace moeprof::cli {
 namespace {
 
 struct PlanArgs {
-  std::string trace;
+  std::vector<std::string> traces;
+  std::string stream = "auto";
   bool json = false;
   bool arena = false;
   double arena_time_limit = 1.0;
@@ -92,9 +93,10 @@ nlohmann::ordered_json arena_json(const planner::RunAnalysis& run, double time_l
 
 void register_plan(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<PlanArgs>();
-  auto* cmd = app.add_subcommand("plan", "Analyse one trace: peaks, the live set at the peak, scopes, churn, reuse findings, anomalies");
-  cmd->footer("Example: moeprof plan moeprof-out/baseline.mtrace --what-if examples/what-if/sglang-pr-25379.rules --fixes");
-  cmd->add_option("trace", args->trace, "trace file (.mtrace)")->required()->type_name("FILE");
+  auto* cmd = app.add_subcommand("plan", "Analyse one run: peaks, the live set at the peak, scopes, churn, reuse findings, anomalies");
+  cmd->footer("Example: moeprof plan moeprof-out/baseline.mtrace --what-if examples/what-if/sglang-pr-25379.rules --fixes\n"
+              "Several traces are the ranks of one run: moeprof plan rank0.mtrace rank1.mtrace (or rank0.mtrace,rank1.mtrace).");
+  cmd->add_option("traces", args->traces, "trace file (.mtrace); several: the ranks of one run")->required()->type_name("FILE");
   cmd->add_flag("--json", args->json, "print the run as JSON on stdout (the element of a report's runs array)");
   cmd->add_option("--top", args->top, "entries listed in the live set and scope tables")
       ->check(CLI::PositiveNumber)
@@ -115,6 +117,7 @@ void register_plan(CLI::App& app, int* exit_code) {
       ->expected(0, 1)
       ->type_name("N");
   add_category_options(cmd, &args->categories);
+  add_stream_option(cmd, &args->stream);
   cmd->callback([args, exit_code, cmd] {
     if (cmd->count("--fixes") > 0 && args->fixes == 0) args->fixes = 10;
     const bool predict = !args->what_if.empty() || args->fixes > 0;
@@ -135,10 +138,17 @@ void register_plan(CLI::App& app, int* exit_code) {
       *exit_code = fail("plan", cats.status());
       return;
     }
-    auto run = reports::load_run(args->trace, aopts, "", *cats);
+    reports::LoadOptions lo;
+    lo.analyze = aopts;
+    lo.categories = *cats;
+    lo.stream = stream_mode(args->stream);
+    lo.needs_memory = !args->what_if.empty() ? "--what-if" : (args->fixes > 0 ? "--fixes" : (args->arena ? "--arena" : ""));
+    std::vector<std::string> paths;
+    for (const auto& t : args->traces)
+      for (auto& p : reports::split_run_argument(t)) paths.push_back(std::move(p));
+    auto run = reports::load_run(paths, lo);
     if (!run) {
-      fail("plan", run.status());
-      *exit_code = run.status().exit_code();
+      *exit_code = fail("plan", run.status());
       return;
     }
     reports::ReportOptions ropts;

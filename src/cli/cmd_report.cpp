@@ -23,8 +23,8 @@ namespace {
 struct ReportArgs {
   std::vector<std::string> traces;
   std::vector<std::string> names;
-  std::string out_json, out_md, out_html, out_perfetto, compare_baseline;
-  bool json = false;
+  std::string out_json, out_md, out_html, out_perfetto, compare_baseline, stream = "auto";
+  bool json = false, ranks = false;
   size_t top = 20;
   size_t max_slices = 20000;
   size_t max_allocations = 6000;
@@ -38,7 +38,10 @@ void register_report(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("report", "The JSON report of one or more traces and its renderings: Markdown, the HTML page, Perfetto");
   cmd->footer("Example: moeprof report baseline.mtrace reuse.mtrace --out-html report.html --out-md report.md\n"
               "Without --json or an --out-* option the Markdown goes to stdout; \"-\" as a file is stdout.");
-  cmd->add_option("traces", args->traces, "trace files (.mtrace), one run each")->required()->type_name("FILE");
+  cmd->add_option("traces", args->traces, "trace files (.mtrace), one run each (the ranks of one run joined by commas)")
+      ->required()
+      ->type_name("FILE");
+  cmd->add_flag("--ranks", args->ranks, "the traces are the ranks of one run: one merged run");
   cmd->add_flag("--json", args->json, "print the JSON report on stdout");
   cmd->add_option("--out-json", args->out_json, "write the JSON report to this file")->type_name("FILE");
   cmd->add_option("--out-md", args->out_md, "write the Markdown report to this file")->type_name("FILE");
@@ -63,14 +66,23 @@ void register_report(CLI::App& app, int* exit_code) {
       ->type_name("N")
       ->capture_default_str();
   add_category_options(cmd, &args->categories);
+  add_stream_option(cmd, &args->stream);
   cmd->callback([args, exit_code] {
     auto cats = category_options(args->categories);
     if (!cats) {
       *exit_code = fail("report", cats.status());
       return;
     }
-    if (!args->names.empty() && args->names.size() != args->traces.size()) {
-      *exit_code = fail("report", Status::bad_input(fmt::format("--name given {} time(s) for {} trace(s)", args->names.size(), args->traces.size())));
+    std::vector<std::vector<std::string>> runs;
+    if (args->ranks) {
+      runs.emplace_back();
+      for (const auto& t : args->traces)
+        for (auto& p : reports::split_run_argument(t)) runs.back().push_back(std::move(p));
+    } else {
+      for (const auto& t : args->traces) runs.push_back(reports::split_run_argument(t));
+    }
+    if (!args->names.empty() && args->names.size() != runs.size()) {
+      *exit_code = fail("report", Status::bad_input(fmt::format("--name given {} time(s) for {} run(s)", args->names.size(), runs.size())));
       return;
     }
     for (const std::string* f : {&args->out_json, &args->out_md, &args->out_html, &args->out_perfetto}) {
@@ -82,8 +94,14 @@ void register_report(CLI::App& app, int* exit_code) {
     planner::AnalyzeOptions aopts;
     aopts.keep_lifetimes = true;  // the per-allocation timeline (memory_timeline) and the Perfetto slices
     std::vector<reports::LoadedRun> loaded;
-    for (size_t i = 0; i < args->traces.size(); ++i) {
-      auto run = reports::load_run(args->traces[i], aopts, args->names.empty() ? "" : args->names[i], *cats);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      reports::LoadOptions lo;
+      lo.analyze = aopts;
+      lo.name = args->names.empty() ? "" : args->names[i];
+      lo.categories = *cats;
+      lo.stream = stream_mode(args->stream);
+      lo.needs_memory = args->out_perfetto.empty() ? "" : "--out-perfetto";
+      auto run = reports::load_run(runs[i], lo);
       if (!run) {
         *exit_code = fail("report", run.status());
         return;

@@ -409,3 +409,37 @@ TEST_CASE("stream: categories inferred in two passes equal the in-memory inferen
     CHECK(report_of(*kept) == report_of(planner::analyze(*back, mem_opts())));
   }
 }
+
+TEST_CASE("stream: rank traces keep the devices they name, else are numbered one after the other", "[stream]") {
+  // Rank files on devices 0..2 (each its own): kept. Files all on device 0: devices 0, 1, 2.
+  // Files of two devices each: 0-1, 2-3, 4-5.
+  const auto offsets = [](std::vector<std::vector<uint16_t>> d) { return *rank_device_offsets(d); };
+  CHECK(offsets({{0}, {1}, {2}}) == std::vector<uint16_t>{0, 0, 0});
+  CHECK(offsets({{0}, {0}, {0}}) == std::vector<uint16_t>{0, 1, 2});
+  CHECK(offsets({{0, 1}, {0, 1}, {0, 1}}) == std::vector<uint16_t>{0, 2, 4});
+  CHECK(offsets({{3}, {3}}) == std::vector<uint16_t>{0, 4});
+  CHECK_FALSE(rank_device_offsets({{65535}, {65535}}).is_ok());
+
+  std::vector<std::string> paths;
+  std::vector<Trace> ranks;
+  for (int r = 0; r < 3; ++r) {
+    Trace t = random_trace(700 + static_cast<uint32_t>(r), 1, 1201);
+    for (TraceRecord& rec : t.records) rec.device = static_cast<uint16_t>(r);  // each names its GPU
+    paths.push_back(tmp_path("named" + std::to_string(r) + ".mtrace"));
+    REQUIRE(write_small_frames(paths.back(), t, 200).is_ok());
+    ranks.push_back(std::move(t));
+  }
+  auto s = planner::analyze_stream(paths, stream_opts(4096, true));
+  REQUIRE(s.is_ok());
+  REQUIRE(s->devices.size() == 3);
+  CHECK(report_of(*s) == report_of(planner::analyze(merge_traces(ranks), mem_opts())));
+  // A device that appears only after an input's first frame could collide: an error naming it.
+  Trace late = random_trace(9, 1, 1201);
+  late.records.back().device = 0;
+  for (size_t i = 0; i + 1 < late.records.size(); ++i) late.records[i].device = 1;
+  const std::string lp = tmp_path("late_device.mtrace");
+  REQUIRE(write_small_frames(lp, late, 200).is_ok());
+  auto bad = planner::analyze_stream({paths[0], lp}, stream_opts(4096, true));
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.status().message().find("late_device.mtrace") != std::string::npos);
+}
