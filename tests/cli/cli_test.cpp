@@ -354,3 +354,52 @@ TEST_CASE("cli: help shows value names and defaults, not CLI11's validators", "[
   CHECK(run_cli("run --help").out.find("--out DIR") != std::string::npos);
   CHECK(run_cli("run --help").out.find("[default: moeprof-out]") != std::string::npos);
 }
+
+// Streaming (docs/planner.md, "Streaming"): the streamed figures equal the in-memory ones; what a
+// stream cannot give (hand-offs) is said, and commands that need the whole trace refuse --stream on.
+TEST_CASE("cli: --stream on gives the in-memory figures; ranks merge; export streams the same JSON lines", "[cli][stream]") {
+  const std::string base = golden("baseline.mtrace"), reuse = golden("reuse.mtrace");
+  auto s = run_cli("plan " + base + " --json --stream on");
+  auto m = run_cli("plan " + base + " --json --stream off");
+  REQUIRE(s.rc == 0);
+  REQUIRE(m.rc == 0);
+  json js = json::parse(s.out), jm = json::parse(m.out);
+  CHECK(js["reuse"]["handoffs_computed"] == false);
+  CHECK(jm["reuse"]["handoffs_computed"] == true);
+  CHECK(jm["reuse"]["handoff_count"].get<int>() > 0);  // so the hand-off search is not vacuous
+  js.erase("reuse");
+  jm.erase("reuse");
+  CHECK(js == jm);
+
+  // Two traces are the ranks of one run: each recorded device 0, so they become devices 0 and 1,
+  // and a comma-joined argument is the same as two arguments.
+  auto r2 = run_cli("plan " + base + " " + reuse + " --json --stream on");
+  auto r2m = run_cli("plan " + base + "," + reuse + " --json --stream off");
+  REQUIRE(r2.rc == 0);
+  REQUIRE(r2m.rc == 0);
+  json a = json::parse(r2.out), b = json::parse(r2m.out);
+  REQUIRE(a["devices"].size() == 2);
+  CHECK(a["devices"][0]["peak_activation_bytes"] == jm["peak_activation_bytes"]);
+  json one = json::parse(run_cli("plan " + reuse + " --json").out);
+  CHECK(a["devices"][1]["peak_activation_bytes"] == one["peak_activation_bytes"]);
+  CHECK(a["devices"][0]["allocations"] == jm["allocations"]);
+  CHECK(a["devices"][1]["allocations"] == one["allocations"]);
+  // Run-level figures are the largest rank's (docs/planner.md).
+  CHECK(a["allocations"].get<uint64_t>() == std::max(jm["allocations"].get<uint64_t>(), one["allocations"].get<uint64_t>()));
+  a.erase("reuse");
+  b.erase("reuse");
+  CHECK(a == b);
+
+  auto fixes = run_cli("plan " + base + " --stream on --fixes");
+  CHECK(fixes.rc == 2);
+  CHECK(fixes.err.find("--fixes needs the whole trace in memory") != std::string::npos);
+
+  auto dir = moeprof::testing::temp_dir("cli_stream_export");
+  const std::string f1 = (dir / "s.jsonl").string(), f2 = (dir / "m.jsonl").string();
+  auto e1 = run_cli("export " + base + " --out-jsonl '" + f1 + "' --stream on --json");
+  auto e2 = run_cli("export " + base + " --out-jsonl '" + f2 + "' --stream off");
+  REQUIRE(e1.rc == 0);
+  REQUIRE(e2.rc == 0);
+  CHECK(json::parse(e1.out)["records"] == count_lines(moeprof::testing::slurp(f2)) - 1);  // one header line
+  CHECK(moeprof::testing::slurp(f1) == moeprof::testing::slurp(f2));
+}

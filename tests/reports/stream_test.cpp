@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <sstream>
 
 #include "core/trace_io.h"
 #include "core/trace_merge.h"
@@ -188,6 +189,15 @@ TEST_CASE("stream: figures equal the in-memory analysis on random traces", "[str
       CHECK(s->peak_activation_bytes == mem.peak_activation_bytes);
       CHECK(s->peak_activation_bytes > 0);
       CHECK(report_of(*s) == report_of(mem));
+      if (!parallel) {
+        // JSON lines written frame by frame equal those of the trace read whole.
+        std::ostringstream whole, streamed;
+        write_jsonl(*back, whole);
+        auto n = write_jsonl_stream(p, streamed);
+        REQUIRE(n.is_ok());
+        CHECK(*n == t.records.size());
+        CHECK(streamed.str() == whole.str());
+      }
     }
   }
 }
