@@ -235,9 +235,42 @@ RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt = {});
 // Comparison of two runs. Deltas are candidate - baseline.
 struct ScopeDelta {
   std::string scope;
-  uint64_t baseline_high_water_bytes = 0, candidate_high_water_bytes = 0;  // max over devices
+  uint64_t baseline_high_water_bytes = 0, candidate_high_water_bytes = 0;  // all categories, max over devices
   int64_t delta = 0;
+  uint64_t baseline_activation_high_water_bytes = 0, candidate_activation_high_water_bytes = 0;
+  int64_t activation_delta = 0;
 };
+
+// The live-at-peak diff: the activation allocations live at each run's activation peak (on its
+// peak device), matched tensor by tensor. Matching, in order: the same (scope, name, category,
+// bytes) is unchanged (no row); the same tensor in another instance of its scope family
+// (family_scope: "layer.3/moe" ~ "layer.4/moe") with the same bytes is `kMoved`; with other bytes
+// `kResized`. What is left of the baseline's set is `kFreed` (the candidate allocates the tensor,
+// but it is not live at the candidate's peak) or `kNotAllocated` (the candidate never allocates
+// it); what is left of the candidate's set is `kAdded` (the baseline allocates it, not live at its
+// peak) or `kNew`. The rows' deltas sum to the peak activation delta of the peak devices.
+enum class LiveChange : uint8_t { kFreed, kNotAllocated, kMoved, kResized, kAdded, kNew };
+std::string_view live_change_name(LiveChange c);
+
+struct LiveDiffRow {
+  LiveChange change = LiveChange::kFreed;
+  std::string name, baseline_scope, candidate_scope, shape;  // a scope is "" on the side that lacks it
+  Category category = Category::kUnknown;
+  DType dtype = DType::kUnknown;
+  uint64_t baseline_bytes = 0, candidate_bytes = 0;
+  int64_t delta = 0;  // candidate_bytes - baseline_bytes
+  bool baseline_held_after_last_use = false;
+  std::vector<std::string> stack;  // innermost user frames (of whichever side has them)
+};
+
+struct LiveDiff {
+  std::vector<LiveDiffRow> rows;  // largest |delta| first, then moved rows; ties by name and scope
+  uint64_t unchanged_tensors = 0, unchanged_bytes = 0;
+  uint64_t baseline_bytes = 0, candidate_bytes = 0;  // the live sets' sums (= each peak device's activation peak)
+  int64_t delta = 0;                                 // sum of the rows' deltas = candidate_bytes - baseline_bytes
+};
+
+LiveDiff diff_live_at_peak(const RunAnalysis& baseline, const RunAnalysis& candidate);
 struct AllocGroupDelta {
   std::string scope, name;
   uint64_t bytes = 0;
@@ -249,12 +282,17 @@ struct Comparison {
   uint64_t baseline_peak_total_bytes = 0, candidate_peak_total_bytes = 0;
   int64_t peak_activation_delta = 0;
   int64_t peak_total_delta = 0;
+  uint64_t baseline_churn_bytes = 0, candidate_churn_bytes = 0;
+  uint64_t baseline_allocations = 0, candidate_allocations = 0;
   int64_t churn_delta = 0;
   int64_t allocations_delta = 0;
   // Live-at-activation-peak per category, on each run's peak device.
   std::array<int64_t, kNumCategories> category_deltas{};
-  std::vector<ScopeDelta> scope_deltas;  // scopes in either run; nonzero first by |delta| desc, then name
+  CategoryBytes baseline_live_at_peak, candidate_live_at_peak;
+  // Scopes in either run, by |activation delta| desc, then |delta| desc, then name.
+  std::vector<ScopeDelta> scope_deltas;
   std::vector<AllocGroupDelta> only_in_baseline, only_in_candidate;  // multiset difference
+  LiveDiff live_at_peak_diff;
 };
 
 Comparison compare(const RunAnalysis& baseline, const RunAnalysis& candidate);

@@ -51,14 +51,96 @@ Result<std::vector<CategoryRule>> load_category_rules(const std::string& path) {
   return parse_category_rules(ss.str(), path);
 }
 
+bool should_infer_categories(const RunMeta& meta, bool any_unknown, CategoryInference mode) {
+  if (mode == CategoryInference::kKeep || !any_unknown) return false;
+  const bool traced =
+      meta.backend == "cupti" || meta.backend == "torch-snapshot" || meta.mode == "traced" || meta.mode == "imported";
+  return mode != CategoryInference::kAuto || traced;
+}
+
 bool should_infer_categories(const Trace& trace, CategoryInference mode) {
-  if (mode == CategoryInference::kKeep) return false;
-  const bool traced = trace.meta.backend == "cupti" || trace.meta.backend == "torch-snapshot" ||
-                      trace.meta.mode == "traced" || trace.meta.mode == "imported";
-  if (mode == CategoryInference::kAuto && !traced) return false;
+  bool any_unknown = false;
   for (const TraceRecord& r : trace.records)
-    if (r.kind == EventKind::kAlloc && r.category == Category::kUnknown) return true;
-  return false;
+    if (r.kind == EventKind::kAlloc && r.category == Category::kUnknown) {
+      any_unknown = true;
+      break;
+    }
+  return should_infer_categories(trace.meta, any_unknown, mode);
+}
+
+std::string categories_note(const InferredCategories& c) {
+  return "categories inferred (docs/metrics.md): " + std::to_string(c.persistent) + " persistent (counted as weights), " +
+         std::to_string(c.transient) + " transient (activation), " + std::to_string(c.by_library) +
+         " from library frames, " + std::to_string(c.driver) + " driver-internal (workspace), " +
+         std::to_string(c.by_rule) + " by rule";
+}
+
+void PersistenceScan::Span::advance(uint64_t ts) {
+  any = true;
+  begin = std::min(begin, ts);
+  if (ts <= end) return;
+  end = ts;
+  // Frees before the (new) end of the work are before its final end too.
+  while (!late.empty() && late.front().free_ts < end) {
+    std::pop_heap(late.begin(), late.end(), std::greater<>());
+    late.pop_back();
+  }
+}
+
+void PersistenceScan::Span::freed(const LateFree& f) {
+  if (f.free_ts < end) return;  // before the work's end: not live at it
+  late.push_back(f);
+  std::push_heap(late.begin(), late.end(), std::greater<>());
+}
+
+void PersistenceScan::work(const TraceRecord& r) {
+  if (r.kind == EventKind::kUse || r.kind == EventKind::kKernel) kernels_.advance(r.timestamp_ns);
+  else if (r.kind == EventKind::kAlloc) allocs_.advance(r.timestamp_ns);
+}
+
+void PersistenceScan::replayed(const TraceRecord& r, uint64_t n) {
+  if (r.kind == EventKind::kAlloc) {
+    any_unknown_ |= r.category == Category::kUnknown;
+    uint32_t& s = open_.slot(r.device, r.address);
+    if (s != 0) {
+      never_freed_.push_back(slab_[s - 1]);  // allocated over: the earlier one is never freed
+    } else if (!spare_.empty()) {
+      s = spare_.back() + 1;
+      spare_.pop_back();
+    } else {
+      slab_.push_back({});
+      s = static_cast<uint32_t>(slab_.size());
+    }
+    slab_[s - 1] = Open{n, r.timestamp_ns};
+  } else if (r.kind == EventKind::kFree) {
+    uint32_t* s = open_.find(r.device, r.address);
+    if (s == nullptr || *s == 0) return;
+    const Open& o = slab_[*s - 1];
+    kernels_.freed(LateFree{r.timestamp_ns, o.n, o.alloc_ts});
+    allocs_.freed(LateFree{r.timestamp_ns, o.n, o.alloc_ts});
+    spare_.push_back(*s - 1);
+    *s = 0;
+  }
+}
+
+std::vector<uint64_t> PersistenceScan::persistent() const {
+  const Span& w = kernels_.any ? kernels_ : allocs_;
+  auto spans_work = [&](uint64_t alloc_ts) {  // as in infer_categories
+    if (w.end <= w.begin) return true;
+    const uint64_t from = std::max(alloc_ts, w.begin);
+    return from <= w.end && 2 * (w.end - from) >= w.end - w.begin;
+  };
+  std::vector<uint64_t> out;
+  std::vector<char> is_free(slab_.size(), 0);
+  for (uint32_t i : spare_) is_free[i] = 1;
+  for (size_t i = 0; i < slab_.size(); ++i)
+    if (!is_free[i] && spans_work(slab_[i].alloc_ts)) out.push_back(slab_[i].n);
+  for (const Open& o : never_freed_)
+    if (spans_work(o.alloc_ts)) out.push_back(o.n);
+  for (const LateFree& f : w.late)
+    if (spans_work(f.alloc_ts)) out.push_back(f.n);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 namespace {
@@ -66,7 +148,7 @@ namespace {
 bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
 
 // Category a library allocated for, from the stack (innermost frame first) and the scope.
-Category library_category(const Trace& t, const TraceRecord& r) {
+Category library_category(const RunAnalysis& t, const TraceRecord& r) {
   for (uint32_t fid : t.stacks.stack(r.stack_id)) {
     const StackFrame& f = t.stacks.frame(fid);
     const std::string_view file = t.str(f.file);
@@ -85,6 +167,39 @@ Category library_category(const Trace& t, const TraceRecord& r) {
 }
 
 }  // namespace
+
+Category decide_category(const TraceRecord& r, bool cupti, bool persistent, const std::vector<CategoryRule>& rules,
+                         const RunAnalysis& shell, InferredCategories* out) {
+  Category c = Category::kUnknown;
+  if (!rules.empty()) {
+    Lifetime l;
+    l.bytes = r.bytes;
+    l.device = r.device;
+    l.name_id = r.name_id;
+    l.scope_id = r.scope_id;
+    l.stack_id = r.stack_id;
+    l.category = r.category;
+    for (const CategoryRule& rule : rules)
+      if (rule.selector.matches(l, shell)) {
+        c = rule.category;
+        ++out->by_rule;
+        break;
+      }
+  }
+  if (c == Category::kUnknown && (c = library_category(shell, r)) != Category::kUnknown) ++out->by_library;
+  // No API call behind it (CUPTI correlation id 0, no thread): the driver's own memory, e.g. the
+  // static __device__ data of a kernel module loaded lazily at its first launch.
+  if (c == Category::kUnknown && cupti && r.seq == 0 && r.tid == 0 && r.name_id == StrId::kNone &&
+      r.stack_id == StackId::kNone) {
+    c = Category::kWorkspace;
+    ++out->driver;
+  }
+  if (c == Category::kUnknown) {
+    c = persistent ? Category::kWeights : Category::kActivation;
+    ++(persistent ? out->persistent : out->transient);
+  }
+  return c;
+}
 
 InferredCategories infer_categories(const Trace& t, const std::vector<CategoryRule>& rules) {
   InferredCategories out;
@@ -138,38 +253,11 @@ InferredCategories infer_categories(const Trace& t, const std::vector<CategoryRu
   RunAnalysis shell;
   shell.strings = t.strings.all();
   shell.stacks = t.stacks;
+  const bool cupti = t.meta.backend == "cupti";
   for (uint32_t i = 0; i < n; ++i) {
     const TraceRecord& r = t.records[i];
     if (r.kind != EventKind::kAlloc || r.category != Category::kUnknown) continue;
-    Category c = Category::kUnknown;
-    if (!rules.empty()) {
-      Lifetime l;
-      l.bytes = r.bytes;
-      l.device = r.device;
-      l.name_id = r.name_id;
-      l.scope_id = r.scope_id;
-      l.stack_id = r.stack_id;
-      l.category = r.category;
-      for (const CategoryRule& rule : rules)
-        if (rule.selector.matches(l, shell)) {
-          c = rule.category;
-          ++out.by_rule;
-          break;
-        }
-    }
-    if (c == Category::kUnknown && (c = library_category(t, r)) != Category::kUnknown) ++out.by_library;
-    // No API call behind it (CUPTI correlation id 0, no thread): the driver's own memory, e.g. the
-    // static __device__ data of a kernel module loaded lazily at its first launch.
-    if (c == Category::kUnknown && t.meta.backend == "cupti" && r.seq == 0 && r.tid == 0 && r.name_id == StrId::kNone &&
-        r.stack_id == StackId::kNone) {
-      c = Category::kWorkspace;
-      ++out.driver;
-    }
-    if (c == Category::kUnknown) {
-      const bool persistent = !freed[i] && spans_work(r.timestamp_ns);
-      c = persistent ? Category::kWeights : Category::kActivation;
-      ++(persistent ? out.persistent : out.transient);
-    }
+    const Category c = decide_category(r, cupti, !freed[i] && spans_work(r.timestamp_ns), rules, shell, &out);
     out.by_record[i] = c;
   }
   return out;

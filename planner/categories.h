@@ -25,6 +25,7 @@
 
 #include "core/status.h"
 #include "core/trace.h"
+#include "planner/address_map.h"
 #include "planner/whatif.h"
 
 namespace moeprof::planner {
@@ -53,5 +54,54 @@ struct InferredCategories {
 };
 
 InferredCategories infer_categories(const Trace& trace, const std::vector<CategoryRule>& rules);
+
+// The same inference for a trace read as a stream (planner/stream.cpp), in two passes.
+// Pass 1 feeds every record to PersistenceScan: work() each record as it comes (only timestamps
+// matter), replayed() the allocations and frees in replay order with their index n in the input.
+// State: the open allocations and the frees after the latest work so far, never the whole trace.
+// After the last record, persistent() holds the indices of the allocations rule 5 calls persistent.
+// Pass 2 calls decide_category for each allocation of unknown category.
+class PersistenceScan {
+ public:
+  void work(const TraceRecord& r);
+  void replayed(const TraceRecord& r, uint64_t n);
+  std::vector<uint64_t> persistent() const;  // sorted
+  bool any_unknown() const { return any_unknown_; }
+
+ private:
+  struct Open {
+    uint64_t n, alloc_ts;
+  };
+  struct LateFree {
+    uint64_t free_ts, n, alloc_ts;
+    bool operator>(const LateFree& o) const { return free_ts > o.free_ts; }
+  };
+  // The work as seen so far by one definition (uses and kernels; allocations), and the frees not
+  // (yet) before its end.
+  struct Span {
+    uint64_t begin = UINT64_MAX, end = 0;
+    bool any = false;
+    std::vector<LateFree> late;  // a min-heap by free_ts
+    void advance(uint64_t ts);
+    void freed(const LateFree& f);
+  };
+  AddressMap open_;            // (device, address) -> 1 + index into slab_
+  std::vector<Open> slab_, never_freed_;
+  std::vector<uint32_t> spare_;
+  Span kernels_, allocs_;
+  bool any_unknown_ = false;
+};
+
+// The decision for one allocation of unknown category: rules, library frames, driver memory, then
+// persistent (weights) or transient (activation); counted in *out. `shell` gives the strings and
+// stacks the rules and frames are read from.
+Category decide_category(const TraceRecord& r, bool cupti, bool persistent, const std::vector<CategoryRule>& rules,
+                         const RunAnalysis& shell, InferredCategories* out);
+
+// One line saying how categories were inferred (RunAnalysis::categories_note).
+std::string categories_note(const InferredCategories& c);
+
+// should_infer_categories from the metadata and whether any allocation has category unknown.
+bool should_infer_categories(const RunMeta& meta, bool any_unknown, CategoryInference mode);
 
 }  // namespace moeprof::planner

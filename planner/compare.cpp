@@ -1,10 +1,13 @@
 // Comparison of two analysed runs.
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "core/checked.h"
 #include "planner/analysis.h"
+#include "planner/stacks.h"
+#include "planner/whatif.h"
 
 namespace moeprof::planner {
 
@@ -20,6 +23,10 @@ Comparison compare(const RunAnalysis& baseline, const RunAnalysis& candidate) {
   auto delta = [](uint64_t b, uint64_t a) { return bytes_delta(b, a); };
   c.peak_activation_delta = delta(baseline.peak_activation_bytes, candidate.peak_activation_bytes);
   c.peak_total_delta = delta(baseline.peak_total_bytes, candidate.peak_total_bytes);
+  c.baseline_churn_bytes = baseline.churn_bytes;
+  c.candidate_churn_bytes = candidate.churn_bytes;
+  c.baseline_allocations = baseline.allocations;
+  c.candidate_allocations = candidate.allocations;
   c.churn_delta = delta(baseline.churn_bytes, candidate.churn_bytes);
   c.allocations_delta = delta(baseline.allocations, candidate.allocations);
 
@@ -27,21 +34,42 @@ Comparison compare(const RunAnalysis& baseline, const RunAnalysis& candidate) {
   if (!baseline.devices.empty()) cb = baseline.devices[baseline.peak_device].live_at_activation_peak;
   if (!candidate.devices.empty()) cc = candidate.devices[candidate.peak_device].live_at_activation_peak;
   for (size_t i = 0; i < static_cast<size_t>(kNumCategories); ++i) c.category_deltas[i] = delta(cb.bytes[i], cc.bytes[i]);
+  c.baseline_live_at_peak = cb;
+  c.candidate_live_at_peak = cc;
 
-  std::map<std::string, std::pair<uint64_t, uint64_t>> scopes;
+  struct HighWater {
+    uint64_t total = 0, activation = 0;
+  };
+  std::map<std::string, std::pair<HighWater, HighWater>> scopes;
   for (const auto& d : baseline.devices) {
-    for (const auto& s : d.scopes) scopes[s.scope].first = std::max(scopes[s.scope].first, s.high_water_bytes);
+    for (const auto& s : d.scopes) {
+      auto& hw = scopes[s.scope].first;
+      hw.total = std::max(hw.total, s.high_water_bytes);
+      hw.activation = std::max(hw.activation, s.activation_high_water_bytes);
+    }
   }
   for (const auto& d : candidate.devices) {
-    for (const auto& s : d.scopes) scopes[s.scope].second = std::max(scopes[s.scope].second, s.high_water_bytes);
+    for (const auto& s : d.scopes) {
+      auto& hw = scopes[s.scope].second;
+      hw.total = std::max(hw.total, s.high_water_bytes);
+      hw.activation = std::max(hw.activation, s.activation_high_water_bytes);
+    }
   }
   for (const auto& [name, hw] : scopes) {
-    c.scope_deltas.push_back(ScopeDelta{name, hw.first, hw.second, delta(hw.first, hw.second)});
+    ScopeDelta sd;
+    sd.scope = name;
+    sd.baseline_high_water_bytes = hw.first.total;
+    sd.candidate_high_water_bytes = hw.second.total;
+    sd.delta = delta(hw.first.total, hw.second.total);
+    sd.baseline_activation_high_water_bytes = hw.first.activation;
+    sd.candidate_activation_high_water_bytes = hw.second.activation;
+    sd.activation_delta = delta(hw.first.activation, hw.second.activation);
+    c.scope_deltas.push_back(std::move(sd));
   }
-  std::stable_sort(c.scope_deltas.begin(), c.scope_deltas.end(), [](const ScopeDelta& a, const ScopeDelta& b) {
-    const uint64_t ma = a.delta < 0 ? -static_cast<uint64_t>(a.delta) : static_cast<uint64_t>(a.delta);
-    const uint64_t mb = b.delta < 0 ? -static_cast<uint64_t>(b.delta) : static_cast<uint64_t>(b.delta);
-    return ma > mb;  // stable: equal magnitudes keep name order
+  auto mag = [](int64_t d) { return d < 0 ? -static_cast<uint64_t>(d) : static_cast<uint64_t>(d); };
+  std::stable_sort(c.scope_deltas.begin(), c.scope_deltas.end(), [&](const ScopeDelta& a, const ScopeDelta& b) {
+    if (mag(a.activation_delta) != mag(b.activation_delta)) return mag(a.activation_delta) > mag(b.activation_delta);
+    return mag(a.delta) > mag(b.delta);  // stable: equal magnitudes keep name order
   });
 
   // Multiset difference of (scope, name, bytes); both lists are sorted by that key.
@@ -66,7 +94,108 @@ Comparison compare(const RunAnalysis& baseline, const RunAnalysis& candidate) {
       ++j;
     }
   }
+  c.live_at_peak_diff = diff_live_at_peak(baseline, candidate);
   return c;
+}
+
+std::string_view live_change_name(LiveChange c) {
+  switch (c) {
+    case LiveChange::kFreed: return "freed";
+    case LiveChange::kNotAllocated: return "not allocated";
+    case LiveChange::kMoved: return "moved";
+    case LiveChange::kResized: return "resized";
+    case LiveChange::kAdded: return "added";
+    case LiveChange::kNew: return "new";
+  }
+  return "?";
+}
+
+LiveDiff diff_live_at_peak(const RunAnalysis& baseline, const RunAnalysis& candidate) {
+  LiveDiff out;
+  static const std::vector<LiveEntry> kNone;
+  const auto& bl = baseline.devices.empty() ? kNone : baseline.devices[baseline.peak_device].live_set_at_activation_peak;
+  const auto& cl = candidate.devices.empty() ? kNone : candidate.devices[candidate.peak_device].live_set_at_activation_peak;
+  for (const auto& e : bl) out.baseline_bytes += e.bytes;
+  for (const auto& e : cl) out.candidate_bytes += e.bytes;
+  std::vector<bool> bdone(bl.size()), cdone(cl.size());
+  std::vector<std::string> bfam(bl.size()), cfam(cl.size());
+  for (size_t i = 0; i < bl.size(); ++i) bfam[i] = family_scope(bl[i].scope);
+  for (size_t j = 0; j < cl.size(); ++j) cfam[j] = family_scope(cl[j].scope);
+  auto row = [&](LiveChange ch, const LiveEntry* b, const LiveEntry* c) {
+    LiveDiffRow r;
+    r.change = ch;
+    const LiveEntry& e = b ? *b : *c;
+    r.name = e.name;
+    r.shape = (c ? *c : *b).shape;
+    r.category = e.category;
+    r.dtype = e.dtype;
+    if (b) {
+      r.baseline_scope = b->scope;
+      r.baseline_bytes = b->bytes;
+      r.baseline_held_after_last_use = b->held_after_last_use;
+    }
+    if (c) {
+      r.candidate_scope = c->scope;
+      r.candidate_bytes = c->bytes;
+    }
+    r.delta = static_cast<int64_t>(r.candidate_bytes) - static_cast<int64_t>(r.baseline_bytes);
+    if (b && b->stack_id != StackId::kNone) r.stack = user_frames(baseline, b->stack_id, 3);
+    else if (c && c->stack_id != StackId::kNone) r.stack = user_frames(candidate, c->stack_id, 3);
+    out.rows.push_back(std::move(r));
+  };
+  // Passes from the strictest match to the loosest; each pairs what the earlier ones left, in
+  // live-set order (largest first).
+  auto pass = [&](auto key_b, auto key_c, LiveChange ch, bool emit) {
+    std::map<std::string, std::vector<size_t>> open;  // key -> unmatched candidate entries, reversed
+    for (size_t j = cl.size(); j-- > 0;)
+      if (!cdone[j]) open[key_c(j)].push_back(j);
+    for (size_t i = 0; i < bl.size(); ++i) {
+      if (bdone[i]) continue;
+      auto it = open.find(key_b(i));
+      if (it == open.end() || it->second.empty()) continue;
+      const size_t j = it->second.back();
+      it->second.pop_back();
+      bdone[i] = cdone[j] = true;
+      if (emit) {
+        row(ch, &bl[i], &cl[j]);
+      } else {
+        ++out.unchanged_tensors;
+        out.unchanged_bytes += bl[i].bytes;
+      }
+    }
+  };
+  auto k = [](const LiveEntry& e, const std::string& scope, bool bytes) {
+    std::string s = e.name + '\n' + scope + '\n' + std::to_string(static_cast<int>(e.category));
+    if (bytes) s += '\n' + std::to_string(e.bytes);
+    return s;
+  };
+  pass([&](size_t i) { return k(bl[i], bl[i].scope, true); }, [&](size_t j) { return k(cl[j], cl[j].scope, true); },
+       LiveChange::kMoved, false);
+  pass([&](size_t i) { return k(bl[i], bfam[i], true); }, [&](size_t j) { return k(cl[j], cfam[j], true); }, LiveChange::kMoved,
+       true);
+  pass([&](size_t i) { return k(bl[i], bfam[i], false); }, [&](size_t j) { return k(cl[j], cfam[j], false); },
+       LiveChange::kResized, true);
+  // Tensors a run allocates at all, by (scope family, name).
+  auto allocated = [](const RunAnalysis& run) {
+    std::set<std::pair<std::string, std::string>> s;
+    for (const auto& g : run.alloc_groups) s.emplace(family_scope(g.scope), g.name);
+    return s;
+  };
+  const auto in_candidate = allocated(candidate), in_baseline = allocated(baseline);
+  for (size_t i = 0; i < bl.size(); ++i)
+    if (!bdone[i]) row(in_candidate.count({bfam[i], bl[i].name}) ? LiveChange::kFreed : LiveChange::kNotAllocated, &bl[i], nullptr);
+  for (size_t j = 0; j < cl.size(); ++j)
+    if (!cdone[j]) row(in_baseline.count({cfam[j], cl[j].name}) ? LiveChange::kAdded : LiveChange::kNew, nullptr, &cl[j]);
+  for (const auto& r : out.rows) out.delta += r.delta;
+  std::stable_sort(out.rows.begin(), out.rows.end(), [](const LiveDiffRow& a, const LiveDiffRow& b) {
+    const uint64_t ma = a.delta < 0 ? -static_cast<uint64_t>(a.delta) : static_cast<uint64_t>(a.delta);
+    const uint64_t mb = b.delta < 0 ? -static_cast<uint64_t>(b.delta) : static_cast<uint64_t>(b.delta);
+    if (ma != mb) return ma > mb;
+    if (a.baseline_bytes + a.candidate_bytes != b.baseline_bytes + b.candidate_bytes)
+      return a.baseline_bytes + a.candidate_bytes > b.baseline_bytes + b.candidate_bytes;
+    return std::tie(a.name, a.baseline_scope, a.candidate_scope) < std::tie(b.name, b.baseline_scope, b.candidate_scope);
+  });
+  return out;
 }
 
 }  // namespace moeprof::planner

@@ -1,6 +1,8 @@
 // Reuse findings (hand-offs) from the lifetimes of a replay.
 #include <algorithm>
 #include <map>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "planner/replayer.h"
@@ -68,50 +70,63 @@ void Replayer::find_handoffs(const RunAnalysis& run, uint32_t num_events) {
 }
 
 // Growth: transient lifetimes (freed) grouped by (name, or innermost frame when unnamed; scope with
-// digit runs as '*'), in allocation order; a group of at least three whose bytes never shrink and
-// end larger than they started is a finding.
-void Replayer::find_growth(RunAnalysis* run) {
-  struct Group {
-    std::string label, scope;
-    uint64_t n = 0, first = 0, last = 0;
-    bool monotone = true;
-  };
-  std::map<std::pair<std::string, std::string>, Group> groups;
-  for (const Lifetime& l : lts_) {
-    if (l.free_index == kNoIndex || l.bytes == 0 || !counts_as_activation(l.category)) continue;
-    std::string label = run->str(l.name_id);
-    if (label.empty() && l.stack_id != StackId::kNone) {
-      const auto& frames = run->stacks.stack(l.stack_id);
-      if (!frames.empty()) {
-        const StackFrame& f = run->stacks.frame(frames.front());
-        label = run->str(f.file) + ":" + std::to_string(f.line);
-      }
-    }
-    if (label.empty()) continue;
-    std::string scope;
+// digit runs as '*'), in the order they are freed, counted as they are freed (so a streaming replay
+// needs no lifetime kept); a group of at least three whose bytes never shrink and end larger than
+// they started is a finding.
+void Replayer::note_growth(const Lifetime& l) {
+  if (l.bytes == 0 || !counts_as_activation(l.category)) return;
+  uint64_t label = index_of(l.name_id);
+  if (label == 0) {
+    if (l.stack_id == StackId::kNone || strings_stacks_ == nullptr) return;
+    const auto& frames = strings_stacks_->stack(l.stack_id);
+    if (frames.empty()) return;
+    label = (uint64_t{1} << 40) | frames.front();
+  }
+  const uint32_t sid = index_of(l.scope_id);
+  if (sid >= scope_family_.size()) scope_family_.resize(sid + 1, UINT32_MAX);
+  uint32_t& fam = scope_family_[sid];
+  if (fam == UINT32_MAX) {
+    std::string pattern;
     bool digits = false;
-    for (char c : run->str(l.scope_id)) {
+    for (char c : std::string_view(sid < strings_.size() ? strings_[sid] : std::string())) {
       const bool d = c >= '0' && c <= '9';
-      if (!d) scope.push_back(c);
-      else if (!digits) scope.push_back('*');
+      if (!d) pattern.push_back(c);
+      else if (!digits) pattern.push_back('*');
       digits = d;
     }
-    Group& g = groups[{label, scope}];
-    if (g.n == 0) {
-      g.label = label;
-      g.scope = scope;
-      g.first = l.bytes;
-    } else if (l.bytes < g.last) {
-      g.monotone = false;
-    }
-    g.last = l.bytes;
-    ++g.n;
+    auto [it, fresh] = family_ids_.emplace(pattern, static_cast<uint32_t>(family_names_.size()));
+    if (fresh) family_names_.push_back(pattern);
+    fam = it->second;
   }
-  for (auto& [k, g] : groups)
-    if (g.n >= 3 && g.monotone && g.last > g.first)
-      run->growth.push_back(RunAnalysis::Growth{g.label, g.scope, g.n, g.first, g.last});
+  uint32_t& slot = growth_index_[{label, fam}];
+  if (slot == 0) {
+    growth_.push_back(GrowthGroup{});
+    growth_.back().key = {label, fam};
+    slot = static_cast<uint32_t>(growth_.size());
+  }
+  GrowthGroup& g = growth_[slot - 1];
+  if (g.n == 0) g.first = l.bytes;
+  else if (l.bytes < g.last) g.monotone = false;
+  g.last = l.bytes;
+  ++g.n;
+}
+
+void Replayer::find_growth(RunAnalysis* run) {
+  for (const GrowthGroup& g : growth_) {
+    const auto& key = g.key;
+    if (g.n < 3 || !g.monotone || g.last <= g.first) continue;
+    std::string label;
+    if (key.first >> 40) {
+      const StackFrame& f = run->stacks.frame(static_cast<uint32_t>(key.first & 0xffffffffu));
+      label = run->str(f.file) + ":" + std::to_string(f.line);
+    } else {
+      label = run->str(static_cast<StrId>(key.first));
+    }
+    run->growth.push_back(RunAnalysis::Growth{label, family_names_[key.second], g.n, g.first, g.last});
+  }
   std::sort(run->growth.begin(), run->growth.end(), [](const auto& a, const auto& b) {
-    return a.last_bytes - a.first_bytes > b.last_bytes - b.first_bytes;
+    if (a.last_bytes - a.first_bytes != b.last_bytes - b.first_bytes) return a.last_bytes - a.first_bytes > b.last_bytes - b.first_bytes;
+    return std::tie(a.label, a.scope, a.occurrences, a.first_bytes) < std::tie(b.label, b.scope, b.occurrences, b.first_bytes);
   });
 }
 

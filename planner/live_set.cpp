@@ -85,10 +85,8 @@ void Replayer::build_live_sets(RunAnalysis* run) {
 
 void Replayer::finish(RunAnalysis* run, uint32_t num_events) {
   build_live_sets(run);
-  if (opt_.findings) {
-    find_handoffs(*run, num_events);
-    find_growth(run);
-  }
+  if (opt_.findings) find_handoffs(*run, num_events);
+  find_growth(run);
   run->handoffs_computed = opt_.findings;
 
   for (DeviceState& ds : devs_) {

@@ -15,9 +15,10 @@ bool is_replayed(EventKind kind) {
 }
 
 Replayer::Replayer(const std::vector<std::string>& strings, const AnalyzeOptions& opt, uint64_t t0, uint64_t t1,
-                   size_t expected_records)
+                   size_t expected_records, const StackTable* stacks)
     : opt_(opt), keep_all_(opt.keep_lifetimes || opt.findings), t0_(t0), t1_(t1), scopes_(strings),
-      slot_of_(65536, -1), filtering_(opt.category_mask != ~0u || opt.mem_kind_mask != ~0u) {
+      slot_of_(65536, -1), filtering_(opt.category_mask != ~0u || opt.mem_kind_mask != ~0u), strings_(strings),
+      strings_stacks_(stacks) {
   // Allocations are at most about half of the events in traces that free what they allocate;
   // untouched capacity costs address space only.
   if (keep_all_) lts_.reserve(expected_records / 2 + 16);
@@ -30,8 +31,13 @@ DeviceState& Replayer::dev_state(uint16_t device) {
     slot_of_[device] = s;
     devs_.emplace_back();
     devs_.back().out.device = device;
-    devs_.back().tl_total.init(opt_.timeline_points, t0_, t1_);
-    devs_.back().tl_act.init(opt_.timeline_points, t0_, t1_);
+    if (t1_ == UINT64_MAX) {  // streaming: the time range is not known in advance
+      devs_.back().tl_total.init_adaptive(opt_.timeline_points);
+      devs_.back().tl_act.init_adaptive(opt_.timeline_points);
+    } else {
+      devs_.back().tl_total.init(opt_.timeline_points, t0_, t1_);
+      devs_.back().tl_act.init(opt_.timeline_points, t0_, t1_);
+    }
   }
   return devs_[static_cast<size_t>(s)];
 }
@@ -216,6 +222,7 @@ void Replayer::on_free(DeviceState& d, const TraceRecord& r, uint32_t pos) {
   Lifetime& l = lts_[li];
   if (r.bytes != 0 && r.bytes != l.bytes) ++an_.free_size_mismatches;
   release(d, l, r.timestamp_ns, pos);
+  note_growth(l);
   free_slot(li);
   ++d.out.frees;
   *st |= AddressMap::kFreedBit;
@@ -286,7 +293,7 @@ RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt) {
   // Optimistic pass: most traces are already in replay order. Replay directly and fall back to
   // sorting at the first record out of order.
   {
-    auto rp = std::make_unique<Replayer>(run.strings, opt, t0, t1, n);
+    auto rp = std::make_unique<Replayer>(run.strings, opt, t0, t1, n, &run.stacks);
     uint32_t pos = 0;
     const TraceRecord* prev = nullptr;
     bool in_order = true;
@@ -333,7 +340,7 @@ RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt) {
     if (a.seq != b.seq) return a.seq < b.seq;
     return a.idx < b.idx;
   });
-  Replayer rp(run.strings, opt, lo, hi, n);
+  Replayer rp(run.strings, opt, lo, hi, n, &run.stacks);
   uint32_t pos = 0;
   for (const Key& k : keys) {
     const TraceRecord& r = recs[k.idx];

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,7 +52,7 @@ struct ScopeSlot {
 class Replayer {
  public:
   Replayer(const std::vector<std::string>& strings, const AnalyzeOptions& opt, uint64_t t0, uint64_t t1,
-           size_t expected_records);
+           size_t expected_records, const StackTable* stacks = nullptr);
 
   // Replays one event at replay position `pos`; false when the filter left it out (it then takes
   // no position).
@@ -98,6 +99,7 @@ class Replayer {
   void free_slot(uint32_t s);
   void find_handoffs(const RunAnalysis& run, uint32_t num_events);
   void find_growth(RunAnalysis* run);
+  void note_growth(const Lifetime& l);
   void build_live_sets(RunAnalysis* run);
 
   const AnalyzeOptions& opt_;
@@ -124,6 +126,19 @@ class Replayer {
   bool filtering_;
   AddressMap ignored_;  // see takes_part
   std::vector<uint64_t> position_ts_;
+  // Growth findings, counted as lifetimes are freed (handoffs.cpp).
+  struct GrowthGroup {
+    std::pair<uint64_t, uint64_t> key;  // (label: name id, or 1 << 40 | innermost frame; scope family)
+    uint64_t n = 0, first = 0, last = 0;
+    bool monotone = true;
+  };
+  const std::vector<std::string>& strings_;
+  const StackTable* strings_stacks_ = nullptr;
+  std::vector<uint32_t> scope_family_;
+  std::map<std::string, uint32_t> family_ids_;
+  std::vector<std::string> family_names_;
+  PairMap growth_index_;              // key -> 1 + index into growth_
+  std::vector<GrowthGroup> growth_;
   std::vector<OpEvent> op_uses_, marker_ends_;
 };
 

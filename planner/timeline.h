@@ -20,19 +20,37 @@ class Timeline {
     scale_ = static_cast<double>(buckets_) / (static_cast<double>(t1 >= t0 ? t1 - t0 : 0) + 1.0);
     points_ = points;
   }
+  // Streaming: the time range is not known in advance. Buckets start 1 ns wide from the first
+  // sample; whenever they would exceed points/2 the width doubles and neighbours merge (each
+  // merged bucket keeps its first minimum and first maximum, so the peak stays a point).
+  void init_adaptive(size_t points) {
+    buckets_ = points / 2;
+    if (points > 0 && buckets_ == 0) buckets_ = 1;
+    points_ = points;
+    adaptive_ = true;
+    width_ = 1;
+    started_ = false;
+  }
   void sample(uint64_t ts, uint64_t v) {
     if (buckets_ == 0) return;
+    if (adaptive_) {
+      if (!started_) {
+        t0_ = ts;
+        started_ = true;
+      }
+      uint64_t b = ts > t0_ ? (ts - t0_) / width_ : 0;
+      while (b >= buckets_) {
+        widen();
+        b = ts > t0_ ? (ts - t0_) / width_ : 0;
+      }
+      put(b, ts, v);
+      return;
+    }
     // Clamped in floating point before the conversion: a sample outside [t0, t1] lands in the
     // first or last bucket.
     const double x = ts > t0_ ? static_cast<double>(ts - t0_) * scale_ : 0.0;
     const size_t b = x >= static_cast<double>(buckets_ - 1) ? buckets_ - 1 : static_cast<size_t>(x);
-    if (out_.empty() || out_.back().bucket != b) {
-      out_.push_back(Bucket{b, {ts, v}, {ts, v}});
-      return;
-    }
-    Bucket& k = out_.back();
-    if (v < k.lo.second) k.lo = {ts, v};
-    if (v > k.hi.second) k.hi = {ts, v};
+    put(b, ts, v);
   }
   std::vector<std::pair<uint64_t, uint64_t>> points() const {
     std::vector<std::pair<uint64_t, uint64_t>> out;
@@ -57,9 +75,35 @@ class Timeline {
     size_t bucket;
     std::pair<uint64_t, uint64_t> lo, hi;
   };
+  void put(size_t b, uint64_t ts, uint64_t v) {
+    if (out_.empty() || out_.back().bucket != b) {
+      out_.push_back(Bucket{b, {ts, v}, {ts, v}});
+      return;
+    }
+    Bucket& k = out_.back();
+    if (v < k.lo.second) k.lo = {ts, v};
+    if (v > k.hi.second) k.hi = {ts, v};
+  }
+  void widen() {
+    width_ *= 2;
+    std::vector<Bucket> merged;
+    for (Bucket k : out_) {
+      k.bucket /= 2;
+      if (!merged.empty() && merged.back().bucket == k.bucket) {
+        Bucket& m = merged.back();  // m is earlier in time: it wins ties
+        if (k.lo.second < m.lo.second) m.lo = k.lo;
+        if (k.hi.second > m.hi.second) m.hi = k.hi;
+      } else {
+        merged.push_back(k);
+      }
+    }
+    out_.swap(merged);
+  }
   size_t buckets_ = 0, points_ = 0;
   uint64_t t0_ = 0;
   double scale_ = 0.0;
+  bool adaptive_ = false, started_ = false;
+  uint64_t width_ = 1;
   std::vector<Bucket> out_;
 };
 

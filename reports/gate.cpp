@@ -195,7 +195,7 @@ std::string check_message(const GateCheck& c) {
     case GateStatus::kMissing:
       return "run " + c.run + " is in the baseline but not in the current report";
     case GateStatus::kNew:
-      return "run " + c.run + " is not in the baseline; add it (--update-baseline)";
+      return "run " + c.run + " is not in the baseline; add it (--out-baseline)";
   }
   return "";
 }
@@ -245,6 +245,39 @@ std::string gate_markdown(const GateResult& r, const GateOptions& opts) {
   return out;
 }
 
+nlohmann::ordered_json gate_json(const GateResult& r, const GateOptions& opts) {
+  nlohmann::ordered_json j;
+  j["passed"] = r.passed();
+  j["verdict"] = gate_verdict(r, opts);
+  j["rel_tol"] = opts.rel_tol;
+  j["abs_tol_bytes"] = opts.abs_tol;
+  j["allow_improvement"] = opts.allow_improvement;
+  j["allow_incomplete"] = opts.allow_incomplete;
+  j["metrics"] = opts.metrics;
+  j["failures"] = r.failures;
+  j["regressions"] = r.regressions;
+  j["improvements"] = r.improvements;
+  j["missing"] = r.missing;
+  j["new_runs"] = r.new_runs;
+  j["incomplete_runs"] = r.incomplete;
+  nlohmann::ordered_json checks = nlohmann::ordered_json::array();
+  for (const auto& c : r.checks) {
+    nlohmann::ordered_json e;
+    e["run"] = c.run;
+    e["metric"] = c.metric;
+    e["baseline"] = c.has_baseline ? nlohmann::ordered_json(c.baseline) : nlohmann::ordered_json(nullptr);
+    e["current"] = c.has_current ? nlohmann::ordered_json(c.current) : nlohmann::ordered_json(nullptr);
+    e["delta"] = c.has_baseline && c.has_current ? nlohmann::ordered_json(c.delta) : nlohmann::ordered_json(nullptr);
+    e["allowed"] = c.allowed;
+    e["status"] = c.status == GateStatus::kImprovement && c.failed ? "unexpected improvement" : gate_status_name(c.status);
+    e["failed"] = c.failed;
+    checks.push_back(std::move(e));
+  }
+  j["checks"] = checks;
+  j["notes"] = r.notes;
+  return j;
+}
+
 std::string gate_junit(const GateResult& r, const GateOptions& opts) {
   int failures = 0;
   for (const auto& c : r.checks) failures += c.failed;
@@ -268,6 +301,14 @@ std::string gate_junit(const GateResult& r, const GateOptions& opts) {
   return out;
 }
 
-std::string proposed_baseline(const ReportFile& current) { return current.doc.dump(2) + "\n"; }
+std::string proposed_baseline(const ReportFile& current) {
+  // The figures the gate reads, without the per-allocation timelines.
+  nlohmann::ordered_json doc = current.doc;
+  for (auto& r : doc["runs"]) {
+    r.erase("memory_timeline");
+    r.erase("timeline");
+  }
+  return report_text(doc);
+}
 
 }  // namespace moeprof::reports

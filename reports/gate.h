@@ -79,6 +79,9 @@ std::string gate_verdict(const GateResult& r, const GateOptions& opts);
 std::string gate_markdown(const GateResult& r, const GateOptions& opts);
 // JUnit XML: one <testsuite name="moeprof-gate">, one <testcase> per run x metric.
 std::string gate_junit(const GateResult& r, const GateOptions& opts);
+// The result for machines (moeprof gate --json): verdict, counts, tolerances and every check
+// with exact bytes.
+nlohmann::ordered_json gate_json(const GateResult& r, const GateOptions& opts);
 // The proposed new baseline: the current report (every run as measured now), pretty-printed.
 std::string proposed_baseline(const ReportFile& current);
 

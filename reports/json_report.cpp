@@ -7,6 +7,7 @@
 #include "core/dtype.h"
 #include "core/version.h"
 #include "planner/stacks.h"
+#include "reports/memory_timeline.h"
 
 namespace moeprof::reports {
 
@@ -144,6 +145,7 @@ ordered_json reuse_json(const planner::RunAnalysis& run, const ReportOptions& op
   j["has_uses"] = d.has_uses;
   j["held_after_last_use_bytes"] = d.held_after_last_use_bytes;
   j["never_used_at_peak_bytes"] = d.never_used_at_peak_bytes;
+  j["handoffs_computed"] = run.handoffs_computed;  // false: a streamed analysis (no hand-off search)
   j["handoff_count"] = d.handoff_count;
   j["handoff_bytes"] = d.handoff_bytes;
   j["handoff_bytes_at_activation_peak"] = d.handoff_bytes_at_activation_peak;
@@ -198,6 +200,34 @@ uint64_t group_bytes(const std::vector<planner::AllocGroupDelta>& v) {
 }
 
 }  // namespace
+
+ordered_json live_diff_json(const planner::LiveDiff& d) {
+  ordered_json j;
+  j["baseline_bytes"] = d.baseline_bytes;
+  j["candidate_bytes"] = d.candidate_bytes;
+  j["delta_bytes"] = d.delta;
+  j["unchanged_tensors"] = d.unchanged_tensors;
+  j["unchanged_bytes"] = d.unchanged_bytes;
+  ordered_json rows = ordered_json::array();
+  for (const auto& r : d.rows) {
+    ordered_json e;
+    e["change"] = std::string(planner::live_change_name(r.change));
+    e["name"] = r.name;
+    e["baseline_scope"] = r.baseline_scope;
+    e["candidate_scope"] = r.candidate_scope;
+    e["shape"] = r.shape;
+    e["dtype"] = std::string(dtype_name(r.dtype));
+    e["category"] = std::string(category_name(r.category));
+    e["baseline_bytes"] = r.baseline_bytes;
+    e["candidate_bytes"] = r.candidate_bytes;
+    e["delta_bytes"] = r.delta;
+    e["baseline_held_after_last_use"] = r.baseline_held_after_last_use;
+    if (!r.stack.empty()) e["stack"] = r.stack;
+    rows.push_back(std::move(e));
+  }
+  j["rows"] = rows;
+  return j;
+}
 
 std::vector<std::string> unique_run_names(const std::vector<planner::RunAnalysis>& runs) {
   std::vector<std::string> names;
@@ -271,6 +301,7 @@ ordered_json make_run_json(const planner::RunAnalysis& run, const std::string& n
   for (const auto& [k, v] : m.extra) extra[k] = v;
   j["extra"] = extra;
   if (opts.include_timeline) j["timeline"] = timeline_json(run);
+  if (opts.include_memory_timeline && !run.lifetimes.empty()) j["memory_timeline"] = memory_timeline_json(run, opts.memory_timeline);
   return j;
 }
 
@@ -284,21 +315,30 @@ ordered_json make_comparison_json(const planner::Comparison& c, const ReportOpti
   j["baseline_peak_total_bytes"] = c.baseline_peak_total_bytes;
   j["candidate_peak_total_bytes"] = c.candidate_peak_total_bytes;
   j["peak_total_delta_bytes"] = c.peak_total_delta;
+  j["baseline_churn_bytes"] = c.baseline_churn_bytes;
+  j["candidate_churn_bytes"] = c.candidate_churn_bytes;
   j["churn_delta_bytes"] = c.churn_delta;
+  j["baseline_allocations"] = c.baseline_allocations;
+  j["candidate_allocations"] = c.candidate_allocations;
   j["allocations_delta"] = c.allocations_delta;
   ordered_json cat = ordered_json::object();
   for (int i = 0; i < kNumCategories; ++i) cat[std::string(category_name(static_cast<Category>(i)))] = c.category_deltas[i];
   j["live_at_peak_delta_by_category"] = cat;
+  j["baseline_live_at_peak_by_category"] = category_object(c.baseline_live_at_peak);
+  j["candidate_live_at_peak_by_category"] = category_object(c.candidate_live_at_peak);
   ordered_json scopes = ordered_json::array();
   size_t nonzero = 0;
   for (const auto& s : c.scope_deltas) {
-    if (s.delta == 0) continue;
+    if (s.delta == 0 && s.activation_delta == 0) continue;
     if (nonzero++ >= opts.list_limit) continue;
     ordered_json e;
     e["scope"] = s.scope;
     e["baseline_high_water_bytes"] = s.baseline_high_water_bytes;
     e["candidate_high_water_bytes"] = s.candidate_high_water_bytes;
     e["delta_bytes"] = s.delta;
+    e["baseline_activation_high_water_bytes"] = s.baseline_activation_high_water_bytes;
+    e["candidate_activation_high_water_bytes"] = s.candidate_activation_high_water_bytes;
+    e["activation_delta_bytes"] = s.activation_delta;
     scopes.push_back(e);
   }
   j["scope_deltas"] = scopes;
@@ -307,6 +347,7 @@ ordered_json make_comparison_json(const planner::Comparison& c, const ReportOpti
   j["only_in_baseline_bytes"] = group_bytes(c.only_in_baseline);
   j["only_in_candidate"] = alloc_groups_json(c.only_in_candidate, opts.list_limit);
   j["only_in_candidate_bytes"] = group_bytes(c.only_in_candidate);
+  j["live_at_peak_diff"] = live_diff_json(c.live_at_peak_diff);
   return j;
 }
 
@@ -345,7 +386,7 @@ Result<ordered_json> make_report(const std::vector<planner::RunAnalysis>& runs, 
 Status write_json_report(const std::string& path, const std::vector<planner::RunAnalysis>& runs,
                          const ReportOptions& opts) {
   MOEPROF_ASSIGN_OR_RETURN(ordered_json doc, make_report(runs, opts));
-  return write_text_file(path, doc.dump(2) + "\n");
+  return write_text_file(path, report_text(doc));
 }
 
 }  // namespace moeprof::reports

@@ -16,6 +16,7 @@
 
 #include "core/status.h"
 #include "planner/analysis.h"
+#include "reports/memory_timeline.h"
 #include "reports/report_file.h"
 
 namespace moeprof::reports {
@@ -25,6 +26,9 @@ struct ReportOptions {
   size_t top_scopes = 20;      // scopes: highest activation high-water first
   size_t list_limit = 50;      // comparison lists (scope deltas, only_in_*), reuse handoffs
   bool include_timeline = true;  // runs[].timeline: downsampled live bytes of the peak device
+  // runs[].memory_timeline (reports/memory_timeline.h), for runs analysed with keep_lifetimes.
+  bool include_memory_timeline = true;
+  TimelineOptions memory_timeline;
   // Name of the baseline run for `comparison`. Empty: with exactly two runs, the first is the
   // baseline; with another count there is no comparison. With a name and more than two runs,
   // `comparisons` holds every other run against it and `comparison` the first of those.
@@ -41,6 +45,9 @@ nlohmann::ordered_json make_run_json(const planner::RunAnalysis& run, const std:
                                      const ReportOptions& opts = {});
 // One entry of a live set (live_at_peak.top), with the innermost user frames when it has a stack.
 nlohmann::ordered_json live_entry_json(const planner::LiveEntry& e, const planner::RunAnalysis& run);
+
+// The live-at-peak diff of a comparison (tensor by tensor; rows sum to delta_bytes).
+nlohmann::ordered_json live_diff_json(const planner::LiveDiff& d);
 
 // One comparison object (deltas are candidate - baseline).
 nlohmann::ordered_json make_comparison_json(const planner::Comparison& cmp, const ReportOptions& opts = {});

@@ -1,17 +1,17 @@
 #include "reports/report_file.h"
 
-#include "core/checked.h"
-
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <algorithm>
 #include <set>
+#include <sstream>
 #include <utility>
 #include <vector>
-#include <sstream>
+
+#include "core/checked.h"
 
 namespace moeprof::reports {
 
@@ -137,6 +137,53 @@ Result<ReportFile> read_report(const std::string& path) {
   ss << in.rdbuf();
   if (in.bad()) return Status::bad_input("cannot read report " + path);
   return parse_report(ss.str(), path);
+}
+
+namespace {
+
+bool is_leaf_array(const nlohmann::ordered_json& v) {
+  if (!v.is_array() || v.empty()) return false;
+  for (const auto& e : v)
+    if (e.is_structured() && !(e.is_array() && !e.empty() && std::all_of(e.begin(), e.end(), [](const auto& x) { return !x.is_structured(); })))
+      return false;
+  return true;
+}
+
+void write_pretty(const nlohmann::ordered_json& v, int indent, std::string* out) {
+  const std::string pad(static_cast<size_t>(indent) * 2, ' ');
+  if (v.is_object() && !v.empty()) {
+    *out += "{\n";
+    size_t i = 0;
+    for (auto it = v.begin(); it != v.end(); ++it, ++i) {
+      *out += pad + "  " + nlohmann::ordered_json(it.key()).dump() + ": ";
+      write_pretty(it.value(), indent + 1, out);
+      *out += i + 1 < v.size() ? ",\n" : "\n";
+    }
+    *out += pad + "}";
+  } else if (v.is_array() && !v.empty() && !is_leaf_array(v)) {
+    *out += "[\n";
+    for (size_t i = 0; i < v.size(); ++i) {
+      *out += pad + "  ";
+      write_pretty(v[i], indent + 1, out);
+      *out += i + 1 < v.size() ? ",\n" : "\n";
+    }
+    *out += pad + "]";
+  } else if (is_leaf_array(v)) {
+    // Scalars, or short arrays of scalars (timeline points, allocation rows): one line.
+    *out += "[";
+    for (size_t i = 0; i < v.size(); ++i) *out += (i ? ", " : "") + v[i].dump();
+    *out += "]";
+  } else {
+    *out += v.dump();
+  }
+}
+
+}  // namespace
+
+std::string report_text(const nlohmann::ordered_json& doc) {
+  std::string out;
+  write_pretty(doc, 0, &out);
+  return out + "\n";
 }
 
 Status write_text_file(const std::string& path, std::string_view text) {

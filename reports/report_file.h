@@ -45,6 +45,10 @@ Result<ReportFile> read_report(const std::string& path);
 // Parses and validates report text (`path` only names the source in messages).
 Result<ReportFile> parse_report(std::string_view text, const std::string& path);
 
+// The text of a report document as moeprof writes it: 2-space indentation, key order kept, an
+// array of numbers and strings on one line (so timelines stay compact), a trailing newline.
+std::string report_text(const nlohmann::ordered_json& doc);
+
 // Writes `text` to `path` (truncates); kBadInput if it cannot be created ("-" = stdout).
 Status write_text_file(const std::string& path, std::string_view text);
 

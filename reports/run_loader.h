@@ -11,8 +11,9 @@
 namespace moeprof::reports {
 
 struct LoadedRun {
-  Trace trace;
+  Trace trace;                   // empty when streamed
   planner::RunAnalysis analysis;
+  bool streamed = false;         // planner::analyze_stream: no lifetimes, no hand-offs, no records
 };
 
 // How categories are read: inferred for traced programs unless kept (planner/categories.h).
@@ -25,5 +26,28 @@ struct CategoryOptions {
 // `name_override` (when not empty) wins. Errors are read_trace's (kBadInput naming file and offset).
 Result<LoadedRun> load_run(const std::string& path, const planner::AnalyzeOptions& opts = {},
                            const std::string& name_override = "", const CategoryOptions& categories = {});
+
+// How a run is read (docs/planner.md, "Streaming"): in memory (every record, then analyze) or as a
+// stream (planner::analyze_stream: memory in proportion to what is live). auto streams inputs of
+// at least kStreamAutoBytes in all unless the command needs the whole trace.
+enum class StreamMode { kAuto, kOn, kOff };
+inline constexpr uint64_t kStreamAutoBytes = uint64_t{1} << 30;  // 1 GiB, about 16.8M records
+
+struct LoadOptions {
+  planner::AnalyzeOptions analyze;
+  std::string name;               // the run's name (empty: the trace's meta name, else the file stem)
+  CategoryOptions categories;
+  StreamMode stream = StreamMode::kAuto;
+  // What the command does that needs every record in memory (e.g. "--what-if"); empty if nothing.
+  // With it, auto reads in memory and --stream on is an error naming it.
+  std::string needs_memory;
+  uint64_t auto_bytes = kStreamAutoBytes;
+};
+
+// One run from one trace or from the traces of its ranks (merged as rank_device_offsets says).
+Result<LoadedRun> load_run(const std::vector<std::string>& paths, const LoadOptions& opts);
+
+// A run argument: a trace file, or its ranks' trace files joined by commas ("r0.mtrace,r1.mtrace").
+std::vector<std::string> split_run_argument(const std::string& arg);
 
 }  // namespace moeprof::reports

@@ -1,4 +1,4 @@
-// `moeprof trace --report` / `--report-json`: each trace written by a traced program, replayed by
+// `moeprof trace --report` / `--json` / `--out-json`: each trace written by a traced program, replayed by
 // the planner in four views (four sets of allocations taking part, AnalyzeOptions masks), as one
 // versioned JSON document (docs/report.schema.json, $defs/trace_report) and as text. The driver
 // reports the memory it reserves for CUDA graphs as one allocation at address 0 (category graph);

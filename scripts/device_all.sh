@@ -100,7 +100,7 @@ print(('PASS' if ok else 'FAIL'), f'baseline {b} reuse {c} (pred {pc}) fixes {f}
       # are inferred persistent, the ranked fixes name source lines.
       if python3 -c "import transformers" 2>/dev/null; then
         step hf_trace 240 "$B/src/cli/moeprof" trace --torch-async --uses --stacks python --report \
-          --report-json "$L/hf_report.json" --out "$L/hf.mtrace" -- python3 tests/profiler/hf_moe_prefill.py 3001
+          --out-json "$L/hf_report.json" --out "$L/hf.mtrace" -- python3 tests/profiler/hf_moe_prefill.py 3001
         rc=$?
         "$B/src/cli/moeprof" plan "$L/hf.mtrace" --json --fixes 5 --top 40 > "$L/hf_plan.json" 2> "$L/hf_plan.err"
         "$B/src/cli/moeprof" plan "$L/hf.mtrace" --fixes 5 --top 12 > "$L/hf_plan.txt" 2>&1

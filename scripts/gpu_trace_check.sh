@@ -46,7 +46,7 @@ fi
 #    i.e. without the driver's CUDA-graph memory, vs the program's EXPECT line; the graph memory
 #    allocation, when reported, vs the program's cudaGraphMemAttrUsedMemHigh).
 if have "$MOEPROF" injection && have "$PROG" injection; then
-  timeout 300 "$MOEPROF" trace --kernels --report --report-json "$OUT/inject_report.json" --out "$OUT/inject.mtrace" \
+  timeout 300 "$MOEPROF" trace --kernels --report --out-json "$OUT/inject_report.json" --out "$OUT/inject.mtrace" \
     -- "$PROG" --kernels > "$OUT/inject_stdout.txt" 2> "$OUT/inject_stderr.txt"
   rc=$?
   res=$(python3 - "$OUT/inject_stdout.txt" "$OUT/inject_report.json" <<'PY'
@@ -98,7 +98,7 @@ fi
 
 # 6. PyTorch: replayed peak of stream-ordered allocations vs torch.cuda.max_memory_allocated().
 if have "$MOEPROF" pytorch && python3 -c "import torch" 2>/dev/null; then
-  timeout 600 "$MOEPROF" trace --torch-async --report --report-json "$OUT/torch_report.json" --out "$OUT/torch.mtrace" \
+  timeout 600 "$MOEPROF" trace --torch-async --report --out-json "$OUT/torch_report.json" --out "$OUT/torch.mtrace" \
     -- python3 tests/profiler/torch_alloc_check.py > "$OUT/torch_stdout.txt" 2> "$OUT/torch_stderr.txt"
   rc=$?
   res=$(python3 - "$OUT/torch_stdout.txt" "$OUT/torch_report.json" <<'PY'
@@ -126,7 +126,7 @@ fi
 # 6b. Kernel uses (--uses) on the same PyTorch workload: use events (kernel-argument scan) and the
 #     planner's bytes held after their last use at the activation peak. PASS if any use was recorded.
 if have "$MOEPROF" pytorch-uses && python3 -c "import torch" 2>/dev/null; then
-  timeout 600 "$MOEPROF" trace --uses --torch-async --report --report-json "$OUT/uses_report.json" \
+  timeout 600 "$MOEPROF" trace --uses --torch-async --report --out-json "$OUT/uses_report.json" \
     --out "$OUT/uses.mtrace" -- python3 tests/profiler/torch_alloc_check.py > "$OUT/uses_stdout.txt" 2> "$OUT/uses_stderr.txt"
   rc=$?
   res=$(python3 - "$OUT/uses_report.json" <<'PY'

@@ -5,13 +5,28 @@
 # CPU-only parts (CPU reference backend, planner, reports, gate).
 # Builds only what the main job needs (the moeprof command and, with CUDA, its injection library);
 # scripts/test.sh builds the rest.
-#   usage: scripts/setup.sh [--no-build]
+# With --browser it also sets up the browser tests (scripts/test.sh asks for it): Debian's chromium
+# and, with `npm ci`, playwright-core in tests/browser/node_modules (no browser is downloaded).
+#   usage: scripts/setup.sh [--no-build] [--browser]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build=1
+browser=0
+for a in "$@"; do
+  case "$a" in
+    --no-build) build=0 ;;
+    --browser) browser=1 ;;
+    *) echo "moeprof setup: unknown option $a (usage: scripts/setup.sh [--no-build] [--browser])" >&2; exit 2 ;;
+  esac
+done
 
 PACKAGES=(cmake ninja-build g++ libfmt-dev libcli11-dev nlohmann-json3-dev catch2 python3-jsonschema)
 # python3 runs the include-rule check and the fixture generators; any python3 on PATH will do.
 command -v python3 >/dev/null 2>&1 || PACKAGES+=(python3)
+if [ "$browser" = 1 ]; then
+  PACKAGES+=(chromium)
+  command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
+fi
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -32,7 +47,13 @@ else
   echo "moeprof setup: no CUDA toolkit at /usr/local/cuda: building the CPU-only parts"
 fi
 
-[ "${1:-}" = "--no-build" ] && exit 0
+if [ "$browser" = 1 ]; then
+  # playwright-core only: the tests drive /usr/bin/chromium; nothing else is fetched.
+  (cd tests/browser && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  echo "moeprof setup: browser tests: $(/usr/bin/chromium --version 2>/dev/null | head -1), playwright-core $(node -p 'require("./tests/browser/node_modules/playwright-core/package.json").version')"
+fi
+
+[ "$build" = 0 ] && exit 0
 cmake --preset release >/dev/null
 targets=(moeprof)
 grep -q '^MOEPROF_ENABLE_CUDA:BOOL=ON' build/CMakeCache.txt && targets+=(moeprof_inject)

@@ -2,9 +2,12 @@
 # Set up, build and run moeprof's tests. Whether a usable GPU exists is asked of the CUDA driver
 # (`moeprof devices`), not of nvidia-smi. With one, every test runs. Without one, the CPU tests
 # run, then the gpu-labelled tests, which report Skipped (CTest's skip code), never passed.
+# The browser tests (label `browser`) run with the CPU tests; set-up installs chromium and
+# playwright-core for them, and MOEPROF_REQUIRE_BROWSER=1 makes a missing browser a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --browser
+export MOEPROF_REQUIRE_BROWSER=1
 cmake --build --preset release -j "${MOEPROF_JOBS:-$(nproc)}"
 log=build/Testing/moeprof-test.log
 mkdir -p build/Testing

@@ -19,7 +19,11 @@ struct TensorSpec {
   Category category;
 };
 
-inline Trace make_trace(size_t target_events, int devices) {
+// Generates the records one by one: intern(std::string) -> StrId for names and scopes,
+// emit(const TraceRecord&) for each record, `target_events` records in all (the last layer may
+// be cut). State is per device and per live tensor only, so traces of any length stream out.
+template <class Intern, class Emit>
+void generate_trace(size_t target_events, int devices, Intern&& intern, Emit&& emit) {
   const uint64_t T = 4096, H = 7168;
   const std::vector<TensorSpec> layer = {
       {"post_norm", "attn", T * H * 2, 3, Category::kActivation},
@@ -38,20 +42,15 @@ inline Trace make_trace(size_t target_events, int devices) {
   };
   const int kLayers = 61;
 
-  Trace tr;
-  tr.meta.name = "bench";
-  tr.meta.mode = "baseline";
-  tr.meta.tp_size = devices;
-  tr.records.reserve(target_events + 64);
   // Interned ids per (layer, tensor).
   std::vector<StrId> name_ids, scope_ids;
   for (int l = 0; l < kLayers; ++l) {
     for (const auto& s : layer) {
-      name_ids.push_back(tr.strings.intern(s.name));
-      scope_ids.push_back(tr.strings.intern("layer." + std::to_string(l) + "/" + s.scope));
+      name_ids.push_back(intern(std::string(s.name)));
+      scope_ids.push_back(intern("layer." + std::to_string(l) + "/" + s.scope));
     }
   }
-  const StrId w_name = tr.strings.intern("weights");
+  const StrId w_name = intern(std::string("weights"));
 
   struct Dev {
     uint64_t bump = 0x7f0000000000ULL;
@@ -61,9 +60,11 @@ inline Trace make_trace(size_t target_events, int devices) {
   };
   std::vector<Dev> devs(static_cast<size_t>(devices));
   uint64_t ts = 1000, seq = 1;
-  auto push = [&](EventKind k, uint16_t d, uint64_t addr, uint64_t bytes) -> TraceRecord& {
+  size_t emitted = 0;
+  auto push = [&](EventKind k, uint16_t d, uint64_t addr, uint64_t bytes, auto&& fill) {
+    if (emitted >= target_events) return;
     ts += 1 + (seq * 2654435761u) % 97;
-    TraceRecord& r = tr.records.emplace_back();
+    TraceRecord r;
     r.kind = k;
     r.timestamp_ns = ts;
     r.address = addr;
@@ -71,8 +72,11 @@ inline Trace make_trace(size_t target_events, int devices) {
     r.seq = seq++;
     r.device = d;
     r.mem_kind = MemKind::kDevice;
-    return r;
+    fill(r);
+    emit(static_cast<const TraceRecord&>(r));
+    ++emitted;
   };
+  auto nothing = [](TraceRecord&) {};
   auto get_addr = [&](Dev& dv, uint64_t bytes) {
     auto& fl = dv.free_by_size[bytes];
     if (!fl.empty()) {
@@ -84,21 +88,22 @@ inline Trace make_trace(size_t target_events, int devices) {
     dv.bump += (bytes + 511) / 512 * 512;
     return a;
   };
-  auto release = [&](uint16_t d, uint64_t addr, uint64_t bytes) {
-    push(EventKind::kFree, d, addr, 0);
-    devs[d].free_by_size[bytes].push_back(addr);
-  };
   std::vector<std::map<uint64_t, uint64_t>> sizes(static_cast<size_t>(devices));
+  auto release = [&](uint16_t d, uint64_t addr) {
+    push(EventKind::kFree, d, addr, 0, nothing);
+    devs[d].free_by_size[sizes[d][addr]].push_back(addr);
+  };
   for (uint16_t d = 0; d < devices; ++d) {
     for (int l = 0; l < kLayers; ++l) {
-      TraceRecord& r = push(EventKind::kAlloc, d, get_addr(devs[d], 1ull << 30), 1ull << 30);
-      r.category = Category::kWeights;
-      r.name_id = w_name;
-      r.scope_id = scope_ids[static_cast<size_t>(l) * layer.size()];
+      push(EventKind::kAlloc, d, get_addr(devs[d], 1ull << 30), 1ull << 30, [&](TraceRecord& r) {
+        r.category = Category::kWeights;
+        r.name_id = w_name;
+        r.scope_id = scope_ids[static_cast<size_t>(l) * layer.size()];
+      });
     }
   }
-  while (tr.records.size() < target_events) {
-    for (int l = 0; l < kLayers && tr.records.size() < target_events; ++l) {
+  while (emitted < target_events) {
+    for (int l = 0; l < kLayers && emitted < target_events; ++l) {
       for (uint16_t d = 0; d < devices; ++d) {
         Dev& dv = devs[d];
         uint64_t out_addr = 0;
@@ -106,19 +111,22 @@ inline Trace make_trace(size_t target_events, int devices) {
           const TensorSpec& s = layer[i];
           const uint64_t a = get_addr(dv, s.bytes);
           sizes[d][a] = s.bytes;
-          TraceRecord& r = push(EventKind::kAlloc, d, a, s.bytes);
-          r.category = s.category;
-          r.name_id = name_ids[static_cast<size_t>(l) * layer.size() + i];
-          r.scope_id = scope_ids[static_cast<size_t>(l) * layer.size() + i];
-          r.dtype = DType::kBF16;
-          r.stream = 7;
-          push(EventKind::kUse, d, a, 0).flags = kUseWrite;
-          if (i > 0 && !dv.pending.empty()) push(EventKind::kUse, d, dv.pending.back().first, 0).flags = kUseRead;
+          const size_t id = static_cast<size_t>(l) * layer.size() + i;
+          push(EventKind::kAlloc, d, a, s.bytes, [&](TraceRecord& r) {
+            r.category = s.category;
+            r.name_id = name_ids[id];
+            r.scope_id = scope_ids[id];
+            r.dtype = DType::kBF16;
+            r.stream = 7;
+          });
+          push(EventKind::kUse, d, a, 0, [](TraceRecord& r) { r.flags = kUseWrite; });
+          if (i > 0 && !dv.pending.empty())
+            push(EventKind::kUse, d, dv.pending.back().first, 0, [](TraceRecord& r) { r.flags = kUseRead; });
           // Sliding-window frees.
           for (auto& p : dv.pending) --p.second;
           for (size_t k = 0; k < dv.pending.size();) {
             if (dv.pending[k].second <= 0) {
-              release(d, dv.pending[k].first, sizes[d][dv.pending[k].first]);
+              release(d, dv.pending[k].first);
               dv.pending[k] = dv.pending.back();
               dv.pending.pop_back();
             } else {
@@ -132,14 +140,24 @@ inline Trace make_trace(size_t target_events, int devices) {
           }
         }
         // The previous layer's output dies at the end of this layer.
-        if (dv.prev_out != 0) release(d, dv.prev_out, sizes[d][dv.prev_out]);
+        if (dv.prev_out != 0) release(d, dv.prev_out);
         dv.prev_out = out_addr;
       }
     }
   }
-  tr.records.resize(target_events);
-  return tr;
 }
 
+// The whole synthetic trace in memory.
+inline Trace make_trace(size_t target_events, int devices) {
+  Trace tr;
+  tr.meta.name = "bench";
+  tr.meta.mode = "baseline";
+  tr.meta.tp_size = devices;
+  tr.records.reserve(target_events);
+  generate_trace(
+      target_events, devices, [&](const std::string& s) { return tr.strings.intern(s); },
+      [&](const TraceRecord& r) { tr.records.push_back(r); });
+  return tr;
+}
 
 }  // namespace moeprof::bench

@@ -22,19 +22,6 @@ Status write_stdout(std::string_view text) {
   return Status::ok();
 }
 
-std::vector<std::string> run_warnings(const planner::RunAnalysis& run) {
-  std::vector<std::string> w;
-  const std::string name = run.meta.name.empty() ? std::string("run") : "run " + run.meta.name;
-  if (auto it = run.meta.extra.find("error"); it != run.meta.extra.end() && !it->second.empty())
-    w.push_back(fmt::format("{} failed: {}: the figures cover only what ran before the failure", name, it->second));
-  if (run.truncated)
-    w.push_back(fmt::format("{}: trace truncated: {}: the figures are lower bounds", name, run.truncation_note));
-  if (run.dropped_records)
-    w.push_back(fmt::format("{}: the recorder dropped {} records: the figures are lower bounds", name, run.dropped_records));
-  if (run.allocations == 0) w.push_back(fmt::format("{}: no allocations recorded", name));
-  return w;
-}
-
 void add_category_options(CLI::App* cmd, CategoryArgs* a) {
   cmd->add_option("--categories", a->mode,
                   "auto: infer the categories of traced and imported programs (persistent, workspace, communication, "
@@ -56,6 +43,20 @@ Result<reports::CategoryOptions> category_options(const CategoryArgs& a) {
     if (o.mode == planner::CategoryInference::kAuto) o.mode = planner::CategoryInference::kInfer;
   }
   return o;
+}
+
+void add_stream_option(CLI::App* cmd, std::string* mode) {
+  cmd->add_option("--stream", *mode,
+                  "read the traces as a stream, in memory that grows with what is live rather than with the trace: "
+                  "auto streams inputs of 1 GiB or more; streamed runs have no hand-off search and no per-allocation "
+                  "timeline (docs/planner.md, \"Streaming\")")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->type_name("MODE")
+      ->capture_default_str();
+}
+
+reports::StreamMode stream_mode(const std::string& mode) {
+  return mode == "on" ? reports::StreamMode::kOn : (mode == "off" ? reports::StreamMode::kOff : reports::StreamMode::kAuto);
 }
 
 }  // namespace moeprof::cli

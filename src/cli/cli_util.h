@@ -29,11 +29,6 @@ void note(std::string_view cmd, fmt::format_string<Args...> f, Args&&... args) {
 // kRunFailure, so results are never lost with exit 0.
 Status write_stdout(std::string_view text);
 
-// What a reader must see before any figure of a run, one line each, most serious first: the run
-// failed (its trace carries extra.error), the trace is truncated (the figures are lower bounds),
-// the recorder dropped records, nothing was allocated. Empty for a complete run.
-std::vector<std::string> run_warnings(const planner::RunAnalysis& run);
-
 // --categories auto|infer|keep and --category-rules FILE (planner/categories.h), shared by the
 // commands that read traces.
 struct CategoryArgs {
@@ -42,5 +37,9 @@ struct CategoryArgs {
 };
 void add_category_options(CLI::App* cmd, CategoryArgs* a);
 Result<reports::CategoryOptions> category_options(const CategoryArgs& a);
+
+// --stream auto|on|off (reports::StreamMode; docs/planner.md, "Streaming").
+void add_stream_option(CLI::App* cmd, std::string* mode);
+reports::StreamMode stream_mode(const std::string& mode);
 
 }  // namespace moeprof::cli

@@ -1,4 +1,4 @@
-// moeprof arena FILE.csv [--json] [--write-offsets OUT.csv] [--time-limit S] [--capacity BYTES]:
+// moeprof arena FILE.csv [--json] [--out-csv OUT.csv] [--time-limit S] [--capacity BYTES]:
 // plans one arena for an instance in the MiniMalloc CSV format (planner/arena_csv.h) with the
 // arena solver (planner/arena_solver.h). Exit 0 with a plan (within --capacity when given),
 // 2 bad input, 3 no plan within the capacity (or a plan that fails the checker: a bug).
@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/status.h"
 #include "planner/arena_csv.h"
@@ -27,20 +28,17 @@ struct ArenaArgs {
   uint64_t capacity = 0;
 };
 
-int fail(const Status& st) {
-  fmt::print(stderr, "moeprof arena: error: {}\n", st.message());
-  return st.exit_code();
-}
+int fail(const Status& st) { return cli::fail("arena", st); }
 
 std::string bytes(uint64_t b) {
-  return fmt::format("{:>15} B  ({})", reports::with_commas(static_cast<int64_t>(b)), reports::format_bytes(b));
+  return fmt::format("{:>14}  ({})", reports::format_bytes(b), reports::format_exact_bytes(b));
 }
 
 int run_arena(const ArenaArgs& a) {
   if (!std::isfinite(a.time_limit) || a.time_limit < 0) {
     return fail(Status::bad_input("--time-limit must be a number of seconds >= 0"));
   }
-  if (a.json && a.write_offsets == "-") return fail(Status::bad_input("--write-offsets - and --json both write to stdout"));
+  if (a.json && a.write_offsets == "-") return fail(Status::bad_input("--out-csv - and --json both write to stdout"));
   auto csv = planner::read_arena_csv(a.file);
   if (!csv) return fail(csv.status());
   planner::ArenaSolveOptions opt;
@@ -91,7 +89,7 @@ int run_arena(const ArenaArgs& a) {
   if (!a.write_offsets.empty()) {
     const Status st = planner::write_arena_csv(a.write_offsets, *csv, sol->offsets);
     if (!st) return fail(st);
-    if (a.write_offsets != "-") fmt::print(stderr, "moeprof arena: wrote {}\n", a.write_offsets);
+    if (a.write_offsets != "-") note("arena", "wrote {}", a.write_offsets);
   }
   if (!sol->fits_capacity) {
     return fail(Status::run_failure(fmt::format("no plan within the capacity {} B found (best {} B, lower bound {} B{})",
@@ -107,14 +105,21 @@ void register_arena(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<ArenaArgs>();
   auto* cmd = app.add_subcommand(
       "arena", "Plan one arena for buffers given as a MiniMalloc CSV (id,lower,upper,size): offsets, LOAD, lower bound");
+  cmd->footer("Example: moeprof arena instance.csv --time-limit 60 --out-csv instance.offsets.csv\n"
+              "Exit 0: a plan (within --capacity when given); 2: bad input; 3: no plan within the capacity.");
   cmd->add_option("file", args->file, "instance (CSV, header id,lower,upper,size[,alignment]; [lower, upper) half-open)")
-      ->required();
-  cmd->add_flag("--json", args->json, "print the result as JSON");
-  cmd->add_option("--write-offsets", args->write_offsets, "write the input rows plus an offset column here (- for stdout)");
-  cmd->add_option("--time-limit", args->time_limit, "seconds for the whole run (0: greedy only); default 10")
-      ->check(CLI::NonNegativeNumber);
+      ->required()
+      ->type_name("FILE");
+  cmd->add_flag("--json", args->json, "print the result as JSON on stdout");
+  cmd->add_option("--out-csv", args->write_offsets, "write the input rows plus an offset column to this file (\"-\": stdout)")
+      ->type_name("FILE");
+  cmd->add_option("--time-limit", args->time_limit, "seconds for the whole run (0: greedy only)")
+      ->check(CLI::NonNegativeNumber)
+      ->type_name("SECONDS")
+      ->capture_default_str();
   cmd->add_option("--capacity", args->capacity, "the arena must fit in this many bytes (exit 3 if no plan is found)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)
+      ->type_name("BYTES");
   cmd->callback([args, exit_code] { *exit_code = run_arena(*args); });
 }
 

@@ -1,4 +1,5 @@
-// moeprof compare A B [--json]: how run B (candidate) differs from run A (baseline).
+// moeprof compare A B [--json] [--out-md FILE]: how run B differs from run A (the baseline), with
+// the live-at-peak diff tensor by tensor.
 #include <iostream>
 #include <memory>
 
@@ -9,7 +10,10 @@
 #include "core/status.h"
 #include "reports/format.h"
 #include "reports/json_report.h"
+#include "reports/markdown_report.h"
+#include "reports/report_file.h"
 #include "reports/run_loader.h"
+#include "reports/text_report.h"
 #include "reports/whatif_report.h"
 #include "planner/whatif.h"
 
@@ -20,61 +24,28 @@ namespace moeprof::cli {
 namespace {
 
 struct CompareArgs {
-  std::string a, b, predicted_by;
+  std::string a, b, predicted_by, out_md, stream = "auto";
   CategoryArgs categories;
   bool json = false;
   size_t top = 20;
 };
 
-void print_compare_text(const nlohmann::ordered_json& c) {
-  using namespace reports;
-  auto row = [](const char* what, uint64_t b, uint64_t c, int64_t d) {
-    fmt::print("  {:<16} {:>16} {:>16} {:>16}  {} ({})\n", what, with_commas(static_cast<int64_t>(b)), with_commas(static_cast<int64_t>(c)),
-               with_commas(d), format_delta_bytes(d), format_percent(d, b));
-  };
-  fmt::print("{} (candidate) vs {} (baseline)\n", c["candidate"].get<std::string>(), c["baseline"].get<std::string>());
-  fmt::print("  {:<16} {:>16} {:>16} {:>16}\n", "bytes", "baseline", "candidate", "delta");
-  row("peak activation", c["baseline_peak_activation_bytes"].get<uint64_t>(), c["candidate_peak_activation_bytes"].get<uint64_t>(),
-      c["peak_activation_delta_bytes"].get<int64_t>());
-  row("peak total", c["baseline_peak_total_bytes"].get<uint64_t>(), c["candidate_peak_total_bytes"].get<uint64_t>(),
-      c["peak_total_delta_bytes"].get<int64_t>());
-  fmt::print("  {:<16} {:>16} {:>16} {:>16}  {}\n", "churn", "", "", with_commas(c["churn_delta_bytes"].get<int64_t>()),
-             format_delta_bytes(c["churn_delta_bytes"].get<int64_t>()));
-  fmt::print("  {:<16} {:>16} {:>16} {:>+16}\n", "allocations", "", "", c["allocations_delta"].get<int64_t>());
-  fmt::print("\nlive at the activation peak, by category (delta):\n");
-  for (const auto& [cat, v] : c["live_at_peak_delta_by_category"].items()) {
-    if (v.get<int64_t>()) fmt::print("  {:<14} {}\n", cat, format_delta_bytes(v.get<int64_t>()));
-  }
-  if (!c["scope_deltas"].empty()) {
-    fmt::print("\nscope high-water deltas:\n");
-    for (const auto& s : c["scope_deltas"]) {
-      std::string name = s["scope"].get<std::string>();
-      fmt::print("  {:>12}  {}\n", format_delta_bytes(s["delta_bytes"].get<int64_t>()), name.empty() ? "(unscoped)" : name);
-    }
-  }
-  for (const char* key : {"only_in_baseline", "only_in_candidate"}) {
-    if (c[key].empty()) continue;
-    fmt::print("\nallocations only in the {} ({}):\n", std::string(key).substr(8), format_bytes(c[std::string(key) + "_bytes"].get<uint64_t>()));
-    for (const auto& g : c[key]) {
-      fmt::print("  {:>5} x {:>12}  {} {}\n", g["count"].get<uint64_t>(), format_bytes(g["bytes"].get<uint64_t>()),
-                 g["scope"].get<std::string>(), g["name"].get<std::string>());
-    }
-  }
-}
-
 }  // namespace
 
 void register_compare(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<CompareArgs>();
-  auto* cmd = app.add_subcommand("compare", "Compare two traces: peak, per-category, per-scope and allocation differences");
-  cmd->add_option("baseline", args->a, "baseline trace (A)")->required();
-  cmd->add_option("candidate", args->b, "candidate trace (B); deltas are B - A")->required();
-  cmd->add_flag("--json", args->json, "print the comparison as JSON (the report's comparison object)");
-  cmd->add_option("--top", args->top, "entries listed per table")->check(CLI::PositiveNumber);
+  auto* cmd = app.add_subcommand("compare", "Compare two traces: both runs' figures, the live-at-peak diff tensor by tensor, scopes, allocations");
+  cmd->footer("Example: moeprof compare moeprof-out/baseline.mtrace moeprof-out/reuse.mtrace --out-md diff.md");
+  cmd->add_option("baseline", args->a, "trace A, the baseline (.mtrace; the ranks of one run joined by commas)")->required()->type_name("FILE");
+  cmd->add_option("candidate", args->b, "trace B; every change is B - A")->required()->type_name("FILE");
+  cmd->add_flag("--json", args->json, "print the comparison as JSON on stdout (the report's comparison object)");
+  cmd->add_option("--out-md", args->out_md, "write the comparison as Markdown to this file")->type_name("FILE");
+  cmd->add_option("--top", args->top, "entries listed per table")->check(CLI::PositiveNumber)->type_name("N")->capture_default_str();
   cmd->add_option("--predicted-by", args->predicted_by,
-                  "also predict the candidate's peak from the baseline trace with these what-if rules and show it beside "
-                  "the measured one");
+                  "also predict B's peak from trace A with these what-if rules and show it beside the measured one")
+      ->type_name("RULES");
   add_category_options(cmd, &args->categories);
+  add_stream_option(cmd, &args->stream);
   cmd->callback([args, exit_code] {
     auto cats = category_options(args->categories);
     if (!cats) {
@@ -95,16 +66,22 @@ void register_compare(CLI::App& app, int* exit_code) {
     aopts.timeline_points = 0;
     planner::AnalyzeOptions base_opts = aopts;
     base_opts.keep_lifetimes = base_opts.keep_event_index = !args->predicted_by.empty();
-    auto a = reports::load_run(args->a, base_opts, "", *cats);
+    reports::LoadOptions la;
+    la.analyze = base_opts;
+    la.categories = *cats;
+    la.stream = stream_mode(args->stream);
+    la.needs_memory = args->predicted_by.empty() ? "" : "--predicted-by";
+    reports::LoadOptions lb = la;
+    lb.analyze = aopts;
+    lb.needs_memory.clear();
+    auto a = reports::load_run(reports::split_run_argument(args->a), la);
     if (!a) {
-      fail("compare", a.status());
-      *exit_code = a.status().exit_code();
+      *exit_code = fail("compare", a.status());
       return;
     }
-    auto b = reports::load_run(args->b, aopts, "", *cats);
+    auto b = reports::load_run(reports::split_run_argument(args->b), lb);
     if (!b) {
-      fail("compare", b.status());
-      *exit_code = b.status().exit_code();
+      *exit_code = fail("compare", b.status());
       return;
     }
     std::optional<nlohmann::ordered_json> prediction;
@@ -116,14 +93,17 @@ void register_compare(CLI::App& app, int* exit_code) {
       }
       prediction = reports::prediction_json(*w, b->analysis, args->predicted_by);
     }
-    // A truncated, failed or empty input is said first (text) and in "warnings" (JSON): the
-    // deltas of a lower bound are not a comparison.
-    std::vector<std::string> warnings;
-    for (const auto& [which, run] : {std::pair<const char*, const planner::RunAnalysis*>{"baseline", &a->analysis},
-                                     {"candidate", &b->analysis}})
-      for (auto& w : run_warnings(*run)) warnings.push_back(std::string(which) + " " + w);
     std::vector<planner::RunAnalysis> runs = {std::move(a->analysis), std::move(b->analysis)};
     auto names = reports::unique_run_names(runs);
+    // A failed, truncated or empty input is said first (text, Markdown) and in "warnings" (JSON):
+    // the deltas of a lower bound are not a comparison.
+    std::vector<std::string> warnings;
+    reports::ReportOptions wopts;
+    wopts.top_entries = wopts.top_scopes = wopts.list_limit = 1;
+    wopts.include_timeline = wopts.include_memory_timeline = false;
+    for (size_t i = 0; i < runs.size(); ++i)
+      for (auto& w : reports::run_warnings(reports::make_run_json(runs[i], names[i], wopts)))
+        warnings.push_back(std::string(i == 0 ? "baseline " : "candidate ") + w);
     planner::Comparison cmp = planner::compare(runs[0], runs[1]);
     cmp.baseline_name = names[0];
     cmp.candidate_name = names[1];
@@ -132,16 +112,25 @@ void register_compare(CLI::App& app, int* exit_code) {
     auto j = reports::make_comparison_json(cmp, ropts);
     if (prediction) j["predicted"] = *prediction;
     j["warnings"] = warnings;
+    if (!args->out_md.empty()) {
+      if (Status st = reports::write_text_file(args->out_md, reports::comparison_markdown(j)); !st) {
+        *exit_code = fail("compare", st);
+        return;
+      }
+      if (args->out_md != "-") note("compare", "wrote {}", args->out_md);
+    }
     if (args->json) {
       if (Status st = write_stdout(j.dump(2) + "\n"); !st) {
         *exit_code = fail("compare", st);
         return;
       }
     } else {
-      for (const auto& w : warnings) fmt::print("warning: {}\n", w);
-      print_compare_text(j);
-      if (prediction) std::cout << "\n" << reports::prediction_text(*prediction);
-      std::cout.flush();
+      std::string text = reports::comparison_text(j, args->a, args->b);
+      if (prediction) text += "\n" + reports::prediction_text(*prediction);
+      if (Status st = write_stdout(text); !st) {
+        *exit_code = fail("compare", st);
+        return;
+      }
     }
     *exit_code = kExitOk;
   });

@@ -8,6 +8,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/gpu_probe.h"
+#include "reports/format.h"
 
 namespace moeprof::cli {
 
@@ -32,8 +33,8 @@ void register_devices(CLI::App& app, int* exit_code) {
       out = j.dump(2) + "\n";
     } else {
       for (const GpuInfo& g : p.devices)
-        out += fmt::format("GPU {}: {} (compute capability {}.{}, {:.1f} GB){}\n", g.index, g.name, g.cc_major, g.cc_minor,
-                           double(g.memory_bytes) / 1e9, g.cc_major >= 9 ? "" : " not usable: moeprof's kernels need sm_90");
+        out += fmt::format("GPU {}: {} (compute capability {}.{}, {}){}\n", g.index, g.name, g.cc_major, g.cc_minor,
+                           reports::format_bytes(g.memory_bytes), g.cc_major >= 9 ? "" : " not usable: moeprof's kernels need sm_90");
       if (usable == 0) out += "no usable GPU: " + p.problem + "\n";
     }
     if (Status st = write_stdout(out); !st) {

@@ -1,15 +1,19 @@
-// moeprof export TRACE [--jsonl OUT] [--perfetto OUT.json] [--max-slices N]
+// moeprof export TRACE [--out-jsonl F] [--out-perfetto F] [--max-slices N] [--json]
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/status.h"
 #include "core/trace_io.h"
+#include "reports/format.h"
 #include "reports/perfetto.h"
+#include "reports/report_file.h"
 #include "reports/run_loader.h"
 
 namespace moeprof::cli {
@@ -17,38 +21,81 @@ namespace moeprof::cli {
 namespace {
 
 struct ExportArgs {
-  std::string trace, jsonl, perfetto;
+  std::string trace, jsonl, perfetto, stream = "auto";
   size_t max_slices = 20000;
+  bool json = false;
 };
 
 }  // namespace
 
 void register_export(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<ExportArgs>();
-  auto* cmd = app.add_subcommand("export", "Convert a trace to JSON lines or to a Chrome JSON trace for Perfetto UI");
-  cmd->add_option("trace", args->trace, "trace file (.mtrace)")->required();
-  cmd->add_option("--jsonl", args->jsonl, "write one JSON object per record here (\"-\" = stdout)");
-  cmd->add_option("--perfetto", args->perfetto, "write a Chrome JSON trace (counters, allocation slices, markers) here");
-  cmd->add_option("--max-slices", args->max_slices, "allocation slices kept (the largest)")->check(CLI::PositiveNumber);
+  auto* cmd = app.add_subcommand("export", "Convert a trace to JSON lines or to a Perfetto trace (Chrome JSON, ui.perfetto.dev)");
+  cmd->footer("Example: moeprof export moeprof-out/baseline.mtrace --out-perfetto baseline.perfetto.json\n"
+              "\"-\" as a file is stdout.");
+  cmd->add_option("trace", args->trace, "trace file (.mtrace)")->required()->type_name("FILE");
+  cmd->add_option("--out-jsonl", args->jsonl, "write a meta line, then one JSON object per record, to this file")->type_name("FILE");
+  cmd->add_option("--out-perfetto", args->perfetto,
+                  "write a Perfetto trace to this file: a counter per category, the peaks, allocations by scope, markers, kernels")
+      ->type_name("FILE");
+  cmd->add_option("--max-slices", args->max_slices, "allocation slices kept (the largest)")
+      ->check(CLI::PositiveNumber)
+      ->type_name("N")
+      ->capture_default_str();
+  cmd->add_flag("--json", args->json, "print what was written (files, records, bytes) as JSON on stdout");
+  add_stream_option(cmd, &args->stream);
   cmd->callback([args, exit_code] {
     if (args->jsonl.empty() && args->perfetto.empty()) {
-      *exit_code = fail("export", Status::bad_input("nothing to do: give --jsonl and/or --perfetto"));
+      *exit_code = fail("export", Status::bad_input("nothing to do: give --out-jsonl and/or --out-perfetto"));
       return;
     }
+    if (args->json && (args->jsonl == "-" || args->perfetto == "-")) {
+      *exit_code = fail("export", Status::bad_input("--json prints on stdout: give --out-jsonl and --out-perfetto a file, not \"-\""));
+      return;
+    }
+    // JSON lines alone stream (auto: from 1 GiB); the Perfetto trace needs the run in memory.
+    std::error_code ec;
+    const uint64_t size = std::filesystem::file_size(args->trace, ec);
+    const reports::StreamMode mode = stream_mode(args->stream);
+    if (mode == reports::StreamMode::kOn && !args->perfetto.empty()) {
+      *exit_code = fail("export", Status::bad_input("--out-perfetto needs the whole trace in memory: drop --stream on"));
+      return;
+    }
+    const bool stream_jsonl =
+        args->perfetto.empty() && (mode == reports::StreamMode::kOn || (mode == reports::StreamMode::kAuto && !ec && size >= reports::kStreamAutoBytes));
     planner::AnalyzeOptions aopts;
-    aopts.keep_lifetimes = !args->perfetto.empty();
-    if (args->perfetto.empty()) aopts.timeline_points = 0;
-    auto run = reports::load_run(args->trace, aopts);
-    if (!run) {
-      *exit_code = fail("export", run.status());
-      return;
+    aopts.keep_lifetimes = true;
+    reports::LoadedRun loaded;
+    reports::LoadedRun* run = &loaded;
+    if (!stream_jsonl) {
+      auto r = reports::load_run(args->trace, aopts);
+      if (!r) {
+        *exit_code = fail("export", r.status());
+        return;
+      }
+      loaded = std::move(r).value();
     }
+    uint64_t records = run->trace.records.size();
+    auto jsonl_to = [&](std::ostream& os) -> Status {
+      if (!stream_jsonl) {
+        write_jsonl(run->trace, os);
+        return os ? Status::ok() : Status::run_failure("writing the JSON lines failed");
+      }
+      auto n = write_jsonl_stream(args->trace, os);
+      if (!n) return n.status();
+      records = *n;
+      return Status::ok();
+    };
+    nlohmann::ordered_json written = nlohmann::ordered_json::array();
     if (!args->jsonl.empty()) {
       if (args->jsonl == "-") {
-        write_jsonl(run->trace, std::cout);  // streamed (a copy could be larger than the trace), then checked
-        if (Status st = write_stdout(""); !st || !std::cout) {
+        // Streamed (a copy could be larger than the trace), then checked: output lost to a full
+        // disk or a closed pipe is never exit 0.
+        Status st = jsonl_to(std::cout);
+        if (st) st = write_stdout("");
+        if (!st) {
           std::cout.clear();
-          *exit_code = fail("export", st ? Status::run_failure("writing to standard output failed") : st);
+          *exit_code = fail("export", st);
           return;
         }
       } else {
@@ -57,25 +104,39 @@ void register_export(CLI::App& app, int* exit_code) {
           *exit_code = fail("export", Status::bad_input("cannot create " + args->jsonl));
           return;
         }
-        write_jsonl(run->trace, out);
+        if (Status st = jsonl_to(out); !st) {
+          *exit_code = fail("export", st);
+          return;
+        }
         out.close();
         if (!out) {
           *exit_code = fail("export", Status::run_failure("writing " + args->jsonl + " failed"));
           return;
         }
-        fmt::print(stderr, "moeprof export: wrote {}\n", args->jsonl);
+        note("export", "wrote {}", args->jsonl);
       }
+      written.push_back({{"format", "jsonl"}, {"path", args->jsonl}, {"records", records}});
     }
     if (!args->perfetto.empty()) {
       reports::PerfettoOptions popts;
       popts.max_slices = args->max_slices;
       std::vector<reports::PerfettoRun> runs = {{run->analysis.meta.name, &run->trace, &run->analysis}};
-      Status st = reports::write_perfetto(args->perfetto, runs, popts);
+      const std::string text = reports::perfetto_json(runs, popts);
+      Status st = reports::write_text_file(args->perfetto, text);
       if (!st) {
         *exit_code = fail("export", st);
         return;
       }
-      if (args->perfetto != "-") fmt::print(stderr, "moeprof export: wrote {}\n", args->perfetto);
+      if (args->perfetto != "-") note("export", "wrote {} ({})", args->perfetto, reports::format_bytes(text.size()));
+      written.push_back({{"format", "perfetto"}, {"path", args->perfetto}, {"bytes", text.size()}});
+    }
+    if (args->json) {
+      nlohmann::ordered_json j = {{"trace", args->trace}, {"run", stream_jsonl ? std::string() : run->analysis.meta.name}, {"records", records},
+                                  {"written", written}};
+      if (Status st = write_stdout(j.dump(2) + "\n"); !st) {
+        *exit_code = fail("export", st);
+        return;
+      }
     }
     *exit_code = kExitOk;
   });

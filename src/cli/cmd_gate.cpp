@@ -1,4 +1,5 @@
-// moeprof gate --baseline B.json --current C.json: the memory-regression gate (docs/gate.md).
+// moeprof gate --baseline B.json --current C.json [--json] [--out-md F] [--out-junit F] [--out-baseline F]:
+// the memory-regression gate (docs/gate.md).
 // Exit 0 pass, 1 regression (or unexpected improvement, missing or new run), 2 bad input.
 #include <iostream>
 #include <memory>
@@ -16,8 +17,9 @@ namespace moeprof::cli {
 namespace {
 
 struct GateArgs {
-  std::string baseline, current, update_baseline, junit, markdown;
-  std::string abs_tol;  // parsed by reports::parse_abs_tol (CLI11 would saturate 2^64 to UINT64_MAX)
+  std::string baseline, current, out_baseline, out_junit, out_md;
+  std::string abs_tol = "0";  // parsed by reports::parse_abs_tol (CLI11 would saturate 2^64 to UINT64_MAX)
+  bool json = false;
   reports::GateOptions opts;
 };
 
@@ -26,23 +28,31 @@ struct GateArgs {
 void register_gate(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<GateArgs>();
   auto* cmd = app.add_subcommand("gate", "Fail when peak memory or churn differs from a baseline report beyond tolerance");
-  cmd->add_option("--baseline", args->baseline, "baseline JSON report")->required();
-  cmd->add_option("--current", args->current, "current JSON report")->required();
-  cmd->add_option("--rel-tol", args->opts.rel_tol, "relative tolerance, a fraction of the baseline in [0, 1] (0.01 = 1%)");
-  cmd->add_option("--abs-tol", args->abs_tol, "absolute tolerance in bytes (0 to 2^63-1)");
+  cmd->footer("Example: moeprof gate --baseline examples/ci/tiny-memory-baseline.json --current moeprof-out/report.json --out-junit gate.xml\n"
+              "Exit 0: pass; 1: a regression, an unexpected improvement, a missing or new run; 2: bad input.");
+  cmd->add_option("--baseline", args->baseline, "baseline JSON report")->required()->type_name("FILE");
+  cmd->add_option("--current", args->current, "current JSON report")->required()->type_name("FILE");
+  cmd->add_flag("--json", args->json, "print the verdict and every check as JSON on stdout");
+  cmd->add_option("--rel-tol", args->opts.rel_tol, "relative tolerance, a fraction of the baseline in [0, 1] (0.01 = 1%)")
+      ->type_name("X")
+      ->capture_default_str();
+  cmd->add_option("--abs-tol", args->abs_tol, "absolute tolerance in bytes, a whole number from 0 to 2^63-1")
+      ->type_name("BYTES")
+      ->capture_default_str();
   cmd->add_flag("--allow-improvement", args->opts.allow_improvement, "do not fail when a metric shrinks beyond tolerance");
   cmd->add_flag("--allow-incomplete", args->opts.allow_incomplete,
                 "do not fail when a current run's trace was truncated or dropped records");
   cmd->add_flag("--allow-config-change", args->opts.allow_config_change,
                 "do not fail when a run's model, tokens, layers or TP differ from the baseline's (notes only)");
-  cmd->add_option("--metrics", args->opts.metrics, "metrics to check (comma-separated)")
+  cmd->add_option("--metrics", args->opts.metrics, "metrics to check, comma-separated [default: all three]")
       ->delimiter(',')
       ->check(CLI::IsMember({"peak_activation_bytes", "peak_total_bytes", "churn_bytes"}));
-  cmd->add_option("--update-baseline", args->update_baseline, "write the proposed new baseline (the current report) here");
-  cmd->add_option("--junit", args->junit, "write JUnit XML here (one testcase per run x metric)");
-  cmd->add_option("--markdown", args->markdown, "write the verdict and table as Markdown here");
+  cmd->add_option("--out-md", args->out_md, "write the verdict and table as Markdown to this file")->type_name("FILE");
+  cmd->add_option("--out-junit", args->out_junit, "write JUnit XML to this file (one testcase per run and metric)")->type_name("FILE");
+  cmd->add_option("--out-baseline", args->out_baseline, "write the proposed new baseline (the current report's figures) to this file")
+      ->type_name("FILE");
   cmd->callback([args, exit_code] {
-    if (!args->abs_tol.empty()) {
+    {
       auto tol = reports::parse_abs_tol(args->abs_tol);
       if (!tol) {
         *exit_code = fail("gate", tol.status());
@@ -67,19 +77,21 @@ void register_gate(CLI::App& app, int* exit_code) {
     }
     reports::GateResult res = reports::run_gate(*baseline, *current, args->opts);
     std::string md = reports::gate_markdown(res, args->opts);
-    if (Status wst = write_stdout(reports::gate_verdict(res, args->opts) + "\n\n" + md.substr(md.find('\n') + 2)); !wst) {
-      *exit_code = fail("gate", wst);
-      return;
-    }
-    for (const auto& [path, text] : {std::pair{args->junit, reports::gate_junit(res, args->opts)}, std::pair{args->markdown, md},
-                                     std::pair{args->update_baseline, reports::proposed_baseline(*current)}}) {
+    for (const auto& [path, text] : {std::pair{args->out_junit, reports::gate_junit(res, args->opts)}, std::pair{args->out_md, md},
+                                     std::pair{args->out_baseline, reports::proposed_baseline(*current)}}) {
       if (path.empty()) continue;
       Status wst = reports::write_text_file(path, text);
       if (!wst) {
         *exit_code = fail("gate", wst);
         return;
       }
-      fmt::print(stderr, "moeprof gate: wrote {}\n", path);
+      if (path != "-") note("gate", "wrote {}", path);
+    }
+    const std::string out = args->json ? reports::gate_json(res, args->opts).dump(2) + "\n"
+                                       : reports::gate_verdict(res, args->opts) + "\n\n" + md.substr(md.find('\n') + 2);
+    if (Status st = write_stdout(out); !st) {
+      *exit_code = fail("gate", st);
+      return;
     }
     *exit_code = res.passed() ? kExitOk : kExitRegression;
   });

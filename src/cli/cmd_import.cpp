@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/status.h"
 #include "core/trace_io.h"
@@ -25,10 +26,6 @@ struct ImportArgs {
   size_t top = 10;
 };
 
-int fail(const Status& st) {
-  fmt::print(stderr, "moeprof import: error: {}\n", st.message());
-  return st.exit_code();
-}
 
 struct TopEntry {
   uint64_t bytes = 0, address = 0, entry = 0;
@@ -97,12 +94,12 @@ void print_text(const ImportArgs& args, const importer::TorchImportResult& res, 
                d.segment_events, d.oom_events ? fmt::format(", {} OOM", d.oom_events) : "");
     auto it = pk.find(d.device);
     const DevicePeak p = it == pk.end() ? DevicePeak{} : it->second;
-    fmt::print("  replayed peak   {:>16} B  ({}){}\n", with_commas(static_cast<int64_t>(p.bytes)), format_bytes(p.bytes),
+    fmt::print("  replayed peak   {:>14}  ({}){}\n", format_bytes(p.bytes), reports::format_exact_bytes(p.bytes),
                p.bytes ? fmt::format(", reached at entry {}", p.entry) : "");
-    fmt::print("  reserved peak   {:>16} B  ({})\n", with_commas(static_cast<int64_t>(p.reserved_peak)), format_bytes(p.reserved_peak));
+    fmt::print("  reserved peak   {:>14}  ({})\n", format_bytes(p.reserved_peak), reports::format_exact_bytes(p.reserved_peak));
     if (d.has_segments) {
-      fmt::print("  end of trace    {:>16} B live; the snapshot's blocks hold {} B{}\n", with_commas(static_cast<int64_t>(d.end_live_bytes)),
-                 with_commas(static_cast<int64_t>(d.snapshot_live_bytes)),
+      fmt::print("  end of trace    {:>14}  live ({}); the snapshot's blocks hold {}{}\n", format_bytes(d.end_live_bytes),
+                 reports::format_exact_bytes(d.end_live_bytes), reports::format_exact_bytes(d.snapshot_live_bytes),
                  d.end_state_mismatches ? fmt::format(" ({} addresses disagree)", d.end_state_mismatches) : " (consistent)");
     }
     if (!p.top.empty()) {
@@ -168,22 +165,27 @@ nlohmann::ordered_json to_json(const ImportArgs& args, const importer::TorchImpo
 void register_import(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<ImportArgs>();
   auto* cmd = app.add_subcommand("import", "Convert a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot) into a trace");
-  cmd->add_option("snapshot", args->snapshot, "the snapshot pickle")->required();
-  cmd->add_option("--out", args->out, "the trace to write (.mtrace)")->required();
+  cmd->footer("Example: moeprof import snapshot.pickle --out snapshot.mtrace && moeprof plan snapshot.mtrace");
+  cmd->add_option("snapshot", args->snapshot, "the snapshot pickle")->required()->type_name("FILE");
+  cmd->add_option("--out,-o", args->out, "the trace to write (.mtrace)")->required()->type_name("FILE");
   cmd->add_option("--free-on", args->free_on,
                   "which entry ends an allocation: completed (free_completed, the block is reusable: PyTorch's "
                   "memory_viz and requested_bytes view) or requested (free_requested, the tensor was released)")
-      ->check(CLI::IsMember({"completed", "requested"}));
-  cmd->add_option("--name", args->name, "run name in the trace (default: the snapshot's file stem)");
-  cmd->add_option("--top", args->top, "largest live allocations listed per device")->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--json", args->json, "print the summary as JSON");
+      ->check(CLI::IsMember({"completed", "requested"}))
+      ->capture_default_str();
+  cmd->add_option("--name", args->name, "run name in the trace [default: the snapshot's file stem]")->type_name("NAME");
+  cmd->add_option("--top", args->top, "largest live allocations listed per device")
+      ->check(CLI::NonNegativeNumber)
+      ->type_name("N")
+      ->capture_default_str();
+  cmd->add_flag("--json", args->json, "print the summary as JSON on stdout");
   cmd->callback([args, exit_code] {
     importer::TorchImportOptions opt;
     importer::parse_free_on(args->free_on, &opt.free_on);  // validated by CLI11
     opt.run_name = args->name;
     auto res = importer::import_torch_snapshot_file(args->snapshot, opt);
     if (!res) {
-      *exit_code = fail(res.status());
+      *exit_code = fail("import", res.status());
       return;
     }
     planner::AnalyzeOptions aopts;
@@ -191,17 +193,20 @@ void register_import(CLI::App& app, int* exit_code) {
     aopts.keep_lifetimes = true;
     const planner::RunAnalysis run = planner::analyze(res->trace, aopts);
     if (!run.limit_error.empty()) {
-      *exit_code = fail(Status::bad_input(args->snapshot + ": " + run.limit_error));
+      *exit_code = fail("import", Status::bad_input(args->snapshot + ": " + run.limit_error));
       return;
     }
     Status st = write_trace(args->out, res->trace);
     if (!st) {
-      *exit_code = fail(st);
+      *exit_code = fail("import", st);
       return;
     }
     const auto pk = peaks(res->trace, run, args->top);
     if (args->json) {
-      std::cout << to_json(*args, *res, pk, run).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      if (Status wst = write_stdout(to_json(*args, *res, pk, run).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"); !wst) {
+        *exit_code = fail("import", wst);
+        return;
+      }
     } else {
       print_text(*args, *res, pk, run);
     }

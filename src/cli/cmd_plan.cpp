@@ -13,6 +13,7 @@
 #include "planner/arena_solver.h"
 #include "reports/json_report.h"
 #include "reports/run_loader.h"
+#include "reports/text_report.h"
 #include "reports/whatif_report.h"
 #include "planner/whatif.h"
 
@@ -21,7 +22,8 @@ namespace moeprof::cli {
 namespace {
 
 struct PlanArgs {
-  std::string trace;
+  std::vector<std::string> traces;
+  std::string stream = "auto";
   bool json = false;
   bool arena = false;
   double arena_time_limit = 1.0;
@@ -31,81 +33,24 @@ struct PlanArgs {
   CategoryArgs categories;
 };
 
-void print_plan_text(const nlohmann::ordered_json& r, const std::vector<std::string>& warnings) {
-  using reports::format_bytes;
+std::string plan_text(const nlohmann::ordered_json& r) {
   using reports::with_commas;
-  // Warnings first: a truncated or failed run's figures are lower bounds, and a trace with no
-  // allocation has no peak to headline (not "0 B").
-  for (const auto& w : warnings) fmt::print("warning: {}\n", w);
-  const bool nothing = r["allocations"].get<uint64_t>() == 0;
-  auto bytes = [nothing](const nlohmann::ordered_json& v) {
-    uint64_t b = v.get<uint64_t>();
-    if (nothing) return fmt::format("{:>15}", "none recorded");
-    return fmt::format("{:>15} B  ({})", reports::with_commas_u(b), format_bytes(b));
-  };
-  fmt::print("run {}: mode {}, model {}, {} tokens, TP rank {}/{}, backend {}{}\n", r["name"].get<std::string>(),
-             r["mode"].get<std::string>(), r["model"].get<std::string>(), r["tokens"].get<int64_t>(),
-             r["tp_rank"].get<int>(), r["tp_size"].get<int>(), r["backend"].get<std::string>(),
-             r["device_name"].get<std::string>().empty() ? "" : " (" + r["device_name"].get<std::string>() + ")");
-  fmt::print("  peak activation  {}\n", bytes(r["peak_activation_bytes"]));
-  fmt::print("  peak total       {}\n", bytes(r["peak_total_bytes"]));
-  fmt::print("  churn            {}\n", bytes(r["churn_bytes"]));
-  fmt::print("  allocations      {:>15}\n", with_commas(r["allocations"].get<int64_t>()));
-  const auto& live = r["live_at_peak"];
-  fmt::print("\nlive at the activation peak (device {}, t={} ns):\n", live["device"].dump(), live["timestamp_ns"].dump());
-  for (const auto& [cat, v] : live["by_category"].items()) {
-    if (v.get<uint64_t>()) fmt::print("  {:<14} {}\n", cat, bytes(v));
-  }
-  if (!live["top"].empty()) {
-    fmt::print("\nlargest live allocations at the peak:\n");
-    for (const auto& e : live["top"]) {
-      fmt::print("  {:>12}  {:<12} {:<28} {:<40} {}{}\n", format_bytes(e["bytes"].get<uint64_t>()), e["category"].get<std::string>(),
-                 e["name"].get<std::string>(), e["scope"].get<std::string>(), e["shape"].get<std::string>(),
-                 e["held_after_last_use"].get<bool>() ? "  [held after last use]" : "");
-    }
-    if (live["omitted_entries"].get<uint64_t>())
-      fmt::print("  ... {} more ({})\n", live["omitted_entries"].get<uint64_t>(), format_bytes(live["omitted_bytes"].get<uint64_t>()));
-  }
-  if (!r["scopes"].empty()) {
-    fmt::print("\nscopes by activation high-water:\n");
-    for (const auto& s : r["scopes"]) {
-      std::string name = s["scope"].get<std::string>();
-      fmt::print("  {:>12}  {:<48} at peak {}, churn {}, {} allocs\n", format_bytes(s["activation_high_water_bytes"].get<uint64_t>()),
-                 name.empty() ? "(unscoped)" : name, format_bytes(s["live_at_activation_peak_bytes"].get<uint64_t>()),
-                 format_bytes(s["allocated_bytes"].get<uint64_t>()), s["allocations"].get<uint64_t>());
-    }
-  }
-  if (r["reuse"].is_object() && (r["reuse"]["has_uses"].get<bool>() || r["reuse"]["handoff_count"].get<uint64_t>())) {
-    const auto& u = r["reuse"];
-    fmt::print("\nreuse findings:\n");
-    fmt::print("  held after last use at the peak: {}\n", format_bytes(u["held_after_last_use_bytes"].get<uint64_t>()));
-    fmt::print("  never used, live at the peak:    {}\n", format_bytes(u["never_used_at_peak_bytes"].get<uint64_t>()));
-    fmt::print("  hand-off opportunities: {} ({} in total, {} at the peak)\n", u["handoff_count"].get<uint64_t>(),
-               format_bytes(u["handoff_bytes"].get<uint64_t>()), format_bytes(u["handoff_bytes_at_activation_peak"].get<uint64_t>()));
-  }
-  const auto& a = r["anomalies"];
-  std::vector<std::string> notes;
-  for (const auto& [k, v] : a.items()) {
-    if (k != "total" && k != "never_freed_bytes" && v.get<uint64_t>()) notes.push_back(fmt::format("{} {}", v.get<uint64_t>(), k));
-  }
-  if (r["dropped_records"].get<uint64_t>()) notes.push_back(fmt::format("{} dropped records", r["dropped_records"].get<uint64_t>()));
-  if (r["truncated"].get<bool>()) notes.push_back("trace truncated: " + r["truncation_note"].get<std::string>());
-  if (!reports::json_str(r["extra"], "error").empty()) notes.push_back("run failed: " + reports::json_str(r["extra"], "error"));
-  fmt::print("\nanomalies: {}\n", notes.empty() ? "none" : fmt::format("{}", fmt::join(notes, "; ")));
+  std::string out = reports::run_text(r);
   if (r.contains("arena")) {
     const auto& a = r["arena"];
     if (a.contains("arena_bytes")) {
-      fmt::print("\narena plan for the activation buffers of device {} ({} buffers, {} B alignment):\n",
-                 a["device"].get<int>(), a["buffers"].get<uint64_t>(), a["alignment"].get<uint64_t>());
-      fmt::print("  LOAD (lower bound) {:>16} B\n", with_commas(a["load_bytes"].get<int64_t>()));
+      out += fmt::format("\narena plan for the activation buffers of device {} ({} buffers, {} B alignment):\n",
+                         a["device"].get<int>(), a["buffers"].get<uint64_t>(), a["alignment"].get<uint64_t>());
+      out += fmt::format("  LOAD (lower bound) {:>16} B\n", with_commas(a["load_bytes"].get<int64_t>()));
       if (a["lower_bound_bytes"].get<uint64_t>() > a["load_bytes"].get<uint64_t>())
-        fmt::print("  lower bound        {:>16} B  (raised by the search)\n", with_commas(a["lower_bound_bytes"].get<int64_t>()));
-      fmt::print("  arena              {:>16} B  (+{:.2f}%, {}, {}, {:.3f} s{})\n", with_commas(a["arena_bytes"].get<int64_t>()),
-                 a["gap_pct"].get<double>(), a["algorithm"].get<std::string>(),
-                 a["proven_optimal"].get<bool>() ? "proven optimal" : "not proven optimal", a["seconds"].get<double>(),
-                 a["valid"].get<bool>() ? "" : ", INVALID");
+        out += fmt::format("  lower bound        {:>16} B  (raised by the search)\n", with_commas(a["lower_bound_bytes"].get<int64_t>()));
+      out += fmt::format("  arena              {:>16} B  (+{:.2f}%, {}, {}, {:.3f} s{})\n", with_commas(a["arena_bytes"].get<int64_t>()),
+                         a["gap_pct"].get<double>(), a["algorithm"].get<std::string>(),
+                         a["proven_optimal"].get<bool>() ? "proven optimal" : "not proven optimal", a["seconds"].get<double>(),
+                         a["valid"].get<bool>() ? "" : ", INVALID");
     }
   }
+  return out;
 }
 
 }  // namespace
@@ -148,24 +93,31 @@ nlohmann::ordered_json arena_json(const planner::RunAnalysis& run, double time_l
 
 void register_plan(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<PlanArgs>();
-  auto* cmd = app.add_subcommand("plan", "Analyse one trace: peaks, live set at the peak, scopes, churn, anomalies");
-  cmd->add_option("trace", args->trace, "trace file (.mtrace)")->required();
-  cmd->add_flag("--json", args->json, "print the run as JSON (the element of a report's runs array)");
-  cmd->add_option("--top", args->top, "entries listed in the live set and scope tables")->check(CLI::PositiveNumber);
+  auto* cmd = app.add_subcommand("plan", "Analyse one run: peaks, the live set at the peak, scopes, churn, reuse findings, anomalies");
+  cmd->footer("Example: moeprof plan moeprof-out/baseline.mtrace --what-if examples/what-if/sglang-pr-25379.rules --fixes\n"
+              "Several traces are the ranks of one run: moeprof plan rank0.mtrace rank1.mtrace (or rank0.mtrace,rank1.mtrace).");
+  cmd->add_option("traces", args->traces, "trace file (.mtrace); several: the ranks of one run")->required()->type_name("FILE");
+  cmd->add_flag("--json", args->json, "print the run as JSON on stdout (the element of a report's runs array)");
+  cmd->add_option("--top", args->top, "entries listed in the live set and scope tables")
+      ->check(CLI::PositiveNumber)
+      ->type_name("N")
+      ->capture_default_str();
   cmd->add_flag("--arena", args->arena,
                 "also plan one offline arena for the activation buffers of the peak device (the arena solver: greedy "
                 "orders, then the exact search within --arena-time-limit) and compare it with LOAD, the lower bound");
-  cmd->add_option("--arena-time-limit", args->arena_time_limit, "seconds for the arena plan (0: greedy only); default 1")
-      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--arena-time-limit", args->arena_time_limit, "seconds for the arena plan (0: greedy only)")
+      ->check(CLI::NonNegativeNumber)
+      ->type_name("SECONDS")
+      ->capture_default_str();
   cmd->add_option("--what-if", args->what_if,
                   "predict the peaks if the rules in this file were applied (docs/planner.md, \"What-if\"; "
-                  "e.g. examples/what-if/sglang-pr-25379.rules)");
-  auto* fixes = cmd->add_option("--fixes", args->fixes,
-                                "rank up to N fixes: the single changes that lower the peak most, one after the other")
-                    ->expected(0, 1)
-                    ->default_str("10");
-  (void)fixes;
+                  "e.g. examples/what-if/sglang-pr-25379.rules)")
+      ->type_name("RULES");
+  cmd->add_option("--fixes", args->fixes, "rank up to N fixes: the single changes that lower the peak most, one after the other (N: 10 when not given)")
+      ->expected(0, 1)
+      ->type_name("N");
   add_category_options(cmd, &args->categories);
+  add_stream_option(cmd, &args->stream);
   cmd->callback([args, exit_code, cmd] {
     if (cmd->count("--fixes") > 0 && args->fixes == 0) args->fixes = 10;
     const bool predict = !args->what_if.empty() || args->fixes > 0;
@@ -186,10 +138,17 @@ void register_plan(CLI::App& app, int* exit_code) {
       *exit_code = fail("plan", cats.status());
       return;
     }
-    auto run = reports::load_run(args->trace, aopts, "", *cats);
+    reports::LoadOptions lo;
+    lo.analyze = aopts;
+    lo.categories = *cats;
+    lo.stream = stream_mode(args->stream);
+    lo.needs_memory = !args->what_if.empty() ? "--what-if" : (args->fixes > 0 ? "--fixes" : (args->arena ? "--arena" : ""));
+    std::vector<std::string> paths;
+    for (const auto& t : args->traces)
+      for (auto& p : reports::split_run_argument(t)) paths.push_back(std::move(p));
+    auto run = reports::load_run(paths, lo);
     if (!run) {
-      fail("plan", run.status());
-      *exit_code = run.status().exit_code();
+      *exit_code = fail("plan", run.status());
       return;
     }
     reports::ReportOptions ropts;
@@ -215,10 +174,9 @@ void register_plan(CLI::App& app, int* exit_code) {
         *exit_code = fail("plan", st);
         return;
       }
-    } else {
-      print_plan_text(j, run_warnings(run->analysis));
-      if (!text.empty()) std::cout << "\n" << text;
-      std::cout.flush();
+    } else if (Status st = write_stdout(plan_text(j) + (text.empty() ? "" : "\n" + text)); !st) {
+      *exit_code = fail("plan", st);
+      return;
     }
     *exit_code = kExitOk;
   });

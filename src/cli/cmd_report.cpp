@@ -1,6 +1,6 @@
-// moeprof report TRACE... [--json OUT] [--markdown OUT] [--html OUT] [--perfetto OUT] [--name NAME...]
-// Writes the versioned JSON report (docs/report.md) and its renderings. With no output option the
-// Markdown rendering goes to stdout. "-" as a path means stdout.
+// moeprof report TRACE... [--json] [--out-json F] [--out-md F] [--out-html F] [--out-perfetto F] [--name NAME...]
+// The versioned JSON report (docs/report.md) and its renderings. --json prints the JSON report on
+// stdout; the --out-* options write files; with neither, the Markdown goes to stdout.
 #include <iostream>
 #include <memory>
 
@@ -9,6 +9,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/status.h"
+#include "reports/format.h"
 #include "reports/json_report.h"
 #include "reports/html_report.h"
 #include "reports/markdown_report.h"
@@ -22,9 +23,11 @@ namespace {
 struct ReportArgs {
   std::vector<std::string> traces;
   std::vector<std::string> names;
-  std::string json, markdown, html, perfetto, compare_baseline;
+  std::string out_json, out_md, out_html, out_perfetto, compare_baseline, stream = "auto";
+  bool json = false, ranks = false;
   size_t top = 20;
   size_t max_slices = 20000;
+  size_t max_allocations = 6000;
   CategoryArgs categories;
 };
 
@@ -32,32 +35,73 @@ struct ReportArgs {
 
 void register_report(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<ReportArgs>();
-  auto* cmd = app.add_subcommand("report", "Write the JSON report (and Markdown, HTML, Perfetto renderings) of one or more traces");
-  cmd->add_option("traces", args->traces, "trace files (.mtrace), one run each")->required();
-  cmd->add_option("--json", args->json, "write the JSON report here");
-  cmd->add_option("--markdown", args->markdown, "write the Markdown report here");
-  cmd->add_option("--html", args->html, "write the self-contained HTML report here");
-  cmd->add_option("--perfetto", args->perfetto, "write a Chrome JSON trace (Perfetto UI) of all runs here");
-  cmd->add_option("--name", args->names, "run names, one per trace (default: the trace's run name, else its file stem)");
-  cmd->add_option("--compare-baseline", args->compare_baseline, "compare every other run against this run");
-  cmd->add_option("--top", args->top, "live allocations and scopes listed per run")->check(CLI::PositiveNumber);
-  cmd->add_option("--max-slices", args->max_slices, "allocation slices per run in the Perfetto export")->check(CLI::PositiveNumber);
+  auto* cmd = app.add_subcommand("report", "The JSON report of one or more traces and its renderings: Markdown, the HTML page, Perfetto");
+  cmd->footer("Example: moeprof report baseline.mtrace reuse.mtrace --out-html report.html --out-md report.md\n"
+              "Without --json or an --out-* option the Markdown goes to stdout; \"-\" as a file is stdout.");
+  cmd->add_option("traces", args->traces, "trace files (.mtrace), one run each (the ranks of one run joined by commas)")
+      ->required()
+      ->type_name("FILE");
+  cmd->add_flag("--ranks", args->ranks, "the traces are the ranks of one run: one merged run");
+  cmd->add_flag("--json", args->json, "print the JSON report on stdout");
+  cmd->add_option("--out-json", args->out_json, "write the JSON report to this file")->type_name("FILE");
+  cmd->add_option("--out-md", args->out_md, "write the Markdown report to this file")->type_name("FILE");
+  cmd->add_option("--out-html", args->out_html, "write the single-file HTML page to this file")->type_name("FILE");
+  cmd->add_option("--out-perfetto", args->out_perfetto, "write a Perfetto trace (Chrome JSON) of every run to this file")
+      ->type_name("FILE");
+  cmd->add_option("--name", args->names, "run names, one per trace [default: the trace's run name, else its file stem]")
+      ->type_name("NAME");
+  cmd->add_option("--compare-baseline", args->compare_baseline, "compare every other run against this run [default: with two runs, the first]")
+      ->type_name("NAME");
+  cmd->add_option("--top", args->top, "live allocations and scopes listed per run")
+      ->check(CLI::PositiveNumber)
+      ->type_name("N")
+      ->capture_default_str();
+  cmd->add_option("--max-allocations", args->max_allocations,
+                  "allocations listed one by one per run in the memory timeline (the largest; the rest summarized, exact at the peak)")
+      ->check(CLI::PositiveNumber)
+      ->type_name("N")
+      ->capture_default_str();
+  cmd->add_option("--max-slices", args->max_slices, "allocation slices per run in the Perfetto trace (the largest)")
+      ->check(CLI::PositiveNumber)
+      ->type_name("N")
+      ->capture_default_str();
   add_category_options(cmd, &args->categories);
+  add_stream_option(cmd, &args->stream);
   cmd->callback([args, exit_code] {
     auto cats = category_options(args->categories);
     if (!cats) {
       *exit_code = fail("report", cats.status());
       return;
     }
-    if (!args->names.empty() && args->names.size() != args->traces.size()) {
-      *exit_code = fail("report", Status::bad_input(fmt::format("--name given {} time(s) for {} trace(s)", args->names.size(), args->traces.size())));
+    std::vector<std::vector<std::string>> runs;
+    if (args->ranks) {
+      runs.emplace_back();
+      for (const auto& t : args->traces)
+        for (auto& p : reports::split_run_argument(t)) runs.back().push_back(std::move(p));
+    } else {
+      for (const auto& t : args->traces) runs.push_back(reports::split_run_argument(t));
+    }
+    if (!args->names.empty() && args->names.size() != runs.size()) {
+      *exit_code = fail("report", Status::bad_input(fmt::format("--name given {} time(s) for {} run(s)", args->names.size(), runs.size())));
       return;
     }
+    for (const std::string* f : {&args->out_json, &args->out_md, &args->out_html, &args->out_perfetto}) {
+      if (args->json && *f == "-") {
+        *exit_code = fail("report", Status::bad_input("--json prints on stdout: give the --out-* options a file, not \"-\""));
+        return;
+      }
+    }
     planner::AnalyzeOptions aopts;
-    aopts.keep_lifetimes = !args->perfetto.empty();
+    aopts.keep_lifetimes = true;  // the per-allocation timeline (memory_timeline) and the Perfetto slices
     std::vector<reports::LoadedRun> loaded;
-    for (size_t i = 0; i < args->traces.size(); ++i) {
-      auto run = reports::load_run(args->traces[i], aopts, args->names.empty() ? "" : args->names[i], *cats);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      reports::LoadOptions lo;
+      lo.analyze = aopts;
+      lo.name = args->names.empty() ? "" : args->names[i];
+      lo.categories = *cats;
+      lo.stream = stream_mode(args->stream);
+      lo.needs_memory = args->out_perfetto.empty() ? "" : "--out-perfetto";
+      auto run = reports::load_run(runs[i], lo);
       if (!run) {
         *exit_code = fail("report", run.status());
         return;
@@ -70,12 +114,13 @@ void register_report(CLI::App& app, int* exit_code) {
     ropts.top_entries = args->top;
     ropts.top_scopes = args->top;
     ropts.compare_baseline = args->compare_baseline;
+    ropts.memory_timeline.max_allocations = args->max_allocations;
     auto doc = reports::make_report(analyses, ropts);
     if (!doc) {
       *exit_code = fail("report", doc.status());
       return;
     }
-    bool any = false;
+    bool any = args->json;
     auto write = [&](const std::string& path, const std::string& text) {
       if (path.empty()) return true;
       any = true;
@@ -84,27 +129,24 @@ void register_report(CLI::App& app, int* exit_code) {
         *exit_code = fail("report", st);
         return false;
       }
-      if (path != "-") fmt::print(stderr, "moeprof report: wrote {}\n", path);
+      note("report", "wrote {} ({})", path, reports::format_bytes(text.size()));
       return true;
     };
-    if (!write(args->json, doc->dump(2) + "\n")) return;
-    if (!write(args->markdown, reports::report_markdown(*doc))) return;
-    if (!write(args->html, reports::report_html(*doc))) return;
-    if (!args->perfetto.empty()) {
+    if (!write(args->out_json, reports::report_text(*doc))) return;
+    if (!write(args->out_md, reports::report_markdown(*doc))) return;
+    if (!write(args->out_html, reports::report_html(*doc))) return;
+    if (!args->out_perfetto.empty()) {
       auto names = reports::unique_run_names(analyses);
       std::vector<reports::PerfettoRun> pruns;
       for (size_t i = 0; i < loaded.size(); ++i) pruns.push_back({names[i], &loaded[i].trace, &loaded[i].analysis});
       reports::PerfettoOptions popts;
       popts.max_slices = args->max_slices;
-      if (!write(args->perfetto, reports::perfetto_json(pruns, popts))) return;
+      if (!write(args->out_perfetto, reports::perfetto_json(pruns, popts))) return;
     }
-    if (!any) {
-      if (Status st = write_stdout(reports::report_markdown(*doc)); !st) {
-        *exit_code = fail("report", st);
-        return;
-      }
-    }
-    *exit_code = kExitOk;
+    Status st = Status::ok();
+    if (args->json) st = write_stdout(reports::report_text(*doc));
+    else if (!any) st = write_stdout(reports::report_markdown(*doc));
+    *exit_code = st ? kExitOk : fail("report", st);
   });
 }
 

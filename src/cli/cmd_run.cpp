@@ -238,7 +238,7 @@ int run_command(const RunArgs& a) {
     if (!tr.is_ok()) return fail("run", Status::run_failure(tr.status().message()));
     planner::AnalyzeOptions ao;
     ao.keep_event_index = m.mode == "baseline";
-    ao.keep_lifetimes = ao.keep_event_index;
+    ao.keep_lifetimes = true;  // the per-allocation timeline of the report
     analyses.push_back(planner::analyze(tr.value(), ao));
     const auto& an = analyses.back();
     if (!an.limit_error.empty()) return fail("run", Status::run_failure(m.trace_path + ": " + an.limit_error));
@@ -321,7 +321,7 @@ int run_command(const RunArgs& a) {
                                           {"predicted_peak_activation_bytes", *predicted[i]}};
       }
     if (plan.progress) std::fprintf(stderr, "\r\033[K[report] writing %s (+ report.md, report.html)", report_path.c_str());
-    for (const auto& [name, text] : {std::pair<std::string, std::string>{"report.json", doc->dump(2) + "\n"},
+    for (const auto& [name, text] : {std::pair<std::string, std::string>{"report.json", reports::report_text(*doc)},
                                      {"report.md", reports::report_markdown(*doc)},
                                      {"report.html", reports::report_html(*doc)}}) {
       Status st = reports::write_text_file((std::filesystem::path(a.out) / name).string(), text);
@@ -412,31 +412,44 @@ void register_run(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand(
       "run", "Run the DeepSeek-V2-family executor in one or more memory modes, trace it, predict, write a report");
-  cmd->footer("Example: moeprof run --model kimi-k2.5 --tokens 16384 --tp 4 --mode all\n"
-              "Without a GPU: moeprof run (tiny, CPU) or --backend meta (allocations only, any size, seconds).");
+  cmd->footer("Example: moeprof run --backend meta --model kimi-k2.5 --tokens 16384 --tp 4 --mode all --out kimi\n"
+              "Default: the seed case on a GPU (kimi-k2.5, 16384 tokens, TP=4, both modes), the tiny model on the CPU "
+              "otherwise. --backend meta runs any size in seconds (allocations only).");
   cmd->add_option("--model", args->model,
-                  "Built-in model (tiny, deepseek-v2-lite, deepseek-v2, deepseek-v3, kimi-k2.5) or a config.json path "
-                  "[default: kimi-k2.5 on a GPU, tiny on the CPU]");
-  cmd->add_option("--backend", args->backend, "auto | cpu | cuda | meta (allocations only: no memory, no compute)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda", "meta"}));
-  cmd->add_option("--mode", args->mode, "baseline | reuse | fixes | both (baseline and reuse) | all (the three)")
-      ->check(CLI::IsMember({"baseline", "reuse", "fixes", "both", "all"}));
-  cmd->add_option("--tokens", args->tokens, "Prefill tokens [default: 16384 on a GPU, 100 for tiny, 64 otherwise]")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  cmd->add_option("--layers", args->layers, "Run only the first N layers")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_option("--tp", args->tp, "Tensor-parallel size (one rank's shapes; emulated on one device)")
-      ->check(CLI::Range(1, 1 << 20));
+                  "built-in model (tiny, deepseek-v2-lite, deepseek-v2, deepseek-v3, kimi-k2.5) or a config.json path "
+                  "[default: kimi-k2.5 on a GPU, tiny on the CPU]")
+      ->type_name("NAME|PATH");
+  cmd->add_option("--backend", args->backend, "cuda on a usable GPU, else cpu (auto); meta: allocations only, no memory, no compute")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda", "meta"}))
+      ->capture_default_str();
+  cmd->add_option("--mode", args->mode, "memory modes to run: both = baseline and reuse, all = baseline, reuse and fixes")
+      ->check(CLI::IsMember({"baseline", "reuse", "fixes", "both", "all"}))
+      ->capture_default_str();
+  cmd->add_option("--tokens", args->tokens, "prefill tokens, 1 to 2^40 [default: 16384 on a GPU, 100 for tiny, 64 otherwise]")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40).description(""))
+      ->type_name("N");
+  cmd->add_option("--layers", args->layers, "run only the first N layers [default: all of the model's]")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20).description(""))
+      ->type_name("N");
+  cmd->add_option("--tp", args->tp, "tensor-parallel size: one rank's shapes, emulated on one device [default: 4 for the seed case, else 1]")
+      ->check(CLI::Range(1, 1 << 20).description(""))
+      ->type_name("N");
   cmd->add_option("--gpus", args->gpus,
-                  "GPUs to run on: 1 (default) emulates TP on one device; N > 1 runs TP=N for real, rank r on "
-                  "GPU r with NCCL all-reduces (needs libnccl.so.2 at run time; --tp defaults to N)")
-      ->check(CLI::Range(1, 1 << 10));
-  cmd->add_option("--weights", args->weights, "auto | per-layer | shared")
-      ->check(CLI::IsMember({"auto", "per-layer", "shared"}));
-  cmd->add_option("--out", args->out, "Output directory [default: moeprof-out]");
-  cmd->add_option("--seed", args->seed, "Seed of the deterministic weights and inputs");
-  cmd->add_flag("--quiet,-q", args->quiet, "No progress or notes on stderr");
-  cmd->add_flag("--json", args->json, "Print the JSON report instead of the table");
-  cmd->add_flag("!--no-cupti", args->cupti, "On the GPU, do not also trace the run with CUPTI");
+                  "GPUs: 1 emulates TP on one device; N > 1 runs TP=N for real, rank r on GPU r, with NCCL all-reduces "
+                  "(libnccl.so.2 at run time; --tp defaults to N)")
+      ->check(CLI::Range(1, 1 << 10).description(""))
+      ->type_name("N")
+      ->capture_default_str();
+  cmd->add_option("--weights", args->weights, "shared: every MoE layer aliases one layer's expert weights; auto picks shared when per-layer would not fit")
+      ->check(CLI::IsMember({"auto", "per-layer", "shared"}))
+      ->capture_default_str();
+  cmd->add_option("--out,-o", args->out, "output folder: one trace per mode, report.json, report.md, report.html")
+      ->type_name("DIR")
+      ->capture_default_str();
+  cmd->add_option("--seed", args->seed, "seed of the deterministic weights and inputs")->type_name("N")->capture_default_str();
+  cmd->add_flag("--quiet,-q", args->quiet, "no progress or notes on stderr");
+  cmd->add_flag("--json", args->json, "print the JSON report on stdout instead of the table");
+  cmd->add_flag("!--no-cupti", args->cupti, "on a GPU, do not also trace the run with CUPTI");
   cmd->callback([args, exit_code, cmd]() {
     args->model_given = cmd->count("--model") > 0;
     *exit_code = run_command(*args);

@@ -1,4 +1,4 @@
-// moeprof trace [--out FILE] [--report] [--report-json FILE] [--torch-async] [--kernels] [--uses] -- CMD ARGS...
+// moeprof trace [--out FILE] [--report] [--json] [--out-json FILE] [--torch-async] [--kernels] [--uses] -- CMD ARGS...
 //
 // Runs an unmodified program with libmoeprof_inject.so injected (CUDA_INJECTION64_PATH and
 // NVTX_INJECTION64_PATH): every process of the command that initializes CUDA writes its own trace,
@@ -43,8 +43,9 @@ namespace fs = std::filesystem;
 struct TraceOptions {
   std::string out = "moeprof.mtrace";
   std::string inject_lib;
-  std::string report_json;
+  std::string out_json;
   bool report = false;
+  bool json = false;
   bool torch_async = false;
   bool kernels = false;
   bool uses = false;
@@ -125,15 +126,13 @@ std::vector<std::string> written_traces(const std::string& out, fs::file_time_ty
 
 int run_trace(TraceOptions o) {
   if (o.command.empty()) {
-    std::fprintf(stderr, "moeprof trace: no command given (usage: moeprof trace [options] -- CMD ARGS...)\n");
-    return kExitBadInput;
+    return fail("trace", Status::bad_input("no command given (usage: moeprof trace [OPTIONS] -- CMD ARGS...)"));
   }
   std::string tried;
   std::string lib = find_inject_lib(o.inject_lib, &tried);
   if (lib.empty()) {
-    std::fprintf(stderr, "moeprof trace: libmoeprof_inject.so not found (tried %s); pass --inject-lib or set "
-                 "MOEPROF_INJECT_LIB\n", tried.c_str());
-    return kExitRunFailure;
+    return fail("trace", Status::run_failure("libmoeprof_inject.so not found (tried " + tried +
+                                             "); pass --inject-lib or set MOEPROF_INJECT_LIB"));
   }
   std::error_code ec;
   std::string out = fs::absolute(o.out, ec).lexically_normal().string();
@@ -141,7 +140,7 @@ int run_trace(TraceOptions o) {
   fs::remove(out, ec);
   fs::remove(out + ".error", ec);
   if (const char* prev = std::getenv("CUDA_INJECTION64_PATH"); prev != nullptr && prev[0] != 0)
-    std::fprintf(stderr, "moeprof trace: replacing CUDA_INJECTION64_PATH=%s\n", prev);
+    note("trace", "replacing CUDA_INJECTION64_PATH={}", prev);
   // File times have coarse granularity on some file systems: start a little early.
   auto start = fs::file_time_type::clock::now() - std::chrono::seconds(2);
 
@@ -154,8 +153,7 @@ int run_trace(TraceOptions o) {
   std::fflush(stderr);
   pid_t child = fork();
   if (child < 0) {
-    std::fprintf(stderr, "moeprof trace: fork failed: %s\n", std::strerror(errno));
-    return kExitRunFailure;
+    return fail("trace", Status::run_failure(std::string("fork failed: ") + std::strerror(errno)));
   }
   if (child == 0) {
     setenv("CUDA_INJECTION64_PATH", lib.c_str(), 1);
@@ -171,7 +169,7 @@ int run_trace(TraceOptions o) {
       setenv(profiler::kEnvTorchAsync, "1", 1);
     }
     execvp(argv[0], argv.data());
-    std::fprintf(stderr, "moeprof trace: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    std::fprintf(stderr, "moeprof trace: error: cannot run %s: %s\n", argv[0], std::strerror(errno));
     _exit(127);
   }
   g_child.store(child);
@@ -202,14 +200,14 @@ int run_trace(TraceOptions o) {
     std::ifstream f(e);
     std::string line;
     std::getline(f, line);
-    std::fprintf(stderr, "moeprof trace: %s: %s\n", e.c_str(), line.c_str());
+    fail("trace", Status::run_failure(e + ": " + line));
   }
   if (traces.empty()) {
-    std::fprintf(stderr, "moeprof trace: no trace written (command exit %d). Did the program initialize CUDA? "
-                 "Check that %s loads (LD_LIBRARY_PATH must reach libcupti.so).\n", rc, lib.c_str());
-    return rc;
+    fail("trace", Status::run_failure(fmt::format("no trace written (command exit {}). Did the program initialize CUDA? "
+                                                  "Check that {} loads (LD_LIBRARY_PATH must reach libcupti.so).", rc, lib)));
+    return rc != 0 ? rc : kExitRunFailure;
   }
-  std::fprintf(stderr, "moeprof trace: command exited with %d; %zu trace(s):\n", rc, traces.size());
+  note("trace", "command exited with {}; {} trace(s):", rc, traces.size());
   std::vector<reports::TracedFile> files;
   for (const std::string& p : traces) {
     auto t = read_trace(p);
@@ -217,15 +215,17 @@ int run_trace(TraceOptions o) {
       std::fprintf(stderr, "  %s: unreadable: %s\n", p.c_str(), t.status().message().c_str());
       continue;
     }
-    if (!o.report && o.report_json.empty()) {
+    if (!o.report && !o.json && o.out_json.empty()) {
       std::fprintf(stderr, "  %s (%zu records%s)\n", p.c_str(), t->records.size(), t->truncated ? ", truncated" : "");
       continue;
     }
     files.push_back(reports::analyze_traced_file(p, *t));
     if (o.report) std::fputs(reports::trace_report_text(files.back()).c_str(), stderr);
   }
-  if (!o.report_json.empty()) {
-    Status st = reports::write_text_file(o.report_json, reports::make_trace_report(files).dump(2) + "\n");
+  if (!o.out_json.empty() || o.json) {
+    const std::string text = reports::make_trace_report(files).dump(2) + "\n";
+    Status st = o.out_json.empty() ? Status::ok() : reports::write_text_file(o.out_json, text);
+    if (st && o.json) st = write_stdout(text);
     if (!st) {
       fail("trace", st);
       if (rc == 0) rc = st.exit_code();
@@ -243,10 +243,11 @@ void register_trace(CLI::App& app, int* exit_code) {
   cmd->footer(
       "Example: moeprof trace --torch-async --report --out run.mtrace -- python3 infer.py\n"
       "Each process that initializes CUDA writes a trace: the command's to --out, others to "
-      "<out stem>.<pid>.mtrace.");
-  cmd->add_option("--out,-o", opts->out, "trace file of the command's own process")->capture_default_str();
-  cmd->add_flag("--report", opts->report, "print a peak summary of each trace written");
-  cmd->add_option("--report-json", opts->report_json, "write the summaries as JSON to this file");
+      "<out stem>.<pid>.mtrace. Exit code: the command's.");
+  cmd->add_option("--out,-o", opts->out, "trace file of the command's own process")->type_name("FILE")->capture_default_str();
+  cmd->add_flag("--report", opts->report, "print a peak summary of each trace written (on stderr, after the command)");
+  cmd->add_flag("--json", opts->json, "print the summaries as JSON on stdout after the command exits");
+  cmd->add_option("--out-json", opts->out_json, "write the summaries as JSON to this file")->type_name("FILE");
   cmd->add_flag("--torch-async", opts->torch_async,
                 "set PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync so every PyTorch tensor is one "
                 "allocation record (without it only caching-allocator segments are visible)");
@@ -260,8 +261,8 @@ void register_trace(CLI::App& app, int* exit_code) {
                   "(return addresses, symbolized once), both, or none (docs/tracing.md, \"Call stacks\")")
       ->check(CLI::IsMember({"none", "python", "native", "both"}))
       ->capture_default_str();
-  cmd->add_option("--inject-lib", opts->inject_lib, "path of libmoeprof_inject.so (default: next to moeprof)");
-  cmd->add_option("command", opts->command, "the command to trace and its arguments, after --")->required();
+  cmd->add_option("--inject-lib", opts->inject_lib, "path of libmoeprof_inject.so [default: next to moeprof]")->type_name("FILE");
+  cmd->add_option("command", opts->command, "the command to trace and its arguments, after --")->required()->type_name("CMD");
   cmd->callback([opts, exit_code] { *exit_code = run_trace(*opts); });
 }
 

@@ -4,22 +4,37 @@
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/help_format.h"
 #include "core/status.h"
 #include "core/version.h"
 
+namespace {
+
+// The subcommand a command line names (its first argument that is one), or "" for none.
+std::string subcommand_of(const CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+      if (sub->get_name() == argv[i]) return argv[i];
+    if (argv[i][0] != '-') break;
+  }
+  return "";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  CLI::App app{"moeprof: memory profiler and buffer planner for large-model inference"};
+  CLI::App app{"moeprof: memory profiler and buffer planner for large-model inference", "moeprof"};
+  app.formatter(std::make_shared<moeprof::cli::HelpFormatter>());
   app.set_version_flag("--version", std::string("moeprof ") + moeprof::kVersion);
   app.require_subcommand(1);
-  // Usage errors in one line (CLI11's default adds a second "Run with --help" line).
-  app.failure_message([](const CLI::App*, const CLI::Error& e) {
-    return std::string("moeprof: ") + e.what() + " (see --help)\n";
-  });
+  app.footer("Run moeprof SUBCOMMAND --help for the options of each; docs/cli.md has them all.\n"
+             "Example: moeprof run --backend meta --model kimi-k2.5 --tokens 16384 --tp 4 --mode all");
   int exit_code = moeprof::kExitOk;
   moeprof::cli::register_run(app, &exit_code);
 #ifdef MOEPROF_HAVE_CUDA
@@ -49,17 +64,28 @@ int main(int argc, char** argv) {
   };
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return stdout_lost(app.exit(e));
+  } catch (const CLI::CallForAllHelp& e) {
+    return stdout_lost(app.exit(e));
+  } catch (const CLI::CallForVersion& e) {
+    return stdout_lost(app.exit(e));
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
+    // Usage errors in the one error format: "moeprof <cmd>: error: <message>", one line.
+    const std::string sub = subcommand_of(app, argc, argv);
+    const std::string who = sub.empty() ? "moeprof" : "moeprof " + sub;
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: error: %s (see %s --help)\n", who.c_str(), e.what(), who.c_str());
     // CLI11 reports usage errors with its own codes (100+); an invalid option value is bad input.
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::ValidationError) ||
         e.get_exit_code() == static_cast<int>(CLI::ExitCodes::ConversionError))
       return moeprof::kExitBadInput;
-    return rc == 0 ? stdout_lost(rc) : rc;  // --help, --version
+    return e.get_exit_code();
   } catch (const std::exception& e) {
     // Library code reports errors as Status; anything thrown is a bug or an exhausted resource.
+    const std::string sub = subcommand_of(app, argc, argv);
     std::fflush(stdout);
-    std::fprintf(stderr, "moeprof: unexpected error: %s\n", e.what());
+    std::fprintf(stderr, "%s: error: unexpected: %s\n", sub.empty() ? "moeprof" : ("moeprof " + sub).c_str(), e.what());
     return moeprof::kExitRunFailure;
   }
   return stdout_lost(exit_code);

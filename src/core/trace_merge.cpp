@@ -1,8 +1,44 @@
 #include "core/trace_merge.h"
 
+#include <algorithm>
+#include <set>
 #include <string>
 
 namespace moeprof {
+
+Result<std::vector<uint16_t>> rank_device_offsets(const std::vector<std::vector<uint16_t>>& devices) {
+  std::vector<uint16_t> out(devices.size(), 0);
+  bool distinct_singles = true;
+  std::set<uint16_t> seen;
+  for (const auto& d : devices) {
+    std::set<uint16_t> mine(d.begin(), d.end());
+    if (mine.size() > 1 || (mine.size() == 1 && !seen.insert(*mine.begin()).second)) distinct_singles = false;
+  }
+  if (distinct_singles) return out;
+  uint32_t base = 0;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    out[i] = static_cast<uint16_t>(base);
+    uint32_t top = 0;
+    for (uint16_t d : devices[i]) top = std::max<uint32_t>(top, d + 1u);
+    base += devices[i].empty() ? 0 : top;
+    if (base > 65536) return Status::bad_input("too many devices in the merged traces (device numbers above 65535)");
+  }
+  return out;
+}
+
+Status offset_rank_devices(std::vector<Trace>* traces) {
+  std::vector<std::vector<uint16_t>> devs;
+  for (const Trace& t : *traces) {
+    std::set<uint16_t> s;
+    for (const TraceRecord& r : t.records) s.insert(r.device);
+    devs.emplace_back(s.begin(), s.end());
+  }
+  MOEPROF_ASSIGN_OR_RETURN(std::vector<uint16_t> off, rank_device_offsets(devs));
+  for (size_t i = 0; i < traces->size(); ++i)
+    if (off[i] != 0)
+      for (TraceRecord& r : (*traces)[i].records) r.device = static_cast<uint16_t>(r.device + off[i]);
+  return Status::ok();
+}
 
 Trace merge_traces(const std::vector<Trace>& traces) {
   Trace out;

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "core/status.h"
 #include "core/trace.h"
 
 namespace moeprof {
@@ -16,5 +17,17 @@ namespace moeprof {
 // records are summed, `truncated` is true when any input was (the notes are joined, each
 // prefixed with the input's index). An empty input gives an empty trace.
 Trace merge_traces(const std::vector<Trace>& traces);
+
+// Device numbers when the traces of several ranks are read as one run (`moeprof plan A B ...`):
+// given the device numbers each input records, the offset added to input i's devices. When every
+// input records exactly one device and no two record the same one (rank traces that name their
+// GPU, as `moeprof run --launch processes` and torchrun programs write), every offset is 0 and
+// the devices keep their numbers; otherwise input i's devices start after the largest device of
+// the inputs before it (rank traces that all record device 0 become devices 0, 1, 2, ...).
+// Fails (kBadInput) when the numbers would exceed 65535.
+Result<std::vector<uint16_t>> rank_device_offsets(const std::vector<std::vector<uint16_t>>& devices);
+
+// rank_device_offsets applied to whole traces (each input's records on their device + offset).
+Status offset_rank_devices(std::vector<Trace>* traces);
 
 }  // namespace moeprof

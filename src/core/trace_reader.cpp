@@ -339,33 +339,68 @@ std::vector<std::string> format_stack(const Trace& trace, StackId id) {
   return out;
 }
 
-void write_jsonl(const Trace& trace, std::ostream& os) {
+namespace {
+
+std::string jsonl_head(const RunMeta& meta, uint64_t dropped, bool truncated, const std::string& note) {
   nlohmann::ordered_json head;
-  head["meta"] = nlohmann::ordered_json::parse(run_meta_to_json(trace.meta));
-  head["dropped_records"] = trace.dropped_records;
-  head["truncated"] = trace.truncated;
-  if (trace.truncated) head["truncation_note"] = trace.truncation_note;
-  os << head.dump() << '\n';
-  for (const auto& r : trace.records) {
-    nlohmann::ordered_json j;
-    j["ts"] = r.timestamp_ns;
-    j["kind"] = event_kind_name(r.kind);
-    j["addr"] = r.address;
-    j["bytes"] = r.bytes;
-    j["seq"] = r.seq;
-    j["device"] = r.device;
-    if (r.name_id != StrId::kNone) j["name"] = trace.str(r.name_id);
-    if (r.scope_id != StrId::kNone) j["scope"] = trace.str(r.scope_id);
-    if (r.shape_id != StrId::kNone) j["shape"] = trace.str(r.shape_id);
-    j["category"] = category_name(r.category);
-    if (r.dtype != DType::kUnknown) j["dtype"] = dtype_name(r.dtype);
-    j["mem_kind"] = mem_kind_name(r.mem_kind);
-    j["stream"] = r.stream;
-    j["tid"] = r.tid;
-    if (r.flags) j["flags"] = r.flags;
-    if (r.stack_id != StackId::kNone) j["stack"] = format_stack(trace, r.stack_id);
-    os << j.dump() << '\n';
+  head["meta"] = nlohmann::ordered_json::parse(run_meta_to_json(meta));
+  head["dropped_records"] = dropped;
+  head["truncated"] = truncated;
+  if (truncated) head["truncation_note"] = note;
+  return head.dump();
+}
+
+void jsonl_record(const TraceRecord& r, const StringTable& strings, const StackTable& stacks, std::ostream& os) {
+  nlohmann::ordered_json j;
+  j["ts"] = r.timestamp_ns;
+  j["kind"] = event_kind_name(r.kind);
+  j["addr"] = r.address;
+  j["bytes"] = r.bytes;
+  j["seq"] = r.seq;
+  j["device"] = r.device;
+  if (r.name_id != StrId::kNone) j["name"] = strings.get(r.name_id);
+  if (r.scope_id != StrId::kNone) j["scope"] = strings.get(r.scope_id);
+  if (r.shape_id != StrId::kNone) j["shape"] = strings.get(r.shape_id);
+  j["category"] = category_name(r.category);
+  if (r.dtype != DType::kUnknown) j["dtype"] = dtype_name(r.dtype);
+  j["mem_kind"] = mem_kind_name(r.mem_kind);
+  j["stream"] = r.stream;
+  j["tid"] = r.tid;
+  if (r.flags) j["flags"] = r.flags;
+  if (r.stack_id != StackId::kNone) {
+    std::vector<std::string> frames;
+    for (uint32_t fid : stacks.stack(r.stack_id)) frames.push_back(format_frame(strings, stacks.frame(fid)));
+    j["stack"] = frames;
   }
+  os << j.dump() << '\n';
+}
+
+}  // namespace
+
+void write_jsonl(const Trace& trace, std::ostream& os) {
+  os << jsonl_head(trace.meta, trace.dropped_records, trace.truncated, trace.truncation_note) << '\n';
+  for (const auto& r : trace.records) jsonl_record(r, trace.strings, trace.stacks, os);
+}
+
+Result<uint64_t> write_jsonl_stream(const std::string& path, std::ostream& os) {
+  // Pass 1: the head line's figures (metadata, drops, truncation) are known only at the end.
+  MOEPROF_ASSIGN_OR_RETURN(auto first, TraceReader::open(path));
+  std::vector<TraceRecord> batch;
+  for (;;) {
+    MOEPROF_ASSIGN_OR_RETURN(bool more, first->next(&batch));
+    if (!more) break;
+  }
+  os << jsonl_head(first->meta(), first->dropped_records(), first->truncated(), first->truncation_note()) << '\n';
+  MOEPROF_ASSIGN_OR_RETURN(auto reader, TraceReader::open(path));
+  uint64_t n = 0;
+  for (;;) {
+    MOEPROF_ASSIGN_OR_RETURN(bool more, reader->next(&batch));
+    if (!more) break;
+    for (const TraceRecord& r : batch) jsonl_record(r, reader->strings(), reader->stacks(), os);
+    n += batch.size();
+    if (!os) return Status::run_failure("writing the JSON lines failed");
+  }
+  return n;
 }
 
 }  // namespace moeprof

@@ -1,4 +1,4 @@
-// moeprof arena: JSON and text output, --write-offsets checked independently, capacity, exit
+// moeprof arena: JSON and text output, --out-csv checked independently, capacity, exit
 // codes and one-line errors. Fixture: tests/golden/arena/tiling.csv, a guillotine tiling of
 // 100 time units x 4096 bytes (LOAD = optimum = 4096) on which greedy best-fit needs 5311.
 #include <catch2/catch.hpp>
@@ -67,10 +67,10 @@ TEST_CASE("cli arena: the exact search reaches the optimum that greedy misses", 
   CHECK(text.out.find("4,096 B") != std::string::npos);
 }
 
-TEST_CASE("cli arena: --write-offsets adds an offset column that an independent check accepts", "[cli][arena]") {
+TEST_CASE("cli arena: --out-csv adds an offset column that an independent check accepts", "[cli][arena]") {
   auto dir = moeprof::testing::temp_dir("arena_cli");
   const std::string out = (dir / "offsets.csv").string();
-  auto r = run_cli("arena " + fixture() + " --time-limit 30 --write-offsets '" + out + "'");
+  auto r = run_cli("arena " + fixture() + " --time-limit 30 --out-csv '" + out + "'");
   REQUIRE(r.rc == 0);
   CHECK(r.err == "moeprof arena: wrote " + out + "\n");
   const auto in_rows = read_rows(moeprof::testing::slurp(moeprof::testing::golden_dir() + "/arena/tiling.csv"));
@@ -98,10 +98,10 @@ TEST_CASE("cli arena: --write-offsets adds an offset column that an independent 
   }
   CHECK(top == 4096);
 
-  auto both = run_cli("arena " + fixture() + " --json --write-offsets -");
+  auto both = run_cli("arena " + fixture() + " --json --out-csv -");
   CHECK(both.rc == 2);
   CHECK(count_lines(both.err) == 1);
-  auto to_stdout = run_cli("arena " + fixture() + " --time-limit 30 --write-offsets -");
+  auto to_stdout = run_cli("arena " + fixture() + " --time-limit 30 --out-csv -");
   REQUIRE(to_stdout.rc == 0);
   CHECK(to_stdout.out == moeprof::testing::slurp(out));
 }
@@ -144,7 +144,7 @@ TEST_CASE("cli arena: bad input exits 2 with a one-line error naming the line", 
   CHECK(run_cli("arena " + fixture() + " --capacity 0").rc == 2);
   auto help = run_cli("arena --help");
   CHECK(help.rc == 0);
-  for (const char* opt : {"--json", "--write-offsets", "--time-limit", "--capacity"}) CHECK(help.out.find(opt) != std::string::npos);
+  for (const char* opt : {"--json", "--out-csv", "--time-limit", "--capacity"}) CHECK(help.out.find(opt) != std::string::npos);
 }
 
 TEST_CASE("cli arena: plan --arena reports the solver's fields", "[cli][arena]") {

@@ -104,25 +104,26 @@ TEST_CASE("cli: compare --json on the golden traces", "[cli]") {
   CHECK(j["only_in_baseline"][0]["name"] == "moe_output");
   auto text = run_cli("compare " + golden("baseline.mtrace") + " " + golden("reuse.mtrace"));
   REQUIRE(text.rc == 0);
-  CHECK(text.out.find("reuse (candidate) vs baseline (baseline)") != std::string::npos);
+  CHECK(text.out.rfind("A: run baseline (", 0) == 0);
+  CHECK(text.out.find("B: run reuse (") != std::string::npos);
 }
 
 TEST_CASE("cli: report, then gate against it", "[cli]") {
   auto dir = moeprof::testing::temp_dir("cli_gate");
   std::string base = (dir / "base.json").string(), html = (dir / "r.html").string(), md = (dir / "r.md").string(),
               pf = (dir / "r.perfetto.json").string();
-  auto r = run_cli("report " + golden("baseline.mtrace") + " " + golden("reuse.mtrace") + " --json '" + base + "' --html '" +
-                   html + "' --markdown '" + md + "' --perfetto '" + pf + "'");
+  auto r = run_cli("report " + golden("baseline.mtrace") + " " + golden("reuse.mtrace") + " --out-json '" + base + "' --out-html '" +
+                   html + "' --out-md '" + md + "' --out-perfetto '" + pf + "'");
   REQUIRE(r.rc == 0);
   json doc = json::parse(moeprof::testing::slurp(base));
   CHECK(doc["schema_version"] == 1);
   CHECK(doc["comparison"]["peak_activation_delta_bytes"] == -339);
   CHECK(moeprof::testing::slurp(html).find("id=\"moeprof-data\"") != std::string::npos);
-  CHECK(moeprof::testing::slurp(md).find("## Comparison: reuse (candidate) vs baseline (baseline)") != std::string::npos);
+  CHECK(moeprof::testing::slurp(md).find("## Comparison: B = reuse against A = baseline") != std::string::npos);
   CHECK(json::parse(moeprof::testing::slurp(pf))["traceEvents"].size() > 20);
 
   // Renamed runs in the report.
-  auto named = run_cli("report " + golden("baseline.mtrace") + " " + golden("reuse.mtrace") + " --name A --name B --json -");
+  auto named = run_cli("report " + golden("baseline.mtrace") + " " + golden("reuse.mtrace") + " --name A --name B --json");
   REQUIRE(named.rc == 0);
   CHECK(json::parse(named.out)["comparison"]["candidate"] == "B");
 
@@ -142,8 +143,8 @@ TEST_CASE("cli: report, then gate against it", "[cli]") {
   std::string curp = (dir / "cur.json").string(), junit = (dir / "gate.xml").string(), prop = (dir / "proposed.json").string(),
               gmd = (dir / "gate.md").string();
   moeprof::testing::spit(curp, cur.dump(2));
-  auto reg = run_cli("gate --baseline '" + base + "' --current '" + curp + "' --junit '" + junit + "' --update-baseline '" + prop +
-                     "' --markdown '" + gmd + "'");
+  auto reg = run_cli("gate --baseline '" + base + "' --current '" + curp + "' --out-junit '" + junit + "' --out-baseline '" + prop +
+                     "' --out-md '" + gmd + "'");
   CHECK(reg.rc == 1);
   CHECK(reg.out.rfind("moeprof gate: FAIL: 1 regression, 1 unexpected improvement", 0) == 0);
   CHECK(reg.out.find("| reuse | peak_activation_bytes | 1,957 | 1,958 | +1 B | +0.1% | 0 | ❌ regression |") != std::string::npos);
@@ -181,16 +182,16 @@ TEST_CASE("cli: report, then gate against it", "[cli]") {
   CHECK(bad_current.rc == 2);
 }
 
-TEST_CASE("cli: export --jsonl and --perfetto", "[cli]") {
+TEST_CASE("cli: export --out-jsonl and --out-perfetto", "[cli]") {
   auto dir = moeprof::testing::temp_dir("cli_export");
   std::string jl = (dir / "t.jsonl").string(), pf = (dir / "t.json").string();
-  auto r = run_cli("export " + golden("reuse.mtrace") + " --jsonl '" + jl + "' --perfetto '" + pf + "' --max-slices 2");
+  auto r = run_cli("export " + golden("reuse.mtrace") + " --out-jsonl '" + jl + "' --out-perfetto '" + pf + "' --max-slices 2");
   REQUIRE(r.rc == 0);
   std::string lines = moeprof::testing::slurp(jl);
   CHECK(json::parse(lines.substr(0, lines.find('\n')))["dropped_records"] == 3);
   json doc = json::parse(moeprof::testing::slurp(pf));
   size_t alloc_slices = 0;
-  for (const auto& e : doc["traceEvents"]) alloc_slices += e["ph"] == "b" && e["cat"] != "marker";
+  for (const auto& e : doc["traceEvents"]) alloc_slices += e["ph"] == "X" && e["cat"] != "kernel";
   CHECK(alloc_slices == 2);
 }
 
@@ -226,4 +227,179 @@ TEST_CASE("cli: plan --arena places the activation buffers and reports LOAD exac
   CHECK(a["valid"].get<bool>());
   auto text = run_cli("plan '" + path + "' --arena");
   CHECK(text.out.find("LOAD (lower bound)") != std::string::npos);
+}
+
+namespace {
+
+// Every line on stderr is a note or an error of this subcommand: "moeprof <cmd>: ...".
+bool stderr_lines_are(const std::string& err, const std::string& cmd) {
+  size_t start = 0;
+  while (start < err.size()) {
+    size_t end = err.find('\n', start);
+    if (end == std::string::npos) end = err.size();
+    if (err.compare(start, cmd.size() + 10, "moeprof " + cmd + ": ") != 0) return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("cli: --json prints one JSON document on stdout in every subcommand", "[cli][json]") {
+  auto dir = moeprof::testing::temp_dir("cli_json");
+  const std::string b = golden("baseline.mtrace"), c = golden("reuse.mtrace");
+  // plan: the run object.
+  auto plan = run_cli("plan --json " + b);
+  REQUIRE(plan.rc == 0);
+  CHECK(json::parse(plan.out)["peak_activation_bytes"] == 2296);
+  // compare: the comparison object, with the live-at-peak diff.
+  auto cmp = run_cli("compare --json " + b + " " + c);
+  REQUIRE(cmp.rc == 0);
+  json jc = json::parse(cmp.out);
+  CHECK(jc["live_at_peak_diff"]["delta_bytes"] == -339);
+  CHECK(jc["baseline_churn_bytes"] == 15753);
+  // report: the JSON report on stdout; a file too, with --out-json; notes on stderr only.
+  const std::string rj = (dir / "r.json").string();
+  auto rep = run_cli("report --json " + b + " " + c + " --out-json '" + rj + "'");
+  REQUIRE(rep.rc == 0);
+  json jr = json::parse(rep.out);
+  CHECK(jr == json::parse(moeprof::testing::slurp(rj)));
+  CHECK(jr["comparison"]["peak_activation_delta_bytes"] == -339);
+  CHECK(stderr_lines_are(rep.err, "report"));
+  CHECK(run_cli("report --json " + b + " --out-md -").rc == 2);  // both on stdout: refused
+  // gate: the verdict and every check.
+  auto gate = run_cli("gate --json --allow-incomplete --baseline '" + rj + "' --current '" + rj + "'");
+  REQUIRE(gate.rc == 0);
+  json jg = json::parse(gate.out);
+  CHECK(jg["passed"] == true);
+  CHECK(jg["checks"].size() == 6);
+  CHECK(jg["checks"][0]["run"] == "baseline");
+  CHECK(jg["checks"][0]["metric"] == "peak_activation_bytes");
+  CHECK(jg["checks"][0]["baseline"] == 2296);
+  CHECK(jg["checks"][0]["delta"] == 0);
+  auto failing = run_cli("gate --json --baseline '" + rj + "' --current '" + rj + "'");
+  CHECK(failing.rc == 1);
+  CHECK(json::parse(failing.out)["incomplete_runs"] == 1);
+  // export: what was written.
+  const std::string pf = (dir / "e.json").string();
+  auto ex = run_cli("export --json " + c + " --out-perfetto '" + pf + "'");
+  REQUIRE(ex.rc == 0);
+  json je = json::parse(ex.out);
+  CHECK(je["run"] == "reuse");
+  CHECK(je["written"][0]["format"] == "perfetto");
+  CHECK(je["written"][0]["bytes"] == std::filesystem::file_size(pf));
+  // devices: the list (exit 3 without a usable GPU, the JSON all the same).
+  auto dev = run_cli("devices --json");
+  CHECK((dev.rc == 0 || dev.rc == 3));
+  CHECK(json::parse(dev.out).contains("devices"));
+  // import: the summary.
+  auto im = run_cli("import --json '" + moeprof::testing::golden_dir() + "/torch/random.pickle' -o '" + (dir / "t.mtrace").string() + "'");
+  REQUIRE(im.rc == 0);
+  CHECK(json::parse(im.out)["devices"][0]["peak_bytes"] == 1127559550);
+  // run: the report (the meta backend: a two-layer Kimi in well under a second).
+  auto run = run_cli("run --json --quiet --backend meta --model kimi-k2.5 --layers 2 --tokens 64 --out '" + (dir / "run").string() + "'");
+  REQUIRE(run.rc == 0);
+  json jrun = json::parse(run.out);
+  CHECK(jrun["runs"].size() == 2);
+  CHECK(jrun["runs"][0]["memory_timeline"]["axis"]["unit"] == "layer");
+  CHECK(run.err.empty());
+}
+
+TEST_CASE("cli: every error is one line, 'moeprof <cmd>: error: ...'", "[cli]") {
+  const std::string b = golden("baseline.mtrace");
+  struct Case {
+    std::string args, cmd;
+  };
+  for (const Case& k : {Case{"plan /nonexistent/x.mtrace", "plan"}, Case{"plan " + b + " --no-such-option", "plan"},
+                        Case{"compare " + b, "compare"}, Case{"report " + b + " --name a --name b", "report"},
+                        Case{"gate --baseline /nonexistent/a.json --current /nonexistent/b.json", "gate"},
+                        Case{"export " + b, "export"}, Case{"import /nonexistent/s.pickle -o /tmp/x.mtrace", "import"},
+                        Case{"run --backend meta --model no-such-model", "run"}, Case{"run --tokens 0", "run"}}) {
+    auto r = run_cli(k.args);
+    INFO(k.args << " -> " << r.err);
+    CHECK(r.rc != 0);
+    CHECK(count_lines(r.err) == 1);
+    CHECK(r.err.rfind("moeprof " + k.cmd + ": error: ", 0) == 0);
+    CHECK(r.out.empty());
+  }
+  auto none = run_cli("");
+  CHECK(none.err.rfind("moeprof: error: ", 0) == 0);
+}
+
+TEST_CASE("cli: plan on a truncated trace warns first and prints no null", "[cli]") {
+  auto dir = moeprof::testing::temp_dir("cli_truncated");
+  const std::string bytes = moeprof::testing::slurp(moeprof::testing::golden_dir() + "/baseline.mtrace");
+  for (size_t keep : {size_t{120}, bytes.size() - 40}) {
+    const std::string path = (dir / ("cut" + std::to_string(keep) + ".mtrace")).string();
+    moeprof::testing::spit(path, bytes.substr(0, keep));
+    auto r = run_cli("plan '" + path + "'");
+    INFO(r.out);
+    REQUIRE(r.rc == 0);
+    CHECK(r.out.rfind("warning: the trace is truncated at byte offset ", 0) == 0);
+    CHECK(r.out.find("null") == std::string::npos);
+  }
+}
+
+TEST_CASE("cli: help shows value names and defaults, not CLI11's validators", "[cli]") {
+  for (const char* sub : {"run", "plan", "arena", "compare", "report", "gate", "export", "devices", "import"}) {
+    auto h = run_cli(std::string(sub) + " --help");
+    INFO(sub);
+    REQUIRE(h.rc == 0);
+    CHECK(h.out.rfind("", 0) == 0);
+    CHECK(h.out.find("Example: moeprof " + std::string(sub)) != std::string::npos);
+    CHECK(h.out.find(" in [") == std::string::npos);    // "INT in [1 - 1099511627776]"
+    CHECK(h.out.find("{false}") == std::string::npos);  // "--no-cupti{false}"
+    CHECK(h.out.find("TEXT:") == std::string::npos);
+  }
+  CHECK(run_cli("run --help").out.find("--out DIR") != std::string::npos);
+  CHECK(run_cli("run --help").out.find("[default: moeprof-out]") != std::string::npos);
+}
+
+// Streaming (docs/planner.md, "Streaming"): the streamed figures equal the in-memory ones; what a
+// stream cannot give (hand-offs) is said, and commands that need the whole trace refuse --stream on.
+TEST_CASE("cli: --stream on gives the in-memory figures; ranks merge; export streams the same JSON lines", "[cli][stream]") {
+  const std::string base = golden("baseline.mtrace"), reuse = golden("reuse.mtrace");
+  auto s = run_cli("plan " + base + " --json --stream on");
+  auto m = run_cli("plan " + base + " --json --stream off");
+  REQUIRE(s.rc == 0);
+  REQUIRE(m.rc == 0);
+  json js = json::parse(s.out), jm = json::parse(m.out);
+  CHECK(js["reuse"]["handoffs_computed"] == false);
+  CHECK(jm["reuse"]["handoffs_computed"] == true);
+  CHECK(jm["reuse"]["handoff_count"].get<int>() > 0);  // so the hand-off search is not vacuous
+  js.erase("reuse");
+  jm.erase("reuse");
+  CHECK(js == jm);
+
+  // Two traces are the ranks of one run: each recorded device 0, so they become devices 0 and 1,
+  // and a comma-joined argument is the same as two arguments.
+  auto r2 = run_cli("plan " + base + " " + reuse + " --json --stream on");
+  auto r2m = run_cli("plan " + base + "," + reuse + " --json --stream off");
+  REQUIRE(r2.rc == 0);
+  REQUIRE(r2m.rc == 0);
+  json a = json::parse(r2.out), b = json::parse(r2m.out);
+  REQUIRE(a["devices"].size() == 2);
+  CHECK(a["devices"][0]["peak_activation_bytes"] == jm["peak_activation_bytes"]);
+  json one = json::parse(run_cli("plan " + reuse + " --json").out);
+  CHECK(a["devices"][1]["peak_activation_bytes"] == one["peak_activation_bytes"]);
+  CHECK(a["devices"][0]["allocations"] == jm["allocations"]);
+  CHECK(a["devices"][1]["allocations"] == one["allocations"]);
+  // Run-level figures are the largest rank's (docs/planner.md).
+  CHECK(a["allocations"].get<uint64_t>() == std::max(jm["allocations"].get<uint64_t>(), one["allocations"].get<uint64_t>()));
+  a.erase("reuse");
+  b.erase("reuse");
+  CHECK(a == b);
+
+  auto fixes = run_cli("plan " + base + " --stream on --fixes");
+  CHECK(fixes.rc == 2);
+  CHECK(fixes.err.find("--fixes needs the whole trace in memory") != std::string::npos);
+
+  auto dir = moeprof::testing::temp_dir("cli_stream_export");
+  const std::string f1 = (dir / "s.jsonl").string(), f2 = (dir / "m.jsonl").string();
+  auto e1 = run_cli("export " + base + " --out-jsonl '" + f1 + "' --stream on --json");
+  auto e2 = run_cli("export " + base + " --out-jsonl '" + f2 + "' --stream off");
+  REQUIRE(e1.rc == 0);
+  REQUIRE(e2.rc == 0);
+  CHECK(json::parse(e1.out)["records"] == count_lines(moeprof::testing::slurp(f2)) - 1);  // one header line
+  CHECK(moeprof::testing::slurp(f1) == moeprof::testing::slurp(f2));
 }

@@ -3,6 +3,7 @@
 // one written back with offsets parses to the same buffers (round trip); the solver's plan (greedy
 // only, to stay fast) passes the independent checker and is no smaller than LOAD, or the solver
 // refuses the input as bad input (sizes that sum past 2^63, alignments that overflow).
+#include "core/checked.h"
 #include "planner/arena.h"
 #include "planner/arena_csv.h"
 #include "planner/arena_solver.h"

@@ -4,6 +4,7 @@
 // check an equal pass, fails only for a failed or incomplete run; a copy with one figure changed
 // by one byte never passes at zero tolerance (a PASS means equal figures); the proposed baseline
 // parses back to the same document (round trip); every rendering of the verdict works.
+#include "core/checked.h"
 #include "reports/gate.h"
 #include "reports/report_file.h"
 #include "tests/fuzz/fuzz_util.h"

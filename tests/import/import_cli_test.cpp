@@ -60,7 +60,7 @@ TEST_CASE("import cli: converts a snapshot, prints the replay, and plan reads th
   auto text = run_cli("import " + q(in) + " --out " + q(out) + " --free-on requested --top 2");
   REQUIRE(text.rc == 0);
   CHECK(text.out.find("frees on free_requested") != std::string::npos);
-  CHECK(text.out.find("replayed peak         13,708,378 B") != std::string::npos);
+  CHECK(text.out.find("replayed peak          13.7 MB  (13,708,378 B)") != std::string::npos);
   CHECK(text.out.find("schätzen_bad\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdname (übung.py:12)") != std::string::npos);
   CHECK(text.out.find("anomalies in the replay: none") != std::string::npos);
 

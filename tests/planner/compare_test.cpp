@@ -1,6 +1,9 @@
 // compare(): signed deltas, category and scope deltas, allocations present in only one run.
 #include <catch2/catch.hpp>
 
+#include <map>
+#include <string>
+
 #include "planner/analysis.h"
 #include "tests/planner/trace_builder.h"
 
@@ -96,4 +99,59 @@ TEST_CASE("compare: swapping the runs negates every delta", "[planner][compare]"
   CHECK(same.only_in_baseline.empty());
   CHECK(same.only_in_candidate.empty());
   for (const auto& s : same.scope_deltas) CHECK(s.delta == 0);
+}
+
+TEST_CASE("compare: the live-at-peak diff, tensor by tensor, sums to the change of the peak", "[planner][compare]") {
+  RunAnalysis base = analyze(baseline_trace());
+  RunAnalysis cand = analyze(candidate_trace());
+  const LiveDiff d = compare(base, cand).live_at_peak_diff;
+  CHECK(d.baseline_bytes == 250);
+  CHECK(d.candidate_bytes == 150);
+  CHECK(d.unchanged_tensors == 2);  // x and h
+  CHECK(d.unchanged_bytes == 150);
+  REQUIRE(d.rows.size() == 1);
+  CHECK(d.rows[0].change == LiveChange::kNotAllocated);  // the candidate never allocates layer.0/moe out
+  CHECK(d.rows[0].name == "out");
+  CHECK(d.rows[0].baseline_scope == "layer.0/moe");
+  CHECK(d.rows[0].delta == -100);
+  CHECK(d.delta == -100);
+
+  // Another layer's instance of a tensor is "moved"; another size "resized"; a tensor the other run
+  // allocates but does not hold at its peak "freed" / "added"; one it never allocates "new".
+  TraceBuilder a("a");
+  a.alloc(1, 0x1, 100, Category::kActivation, "layer.3/attn", "q");
+  a.alloc(2, 0x2, 40, Category::kActivation, "layer.3/moe", "router");
+  a.alloc(3, 0x3, 64, Category::kActivation, "layer.3/moe", "buf");
+  a.alloc(4, 0x4, 8, Category::kWorkspace, "layer.3/moe", "ws");  // peak 212
+  a.free(5, 0x4);
+  a.free(6, 0x1);
+  a.alloc(7, 0x5, 30, Category::kActivation, "layer.3", "late");
+  TraceBuilder b("b");
+  b.alloc(1, 0x1, 8, Category::kWorkspace, "layer.4/moe", "ws");
+  b.free(2, 0x1);
+  b.alloc(3, 0x2, 100, Category::kActivation, "layer.4/attn", "q");
+  b.alloc(4, 0x3, 50, Category::kActivation, "layer.4/moe", "router");
+  b.alloc(5, 0x4, 30, Category::kActivation, "layer.4", "late");
+  b.alloc(6, 0x5, 7, Category::kActivation, "layer.4", "extra");  // peak 187
+  RunAnalysis ra = analyze(a.trace), rb = analyze(b.trace);
+  REQUIRE(ra.peak_activation_bytes == 212);
+  REQUIRE(rb.peak_activation_bytes == 187);
+  const LiveDiff e = compare(ra, rb).live_at_peak_diff;
+  CHECK(e.unchanged_tensors == 0);
+  std::map<std::string, std::pair<LiveChange, int64_t>> by_name;
+  int64_t sum = 0;
+  for (const auto& r : e.rows) {
+    by_name[r.name] = {r.change, r.delta};
+    sum += r.delta;
+  }
+  CHECK(by_name["q"] == std::make_pair(LiveChange::kMoved, int64_t{0}));
+  CHECK(by_name["router"] == std::make_pair(LiveChange::kResized, int64_t{10}));
+  CHECK(by_name["buf"] == std::make_pair(LiveChange::kNotAllocated, int64_t{-64}));
+  CHECK(by_name["ws"] == std::make_pair(LiveChange::kFreed, int64_t{-8}));
+  CHECK(by_name["late"] == std::make_pair(LiveChange::kAdded, int64_t{30}));
+  CHECK(by_name["extra"] == std::make_pair(LiveChange::kNew, int64_t{7}));
+  CHECK(sum == -25);
+  CHECK(sum == static_cast<int64_t>(rb.peak_activation_bytes) - static_cast<int64_t>(ra.peak_activation_bytes));
+  // Largest change first.
+  CHECK(e.rows.front().name == "buf");
 }

@@ -3,7 +3,7 @@
 // line the program prints: exact peak per device of the program's own allocations (replayed by
 // planner::analyze without the driver's CUDA-graph memory), the graph memory apart, every known
 // allocation with its scope, name, category and thread, kernels, no dropped records. One CPU test
-// runs `moeprof trace --report-json` on a hand-made trace. Binaries are found next to this test
+// runs `moeprof trace --out-json` on a hand-made trace. Binaries are found next to this test
 // (and ../../src/cli for moeprof and libmoeprof_inject.so), so a build tree can be moved.
 #include <catch2/catch.hpp>
 
@@ -284,7 +284,7 @@ TEST_CASE("a second CUPTI subscriber is reported clearly", "[gpu][profiler]") {
   fs::remove(inproc);
 }
 
-TEST_CASE("moeprof trace --report-json replays each trace with the planner", "[profiler][cli]") {
+TEST_CASE("moeprof trace --out-json replays each trace with the planner", "[profiler][cli]") {
   // CPU only: the command (cp) writes a hand-made trace where the traced program's would be.
   fs::path moeprof = cli_dir() / "moeprof";
   if (!fs::exists(moeprof) || !fs::exists(cli_dir() / "libmoeprof_inject.so")) {
@@ -323,7 +323,7 @@ TEST_CASE("moeprof trace --report-json replays each trace with the planner", "[p
   t.dropped_records = 3;
   const std::string src = tmp("report_src.mtrace"), out = tmp("report.mtrace"), json = tmp("report.json");
   REQUIRE(write_trace(src, t).is_ok());
-  RunResult r = run(moeprof.string() + " trace --report --report-json " + json + " --out " + out + " -- cp " + src +
+  RunResult r = run(moeprof.string() + " trace --report --out-json " + json + " --out " + out + " -- cp " + src +
                     " " + out);
   INFO(r.out);
   REQUIRE(r.rc == 0);
@@ -399,7 +399,17 @@ TEST_CASE("moeprof trace --report-json replays each trace with the planner", "[p
   // The text report.
   CHECK(r.out.find("device 0: peak 5.1 kB at 20 ns (program 1.1 kB: stream-ordered alone 1.0 kB, cudaMalloc alone 100 B)") !=
         std::string::npos);
+  // --json: the same document on stdout, after the command (stderr to a file of its own).
+  const std::string stdout_json = tmp("report.stdout.json"), err = tmp("report.stderr");
+  RunResult rj = run("(" + moeprof.string() + " trace --json --out " + out + " -- cp " + src + " " + out + " > " + stdout_json + " 2> " + err + ")");
+  REQUIRE(rj.rc == 0);
+  std::ifstream fj(stdout_json);
+  nlohmann::json on_stdout = nlohmann::json::parse(fj);
+  CHECK(on_stdout["kind"] == "trace_report");
+  CHECK(on_stdout["traces"][0]["all"] == j["all"]);
   fs::remove(src);
   fs::remove(out);
   fs::remove(json);
+  fs::remove(stdout_json);
+  fs::remove(err);
 }

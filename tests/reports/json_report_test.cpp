@@ -44,7 +44,7 @@ ordered_json golden_report() {
 TEST_CASE("regenerate golden files", "[.regen]") {
   REQUIRE(write_trace(testing::golden_dir() + "/baseline.mtrace", testing::golden_trace(false)).is_ok());
   REQUIRE(write_trace(testing::golden_dir() + "/reuse.mtrace", testing::golden_trace(true)).is_ok());
-  testing::spit(testing::golden_dir() + "/report.expected.json", golden_report().dump(2) + "\n");
+  testing::spit(testing::golden_dir() + "/report.expected.json", reports::report_text(golden_report()));
 }
 
 TEST_CASE("checked-in golden traces are what the generator writes", "[golden]") {
@@ -199,18 +199,53 @@ TEST_CASE("read_report validates version and required keys", "[report]") {
 
 TEST_CASE("markdown report lists runs and the comparison", "[report]") {
   std::string md = reports::report_markdown(golden_report());
-  CHECK(md.find("| baseline | baseline | golden-tiny | 7 | 1/2 (emulated) | cpu | 2,296 (2.3 kB) | 13,796 (13.8 kB) | 15,753 (15.8 kB) | 10 | 0 |") !=
-        std::string::npos);
-  CHECK(md.find("| reuse | reuse | golden-tiny | 7 | 1/2 (emulated) | cpu | 1,957 (2.0 kB)") != std::string::npos);
+  CHECK(md.find("| baseline | baseline | golden-tiny | 7 | 1/2 (emulated) | cpu | 2.3 kB (2,296 B) | 13.8 kB (13,796 B) | "
+                "15.8 kB (15,753 B) | 10 | 0 |") != std::string::npos);
+  CHECK(md.find("| reuse | reuse | golden-tiny | 7 | 1/2 (emulated) | cpu | 2.0 kB (1,957 B)") != std::string::npos);
   // The run notes name the emulated TP and the shared weights.
   CHECK(md.find("> **baseline**: TP emulated: one device ran rank 1's shapes of TP=2") != std::string::npos);
   CHECK(md.find("> **baseline**: weights: shared") != std::string::npos);
   const std::string html = reports::report_html(golden_report());
   CHECK(html.find("<td>1/2 (emulated)</td>") != std::string::npos);
   CHECK(html.find("<div class=\"note\"><b>baseline</b>: TP emulated") != std::string::npos);
-  CHECK(md.find("| peak activation | 2,296 (2.3 kB) | 1,957 (2.0 kB) | -339 B (-339) |") != std::string::npos);
-  CHECK(md.find("| layer.1/moe | moe_output | 672 (672 B) | 1 |") != std::string::npos);
+  // The comparison: A and B, both runs' figures in every row, the change.
+  CHECK(md.find("## Comparison: B = reuse against A = baseline") != std::string::npos);
+  CHECK(md.find("| peak activation | 2.3 kB (2,296 B) | 2.0 kB (1,957 B) | -339 B | -14.8% |") != std::string::npos);
+  CHECK(md.find("| churn | 15.8 kB (15,753 B) | 15.1 kB (15,081 B) | -672 B | -4.3% |") != std::string::npos);
+  CHECK(md.find("| allocations | 10 | 9 | -1 | -10.0% |") != std::string::npos);
+  CHECK(md.find("| layer.1/moe | moe_output | 672 B | 1 |") != std::string::npos);
   CHECK(md.find("3 dropped records") != std::string::npos);
+  // The live-at-peak diff, tensor by tensor, with its sum.
+  CHECK(md.find("| freed | moe_output | layer.0/moe | - | 7x48 | 672 B | - | -672 B |") != std::string::npos);
+  CHECK(md.find("| added | attn_workspace | - | layer.0/attn | 333 | - | 333 B | +333 B |") != std::string::npos);
+  CHECK(md.find("| **sum** | | | | | 672 B | 333 B | **-339 B** |") != std::string::npos);
+}
+
+TEST_CASE("comparison: the live-at-peak diff sums to the change of the peak", "[report]") {
+  const ordered_json c = golden_report()["comparison"];
+  CHECK(c["baseline_churn_bytes"] == 15753);
+  CHECK(c["candidate_churn_bytes"] == 15081);
+  CHECK(c["baseline_allocations"] == 10);
+  CHECK(c["candidate_allocations"] == 9);
+  CHECK(c["baseline_live_at_peak_by_category"]["communication"] == 672);
+  CHECK(c["candidate_live_at_peak_by_category"]["workspace"] == 333);
+  const auto& d = c["live_at_peak_diff"];
+  CHECK(d["baseline_bytes"] == 2296);
+  CHECK(d["candidate_bytes"] == 1957);
+  CHECK(d["unchanged_tensors"] == 3);  // x0, post_norm0, latent0
+  CHECK(d["unchanged_bytes"] == 672 + 672 + 280);
+  REQUIRE(d["rows"].size() == 2);
+  CHECK(d["rows"][0]["change"] == "freed");  // allocated in the candidate too, not live at its peak
+  CHECK(d["rows"][0]["name"] == "moe_output");
+  CHECK(d["rows"][0]["baseline_scope"] == "layer.0/moe");
+  CHECK(d["rows"][0]["delta_bytes"] == -672);
+  CHECK(d["rows"][1]["change"] == "added");
+  CHECK(d["rows"][1]["name"] == "attn_workspace");
+  CHECK(d["rows"][1]["delta_bytes"] == 333);
+  int64_t sum = 0;
+  for (const auto& r : d["rows"]) sum += r["delta_bytes"].get<int64_t>();
+  CHECK(sum == c["peak_activation_delta_bytes"].get<int64_t>());
+  CHECK(d["delta_bytes"] == c["peak_activation_delta_bytes"]);
 }
 
 TEST_CASE("html report is self-contained and embeds the data", "[report]") {
@@ -218,20 +253,29 @@ TEST_CASE("html report is self-contained and embeds the data", "[report]") {
   doc["runs"][0]["extra"]["note"] = "</script><script>alert(1)</script>";
   std::string html = reports::report_html(doc);
   CHECK(html.rfind("<!DOCTYPE html>", 0) == 0);
-  CHECK(html.find("http://") == std::string::npos);
-  CHECK(html.find("https://") == std::string::npos);
-  CHECK(html.find("<link") == std::string::npos);
-  CHECK(html.find("<script src") == std::string::npos);
+  // Nothing that would load a resource: no link, no script or image source, no CSS url or import.
+  for (const char* s : {"<link", "<script src", "src=\"", "<img", "url(", "@import", "<iframe"}) {
+    INFO(s);
+    CHECK(html.find(s) == std::string::npos);
+  }
   const std::string open = "<script type=\"application/json\" id=\"moeprof-data\">";
   auto a = html.find(open);
   REQUIRE(a != std::string::npos);
   auto b = html.find("</script>", a);
   REQUIRE(b != std::string::npos);
-  ordered_json embedded = ordered_json::parse(html.substr(a + open.size(), b - a - open.size()));
+  std::string data = html.substr(a + open.size(), b - a - open.size());
+  for (size_t p; (p = data.find("<\\/")) != std::string::npos;) data.replace(p, 3, "</");
+  ordered_json embedded = ordered_json::parse(data);
   CHECK(embedded == doc);
-  CHECK(html.find("<polyline class=\"s-act\"") != std::string::npos);
-  CHECK(html.find("<polyline class=\"s-total\"") != std::string::npos);
-  CHECK(html.find("id=\"delta-peak-activation\"><span class=\"better\" title=\"-339 bytes\">-339 B</span>") != std::string::npos);
+  // The charts are drawn by the inlined script (uPlot and page.js) from each run's memory_timeline.
+  CHECK(html.find("id=\"timeline-charts\"") != std::string::npos);
+  CHECK(html.find("var uPlot=") != std::string::npos);
+  CHECK(doc["runs"][0]["memory_timeline"]["allocations"].size() == 10);
+  CHECK(html.find("id=\"delta-peak-activation\"><span class=\"better\" data-bytes=\"-339\" title=\"-339 B\">-339 B</span>") !=
+        std::string::npos);
+  // The diff table's rows and its sum row.
+  CHECK(html.find("<td class=\"change change-freed\">freed</td><td>moe_output") != std::string::npos);
+  CHECK(html.find("id=\"diff-sum\"><span class=\"better\" data-bytes=\"-339\"") != std::string::npos);
 }
 
 TEST_CASE("the TP column says emulated, or all ranks for a merged multi-GPU trace", "[report]") {
@@ -242,4 +286,52 @@ TEST_CASE("the TP column says emulated, or all ranks for a merged multi-GPU trac
   CHECK(reports::run_tp_label(run) == "all 2 ranks of 2");
   run["extra"] = ordered_json::object();
   CHECK(reports::run_tp_label(run) == "0/2");
+}
+
+namespace {
+// Bytes of the listed allocations of a memory_timeline live at replay position p.
+uint64_t listed_live_at(const ordered_json& mt, uint64_t p, bool activation_only) {
+  uint64_t sum = 0;
+  for (const auto& r : mt["allocations"]) {
+    const std::string cat = mt["categories"][r[3].get<size_t>()];
+    const bool act = cat == "activation" || cat == "workspace" || cat == "communication" || cat == "unknown";
+    const int64_t f = r[1].get<int64_t>();
+    if (r[0].get<uint64_t>() <= p && (f < 0 || p < static_cast<uint64_t>(f)) && (act || !activation_only)) sum += r[2].get<uint64_t>();
+  }
+  return sum;
+}
+}  // namespace
+
+TEST_CASE("memory_timeline: allocations, layer axis, peak exact when smaller ones are summarized", "[report][timeline]") {
+  auto runs = golden_runs();
+  const ordered_json mt = reports::memory_timeline_json(runs[0]);
+  REQUIRE(mt.is_object());
+  CHECK(mt["axis"]["unit"] == "layer");
+  // Layer k starts at x = k, at its first activation allocation; the set-up before it at x = -1.
+  bool l0 = false, l1 = false;
+  for (const auto& l : mt["axis"]["labels"]) {
+    l0 |= l[0] == 0.0 && l[1] == "layer.0";
+    l1 |= l[0] == 1.0 && l[1] == "layer.1";
+  }
+  CHECK(l0);
+  CHECK(l1);
+  CHECK(mt["allocations"].size() == 10);
+  CHECK(mt["summarized"]["allocations"] == 0);
+  const uint64_t p = mt["peak"]["position"];
+  CHECK(mt["peak"]["activation_bytes"] == 2296);
+  CHECK(listed_live_at(mt, p, true) == 2296);
+  CHECK(listed_live_at(mt, p, false) == 13796);
+  // Only the 3 largest listed: the rest is summarized per panel, exact at the peak.
+  reports::TimelineOptions small;
+  small.max_allocations = 3;
+  const ordered_json ms = reports::memory_timeline_json(runs[0], small);
+  CHECK(ms["allocations"].size() == 3);
+  CHECK(ms["summarized"]["allocations"] == 7);
+  CHECK(listed_live_at(ms, p, true) + ms["summarized"]["activation_bytes_at_peak"].get<uint64_t>() == 2296);
+  bool has_peak = false;
+  for (const auto& pt : ms["summarized"]["activation"]) has_peak |= pt[0] == p;
+  CHECK(has_peak);
+  CHECK(reports::layer_of_scope("model/layers.3/attn") == 3);
+  CHECK(reports::layer_of_scope("blk.12") == 12);
+  CHECK(reports::layer_of_scope("model/embed") == -1);
 }

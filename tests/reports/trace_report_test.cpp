@@ -1,4 +1,4 @@
-// The trace report (`moeprof trace --report-json`), built in reports/: figures equal the planner's,
+// The trace report (`moeprof trace --out-json`), built in reports/: figures equal the planner's,
 // one document with a version, written for the schema check (reports_schema_trace).
 #include <catch2/catch.hpp>
 

@@ -1,0 +1,162 @@
+#include "reports/text_report.h"
+
+#include <fmt/format.h>
+
+#include "reports/format.h"
+#include "reports/report_file.h"
+
+namespace moeprof::reports {
+
+using nlohmann::ordered_json;
+
+namespace {
+
+std::string scope_name(const std::string& s) { return s.empty() ? "(unscoped)" : s; }
+
+// "-539.0 MB (-538,968,064 B)"; exact alone below 1 kB.
+std::string change_exact(int64_t d) {
+  const uint64_t mag = d < 0 ? -static_cast<uint64_t>(d) : static_cast<uint64_t>(d);
+  if (mag < 1000) return format_delta_bytes(d);
+  return fmt::format("{} ({}{})", format_delta_bytes(d), d < 0 ? "-" : "+", format_exact_bytes(mag));
+}
+std::string bytes_exact(uint64_t b) { return b < 1000 ? format_bytes(b) : fmt::format("{} ({})", format_bytes(b), format_exact_bytes(b)); }
+
+}  // namespace
+
+std::string comparison_text(const ordered_json& c, const std::string& a_file, const std::string& b_file) {
+  const std::string a = json_str(c, "baseline"), b = json_str(c, "candidate");
+  std::string out;
+  // Warnings first (a failed, truncated or empty run: its figures are lower bounds).
+  if (c.contains("warnings") && c["warnings"].is_array())
+    for (const auto& w : c["warnings"])
+      if (w.is_string()) out += "warning: " + w.get<std::string>() + "\n";
+  out += fmt::format("A: run {} ({})\nB: run {} ({})\nchanges are B - A (negative: B uses less)\n\n", a, a_file, b, b_file);
+  out += fmt::format("  {:<34} {:>16} {:>16} {:>30} {:>8}\n", "", "A", "B", "B - A", "%");
+  auto row = [&](const std::string& what, uint64_t va, uint64_t vb, int64_t d) {
+    out += fmt::format("  {:<34} {:>16} {:>16} {:>30} {:>8}\n", what, format_bytes(va), format_bytes(vb), change_exact(d), format_percent(d, va));
+  };
+  row("peak activation", json_u64(c, "baseline_peak_activation_bytes"), json_u64(c, "candidate_peak_activation_bytes"),
+      json_i64(c, "peak_activation_delta_bytes"));
+  row("peak total", json_u64(c, "baseline_peak_total_bytes"), json_u64(c, "candidate_peak_total_bytes"), json_i64(c, "peak_total_delta_bytes"));
+  row("churn", json_u64(c, "baseline_churn_bytes"), json_u64(c, "candidate_churn_bytes"), json_i64(c, "churn_delta_bytes"));
+  const int64_t da = json_i64(c, "allocations_delta");
+  out += fmt::format("  {:<34} {:>16} {:>16} {:>30} {:>8}\n", "allocations", with_commas_u(json_u64(c, "baseline_allocations")),
+                     with_commas_u(json_u64(c, "candidate_allocations")), (da > 0 ? "+" : "") + with_commas(da),
+                     format_percent(da, json_u64(c, "baseline_allocations")));
+  if (c.contains("live_at_peak_delta_by_category") && c.contains("baseline_live_at_peak_by_category")) {
+    for (const auto& [cat, v] : c["live_at_peak_delta_by_category"].items()) {
+      const uint64_t va = json_u64(c["baseline_live_at_peak_by_category"], cat.c_str());
+      const uint64_t vb = json_u64(c["candidate_live_at_peak_by_category"], cat.c_str());
+      if (va || vb) row("live at the activation peak: " + cat, va, vb, v.get<int64_t>());
+    }
+  }
+  if (c.contains("live_at_peak_diff") && c["live_at_peak_diff"].is_object()) {
+    const auto& d = c["live_at_peak_diff"];
+    out += fmt::format("\nlive at the peak, tensor by tensor ({} tensor(s), {}, unchanged at both peaks):\n",
+                       with_commas_u(json_u64(d, "unchanged_tensors")), format_bytes(json_u64(d, "unchanged_bytes")));
+    out += fmt::format("  {:<14} {:<26} {:<28} {:<28} {:>12} {:>12} {:>30}\n", "change", "tensor", "scope in A", "scope in B", "A", "B", "B - A");
+    for (const auto& r : d["rows"]) {
+      auto cell = [&](const char* key) { return json_u64(r, key) ? format_bytes(json_u64(r, key)) : std::string("-"); };
+      auto scope = [&](const char* key) { return json_str(r, key).empty() ? std::string("-") : json_str(r, key); };
+      out += fmt::format("  {:<14} {:<26} {:<28} {:<28} {:>12} {:>12} {:>30}\n", json_str(r, "change"), json_str(r, "name"), scope("baseline_scope"),
+                         scope("candidate_scope"), cell("baseline_bytes"), cell("candidate_bytes"), change_exact(json_i64(r, "delta_bytes")));
+    }
+    out += fmt::format("  {:<14} {:<26} {:<28} {:<28} {:>12} {:>12} {:>30}\n", "sum", "", "", "",
+                       format_bytes(json_u64(d, "baseline_bytes") - json_u64(d, "unchanged_bytes")),
+                       format_bytes(json_u64(d, "candidate_bytes") - json_u64(d, "unchanged_bytes")), change_exact(json_i64(d, "delta_bytes")));
+  }
+  if (c.contains("scope_deltas") && !c["scope_deltas"].empty()) {
+    out += fmt::format("\nscopes whose high-water changed:\n  {:<44} {:>16} {:>16} {:>16} {:>28}\n", "scope", "activation hw A", "activation hw B",
+                       "B - A", "high-water (all) B - A");
+    for (const auto& s : c["scope_deltas"])
+      out += fmt::format("  {:<44} {:>16} {:>16} {:>16} {:>28}\n", scope_name(json_str(s, "scope")),
+                         format_bytes(json_u64(s, "baseline_activation_high_water_bytes")),
+                         format_bytes(json_u64(s, "candidate_activation_high_water_bytes")), format_delta_bytes(json_i64(s, "activation_delta_bytes")),
+                         format_delta_bytes(json_i64(s, "delta_bytes")));
+  }
+  for (const auto& [key, who] : {std::pair{"only_in_baseline", "A"}, std::pair{"only_in_candidate", "B"}}) {
+    if (!c.contains(key) || c[key].empty()) continue;
+    out += fmt::format("\nallocations only {} makes ({} in all):\n", who, format_bytes(json_u64(c, (std::string(key) + "_bytes").c_str())));
+    for (const auto& g : c[key])
+      out += fmt::format("  {:>7} x {:>12}  {} {}\n", with_commas_u(json_u64(g, "count")), format_bytes(json_u64(g, "bytes")),
+                         scope_name(json_str(g, "scope")), json_str(g, "name"));
+  }
+  return out;
+}
+
+std::vector<std::string> run_warnings(const ordered_json& r) {
+  std::vector<std::string> w;
+  const std::string name = "run " + json_str(r, "name");
+  const std::string error = r.contains("extra") ? json_str(r["extra"], "error") : std::string();
+  if (!error.empty()) w.push_back(fmt::format("{} failed: {}: the figures cover only what ran before the failure", name, error));
+  if (r.value("truncated", false))
+    w.push_back(fmt::format("{}: the trace is {}: the figures cover the part read", name,
+                            json_str(r, "truncation_note").empty() ? "truncated" : json_str(r, "truncation_note")));
+  if (json_u64(r, "dropped_records"))
+    w.push_back(fmt::format("{}: {} dropped records: the figures are lower bounds", name, with_commas_u(json_u64(r, "dropped_records"))));
+  if (json_u64(r, "allocations") == 0) w.push_back(fmt::format("{}: no allocations recorded", name));
+  return w;
+}
+
+std::string run_text(const ordered_json& r) {
+  std::string out;
+  // Warnings first: a failed run's or a truncated trace's figures cover only the part read.
+  for (const auto& w : run_warnings(r)) out += "warning: " + w + "\n";
+  for (const auto& n : run_notes(r)) out += "note: " + n + "\n";
+  auto or_dash = [&](const char* key) { return json_str(r, key).empty() ? std::string("-") : json_str(r, key); };
+  out += fmt::format("run {}: mode {}, model {}, {} tokens, TP {}, backend {}{}\n", json_str(r, "name"), or_dash("mode"), or_dash("model"),
+                     with_commas(json_i64(r, "tokens")), run_tp_label(r), or_dash("backend"),
+                     json_str(r, "device_name").empty() ? "" : " (" + json_str(r, "device_name") + ")");
+  // A trace with no allocation has no peak to headline: "none recorded", never a misleading 0 B.
+  const bool nothing = json_u64(r, "allocations") == 0;
+  auto figure = [&](const char* key) { return nothing ? std::string("none recorded") : bytes_exact(json_u64(r, key)); };
+  out += fmt::format("  peak activation  {}\n", figure("peak_activation_bytes"));
+  out += fmt::format("  peak total       {}\n", figure("peak_total_bytes"));
+  out += fmt::format("  churn            {}\n", figure("churn_bytes"));
+  out += fmt::format("  allocations      {}\n", with_commas_u(json_u64(r, "allocations")));
+  const auto& live = r["live_at_peak"];
+  if (!live["device"].is_number()) {
+    out += "\nno allocation was replayed: there is no peak\n";
+  } else {
+    out += fmt::format("\nlive at the activation peak (device {}, at t = {} ns):\n", json_u64(live, "device"),
+                       with_commas_u(json_u64(live, "timestamp_ns")));
+    for (const auto& [cat, v] : live["by_category"].items())
+      if (v.get<uint64_t>()) out += fmt::format("  {:<14} {}\n", cat, bytes_exact(v.get<uint64_t>()));
+  }
+  if (live.contains("top") && !live["top"].empty()) {
+    out += "\nlargest live allocations at the peak:\n";
+    for (const auto& e : live["top"])
+      out += fmt::format("  {:>12}  {:<12} {:<28} {:<40} {}{}\n", format_bytes(json_u64(e, "bytes")), json_str(e, "category"), json_str(e, "name"),
+                         scope_name(json_str(e, "scope")), json_str(e, "shape"), e.value("held_after_last_use", false) ? "  [held after last use]" : "");
+    if (json_u64(live, "omitted_entries"))
+      out += fmt::format("  ... {} more ({})\n", with_commas_u(json_u64(live, "omitted_entries")), format_bytes(json_u64(live, "omitted_bytes")));
+  }
+  if (!r["scopes"].empty()) {
+    out += "\nscopes by activation high-water:\n";
+    for (const auto& s : r["scopes"])
+      out += fmt::format("  {:>12}  {:<48} live at the peak {}, churn {}, {} allocations\n", format_bytes(json_u64(s, "activation_high_water_bytes")),
+                         scope_name(json_str(s, "scope")), format_bytes(json_u64(s, "live_at_activation_peak_bytes")),
+                         format_bytes(json_u64(s, "allocated_bytes")), with_commas_u(json_u64(s, "allocations")));
+  }
+  if (r["reuse"].is_object() && (r["reuse"].value("has_uses", false) || json_u64(r["reuse"], "handoff_count"))) {
+    const auto& u = r["reuse"];
+    out += "\nreuse findings:\n";
+    out += fmt::format("  held after last use at the peak: {}\n", format_bytes(json_u64(u, "held_after_last_use_bytes")));
+    out += fmt::format("  never used, live at the peak:    {}\n", format_bytes(json_u64(u, "never_used_at_peak_bytes")));
+    if (!u.value("handoffs_computed", true))
+      out += "  hand-off opportunities: not searched (a streamed analysis; --stream off searches them)\n";
+    else
+      out += fmt::format("  hand-off opportunities: {} ({} in all, {} at the peak)\n", with_commas_u(json_u64(u, "handoff_count")),
+                         format_bytes(json_u64(u, "handoff_bytes")), format_bytes(json_u64(u, "handoff_bytes_at_activation_peak")));
+  }
+  std::vector<std::string> notes;
+  for (const auto& [k, v] : r["anomalies"].items())
+    if (k != "total" && k != "never_freed_bytes" && v.get<uint64_t>()) notes.push_back(fmt::format("{} {}", with_commas_u(v.get<uint64_t>()), k));
+  if (json_u64(r, "dropped_records")) notes.push_back(fmt::format("{} dropped records", with_commas_u(json_u64(r, "dropped_records"))));
+  if (r.value("truncated", false)) notes.push_back("trace truncated");
+  if (r.contains("extra") && !json_str(r["extra"], "error").empty()) notes.push_back("run failed: " + json_str(r["extra"], "error"));
+  out += fmt::format("\nanomalies: {}\n", notes.empty() ? "none" : fmt::format("{}", fmt::join(notes, "; ")));
+  return out;
+}
+
+}  // namespace moeprof::reports
