@@ -80,6 +80,7 @@ void check_meta_differences(const nlohmann::ordered_json& b, const nlohmann::ord
     res->notes.push_back(fmt::format("run {}: {} differs (baseline {}, current {}): another workload{}", run, key,
                                      show_value(b[key]), show_value(c[key]),
                                      opts.allow_config_change ? " (allowed by --allow-config-change)" : ", the gate fails"));
+    res->issues.push_back({run, "workload_change", res->notes.back(), !opts.allow_config_change});
   }
   for (const char* key : {"mode", "backend"}) {
     if (b.contains(key) && c.contains(key) && b[key] != c[key])
@@ -94,6 +95,7 @@ void check_failed_run(const nlohmann::ordered_json& run, const char* which, Gate
   ++res->failed_runs;
   ++res->failures;
   res->notes.push_back(fmt::format("{} run {} failed ({}): its figures are not evidence", which, json_str(run, "name"), error));
+  res->issues.push_back({json_str(run, "name"), "failed_run", res->notes.back(), true});
 }
 
 }  // namespace
@@ -147,6 +149,7 @@ GateResult run_gate(const ReportFile& baseline, const ReportFile& current, const
                           (crun.value("truncated", false) ? std::string("truncated") : std::string("not truncated")) +
                           ", " + std::to_string(dropped) + " dropped records): its figures are lower bounds" +
                           (opts.allow_incomplete ? " (allowed by --allow-incomplete)" : ""));
+      res.issues.push_back({crun["name"].get<std::string>(), "incomplete_trace", res.notes.back(), !opts.allow_incomplete});
     }
   }
   for (const auto& crun : current.runs()) {
@@ -260,6 +263,9 @@ nlohmann::ordered_json gate_json(const GateResult& r, const GateOptions& opts) {
   j["missing"] = r.missing;
   j["new_runs"] = r.new_runs;
   j["incomplete_runs"] = r.incomplete;
+  j["failed_runs"] = r.failed_runs;
+  j["workload_changes"] = r.config_changes;
+  j["allow_config_change"] = opts.allow_config_change;
   nlohmann::ordered_json checks = nlohmann::ordered_json::array();
   for (const auto& c : r.checks) {
     nlohmann::ordered_json e;
@@ -274,17 +280,24 @@ nlohmann::ordered_json gate_json(const GateResult& r, const GateOptions& opts) {
     checks.push_back(std::move(e));
   }
   j["checks"] = checks;
+  nlohmann::ordered_json issues = nlohmann::ordered_json::array();
+  for (const auto& i : r.issues) issues.push_back({{"run", i.run}, {"kind", i.kind}, {"message", i.message}, {"failed", i.failed}});
+  j["issues"] = issues;
   j["notes"] = r.notes;
   return j;
 }
 
 std::string gate_junit(const GateResult& r, const GateOptions& opts) {
+  // One testcase per run and metric, plus one per evidence issue (a failed run, an incomplete
+  // trace, another workload): a CI that reads only the JUnit file sees every reason the gate failed.
   int failures = 0;
   for (const auto& c : r.checks) failures += c.failed;
+  for (const auto& i : r.issues) failures += i.failed;
+  const size_t tests = r.checks.size() + r.issues.size();
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  out += fmt::format("<testsuites name=\"moeprof-gate\" tests=\"{}\" failures=\"{}\" errors=\"0\">\n", r.checks.size(), failures);
+  out += fmt::format("<testsuites name=\"moeprof-gate\" tests=\"{}\" failures=\"{}\" errors=\"0\">\n", tests, failures);
   out += fmt::format("  <testsuite name=\"moeprof-gate\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"0\">\n",
-                     r.checks.size(), failures);
+                     tests, failures);
   out += fmt::format("    <properties><property name=\"tolerance\" value=\"{}\"/></properties>\n",
                      xml_escape(tolerance_text(opts)));
   for (const auto& c : r.checks) {
@@ -296,6 +309,14 @@ std::string gate_junit(const GateResult& r, const GateOptions& opts) {
     } else {
       out += fmt::format(">\n      <system-out>{}</system-out>\n    </testcase>\n", xml_escape(msg));
     }
+  }
+  for (const auto& i : r.issues) {
+    out += fmt::format("    <testcase classname=\"moeprof.gate.{}\" name=\"{}\" time=\"0\"", xml_escape(i.run), i.kind);
+    if (i.failed)
+      out += fmt::format(">\n      <failure message=\"{}\" type=\"{}\">{}</failure>\n    </testcase>\n", xml_escape(i.message), i.kind,
+                         xml_escape(i.message));
+    else
+      out += fmt::format(">\n      <system-out>{}</system-out>\n    </testcase>\n", xml_escape(i.message));
   }
   out += "  </testsuite>\n</testsuites>\n";
   return out;

@@ -50,8 +50,18 @@ struct GateCheck {
   bool failed = false;      // counts toward the verdict
 };
 
+// A finding about a run's evidence rather than its figures: the run failed, its trace is
+// incomplete, or it measured another workload. `failed` when it counts toward the verdict.
+struct GateRunIssue {
+  std::string run;
+  std::string kind;     // "failed_run", "incomplete_trace", "workload_change"
+  std::string message;  // one line, as in notes
+  bool failed = false;
+};
+
 struct GateResult {
   std::vector<GateCheck> checks;   // baseline run order, then new runs; metrics in option order
+  std::vector<GateRunIssue> issues;  // failed runs, then workload changes, then incomplete traces
   std::vector<std::string> notes;  // e.g. "run reuse: tokens differ (16384 vs 8192)"
   int regressions = 0;
   int improvements = 0;            // all improvements beyond tolerance (allowed or not)

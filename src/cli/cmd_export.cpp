@@ -92,7 +92,8 @@ void register_export(CLI::App& app, int* exit_code) {
         // Streamed (a copy could be larger than the trace), then checked: output lost to a full
         // disk or a closed pipe is never exit 0.
         Status st = jsonl_to(std::cout);
-        if (st) st = write_stdout("");
+        // A failed write to stdout is said as every subcommand says it (cli::write_stdout).
+        if (Status w = write_stdout(""); !w || !st) st = !w ? w : Status::run_failure("writing to standard output failed");
         if (!st) {
           std::cout.clear();
           *exit_code = fail("export", st);

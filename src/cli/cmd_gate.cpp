@@ -33,7 +33,7 @@ void register_gate(CLI::App& app, int* exit_code) {
   cmd->add_option("--baseline", args->baseline, "baseline JSON report")->required()->type_name("FILE");
   cmd->add_option("--current", args->current, "current JSON report")->required()->type_name("FILE");
   cmd->add_flag("--json", args->json, "print the verdict and every check as JSON on stdout");
-  cmd->add_option("--rel-tol", args->opts.rel_tol, "relative tolerance, a fraction of the baseline in [0, 1] (0.01 = 1%)")
+  cmd->add_option("--rel-tol", args->opts.rel_tol, "relative tolerance, a fraction of the baseline from 0 to 1 (0.01 = 1%)")
       ->type_name("X")
       ->capture_default_str();
   cmd->add_option("--abs-tol", args->abs_tol, "absolute tolerance in bytes, a whole number from 0 to 2^63-1")

@@ -29,6 +29,7 @@ struct Row {
   int rc;               // the documented exit code
   std::string expect;   // a substring of the line that says it (stderr; stdout for warnings)
   bool on_stdout = false;
+  std::string stdout_to;  // stdout goes here instead of being captured (shown as "> FILE")
   std::string shown;    // the line, for the table
 };
 
@@ -40,7 +41,7 @@ std::vector<Row>& table() {
 // Runs one row: exit code, a one-line message, the expected text; records it for the table.
 void check_row(Row row) {
   INFO(row.input << ": moeprof " << row.args);
-  auto r = run_cli(row.args);
+  auto r = run_cli(row.args, row.stdout_to);
   CHECK(r.rc == row.rc);
   const std::string& where = row.on_stdout ? r.out : r.err;
   if (!row.on_stdout && row.rc != 0 && row.rc != 1) CHECK(count_lines(r.err) == 1);
@@ -61,7 +62,7 @@ struct TableWriter {
       return o;
     };
     for (const auto& r : table()) {
-      std::string args = r.args;
+      std::string args = r.args + (r.stdout_to.empty() ? "" : " >" + r.stdout_to);
       auto shorten = [&](const std::string& from, const std::string& to) {
         for (size_t p; (p = args.find(from)) != std::string::npos;) args.replace(p, from.size(), to);
       };
@@ -101,7 +102,7 @@ TEST_CASE("hostile configs: each bad field exits 2 with one line naming it", "[c
 TEST_CASE("hostile traces: limits, corruption and truncation", "[cli][hostile]") {
   check_row({"trace: an allocation of 2^63 bytes", "plan " + seed("trace", "alloc-2p63.mtrace"), 2,
              "corrupt record: 9223372036854775808 bytes exceed the limit of 2^63-1 bytes"});
-  check_row({"trace: two allocations summing past 2^63-1 (churn wrapped to 0)", "report --json - " + seed("trace", "two-allocs-2p62.mtrace"), 2,
+  check_row({"trace: two allocations summing past 2^63-1 (churn wrapped to 0)", "report --json " + seed("trace", "two-allocs-2p62.mtrace"), 2,
              "the allocations add up to more than 2^63-1 bytes (at replay position 1): not a recording of real memory"});
   check_row({"trace: an allocation of 2^63-1 bytes, compared with a small trace", "compare " + seed("trace", "valid.mtrace") + " " + seed("trace", "max-bytes.mtrace"), 0,
              "+9,223,372,036,854.8 MB", true});
@@ -112,33 +113,46 @@ TEST_CASE("hostile traces: limits, corruption and truncation", "[cli][hostile]")
   check_row({"trace: an empty string (repeats string 0)", "plan " + seed("trace", "empty-string.mtrace"), 2,
              "corrupt string table: string 1 repeats string 0"});
   check_row({"trace: metadata with tokens 1e400", "plan " + seed("trace", "bad-meta.mtrace"), 2, "corrupt metadata"});
-  check_row({"trace: strings that are not UTF-8 (two of them read as U+FFFD)", "report --json - " + seed("trace", "not-utf8-names.mtrace"), 0,
+  check_row({"trace: strings that are not UTF-8 (two of them read as U+FFFD)", "report --json " + seed("trace", "not-utf8-names.mtrace"), 0,
              "\"name\": \"\xEF\xBF\xBD #3\"", true});
   check_row({"trace: out-of-order timestamps (0, 5, 2^63, 2^64-1)", "plan " + seed("trace", "out-of-order.mtrace"), 0, "peak total", true});
   check_row({"trace: an empty records frame", "plan " + seed("trace", "empty-records.mtrace"), 0,
              "warning: run seed: no allocations recorded", true});
   check_row({"trace: no END frame (the recorder was killed)", "plan " + seed("trace", "no-end.mtrace"), 0,
-             "warning: run seed: trace truncated: incomplete at byte offset", true});
+             "warning: run seed: the trace is incomplete at byte offset", true});
   check_row({"trace: compare of a truncated trace (said nothing)", "compare " + seed("trace", "no-end.mtrace") + " " + seed("trace", "valid.mtrace"), 0,
-             "warning: baseline run seed: trace truncated:", true});
+             "warning: baseline run seed: the trace is incomplete at byte offset", true});
   check_row({"trace: a failed run's trace (plan said \"anomalies: none\")", "plan " + seed("trace", "failed-run.mtrace"), 0,
              "warning: run seed failed: layer 1 moe: out of memory: the figures cover only what ran before the failure", true});
   check_row({"trace: a scope of 3,000 components", "plan " + seed("trace", "deep-scope.mtrace"), 0, "peak total", true});
+  // The streamed analysis (planner/stream.h) keeps the same rules.
+  check_row({"trace: no END frame, streamed", "plan --stream on " + seed("trace", "no-end.mtrace"), 0,
+             "warning: run seed: the trace is incomplete at byte offset", true});
+  check_row({"trace: compare of a truncated trace, streamed", "compare --stream on " + seed("trace", "no-end.mtrace") + " " + seed("trace", "valid.mtrace"), 0,
+             "warning: baseline run seed: the trace is incomplete at byte offset", true});
+  check_row({"trace: two allocations summing past 2^63-1, streamed", "plan --stream on " + seed("trace", "two-allocs-2p62.mtrace"), 2,
+             "the allocations add up to more than 2^63-1 bytes (at replay position 1): not a recording of real memory"});
+  check_row({"trace: a failed run's trace, streamed", "plan --stream on " + seed("trace", "failed-run.mtrace"), 0,
+             "warning: run seed failed: layer 1 moe: out of memory: the figures cover only what ran before the failure", true});
+  check_row({"trace: an empty records frame, streamed", "plan --stream on " + seed("trace", "empty-records.mtrace"), 0,
+             "warning: run seed: no allocations recorded", true});
+  check_row({"trace: a RECS frame whose length field is damaged, streamed", "plan --stream on " + seed("trace", "corrupt-length.mtrace"), 2,
+             "corrupt record frame: size does not match count"});
 
   // The first line of plan is the warning, and no figure headlines 0 B.
   auto empty = run_cli("plan " + seed("trace", "empty-records.mtrace"));
   CHECK(empty.out.rfind("warning: ", 0) == 0);
-  CHECK(empty.out.find("  peak activation    none recorded") != std::string::npos);
+  CHECK(empty.out.find("  peak activation  none recorded") != std::string::npos);
   CHECK(empty.out.find(" 0 B  (0 B)") == std::string::npos);
   auto cmp = run_cli("compare --json " + seed("trace", "no-end.mtrace") + " " + seed("trace", "valid.mtrace"));
   CHECK(cmp.rc == 0);
-  CHECK(cmp.out.find("\"warnings\": [\n    \"baseline run seed: trace truncated: incomplete at byte offset") != std::string::npos);
+  CHECK(cmp.out.find("\"warnings\": [\n    \"baseline run seed: the trace is incomplete at byte offset") != std::string::npos);
 }
 
 TEST_CASE("hostile reports and gate options", "[cli][hostile]") {
   const std::string valid = seed("report", "valid.json");
   check_row({"report: a figure written 1e400 (exit 3, nlohmann out_of_range)", "gate --baseline " + valid + " --current " + seed("report", "number-1e400.json"), 2,
-             "current: not a valid report: a number out of range ("});
+             "seed-number-1e400.json: not a valid report: a number out of range ("});
   check_row({"report: a figure of 2^64-1 bytes", "gate --baseline " + valid + " --current " + seed("report", "over-limit.json"), 2,
              "churn_bytes 18446744073709551615 exceeds the limit of 2^63-1 bytes"});
   check_row({"report: 20,000 nested arrays", "gate --baseline " + valid + " --current " + seed("report", "deep-nesting.json"), 2,
@@ -176,8 +190,8 @@ TEST_CASE("output lost to a full disk exits 3 in every subcommand", "[cli][hosti
       {"compare", "compare --json " + g + "/baseline.mtrace' " + g + "/reuse.mtrace'"},
       {"gate", "gate --baseline " + valid + " --current " + valid},
       {"report", "report " + g + "/baseline.mtrace'"},
-      {"report", "report --json - " + g + "/baseline.mtrace'"},
-      {"export", "export --jsonl - " + g + "/baseline.mtrace'"},
+      {"report", "report --json " + g + "/baseline.mtrace'"},
+      {"export", "export --out-jsonl - " + g + "/baseline.mtrace'"},
       {"arena", "arena " + seed("arena_csv", "header.csv")},
       {"import", "import " + g + "/torch/two_devices.pickle' --out '" + (dir / "t.mtrace").string() + "'"},
       {"devices", "devices"},
@@ -185,23 +199,23 @@ TEST_CASE("output lost to a full disk exits 3 in every subcommand", "[cli][hosti
   };
   for (const auto& [sub, args] : cmds) {
     INFO(args);
-    auto r = run_cli(args + " >/dev/full");
+    auto r = run_cli(args, "/dev/full");
     CHECK(r.rc == 3);
     CHECK(count_lines(r.err) == 1);
     CHECK(r.err.find("moeprof " + sub + ": error: writing to standard output failed") != std::string::npos);
   }
-  check_row({"stdout is /dev/full (every subcommand exited 0)", "plan " + g + "/baseline.mtrace' >/dev/full", 3,
-             "moeprof plan: error: writing to standard output failed: No space left on device"});
+  check_row({"stdout is /dev/full (every subcommand exited 0)", "plan " + g + "/baseline.mtrace'", 3,
+             "moeprof plan: error: writing to standard output failed: No space left on device", false, "/dev/full"});
 }
 
 TEST_CASE("names that are not UTF-8: rejected as --name, replaced in file names", "[cli][hostile]") {
-  check_row({"--name $'\\xff' (exit 3, JSON type error)", "report --json - --name \"$(printf '\\377')\" " + seed("trace", "valid.mtrace"), 2,
+  check_row({"--name $'\\xff' (exit 3, JSON type error)", "report --json --name \"$(printf '\\377')\" " + seed("trace", "valid.mtrace"), 2,
              "moeprof report: error: run name '\xEF\xBF\xBD' is not valid UTF-8"});
   // A trace without a run name is named after its file: a stem that is not UTF-8 is replaced.
   const auto dir = moeprof::testing::temp_dir("hostile_utf8");
   const fs::path odd = dir / "\xff.mtrace";
   fs::copy_file(std::string(MOEPROF_SOURCE_DIR) + "/tests/fuzz/corpus/trace/seed-unnamed.mtrace", odd, fs::copy_options::overwrite_existing);
-  check_row({"a trace file named $'\\xff.mtrace' whose run has no name", "report --json - '" + odd.string() + "'", 0,
+  check_row({"a trace file named $'\\xff.mtrace' whose run has no name", "report --json '" + odd.string() + "'", 0,
              "\"name\": \"\xEF\xBF\xBD\"", true});
 }
 

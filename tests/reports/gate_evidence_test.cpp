@@ -77,6 +77,32 @@ TEST_CASE("gate: a failed run fails, in the current report and in the baseline",
   CHECK_FALSE(reports::run_gate(cur, base, {}).passed());
 }
 
+TEST_CASE("gate: JUnit and JSON carry every evidence issue as a failure", "[gate][evidence]") {
+  auto base = report({run("baseline", 2296)});
+  ordered_json failed = run("baseline", 2296);
+  failed["extra"]["error"] = "interrupted by SIGTERM";
+  failed["tokens"] = 200;
+  failed["truncated"] = true;
+  auto cur = report({failed});
+  const auto r = reports::run_gate(base, cur, {});
+  REQUIRE(r.issues.size() == 3);
+  CHECK(r.issues[0].kind == "failed_run");
+  CHECK(r.issues[1].kind == "workload_change");
+  CHECK(r.issues[2].kind == "incomplete_trace");
+  const std::string junit = reports::gate_junit(r, {});
+  // 3 checks that pass (equal figures) and 3 issues that fail: CI that reads only JUnit sees them.
+  CHECK(junit.find("<testsuite name=\"moeprof-gate\" tests=\"6\" failures=\"3\"") != std::string::npos);
+  CHECK(junit.find("name=\"failed_run\" time=\"0\">\n      <failure message=\"current run baseline failed (interrupted by SIGTERM)") !=
+        std::string::npos);
+  const auto j = reports::gate_json(r, {});
+  CHECK(j["passed"] == false);
+  CHECK(j["failed_runs"] == 1);
+  CHECK(j["workload_changes"] == 1);
+  CHECK(j["issues"].size() == 3);
+  CHECK(j["issues"][1]["kind"] == "workload_change");
+  CHECK(j["issues"][1]["failed"] == true);
+}
+
 TEST_CASE("gate: another model, token count, layer count or TP degree fails unless allowed", "[gate][evidence]") {
   auto base = report({run("baseline", 2296)});
   for (const auto& [key, value] : std::vector<std::pair<std::string, ordered_json>>{
