@@ -135,7 +135,7 @@ std::string report_html(const ordered_json& report) {
   out += "</section>\n";
   if (!fixes.empty()) out += "<section id=\"fixes\"><h2>What the planner would fix</h2>\n" + fixes + "</section>\n";
   out += "<div id=\"tooltip\" hidden></div>\n";
-  out += "<script type=\"application/json\" id=\"moeprof-data\">" + script_safe(report.dump()) + "</script>\n";
+  out += "<script type=\"application/json\" id=\"moeprof-data\">" + script_safe(json_text(report)) + "</script>\n";
   // The scripts go in as they are: cmake/EmbedAssets.cmake refuses a script containing "</script" or "<!--".
   out += "<script>";
   out += html_asset("vendor/uPlot.iife.min.js");

@@ -155,7 +155,7 @@ void write_pretty(const nlohmann::ordered_json& v, int indent, std::string* out)
     *out += "{\n";
     size_t i = 0;
     for (auto it = v.begin(); it != v.end(); ++it, ++i) {
-      *out += pad + "  " + nlohmann::ordered_json(it.key()).dump() + ": ";
+      *out += pad + "  " + json_text(nlohmann::ordered_json(it.key())) + ": ";
       write_pretty(it.value(), indent + 1, out);
       *out += i + 1 < v.size() ? ",\n" : "\n";
     }
@@ -171,10 +171,10 @@ void write_pretty(const nlohmann::ordered_json& v, int indent, std::string* out)
   } else if (is_leaf_array(v)) {
     // Scalars, or short arrays of scalars (timeline points, allocation rows): one line.
     *out += "[";
-    for (size_t i = 0; i < v.size(); ++i) *out += (i ? ", " : "") + v[i].dump();
+    for (size_t i = 0; i < v.size(); ++i) *out += (i ? ", " : "") + json_text(v[i]);
     *out += "]";
   } else {
-    *out += v.dump();
+    *out += json_text(v);
   }
 }
 

@@ -120,7 +120,7 @@ void register_compare(CLI::App& app, int* exit_code) {
       if (args->out_md != "-") note("compare", "wrote {}", args->out_md);
     }
     if (args->json) {
-      if (Status st = write_stdout(j.dump(2) + "\n"); !st) {
+      if (Status st = write_stdout(reports::json_text(j, 2) + "\n"); !st) {
         *exit_code = fail("compare", st);
         return;
       }

@@ -134,7 +134,7 @@ void register_export(CLI::App& app, int* exit_code) {
     if (args->json) {
       nlohmann::ordered_json j = {{"trace", args->trace}, {"run", stream_jsonl ? std::string() : run->analysis.meta.name}, {"records", records},
                                   {"written", written}};
-      if (Status st = write_stdout(j.dump(2) + "\n"); !st) {
+      if (Status st = write_stdout(reports::json_text(j, 2) + "\n"); !st) {
         *exit_code = fail("export", st);
         return;
       }

@@ -87,7 +87,7 @@ void register_gate(CLI::App& app, int* exit_code) {
       }
       if (path != "-") note("gate", "wrote {}", path);
     }
-    const std::string out = args->json ? reports::gate_json(res, args->opts).dump(2) + "\n"
+    const std::string out = args->json ? reports::json_text(reports::gate_json(res, args->opts), 2) + "\n"
                                        : reports::gate_verdict(res, args->opts) + "\n\n" + md.substr(md.find('\n') + 2);
     if (Status st = write_stdout(out); !st) {
       *exit_code = fail("gate", st);

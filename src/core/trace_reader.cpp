@@ -347,7 +347,7 @@ std::string jsonl_head(const RunMeta& meta, uint64_t dropped, bool truncated, co
   head["dropped_records"] = dropped;
   head["truncated"] = truncated;
   if (truncated) head["truncation_note"] = note;
-  return head.dump();
+  return head.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 void jsonl_record(const TraceRecord& r, const StringTable& strings, const StackTable& stacks, std::ostream& os) {
@@ -372,7 +372,7 @@ void jsonl_record(const TraceRecord& r, const StringTable& strings, const StackT
     for (uint32_t fid : stacks.stack(r.stack_id)) frames.push_back(format_frame(strings, stacks.frame(fid)));
     j["stack"] = frames;
   }
-  os << j.dump() << '\n';
+  os << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';
 }
 
 }  // namespace

@@ -4,12 +4,15 @@
 // renders, the trace rewritten by write_trace reads back identical (records byte for byte,
 // strings, stacks, metadata), a run compared with itself differs by nothing, and the zero-tolerance
 // gate of its report against itself passes every check with equal figures (the run fails the
-// gate only as a failed or incomplete run).
+// gate only as a failed or incomplete run), and the streamed analysis (planner/stream.h, a small
+// reordering window so that the external sort runs too) accepts and refuses the same traces and
+// gives the same figures, warnings and limits.
 #include <cstring>
 
 #include "core/trace_io.h"
 #include "planner/analysis.h"
 #include "planner/categories.h"
+#include "planner/stream.h"
 #include "reports/gate.h"
 #include "reports/html_report.h"
 #include "reports/json_report.h"
@@ -44,12 +47,53 @@ void check_round_trip(const Trace& t) {
              "records changed");
 }
 
+// The streamed analysis of the same bytes: the same verdict (accepted or bad input), and for an
+// accepted trace the same figures, truncation, drops, metadata and limit error.
+void check_stream(std::string_view bytes, const Trace* t, const planner::RunAnalysis* run) {
+  const std::string path = fuzz::scratch_path("stream");
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    FUZZ_CHECK(f != nullptr, "cannot write %s", path.c_str());
+    FUZZ_CHECK(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fclose(f) == 0, "cannot write %s", path.c_str());
+  }
+  planner::StreamOptions so;
+  so.reorder_window = 4;  // small: late records take the window's insertion and the external sort
+  so.parallel = false;
+  so.categories = planner::CategoryInference::kAuto;
+  auto s = planner::analyze_stream({path}, so);
+  std::remove(path.c_str());
+  if (t == nullptr) {
+    FUZZ_CHECK(!s.is_ok(), "the stream accepts a trace that read_trace refuses");
+    fuzz::check_reader_error(s.status(), "analyze_stream");
+    return;
+  }
+  FUZZ_CHECK(s.is_ok(), "the stream refuses a trace that read_trace accepts: %s", s.status().message().c_str());
+  const planner::RunAnalysis& a = s.value();
+  FUZZ_CHECK(a.limit_error.empty() == run->limit_error.empty(), "limit error streamed '%s', in memory '%s'", a.limit_error.c_str(),
+             run->limit_error.c_str());
+  if (!run->limit_error.empty()) return;
+  FUZZ_CHECK(a.truncated == t->truncated && a.truncation_note == t->truncation_note, "truncation differs: '%s' vs '%s'",
+             a.truncation_note.c_str(), t->truncation_note.c_str());
+  FUZZ_CHECK(a.dropped_records == t->dropped_records, "dropped records differ");
+  RunMeta streamed_meta = a.meta;  // a run without a name is named after its file when streamed
+  if (t->meta.name.empty()) streamed_meta.name.clear();
+  FUZZ_CHECK(run_meta_to_json(streamed_meta) == run_meta_to_json(t->meta), "metadata differs");
+  FUZZ_CHECK(a.allocations == run->allocations, "allocations %llu streamed, %llu in memory", (unsigned long long)a.allocations,
+             (unsigned long long)run->allocations);
+  FUZZ_CHECK(a.peak_activation_bytes == run->peak_activation_bytes && a.peak_total_bytes == run->peak_total_bytes &&
+                 a.churn_bytes == run->churn_bytes,
+             "figures differ: activation %llu/%llu total %llu/%llu churn %llu/%llu", (unsigned long long)a.peak_activation_bytes,
+             (unsigned long long)run->peak_activation_bytes, (unsigned long long)a.peak_total_bytes,
+             (unsigned long long)run->peak_total_bytes, (unsigned long long)a.churn_bytes, (unsigned long long)run->churn_bytes);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto tr = read_trace_memory(std::string(fuzz::as_text(data, size)), "fuzz.mtrace");
   if (!tr.is_ok()) {
     fuzz::check_reader_error(tr.status(), "read_trace");
+    check_stream(fuzz::as_text(data, size), nullptr, nullptr);
     return 0;
   }
   const Trace& t = tr.value();
@@ -64,6 +108,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     opt.record_categories = &inferred.by_record;
   }
   planner::RunAnalysis run = planner::analyze(t, opt);
+  check_stream(fuzz::as_text(data, size), &t, &run);
   if (!run.limit_error.empty()) return 0;  // refused as bad input by every front end
   if (run.meta.name.empty()) run.meta.name = "fuzz";
 
