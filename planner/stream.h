@@ -10,7 +10,9 @@
 // goes straight through; out-of-order records are sorted in a bounded window (the tracer's skew is
 // far below it); a record that arrives later than the window allows makes the whole input go
 // through an external sort (sorted runs in temporary files, then a k-way merge).
-// Several inputs are merged as the ranks of one run: input i's device d becomes device i + d.
+// Several inputs are merged as the ranks of one run: inputs that each name one distinct device
+// keep their devices; otherwise input i's devices are shifted past those of inputs 0..i-1
+// (core/trace_merge.h, rank_device_offsets).
 #pragma once
 
 #include <cstdint>
