@@ -57,6 +57,40 @@ void* operator new(std::size_t n) { return counted(n); }
 void* operator new[](std::size_t n) { return counted(n); }
 void* operator new(std::size_t n, std::align_val_t a) { return counted_aligned(n, a); }
 void* operator new[](std::size_t n, std::align_val_t a) { return counted_aligned(n, a); }
+// The nothrow forms too: every form of new and delete must be replaced together (a sanitizer's
+// own nothrow new paired with this delete is an alloc-dealloc mismatch).
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return counted(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return counted(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  try {
+    return counted_aligned(n, a);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  try {
+    return counted_aligned(n, a);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept { release(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { release(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { release(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { release(p); }
 void operator delete(void* p) noexcept { release(p); }
 void operator delete[](void* p) noexcept { release(p); }
 void operator delete(void* p, std::size_t) noexcept { release(p); }
