@@ -560,8 +560,11 @@ struct ReplaySink {
   InferredCategories counts;
   RunAnalysis run;
 
+  uint64_t first_ts = UINT64_MAX;
+
   void any(const TraceRecord&) {}
   void replay(const TraceRecord& r, uint64_t n) {
+    first_ts = std::min(first_ts, r.timestamp_ns);
     if (persistent != nullptr && r.kind == EventKind::kAlloc && r.category == Category::kUnknown) {
       TraceRecord c = r;
       c.category = decide_category(r, cupti, std::binary_search(persistent->begin(), persistent->end(), n), *rules,
@@ -579,6 +582,8 @@ struct ReplaySink {
     run.replayed_events = pos;
     rp.finish(&run, pos);
     run.handoffs_computed = false;
+    run.streamed = true;
+    run.start_ts = first_ts == UINT64_MAX ? 0 : first_ts;
   }
 };
 
