@@ -29,11 +29,15 @@
     if (b >= 1e6 && b % 1e6 === 0) return commas(b / 1e6) + ' MB';
     return fmtBytes(b);
   }
-  function fmtNs(ns) {
+  function fmtNs(ns) {  // as format_duration_ns: each unit up to where the next one takes over
+    const rounded = (unit) => Math.floor(ns / unit) + (ns % unit >= unit - Math.floor(unit / 2) ? 1 : 0);
     if (ns < 1000) return ns + ' ns';
-    if (ns < 1e6) return (ns / 1e3).toFixed(0) + ' us';
-    if (ns < 1e9) return (ns / 1e6).toFixed(1) + ' ms';
-    return (ns / 1e9).toFixed(2) + ' s';
+    const us = rounded(1e3);
+    if (us < 1000) return us + ' us';
+    const tenths = rounded(1e5);
+    if (tenths < 10000) return Math.floor(tenths / 10) + '.' + (tenths % 10) + ' ms';
+    const h = rounded(1e7);
+    return commas(Math.floor(h / 100)) + '.' + String(h % 100).padStart(2, '0') + ' s';
   }
   function esc(s) {
     return String(s).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
