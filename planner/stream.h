@@ -2,15 +2,17 @@
 // frame by frame and replayed as they arrive, with state in proportion to what is live (open
 // allocations, the scope table, per-device counters, the live set at each device's peak), not to
 // the number of events. Figures equal analyze()'s on the same trace (tests/planner/stream_test.cpp),
-// except: the timeline's buckets adapt to a time range not known in advance; hand-off findings
-// need a second pass (StreamOptions::handoffs); lifetimes and the event index are not kept (what-if
-// and arena plans use analyze()).
+// except: the timeline's buckets adapt to a time range not known in advance; hand-off findings are
+// not searched (RunAnalysis::handoffs_computed is false: the search needs every dead buffer's
+// lifetime); lifetimes and the event index are not kept (what-if and arena plans use analyze()).
 //
 // Order: records are replayed in (timestamp, seq, position) order. Input already in that order
 // goes straight through; out-of-order records are sorted in a bounded window (the tracer's skew is
 // far below it); a record that arrives later than the window allows makes the whole input go
 // through an external sort (sorted runs in temporary files, then a k-way merge).
-// Several inputs are merged as the ranks of one run: input i's device d becomes device i + d.
+// Several inputs are merged as the ranks of one run: inputs that each name one distinct device
+// keep their devices; otherwise input i's devices are shifted past those of inputs 0..i-1
+// (core/trace_merge.h, rank_device_offsets).
 #pragma once
 
 #include <cstdint>
@@ -27,7 +29,6 @@ namespace moeprof::planner {
 struct StreamOptions {
   AnalyzeOptions analyze;            // keep_lifetimes, keep_event_index and findings are ignored
   size_t reorder_window = size_t{1} << 20;  // records held for sorting (64 bytes each)
-  bool handoffs = false;             // a second pass over the inputs computes the hand-off findings
   bool parallel = true;              // one reader thread per input decodes frames ahead of the replay
   std::string temp_dir;              // external-sort runs ("" = the system temporary directory)
   // Category inference as in reports::load_run (planner/categories.h): a first pass finds the

@@ -158,9 +158,16 @@ std::string run_text(const ordered_json& r) {
                          format_bytes(json_u64(u, "handoff_bytes")), format_bytes(json_u64(u, "handoff_bytes_at_activation_peak")));
   }
   std::vector<std::string> notes;
+  // Live at the end of the trace is not a leak (weights, caches, a process traced while serving):
+  // reported apart, never as an anomaly (docs/metrics.md).
   for (const auto& [k, v] : r["anomalies"].items())
-    if (k != "total" && k != "never_freed_bytes" && v.get<uint64_t>()) notes.push_back(fmt::format("{} {}", with_commas_u(v.get<uint64_t>()), k));
-  out += fmt::format("\nanomalies: {}\n", notes.empty() ? "none" : fmt::format("{}", fmt::join(notes, "; ")));
+    if (k != "total" && k != "never_freed" && k != "never_freed_bytes" && v.get<uint64_t>())
+      notes.push_back(fmt::format("{} {}", with_commas_u(v.get<uint64_t>()), k));
+  if (const uint64_t live_end = json_u64(r["anomalies"], "never_freed"); live_end > 0)
+    out += fmt::format("\nlive at the end of the trace: {} allocations, {} (not anomalies: weights, caches, pools)\n",
+                       with_commas_u(live_end), format_bytes(json_u64(r["anomalies"], "never_freed_bytes")));
+  out += fmt::format("{}anomalies: {}\n", json_u64(r["anomalies"], "never_freed") > 0 ? "" : "\n",
+                     notes.empty() ? "none" : fmt::format("{}", fmt::join(notes, "; ")));
   return out;
 }
 

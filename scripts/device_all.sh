@@ -5,7 +5,7 @@
 # Binaries come prebuilt in ./build-gpu. Logs are packed into $OUT/logs.tgz; the summary table
 # is printed last and saved as $OUT/summary.txt.
 #   usage: OUT=dir scripts/device_all.sh [steps...]
-#          (steps: ops model seed trace bench seed-nocupti models oom hf snapshot sanitizer tp2)
+#          (steps: ops model seed trace bench seed-nocupti models oom hf snapshot sanitizer tp2 symm)
 set -u
 B=${B:-build-gpu}
 OUT=${OUT:-$PWD/device-logs}
@@ -94,6 +94,27 @@ print(('PASS' if ok else 'FAIL'), f'baseline {b} reuse {c} (pred {pc}) fixes {f}
       rc=$?; row tp_gpu_test "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -oE 'TP=2 on 2 GPUs[^)]*\)' "$L/tp_gpu_test.log" | tr '\n' ';' | head -c 200)"
       step tp2_run 240 "$B/src/cli/moeprof" run --backend cuda --model kimi-k2.5 --layers 4 --tokens 2048 --tp 2 --gpus 2 --out "$L/tp2"
       rc=$?; row tp2_run "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E 'rank [01]:' "$L/tp2_run.log" | tr -s ' ' | tr '\n' ';' | head -c 200)" ;;
+    symm)
+      # Issue 13 on 2 GPUs: Kimi-K2.5 16K TP=2 with NCCL symmetric memory, ranks as processes and
+      # as threads, the emulated TP=2 run, the all-reduce on the window vs an ordinary buffer, the
+      # GPU tests (forced fallback included), and a forced fallback through the CLI.
+      step symm_processes 200 "$B/src/cli/moeprof" run --backend cuda --model kimi-k2.5 --tokens 16384 --gpus 2 \
+        --launch processes --symm-mem on --out "$L/symm-proc"
+      cp "$L"/symm-proc/rank*.log "$L/" 2>/dev/null
+      step symm_threads 200 "$B/src/cli/moeprof" run --backend cuda --model kimi-k2.5 --tokens 16384 --gpus 2 \
+        --symm-mem on --out "$L/symm-thr"
+      step symm_emulated 200 "$B/src/cli/moeprof" run --backend cuda --model kimi-k2.5 --tokens 16384 --tp 2 --no-cupti \
+        --out "$L/symm-emu"
+      res=$(python3 scripts/symm_check.py "$L/symm-thr" "$L/symm-proc" "$L/symm-emu" "$L/symm_threads.log" "$L/symm_processes.log" 2>&1)
+      echo "$res" > "$L/symm_check.txt"; echo "$res"
+      row symm_kimi_tp2 "$(echo "$res" | tail -n1)" "$(echo "$res" | grep -E '^reuse' | head -c 180)"
+      step allreduce 90 "$B/bench/nccl/bench_allreduce" --gpus 2 --tokens 16384 --hidden 7168 --iters 20
+      row allreduce "$([ $? -eq 0 ] && echo DONE || echo FAIL)" "$(grep -E 'busbw' "$L/allreduce.log" | tr -s ' ' | tr '\n' ';' | head -c 200)"
+      step symm_forced 120 "$B/src/cli/moeprof" run --backend cuda --model kimi-k2.5 --layers 4 --tokens 2048 --gpus 2 \
+        --launch processes --symm-mem on --symm-outside-layer 0 --mode reuse --no-cupti --out "$L/symm-forced"
+      row symm_forced "$(grep -q 'fallback (layers 1)' "$L/symm_forced.log" && echo PASS || echo FAIL)" "$(grep -E 'MoE output' "$L/symm_forced.log" | head -c 160)"
+      step tp_gpu_test 240 "$B/tests/gpu/tp_gpu_test" '[gpu]' -r compact
+      rc=$?; row tp_gpu_test "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -oE '(TP=2 on 2 GPUs|symm-mem on)[^)]*' "$L/tp_gpu_test.log" | tr '\n' ';' | head -c 200)" ;;
     hf)
       # An unmodified transformers MoE model traced with Python stacks: the traced peak equals
       # max_memory_allocated, the largest transient allocations name transformers lines, weights

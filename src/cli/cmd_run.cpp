@@ -20,6 +20,7 @@
 #include "core/trace_io.h"
 #include "core/version.h"
 #include "executor/backends.h"
+#include "executor/launch.h"
 #include "executor/recorder.h"
 #include "executor/run.h"
 #include "executor/tp_run.h"
@@ -54,7 +55,30 @@ struct RunArgs {
   bool quiet = false;
   bool json = false;
   bool cupti = true;
+  // Tensor parallelism as SGLang runs it (docs/executor.md, "Ranks in processes, symmetric memory").
+  std::string symm_mem = "off";
+  uint64_t symm_pool_mb = 0;
+  std::vector<int64_t> symm_outside;
+  std::string launch = "threads";
+  int rank = -1, world = 0, device = -1;
+  std::string nccl_id;
+  double nccl_timeout = 300;
+  bool rank_only = false;  // a rank started by --launch processes: the parent merges and reports
 };
+
+// The first of these environment variables that is set, as an int (launchers: torchrun, Open MPI,
+// PMI, Slurm); -1 when none is.
+int env_int(std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (const char* v = std::getenv(n); v != nullptr && *v != '\0') {
+      try {
+        return std::stoi(v);
+      } catch (...) {
+        return -2;
+      }
+    }
+  return -1;
+}
 
 #ifdef MOEPROF_HAVE_CUDA
 // Compares the CUPTI view of a run with the executor's own accounting, category by category
@@ -105,11 +129,31 @@ int run_command(const RunArgs& a) {
   // Backend choice. "auto": the CUDA backend when a usable GPU is present, else the CPU reference.
   std::unique_ptr<Backend> backend;
   std::string backend_note;
-  const bool multi_gpu = a.gpus > 1;
+  RunArgs args = a;
+  // Ranks in processes: --rank/--world given, or one of them and a launcher's environment.
+  const bool rank_mode = args.rank >= 0 || args.world > 0;
+  if (rank_mode) {
+    if (args.rank < 0) args.rank = env_int({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"});
+    if (args.world <= 0) args.world = env_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"});
+    if (args.device < 0) args.device = env_int({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"});
+    if (args.rank < 0 || args.world < 2)
+      return fail("run", Status::bad_input(fmt::format(
+                             "--rank/--world: rank {} of world {} (give both, or set RANK and WORLD_SIZE as torchrun does)", args.rank,
+                             args.world)));
+    if (args.gpus > 1) return fail("run", Status::bad_input("--rank runs one rank in this process: drop --gpus"));
+    if (args.nccl_id.empty()) return fail("run", Status::bad_input("--rank needs --nccl-id FILE (rank 0 writes it, the others read it)"));
+  }
+  const bool processes = args.launch == "processes";
+  if (processes && args.gpus < 2) return fail("run", Status::bad_input("--launch processes needs --gpus N with N >= 2"));
+  if (args.symm_mem == "on" && args.gpus < 2 && !rank_mode && !args.quiet)
+    note("run", "--symm-mem on with one device: symmetric memory is emulated (tensors tagged symmetric, no NCCL window)");
+  const bool multi_gpu = args.gpus > 1 || rank_mode;
   if (multi_gpu && (a.backend == "cpu" || a.backend == "meta"))
     return fail("run", Status::bad_input(fmt::format("--gpus {} needs the CUDA backend (got --backend {})", a.gpus, a.backend)));
   if (a.model_given && a.model.empty()) return fail("run", Status::bad_input("--model is empty (give a built-in name or a config.json path)"));
-  if (a.backend == "cuda" || a.backend == "auto") {
+  if (rank_mode || processes) {
+    // Every rank binds its own GPU; no probe on GPU 0 (it would put a context there from every rank).
+  } else if (a.backend == "cuda" || a.backend == "auto") {
     auto cb = make_cuda_backend(0);
     if (cb.is_ok()) {
       backend = std::move(cb).value();
@@ -119,15 +163,21 @@ int run_command(const RunArgs& a) {
       backend_note = cb.status().message();
     }
   }
-  if (!backend) backend = a.backend == "meta" ? make_meta_backend() : make_cpu_backend();
-  const bool on_gpu = backend->name() == "cuda";
-  const bool computes = backend->name() != "meta";
+  if (!backend && !(rank_mode || processes)) backend = a.backend == "meta" ? make_meta_backend() : make_cpu_backend();
+  const bool on_gpu = backend ? backend->name() == "cuda" : true;
+  const bool computes = backend ? backend->name() != "meta" : true;
+  const std::string backend_name = backend ? backend->name() : "cuda";
+  const std::string device_name = backend ? backend->device_name() : (rank_mode ? fmt::format("rank {} of {}", args.rank, args.world)
+                                                                                 : fmt::format("{} GPUs", args.gpus));
 
   // Defaults: the seed case on a GPU, the tiny model on the CPU.
   RunPlan plan;
   plan.model = a.model.empty() ? (on_gpu ? "kimi-k2.5" : "tiny") : a.model;
   plan.tokens = a.tokens > 0 ? a.tokens : (on_gpu ? 16384 : (plan.model == "tiny" ? 100 : 64));
-  plan.tp = a.tp > 0 ? a.tp : (multi_gpu ? a.gpus : (on_gpu && a.model.empty() ? 4 : 1));
+  plan.tp = a.tp > 0 ? a.tp : (rank_mode ? args.world : (multi_gpu ? a.gpus : (on_gpu && a.model.empty() ? 4 : 1)));
+  plan.symm_mem = args.symm_mem == "on";
+  plan.symm_pool_bytes = args.symm_pool_mb << 20;
+  plan.symm_outside_layers = args.symm_outside;
   plan.layers = a.layers;
   plan.seed = a.seed;
   plan.out_dir = a.out;
@@ -138,7 +188,7 @@ int run_command(const RunArgs& a) {
   else plan.modes = {MemoryMode::kReuse};
   plan.weights = a.weights == "shared" ? WeightsMode::kShared
                                        : (a.weights == "per-layer" ? WeightsMode::kPerLayer : WeightsMode::kAuto);
-  plan.progress = !a.quiet && ::isatty(STDERR_FILENO);
+  plan.progress = !a.quiet && ::isatty(STDERR_FILENO) && !args.rank_only;
   plan.log = a.quiet ? nullptr : stderr;
 
   // The header, before any work: what runs where.
@@ -147,10 +197,13 @@ int run_command(const RunArgs& a) {
     if (!cfg) return fail("run", cfg.status());
     const std::string header = fmt::format(
         "moeprof run: {}, {} tokens, TP={}{}, {} layers, modes {}, backend {} ({})\n", cfg->name, plan.tokens, plan.tp,
-        multi_gpu ? fmt::format(" (one rank per GPU on {} GPUs, NCCL all-reduce)", a.gpus)
-                  : (plan.tp > 1 ? " (TP emulated on one device)" : ""),
+        rank_mode ? fmt::format(" (rank {} of {} in this process, NCCL all-reduce{})", args.rank, args.world,
+                                plan.symm_mem ? ", symmetric memory" : "")
+        : multi_gpu ? fmt::format(" (one rank per GPU on {} GPUs, {}, NCCL all-reduce{})", a.gpus,
+                                  processes ? "one process per rank" : "one thread per rank", plan.symm_mem ? ", symmetric memory" : "")
+                    : (plan.tp > 1 ? fmt::format(" (TP emulated on one device{})", plan.symm_mem ? ", symmetric memory emulated" : "") : ""),
         plan.layers > 0 ? std::min<int64_t>(plan.layers, cfg->num_hidden_layers) : cfg->num_hidden_layers, a.mode,
-        backend->name(), backend->device_name());
+        backend_name, device_name);
     if (a.json) {
       if (!a.quiet) std::fputs(header.c_str(), stderr);
     } else if (Status st = write_stdout(header); !st) {
@@ -159,13 +212,13 @@ int run_command(const RunArgs& a) {
     if (!backend_note.empty() && !a.quiet) note("run", "no GPU backend: {}", backend_note);
     if (!computes && !a.quiet) note("run", "meta backend: allocations only, outputs are not computed");
   }
-  remove_stale_outputs(a.out, a.quiet);
+  if (!args.rank_only && (!rank_mode || args.rank == 0)) remove_stale_outputs(a.out, a.quiet);
 
 #ifdef MOEPROF_HAVE_CUDA
   // On the GPU, the run also traces itself with the CUPTI recorder (DIR/<mode>.cupti.mtrace).
   auto tracer = std::make_shared<std::unique_ptr<profiler::CuptiTracer>>();
   std::vector<std::string> cupti_paths;
-  if (on_gpu && a.cupti && multi_gpu && !a.quiet)
+  if (on_gpu && a.cupti && multi_gpu && !rank_mode && !processes && !a.quiet)
     note("run", "--gpus {}: the in-process CUPTI trace is skipped for multi-GPU runs (the executor's own traces are written "
                 "per rank and merged)", a.gpus);
   if (on_gpu && a.cupti && !multi_gpu) {
@@ -191,7 +244,98 @@ int run_command(const RunArgs& a) {
   // Multi-GPU: execute_tp_run_plan makes its own backend per GPU; the probe on GPU 0 goes first.
   if (multi_gpu) backend.reset();
   const auto t_start = std::chrono::steady_clock::now();
-  auto res = multi_gpu ? execute_tp_run_plan(plan, a.gpus) : execute_run_plan(*backend, plan);
+  Result<RunPlanResult> res = Status::run_failure("not run");
+  std::vector<std::string> rank_cupti_paths;
+  if (processes) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::create_directories(a.out, ec);
+    if (ec) return fail("run", Status::bad_input("cannot create output directory " + a.out + ": " + ec.message()));
+    const std::string id_file = (fs::path(a.out) / "nccl-id").string();
+    fs::remove(id_file, ec);
+    std::string exe = fs::read_symlink("/proc/self/exe", ec).string();
+    if (ec) exe = "moeprof";
+    std::vector<RankProcess> ranks;
+    for (int rk = 0; rk < a.gpus; ++rk) {
+      RankProcess rp;
+      rp.argv = {exe, "run", "--backend", "cuda", "--model", plan.model, "--tokens", std::to_string(plan.tokens), "--mode", a.mode,
+                 "--weights", a.weights, "--seed", std::to_string(a.seed), "--out", a.out, "--rank", std::to_string(rk), "--world",
+                 std::to_string(a.gpus), "--device", std::to_string(rk), "--nccl-id", id_file, "--nccl-timeout",
+                 fmt::format("{}", a.nccl_timeout), "--symm-mem", a.symm_mem, "--rank-only"};
+      if (a.layers > 0) rp.argv.insert(rp.argv.end(), {"--layers", std::to_string(a.layers)});
+      if (a.symm_pool_mb > 0) rp.argv.insert(rp.argv.end(), {"--symm-pool-mb", std::to_string(a.symm_pool_mb)});
+      for (int64_t l : a.symm_outside) rp.argv.insert(rp.argv.end(), {"--symm-outside-layer", std::to_string(l)});
+      if (!a.cupti) rp.argv.push_back("--no-cupti");
+      rp.log_path = (fs::path(a.out) / fmt::format("rank{}.log", rk)).string();
+      ranks.push_back(std::move(rp));
+    }
+    if (!a.quiet) note("run", "starting {} rank processes (logs: {}/rank<r>.log)", a.gpus, a.out);
+    if (Status st = run_rank_processes(ranks); !st) return fail("run", st);
+    res = collect_rank_traces(plan, a.gpus);
+    for (int rk = 0; rk < a.gpus; ++rk) {
+      const std::string cp = (fs::path(a.out) / fmt::format("rank{}.cupti.mtrace", rk)).string();
+      if (fs::exists(cp, ec)) rank_cupti_paths.push_back(cp);
+    }
+  } else if (rank_mode) {
+    RankLaunch launch;
+    launch.rank = args.rank;
+    launch.world = args.world;
+    launch.device = args.device;
+    launch.id_file = args.nccl_id;
+    launch.timeout_seconds = args.nccl_timeout;
+#ifdef MOEPROF_HAVE_CUDA
+    // One CUPTI trace of this rank's whole process: what NCCL allocates (its buffers, the symmetric
+    // pool's backing) besides the executor's tensors (docs/executor.md).
+    std::unique_ptr<profiler::CuptiTracer> process_tracer;
+    if (a.cupti) {
+      launch.on_device_bound = [&]() -> Status {
+        RunMeta m;
+        m.name = fmt::format("rank{}-cupti", args.rank);
+        m.mode = "process";
+        m.backend = "cupti";
+        m.model = plan.model;
+        m.tokens = plan.tokens;
+        m.tp_rank = args.rank;
+        m.tp_size = args.world;
+        profiler::TracerOptions to;
+        to.stacks = profiler::StackMode::kNative;
+        const std::string cp = (std::filesystem::path(a.out) / fmt::format("rank{}.cupti.mtrace", args.rank)).string();
+        auto t = profiler::CuptiTracer::start(cp, m, to);
+        if (t.is_ok()) process_tracer = std::move(t).value();
+        else if (!a.quiet) note("run", "rank {}: no CUPTI trace: {}", args.rank, t.status().message());
+        return Status::ok();
+      };
+    }
+#endif
+    res = execute_tp_rank(plan, launch);
+#ifdef MOEPROF_HAVE_CUDA
+    if (process_tracer) {
+      Status st = process_tracer->stop();
+      if (!st && !a.quiet) note("run", "rank {}: CUPTI trace: {}", args.rank, st.message());
+    }
+#endif
+    if (!res.is_ok()) return fail("run", res.status());
+    if (args.rank_only || args.rank != 0) {
+      std::string out = fmt::format("rank {} of {}: done;", args.rank, args.world);
+      for (const auto& m : res->modes)
+        out += fmt::format(" {} peak activation {} ({});", m.mode, mb(m.accounting.peak_activation),
+                           reports::format_exact_bytes(m.accounting.peak_activation));
+      out += " traces in " + a.out + "\n";
+      if (Status st = write_stdout(out); !st) return fail("run", st);
+      return res->outputs_identical || !computes || res->modes.size() < 2 ? kExitOk : kExitRunFailure;
+    }
+    // Rank 0 of an outside launcher: merge when the other ranks' traces are here (one machine or a
+    // shared folder); otherwise say how to merge them.
+    res = collect_rank_traces(plan, args.world);
+    if (!res.is_ok()) {
+      note("run", "rank 0: cannot merge the ranks' traces here ({}); copy every DIR/<mode>.rank<r>.mtrace into one folder "
+                  "and run: moeprof report --ranks <mode>.rank0.mtrace ... <mode>.rank{}.mtrace",
+           res.status().message(), args.world - 1);
+      return kExitOk;
+    }
+  } else {
+    res = multi_gpu ? execute_tp_run_plan(plan, a.gpus) : execute_run_plan(*backend, plan);
+  }
   if (!res.is_ok()) return fail("run", res.status());
   const RunPlanResult& r = res.value();
 
@@ -347,8 +491,38 @@ int run_command(const RunArgs& a) {
         line += fmt::format(" {} {}", category_name(static_cast<Category>(c)), mb(m.accounting.peak[c]));
     out += fmt::format("executor accounting, peak per category ({}):{}\n", m.mode, line);
   }
-  for (const auto& m : r.modes)
-    out += fmt::format("MoE output buffers ({}): {} reused, {} fresh, {} fallback\n", m.mode, m.moe.reused, m.moe.fresh, m.moe.fallback);
+  for (const auto& m : r.modes) {
+    std::string layers;
+    for (int64_t l : m.moe.fallback_layers) layers += (layers.empty() ? " (layers " : ", ") + std::to_string(l);
+    if (!layers.empty()) layers += ")";
+    out += fmt::format("MoE output buffers ({}{}): {} reused, {} fresh, {} fallback{}{}\n", m.mode, r.gpus > 1 ? ", rank 0" : "",
+                       m.moe.reused, m.moe.fresh, m.moe.fallback, layers,
+                       plan.symm_mem && m.mode != "baseline" ? "; the reused buffer must lie in the symmetric pool" : "");
+  }
+  // What NCCL itself allocated on each rank, from the ranks' CUPTI traces (communication category).
+  for (size_t i = 0; i < rank_cupti_paths.size(); ++i) {
+    auto tr = read_trace(rank_cupti_paths[i]);
+    if (!tr.is_ok()) continue;
+    // NCCL's own allocations inside its calls carry the NVTX range "moeprof.tensor:nccl/..."
+    // (communication); driver allocations with no API call behind them (the symmetric window's
+    // physical memory and its mappings, made through the VMM API) have no name: both are counted.
+    uint64_t nccl_bytes = 0, nccl_n = 0, driver_bytes = 0, driver_n = 0;
+    for (const TraceRecord& rec : tr->records) {
+      if (rec.kind != EventKind::kAlloc) continue;
+      if (rec.category == Category::kCommunication) {
+        nccl_bytes += rec.bytes;
+        ++nccl_n;
+      } else if (rec.name_id == StrId::kNone && rec.category == Category::kUnknown) {
+        driver_bytes += rec.bytes;
+        ++driver_n;
+      }
+    }
+    const planner::RunAnalysis c = planner::analyze(tr.value());
+    for (const auto& d : c.devices)
+      out += fmt::format("  rank {}, GPU {} (CUPTI, whole process): NCCL's own allocations {} in {}; unnamed driver allocations {} in {} "
+                         "(no API call of the program behind them: the symmetric window's memory and its mapping, kernels' module memory); device memory peak {}\n",
+                         tr->meta.tp_rank, d.device, mb(nccl_bytes), nccl_n, mb(driver_bytes), driver_n, mb(d.peak_total_bytes));
+  }
 #ifdef MOEPROF_HAVE_CUDA
   if (!cupti_paths.empty())
     out += fmt::format("CUPTI traces agree with the executor's accounting in every category: {}\n", cupti_agrees ? "yes" : "NO");
@@ -408,6 +582,45 @@ void register_run(CLI::App& app, int* exit_code) {
   cmd->add_flag("--quiet,-q", args->quiet, "no progress or notes on stderr");
   cmd->add_flag("--json", args->json, "print the JSON report on stdout instead of the table");
   cmd->add_flag("!--no-cupti", args->cupti, "on a GPU, do not also trace the run with CUPTI");
+  cmd->add_option("--symm-mem", args->symm_mem,
+                  "on: the tensors SGLang all-reduces (MoE, dense MLP and o_proj outputs) come from an NCCL symmetric "
+                  "window (ncclMemAlloc + ncclCommWindowRegister) per rank, and the reuse mode takes the previous layer's "
+                  "buffer only when it lies there; emulated on one device")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--symm-pool-mb", args->symm_pool_mb, "size of each rank's symmetric pool in MiB [default: 4 x tokens x hidden x 2 B]")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 24).description(""))
+      ->type_name("MIB");
+  cmd->add_option("--symm-outside-layer", args->symm_outside,
+                  "testing: the outputs this layer allocates (o_proj, dense MLP, a fresh MoE output) go outside the symmetric pool, so the "
+                  "next MoE layer falls back "
+                  "(repeatable)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20).description(""))
+      ->type_name("LAYER");
+  cmd->add_option("--launch", args->launch, "with --gpus N: the ranks as threads of this process, or as N processes (one per GPU)")
+      ->check(CLI::IsMember({"threads", "processes"}))
+      ->capture_default_str();
+  cmd->add_option("--rank", args->rank,
+                  "run only this TP rank in this process, started by a launcher (mpirun, a scheduler, torchrun: RANK, "
+                  "WORLD_SIZE, LOCAL_RANK are read when --rank/--world/--device are not given)")
+      ->check(CLI::Range(0, 1 << 20).description(""))
+      ->type_name("R");
+  cmd->add_option("--world", args->world, "with --rank: the number of ranks (= TP size)")
+      ->check(CLI::Range(2, 1 << 20).description(""))
+      ->type_name("N");
+  cmd->add_option("--nccl-id", args->nccl_id,
+                  "with --rank: rank 0 writes NCCL's unique id to this file (it must not exist), the others wait for it "
+                  "(a folder every rank sees)")
+      ->type_name("FILE");
+  cmd->add_option("--device", args->device, "with --rank: the CUDA device [default: LOCAL_RANK, else rank modulo the devices]")
+      ->check(CLI::Range(0, 1 << 10).description(""))
+      ->type_name("D");
+  cmd->add_option("--nccl-timeout", args->nccl_timeout, "with --rank: seconds a rank waits for the --nccl-id file")
+      ->check(CLI::Range(1.0, 86400.0).description(""))
+      ->type_name("SECONDS")
+      ->capture_default_str();
+  cmd->add_flag("--rank-only", args->rank_only, "with --rank: write this rank's traces only (--launch processes merges them)")
+      ->group("");
   cmd->callback([args, exit_code, cmd]() {
     args->model_given = cmd->count("--model") > 0;
     *exit_code = run_command(*args);

@@ -41,6 +41,9 @@ class AllocationObserver {
   virtual void on_marker(const std::string& /*name*/, bool /*begin*/) {}
   // An op read (write=false) or wrote (write=true) the storage.
   virtual void on_use(const Storage& /*s*/, const std::string& /*op*/, bool /*write*/) {}
+  // A memory pool the backend reserved outside the tensors it hands out (the NCCL symmetric
+  // pool's backing): `reserved_bytes` now reserved at `pool` (0 = released).
+  virtual void on_pool(uint64_t /*pool*/, uint64_t /*reserved_bytes*/, MemKind /*kind*/, const std::string& /*name*/) {}
 };
 
 class Backend {
@@ -68,6 +71,9 @@ class Backend {
   void release(Storage& s);
   virtual MemKind default_mem_kind(Category c) const = 0;
   uint64_t allocation_count() const { return next_id_ - 1; }
+  // Tells the observers attached now which pools the backend holds (on_pool), e.g. right after a
+  // trace is opened. Default: none.
+  virtual void announce_pools() {}
 
   // ---- the ops ------------------------------------------------------------------------------
   // Every op below is a public, non-virtual entry that checks its arguments once, with the same
@@ -218,6 +224,11 @@ class Backend {
 
  private:
   std::vector<AllocationObserver*> observers_;
+
+ protected:
+  void notify_pool(uint64_t pool, uint64_t reserved_bytes, MemKind kind, const std::string& name) {
+    for (AllocationObserver* o : observers_) o->on_pool(pool, reserved_bytes, kind, name);
+  }
   uint64_t next_id_ = 1;
 };
 

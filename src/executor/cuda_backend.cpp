@@ -84,8 +84,15 @@ Result<void*> CudaBackend::do_allocate(size_t bytes, MemKind kind, const AllocTa
       "moeprof.tensor:" + tag.scope + "/" + tag.name + "|" + std::string(category_name(tag.category));
   void* p = nullptr;
   nvtxRangePushA(range.c_str());
+  if (kind == MemKind::kSymmetric && symm_pool_ != nullptr) {
+    auto r = symm_pool_->allocate(bytes);
+    nvtxRangePop();
+    if (!r.is_ok()) return r.status().with_context(tag.scope + "/" + tag.name);
+    return r;
+  }
   cudaError_t e;
   switch (kind) {
+    case MemKind::kSymmetric:  // emulated (no pool attached): from the activations' pool
     case MemKind::kStreamOrdered: e = cudaMallocAsync(&p, bytes, stream_); break;
     case MemKind::kManaged: e = cudaMallocManaged(&p, bytes); break;
     case MemKind::kPinned: case MemKind::kHost: e = cudaMallocHost(&p, bytes); break;
@@ -123,8 +130,10 @@ Result<void*> CudaBackend::do_allocate(size_t bytes, MemKind kind, const AllocTa
 
 void CudaBackend::do_free(void* ptr, size_t /*bytes*/, MemKind kind) {
   if (ptr == nullptr) return;
+  if (kind == MemKind::kSymmetric && symm_pool_ != nullptr && symm_pool_->free(ptr)) return;  // stream order keeps it safe
   cudaError_t e;
   switch (kind) {
+    case MemKind::kSymmetric:
     case MemKind::kStreamOrdered: e = cudaFreeAsync(ptr, stream_); break;
     case MemKind::kPinned: case MemKind::kHost: e = cudaFreeHost(ptr); break;
     default: e = cudaFree(ptr); break;
@@ -298,6 +307,10 @@ Status CudaBackend::attach_nccl(void* comm, int rank, int size) {
   nccl_rank_ = rank;
   nccl_size_ = size;
   return Status::ok();
+}
+
+void CudaBackend::announce_pools() {
+  if (symm_pool_ != nullptr) notify_pool(symm_pool_->base(), symm_pool_->capacity(), MemKind::kSymmetric, "nccl_symmetric_pool");
 }
 
 // A no-op for one rank or emulated TP (no communicator attached).

@@ -26,6 +26,8 @@
 
 namespace moeprof {
 
+class SymmetricPool;  // cuda_nccl.h
+
 class CudaBackend : public Backend {
  public:
   // Use make_cuda_backend(); `device` must already be validated.
@@ -39,6 +41,13 @@ class CudaBackend : public Backend {
   // it alive while attached; nullptr detaches (all_reduce is a no-op again, as for one rank or
   // emulated TP).
   Status attach_nccl(void* comm, int rank, int size);
+  // NCCL symmetric memory (`--symm-mem on`): tensors of MemKind::kSymmetric come from `pool`
+  // (owned by the caller, alive while attached; nullptr detaches). Without a pool, kSymmetric
+  // tensors come from the stream-ordered pool like activations (symmetric memory emulated: one
+  // device, emulated TP), still tagged symmetric in the trace.
+  void attach_symmetric_pool(SymmetricPool* pool) { symm_pool_ = pool; }
+  SymmetricPool* symmetric_pool() const { return symm_pool_; }
+  void announce_pools() override;
   int nccl_rank() const { return nccl_rank_; }
   int nccl_size() const { return nccl_size_; }
 
@@ -116,6 +125,7 @@ class CudaBackend : public Backend {
   void* nccl_comm_ = nullptr;  // ncclComm_t when attached (real TP)
   int nccl_rank_ = 0;
   int nccl_size_ = 1;
+  SymmetricPool* symm_pool_ = nullptr;
   bool free_failure_reported_ = false;
   size_t pool_reserved_unused() const;
 };

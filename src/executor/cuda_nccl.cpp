@@ -2,7 +2,11 @@
 
 #include <dlfcn.h>
 
+#include <nvtx3/nvToolsExt.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <cstring>
 #include <mutex>
 #include <shared_mutex>
@@ -21,6 +25,21 @@ constexpr NcclResult kNcclSuccess = 0;
 constexpr int kNcclSum = 0;        // ncclSum
 constexpr int kNcclFloat32 = 7;    // ncclFloat32
 constexpr int kNcclBfloat16 = 9;   // ncclBfloat16
+constexpr int kNcclWinCollSymmetric = 1;  // NCCL_WIN_COLL_SYMMETRIC
+// ncclUniqueId is passed by value: a struct of 128 chars.
+struct NcclUniqueId128 {
+  char internal[128];
+};
+
+// NVTX range around an NCCL call: a CUPTI trace of the process attributes the driver allocations
+// NCCL makes inside it to scope "nccl", name `what`, category communication.
+struct NcclRange {
+  explicit NcclRange(const char* what) {
+    std::string r = std::string("moeprof.tensor:nccl/") + what + "|communication";
+    nvtxRangePushA(r.c_str());
+  }
+  ~NcclRange() { nvtxRangePop(); }
+};
 
 }  // namespace
 }  // namespace moeprof
@@ -32,6 +51,8 @@ static_assert(static_cast<int>(ncclSum) == moeprof::kNcclSum);
 static_assert(static_cast<int>(ncclFloat32) == moeprof::kNcclFloat32);
 static_assert(static_cast<int>(ncclBfloat16) == moeprof::kNcclBfloat16);
 static_assert(sizeof(ncclComm_t) == sizeof(void*));
+static_assert(sizeof(ncclUniqueId) == 128);
+static_assert(NCCL_WIN_COLL_SYMMETRIC == 1);
 #endif
 
 namespace moeprof {
@@ -44,6 +65,13 @@ struct NcclApi {
   NcclResult (*comm_abort)(NcclComm) = nullptr;
   NcclResult (*all_reduce)(const void*, void*, size_t, int, int, NcclComm, void*) = nullptr;
   const char* (*get_error_string)(NcclResult) = nullptr;
+  NcclResult (*get_unique_id)(void*) = nullptr;                       // ncclUniqueId*
+  NcclResult (*comm_init_rank)(NcclComm*, int, NcclUniqueId128, int) = nullptr;
+  // Since NCCL 2.27 (symmetric memory); optional: --symm-mem on needs them.
+  NcclResult (*mem_alloc)(void**, size_t) = nullptr;
+  NcclResult (*mem_free)(void*) = nullptr;
+  NcclResult (*window_register)(NcclComm, void*, size_t, void**, int) = nullptr;
+  NcclResult (*window_deregister)(NcclComm, void*) = nullptr;
   int version = 0;
 };
 
@@ -95,6 +123,20 @@ Status nccl_load() {
                   resolve(lib, "ncclCommAbort", &api.comm_abort, &missing) &&
                   resolve(lib, "ncclAllReduce", &api.all_reduce, &missing) &&
                   resolve(lib, "ncclGetErrorString", &api.get_error_string, &missing);
+  const bool ok_rank = ok && resolve(lib, "ncclGetUniqueId", &api.get_unique_id, &missing) &&
+                       resolve(lib, "ncclCommInitRank", &api.comm_init_rank, &missing);
+  if (ok && !ok_rank) {
+    dlclose(lib);
+    g_load_error = "cannot load libnccl.so.2 (missing symbol " + missing + ")";
+    return Status::run_failure(g_load_error);
+  }
+  if (ok) {
+    std::string ignored;
+    const bool symm = resolve(lib, "ncclMemAlloc", &api.mem_alloc, &ignored) && resolve(lib, "ncclMemFree", &api.mem_free, &ignored) &&
+                      resolve(lib, "ncclCommWindowRegister", &api.window_register, &ignored) &&
+                      resolve(lib, "ncclCommWindowDeregister", &api.window_deregister, &ignored);
+    if (!symm) api.mem_alloc = nullptr;
+  }
   if (!ok) {
     dlclose(lib);
     g_load_error = "cannot load libnccl.so.2 (missing symbol " + missing + ")";
@@ -122,9 +164,124 @@ Result<std::unique_ptr<NcclCommunicators>> NcclCommunicators::create(const std::
   std::unique_ptr<NcclCommunicators> c(new NcclCommunicators());
   std::vector<NcclComm> comms(devices.size(), nullptr);
   const int n = static_cast<int>(devices.size());
-  MOEPROF_NCCL_CHECK("init over " + std::to_string(n) + " devices", g_api.comm_init_all(comms.data(), n, devices.data()));
+  {
+    NcclRange range("comm_init");
+    MOEPROF_NCCL_CHECK("init over " + std::to_string(n) + " devices", g_api.comm_init_all(comms.data(), n, devices.data()));
+  }
   c->comms_.assign(comms.begin(), comms.end());
   return c;
+}
+
+Result<NcclUniqueId> nccl_unique_id() {
+  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
+  if (nvls == nullptr || std::strcmp(nvls, "0") != 0) ::setenv("NCCL_NVLS_ENABLE", "0", 1);
+  MOEPROF_RETURN_IF_ERROR(nccl_load());
+  NcclUniqueId id{};
+  MOEPROF_NCCL_CHECK("unique id", g_api.get_unique_id(id.data()));
+  return id;
+}
+
+Result<std::unique_ptr<NcclCommunicators>> NcclCommunicators::create_rank(const NcclUniqueId& id, int world, int rank) {
+  if (world < 1 || rank < 0 || rank >= world)
+    return Status::bad_input("NCCL: rank " + std::to_string(rank) + " of " + std::to_string(world));
+  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
+  if (nvls == nullptr || std::strcmp(nvls, "0") != 0) ::setenv("NCCL_NVLS_ENABLE", "0", 1);
+  MOEPROF_RETURN_IF_ERROR(nccl_load());
+  std::unique_ptr<NcclCommunicators> c(new NcclCommunicators());
+  NcclComm comm = nullptr;
+  NcclUniqueId128 uid;
+  std::memcpy(uid.internal, id.data(), sizeof(uid.internal));
+  {
+    NcclRange range("comm_init");
+    MOEPROF_NCCL_CHECK("init rank " + std::to_string(rank) + " of " + std::to_string(world),
+                       g_api.comm_init_rank(&comm, world, uid, rank));
+  }
+  c->comms_.push_back(comm);
+  return c;
+}
+
+// ---- symmetric memory ------------------------------------------------------------------------
+
+Result<std::unique_ptr<SymmetricPool>> SymmetricPool::create(void* comm, size_t bytes) {
+  MOEPROF_RETURN_IF_ERROR(nccl_load());
+  if (g_api.mem_alloc == nullptr)
+    return Status::run_failure("--symm-mem on needs NCCL 2.27 or later (ncclMemAlloc, ncclCommWindowRegister); loaded " +
+                               nccl_version());
+  if (comm == nullptr) return Status::bad_input("symmetric memory needs an NCCL communicator");
+  bytes = (bytes + kAlign - 1) / kAlign * kAlign;
+  if (bytes == 0) return Status::bad_input("symmetric pool of 0 bytes");
+  std::unique_ptr<SymmetricPool> p(new SymmetricPool());
+  p->comm_ = comm;
+  {
+    NcclRange range("symmetric_pool");
+    MOEPROF_NCCL_CHECK("ncclMemAlloc of " + std::to_string(bytes) + " bytes", g_api.mem_alloc(&p->base_, bytes));
+  }
+  {
+    NcclRange range("window_register");
+    std::shared_lock<std::shared_mutex> lock(g_comm_mu);
+    const int r = g_api.window_register(static_cast<NcclComm>(comm), p->base_, bytes, &p->window_, kNcclWinCollSymmetric);
+    if (r != kNcclSuccess) {
+      g_api.mem_free(p->base_);
+      p->base_ = nullptr;
+      return Status::run_failure("nccl window register (" + std::to_string(bytes) + " bytes, NCCL_WIN_COLL_SYMMETRIC): " +
+                                 nccl_result_string(r));
+    }
+  }
+  p->capacity_ = bytes;
+  p->free_[0] = bytes;
+  return p;
+}
+
+SymmetricPool::~SymmetricPool() {
+  std::shared_lock<std::shared_mutex> lock(g_comm_mu);
+  if (window_ != nullptr && g_aborted.count(comm_) == 0) g_api.window_deregister(static_cast<NcclComm>(comm_), window_);
+  if (base_ != nullptr) g_api.mem_free(base_);
+}
+
+Result<void*> SymmetricPool::allocate(size_t bytes) {
+  const size_t need = (bytes + kAlign - 1) / kAlign * kAlign;
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < need) continue;
+    const size_t off = it->first, len = it->second;
+    free_.erase(it);
+    if (len > need) free_[off + need] = len - need;
+    live_[off] = need;
+    used_ += need;
+    high_water_ = std::max(high_water_, used_);
+    return static_cast<void*>(static_cast<char*>(base_) + off);
+  }
+  return Status::run_failure("the symmetric memory pool (" + std::to_string(capacity_) + " bytes, " + std::to_string(used_) +
+                             " in use) has no free range of " + std::to_string(need) + " bytes: raise --symm-pool-mb");
+}
+
+bool SymmetricPool::contains(const void* p) const {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  return a >= base() && a < base() + capacity_;
+}
+
+bool SymmetricPool::free(void* ptr) {
+  if (!contains(ptr)) return false;
+  const size_t off = static_cast<size_t>(reinterpret_cast<uintptr_t>(ptr) - base());
+  auto it = live_.find(off);
+  if (it == live_.end()) return false;
+  size_t start = off, len = it->second;
+  used_ -= len;
+  live_.erase(it);
+  auto next = free_.lower_bound(start);
+  if (next != free_.end() && next->first == start + len) {
+    len += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == start) {
+      start = prev->first;
+      len += prev->second;
+      free_.erase(prev);
+    }
+  }
+  free_[start] = len;
+  return true;
 }
 
 void NcclCommunicators::abort() {
@@ -155,6 +312,7 @@ Status nccl_all_reduce(void* comm, void* data, size_t count, DType dtype, void* 
   if (!g_loaded) return Status::run_failure("all_reduce: NCCL is not loaded");
   if (g_aborted.count(comm) != 0)
     return Status::run_failure("all_reduce: the NCCL communicator was aborted (another rank failed)");
+  NcclRange range("all_reduce");
   MOEPROF_NCCL_CHECK("all_reduce",
                      g_api.all_reduce(data, data, count, nccl_type, kNcclSum, static_cast<NcclComm>(comm), stream));
   return Status::ok();

@@ -10,7 +10,10 @@
 // reads its environment.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,10 +29,17 @@ Status nccl_load();
 // "2.28.3" (the loaded library's ncclGetVersion), or "" before a successful nccl_load().
 std::string nccl_version();
 
+// ncclUniqueId's bytes (NCCL_UNIQUE_ID_BYTES), as rank 0 writes them to the --nccl-id file.
+using NcclUniqueId = std::array<char, 128>;
+Result<NcclUniqueId> nccl_unique_id();
+
 class NcclCommunicators {
  public:
   // One communicator per device in `devices` (rank i on devices[i]), ncclCommInitAll.
   static Result<std::unique_ptr<NcclCommunicators>> create(const std::vector<int>& devices);
+  // This process's one rank of `world` (ncclCommInitRank on the current CUDA device): ranks in
+  // separate processes (`moeprof run --rank R --world N --nccl-id FILE`). comm(0) is this rank's.
+  static Result<std::unique_ptr<NcclCommunicators>> create_rank(const NcclUniqueId& id, int world, int rank);
   ~NcclCommunicators();  // ncclCommDestroy each (all work must have completed), unless aborted
   NcclCommunicators(const NcclCommunicators&) = delete;
   NcclCommunicators& operator=(const NcclCommunicators&) = delete;
@@ -46,6 +56,42 @@ class NcclCommunicators {
   NcclCommunicators() = default;
   std::vector<void*> comms_;
   bool aborted_ = false;
+};
+
+// NCCL symmetric memory (`moeprof run --symm-mem on`): one window of `bytes` from ncclMemAlloc,
+// registered on `comm` with NCCL_WIN_COLL_SYMMETRIC (a collective call: every rank creates its
+// pool at the same point, with the same size), from which tensors of MemKind::kSymmetric are
+// sub-allocated first-fit. Ranks make the same allocations in the same order, so a tensor lies at
+// the same offset in every rank's window, as NCCL's symmetric kernels require; an all-reduce on
+// such a tensor runs on the window. Every NCCL call is inside an NVTX range
+// "moeprof.tensor:nccl/<what>|communication", so a CUPTI trace of the process attributes what NCCL
+// itself allocates to the communication category.
+class SymmetricPool {
+ public:
+  static Result<std::unique_ptr<SymmetricPool>> create(void* comm, size_t bytes);
+  ~SymmetricPool();  // deregisters the window (collective) and frees the memory
+  SymmetricPool(const SymmetricPool&) = delete;
+  SymmetricPool& operator=(const SymmetricPool&) = delete;
+
+  // `bytes` rounded up to kAlign; kRunFailure when the pool has no free range that large.
+  Result<void*> allocate(size_t bytes);
+  // false when `p` is not a live allocation of this pool.
+  bool free(void* p);
+  bool contains(const void* p) const;
+  uintptr_t base() const { return reinterpret_cast<uintptr_t>(base_); }
+  size_t capacity() const { return capacity_; }
+  size_t used() const { return used_; }
+  size_t high_water() const { return high_water_; }
+  static constexpr size_t kAlign = 4096;
+
+ private:
+  SymmetricPool() = default;
+  void* comm_ = nullptr;
+  void* base_ = nullptr;
+  void* window_ = nullptr;
+  size_t capacity_ = 0, used_ = 0, high_water_ = 0;
+  std::map<size_t, size_t> free_;  // offset -> length, coalesced
+  std::map<size_t, size_t> live_;  // offset -> length
 };
 
 // In-place sum over the communicator's ranks of `count` elements of `dtype` (bf16 or f32) at

@@ -1,5 +1,6 @@
 // The DeepSeek-V2-family prefill forward, written once against the Backend op contract, in the
 // two memory modes (baseline / reuse); see executor/deepseek_model.h.
+#include <cstring>
 #include <cmath>
 
 #include "executor/deepseek_weights.h"
@@ -68,6 +69,16 @@ Result<ForwardOutput> DeepseekModel::forward() {
   MOEPROF_RETURN_IF_ERROR(op("lm_head", be_.linear(last, w_->lm_head, logits, w_->workspace), {&hidden}, {&logits}));
   out.logits.resize(shape_.vocab);
   MOEPROF_RETURN_IF_ERROR(be_.copy_to_host(logits, out.logits.data()));
+  {
+    uint64_t lh = 1469598103934665603ull;
+    for (float v : out.logits) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, sizeof bits);
+      lh ^= bits;
+      lh *= 1099511628211ull;
+    }
+    out.logits_hash = lh;
+  }
   std::vector<uint16_t> host(static_cast<size_t>(T * H));
   MOEPROF_RETURN_IF_ERROR(be_.copy_to_host(hidden, host.data()));
   uint64_t hsh = 1469598103934665603ull;
@@ -185,7 +196,7 @@ Result<Tensor> DeepseekModel::attention(int64_t l) {
   kv.reset();
   kv_a.reset();
   k_pe.reset();
-  MOEPROF_ASSIGN_OR_RETURN(Tensor o, act(DType::kBF16, T, H, "o_proj_out", scope));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor o, reduced_act(l, T, H, "o_proj_out", scope));
   MOEPROF_RETURN_IF_ERROR(op("o_proj", be_.linear(attn, L.o_proj, o, ws), {&attn}, {&o}));
   attn.reset();
   MOEPROF_RETURN_IF_ERROR(op("attn_all_reduce", be_.all_reduce(o), {&o}, {&o}));
@@ -202,7 +213,7 @@ Result<Tensor> DeepseekModel::dense_mlp(int64_t l, Tensor& x, const Tensor& gate
   MOEPROF_ASSIGN_OR_RETURN(Tensor a, act(DType::kBF16, T, I, "act", scope));
   MOEPROF_RETURN_IF_ERROR(op("silu_and_mul", be_.silu_and_mul(gate_up, a), {&gate_up}, {&a}));
   gate_up.reset();
-  MOEPROF_ASSIGN_OR_RETURN(Tensor out, act(DType::kBF16, T, H, "mlp_out", scope));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor out, reduced_act(l, T, H, "mlp_out", scope));
   MOEPROF_RETURN_IF_ERROR(op("down_proj", be_.linear(a, down_w, out, ws), {&a}, {&out}));
   a.reset();
   MOEPROF_RETURN_IF_ERROR(op("mlp_all_reduce", be_.all_reduce(out), {&out}, {&out}));
@@ -266,12 +277,13 @@ Result<Tensor> DeepseekModel::routed_experts(int64_t l, Tensor& moe_in, const Te
       ++stats->reused;
     } else {
       ++stats->fallback;
+      stats->fallback_layers.push_back(l);
     }
   } else {
     ++stats->fresh;
   }
   if (!out.defined()) {
-    MOEPROF_ASSIGN_OR_RETURN(out, act(DType::kBF16, T, H, "moe_output", scope));
+    MOEPROF_ASSIGN_OR_RETURN(out, reduced_act(l, T, H, "moe_output", scope));
   }
 
   MOEPROF_ASSIGN_OR_RETURN(Tensor hs_fp4, act(DType::kFP4x2, T, H / 2, "hs_fp4", scope));

@@ -46,6 +46,13 @@ struct ModelOptions {
   // When set, a provided MoE output buffer must come from the symmetric-memory pool
   // (MemKind::kSymmetric), as with SGLang's symmetric all-reduce.
   bool require_symmetric_output = false;
+  // SGLang's symmetric memory (--symm-mem on): the tensors it all-reduces (o_proj and dense MLP
+  // outputs, fresh MoE outputs) are allocated with MemKind::kSymmetric, and the reuse mode takes a
+  // provided MoE output buffer only when it is symmetric (require_symmetric_output).
+  bool symm_mem = false;
+  // Testing: these layers' outputs are allocated outside the pool, so the next MoE layer's
+  // provided buffer is not symmetric and the runner falls back (docs/executor.md).
+  std::vector<int64_t> symm_outside_layers;
   // Collectives are real (one rank of a multi-GPU TP run): the prompt is drawn from the whole
   // vocabulary, as every rank sees the same tokens. With emulated TP the prompt stays inside the
   // rank's vocabulary shard, so the one rank that runs does real work on every token.
@@ -73,10 +80,12 @@ struct MoeRunnerStats {
   int64_t reused = 0;          // provided buffer used as the output
   int64_t fallback = 0;        // buffer provided but rejected (shape/dtype/device/pool mismatch)
   int64_t fresh = 0;           // no buffer provided (baseline, layer 0)
+  std::vector<int64_t> fallback_layers;  // the layers whose provided buffer was rejected
 };
 
 struct ForwardOutput {
   std::vector<float> logits;           // last token's logits over the rank's vocab shard
+  uint64_t logits_hash = 0;            // FNV-1a of the logits' bits (compared across processes)
   uint64_t hidden_hash = 0;            // FNV-1a of the final normed hidden states' bf16 bits
   std::vector<uint16_t> hidden_tail;   // the last token's final hidden states (bf16 bits)
   std::vector<int32_t> input_ids;      // the prompt (deterministic from the seed)
@@ -125,6 +134,9 @@ class DeepseekModel {
             std::initializer_list<const Tensor*> writes);
   Result<Tensor> act(DType dt, int64_t rows, int64_t cols, const std::string& name, const std::string& scope,
                      Category cat = Category::kActivation);
+  // A tensor the layer all-reduces: symmetric with --symm-mem on (unless the layer is in
+  // symm_outside_layers), else an ordinary activation.
+  Result<Tensor> reduced_act(int64_t layer, int64_t rows, int64_t cols, const std::string& name, const std::string& scope);
 
   Backend& be_;
   ModelConfig cfg_;

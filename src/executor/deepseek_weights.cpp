@@ -1,5 +1,6 @@
 // Weight generation and the model's set-up: deterministic weights from the seed (bit-identical on
 // every backend), the KV cache, the rope table, the --weights auto decision.
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -87,6 +88,7 @@ WeightBytes estimate_weight_bytes(const ModelConfig& c, const RankShape& s) {
 DeepseekModel::DeepseekModel(Backend& backend, const ModelConfig& cfg, const RankShape& shape, MemoryMode mode,
                              const ModelOptions& opt)
     : be_(backend), cfg_(cfg), shape_(shape), mode_(mode), opt_(opt), w_(std::make_unique<Weights>()) {
+  if (opt_.symm_mem) opt_.require_symmetric_output = true;  // SGLang: the provided buffer must lie in the pool
   // Per-layer decisions, computed once.
   plans_.resize(shape_.layers);
   for (int64_t l = 0; l < shape_.layers; ++l) {
@@ -145,6 +147,14 @@ Result<std::unique_ptr<DeepseekModel>> DeepseekModel::create(Backend& backend, c
 Result<Tensor> DeepseekModel::act(DType dt, int64_t rows, int64_t cols, const std::string& name,
                                   const std::string& scope, Category cat) {
   return be_.empty(dt, rows, cols, AllocTag{name, scope, cat});
+}
+
+Result<Tensor> DeepseekModel::reduced_act(int64_t layer, int64_t rows, int64_t cols, const std::string& name,
+                                          const std::string& scope) {
+  const bool outside = std::find(opt_.symm_outside_layers.begin(), opt_.symm_outside_layers.end(), layer) !=
+                       opt_.symm_outside_layers.end();
+  if (!opt_.symm_mem || outside) return act(DType::kBF16, rows, cols, name, scope);
+  return be_.empty(DType::kBF16, rows, cols, AllocTag{name, scope, Category::kActivation}, MemKind::kSymmetric);
 }
 
 Status DeepseekModel::op(const std::string& what, Status st, std::initializer_list<const Tensor*> reads,

@@ -69,6 +69,19 @@ void TraceRecorder::on_use(const Storage& s, const std::string& op, bool write) 
   append(r);
 }
 
+// A kPoolReserve record: the pool's reserved size (the planner's pool_reserved_peak_bytes), not
+// an allocation: the tensors inside it are recorded one by one.
+void TraceRecorder::on_pool(uint64_t pool, uint64_t reserved_bytes, MemKind kind, const std::string& name) {
+  TraceRecord r;
+  r.kind = EventKind::kPoolReserve;
+  r.address = pool;
+  r.bytes = reserved_bytes;
+  r.mem_kind = kind;
+  r.category = Category::kCommunication;
+  r.name_id = writer_->intern(name);
+  append(r);
+}
+
 void TraceRecorder::on_marker(const std::string& name, bool begin) {
   TraceRecord r;
   r.kind = begin ? EventKind::kMarkerBegin : EventKind::kMarkerEnd;

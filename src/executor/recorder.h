@@ -23,6 +23,7 @@ class TraceRecorder : public AllocationObserver {
   void on_free(const Storage& s) override;
   void on_marker(const std::string& name, bool begin) override;
   void on_use(const Storage& s, const std::string& op, bool write) override;
+  void on_pool(uint64_t pool, uint64_t reserved_bytes, MemKind kind, const std::string& name) override;
   // First write error, if any (recording never throws).
   const Status& status() const { return status_; }
 

@@ -13,8 +13,17 @@
 namespace moeprof {
 
 bool same_forward_output(const ForwardOutput& a, const ForwardOutput& b) {
-  return a.hidden_hash == b.hidden_hash && a.logits.size() == b.logits.size() &&
-         std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0;
+  if (a.hidden_hash != b.hidden_hash || a.logits_hash != b.logits_hash) return false;
+  // Results read back from another process's trace carry the hashes only.
+  if (a.logits.empty() || b.logits.empty()) return true;
+  return a.logits.size() == b.logits.size() && std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0;
+}
+
+uint64_t symmetric_pool_bytes(const RankShape& shape, const ModelConfig& cfg) {
+  const uint64_t one = static_cast<uint64_t>(shape.tokens) * static_cast<uint64_t>(cfg.hidden_size) * 2;
+  const uint64_t align = 2ull << 20;  // the granularity ncclMemAlloc maps with
+  const uint64_t per = (one + 4095) / 4096 * 4096;
+  return (4 * per + align - 1) / align * align;
 }
 
 Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const RankShape& shape,
@@ -52,11 +61,15 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
       b.remove_observer(a);
     }
   } detach{backend, &recorder, &accounting};
+  backend.announce_pools();  // the NCCL symmetric pool's backing, as the trace's first record
+  meta.extra["symm_mem"] = plan.symm_mem ? "on" : "off";
 
   ModelOptions mo;
   mo.weights = plan.weights;
   mo.seed = plan.seed;
   mo.real_collectives = !opt.tp_emulated && shape.tp_size > 1;
+  mo.symm_mem = plan.symm_mem;
+  mo.symm_outside_layers = plan.symm_outside_layers;
   if (opt.progress) {
     std::string label = mr.mode;
     mo.progress = [label](const char* phase, int64_t l, int64_t n) {
@@ -115,11 +128,24 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
     const std::string cat(category_name(static_cast<Category>(c)));
     meta.extra["accounting.peak_bytes." + cat] = std::to_string(mr.accounting.peak[c]);
     meta.extra["accounting.allocated_bytes." + cat] = std::to_string(mr.accounting.allocated[c]);
+    meta.extra["accounting.allocations." + cat] = std::to_string(mr.accounting.allocations[c]);
   }
   meta.extra["forward_seconds"] = std::to_string(mr.forward_seconds);
   meta.extra["moe_output_reused"] = std::to_string(mr.moe.reused);
   meta.extra["moe_output_fresh"] = std::to_string(mr.moe.fresh);
   meta.extra["moe_output_fallback"] = std::to_string(mr.moe.fallback);
+  {
+    std::string layers;
+    for (int64_t l : mr.moe.fallback_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
+    meta.extra["moe_output_fallback_layers"] = layers;
+  }
+  // What a parent process needs to rebuild this rank's result from the trace alone (--launch
+  // processes, tp_run.h): totals, timings and the outputs' hashes.
+  meta.extra["accounting.peak_total_bytes"] = std::to_string(mr.accounting.peak_total);
+  meta.extra["accounting.peak_activation_bytes"] = std::to_string(mr.accounting.peak_activation);
+  meta.extra["total_seconds"] = std::to_string(mr.total_seconds);
+  meta.extra["output.hidden_hash"] = std::to_string(mr.output.hidden_hash);
+  meta.extra["output.logits_hash"] = std::to_string(mr.output.logits_hash);
   if (!st.is_ok()) meta.extra["error"] = st.message();
   Status ms = writer->set_meta(meta);
   Status cs = writer->close();  // flush whatever was recorded, also after a failure

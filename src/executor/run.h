@@ -23,6 +23,11 @@ struct RunPlan {
   std::string out_dir = "moeprof-out";
   std::vector<MemoryMode> modes = {MemoryMode::kBaseline, MemoryMode::kReuse};
   WeightsMode weights = WeightsMode::kAuto;
+  // --symm-mem on: SGLang's symmetric memory (ModelOptions::symm_mem). With real TP the tensors
+  // come from an NCCL symmetric window per rank (tp_run.h); on one device it is emulated.
+  bool symm_mem = false;
+  uint64_t symm_pool_bytes = 0;               // 0: symmetric_pool_bytes(shape)
+  std::vector<int64_t> symm_outside_layers;  // testing (ModelOptions::symm_outside_layers)
   bool progress = false;       // "layer k of n" on stderr (terminal)
   std::FILE* log = nullptr;    // one-line notes (weights choice); null = silent
   // Called around each mode's run, e.g. to start and stop a CUPTI tracer: before_mode right
@@ -78,6 +83,10 @@ struct RankModeOptions {
 };
 Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const RankShape& shape,
                                  const RunPlan& plan, MemoryMode mode, const RankModeOptions& opt);
+
+// The symmetric pool a rank needs: the tensors SGLang places there that are live at once (the
+// layer's input, the o_proj output, the MLP/MoE output) and one spare, T x hidden bf16 each.
+uint64_t symmetric_pool_bytes(const RankShape& shape, const ModelConfig& cfg);
 
 // Same final hidden-state hash, same logits bits.
 bool same_forward_output(const ForwardOutput& a, const ForwardOutput& b);

@@ -1,7 +1,11 @@
 #include "executor/tp_run.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <fstream>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -24,20 +28,66 @@
 
 namespace moeprof {
 
-#ifndef MOEPROF_HAVE_CUDA
-
-Result<RunPlanResult> execute_tp_run_plan(const RunPlan& /*plan*/, int gpus) {
-  return Status::run_failure("--gpus " + std::to_string(gpus) +
-                             " needs the CUDA backend; this moeprof was built without it (MOEPROF_ENABLE_CUDA=OFF)");
-}
-
-#else
-
 namespace {
 
-// How long the other ranks get to finish after the first failure before the communicators are
-// aborted (a rank waiting in a collective for the failed one would otherwise wait forever).
-constexpr auto kGraceAfterFailure = std::chrono::seconds(5);
+uint64_t extra_u64(const RunMeta& m, const std::string& key) {
+  auto it = m.extra.find(key);
+  if (it == m.extra.end()) return 0;
+  try {
+    return std::stoull(it->second);
+  } catch (...) {
+    return 0;
+  }
+}
+
+double extra_f64(const RunMeta& m, const std::string& key) {
+  auto it = m.extra.find(key);
+  if (it == m.extra.end()) return 0;
+  try {
+    return std::stod(it->second);
+  } catch (...) {
+    return 0;
+  }
+}
+
+// A rank's ModeResult as the executor wrote it into its trace's META (run_rank_mode).
+ModeResult mode_result_from_meta(const RunMeta& m, const std::string& path) {
+  ModeResult mr;
+  mr.mode = m.mode;
+  mr.trace_path = path;
+  mr.forward_seconds = extra_f64(m, "forward_seconds");
+  mr.total_seconds = extra_f64(m, "total_seconds");
+  mr.moe.reused = static_cast<int64_t>(extra_u64(m, "moe_output_reused"));
+  mr.moe.fresh = static_cast<int64_t>(extra_u64(m, "moe_output_fresh"));
+  mr.moe.fallback = static_cast<int64_t>(extra_u64(m, "moe_output_fallback"));
+  if (auto it = m.extra.find("moe_output_fallback_layers"); it != m.extra.end()) {
+    size_t pos = 0;
+    const std::string& v = it->second;
+    while (pos < v.size()) {
+      size_t end = v.find(',', pos);
+      if (end == std::string::npos) end = v.size();
+      try {
+        mr.moe.fallback_layers.push_back(std::stoll(v.substr(pos, end - pos)));
+      } catch (...) {
+      }
+      pos = end + 1;
+    }
+  }
+  for (int c = 0; c < kNumCategories; ++c) {
+    const std::string cat(category_name(static_cast<Category>(c)));
+    mr.accounting.peak[c] = extra_u64(m, "accounting.peak_bytes." + cat);
+    mr.accounting.allocated[c] = extra_u64(m, "accounting.allocated_bytes." + cat);
+    mr.accounting.allocations[c] = extra_u64(m, "accounting.allocations." + cat);
+  }
+  mr.accounting.peak_total = extra_u64(m, "accounting.peak_total_bytes");
+  mr.accounting.peak_activation = extra_u64(m, "accounting.peak_activation_bytes");
+  mr.output.hidden_hash = extra_u64(m, "output.hidden_hash");
+  mr.output.logits_hash = extra_u64(m, "output.logits_hash");
+  mr.output.moe = mr.moe;
+  if (auto it = m.extra.find("weights"); it != m.extra.end()) mr.weights_shared = it->second == "shared";
+  if (auto it = m.extra.find("weights_note"); it != m.extra.end()) mr.weights_note = it->second;
+  return mr;
+}
 
 // The planner's run level over ranks: each figure is the maximum over devices (docs/metrics.md).
 CategoryCounters max_over_ranks(const std::vector<const CategoryCounters*>& cs) {
@@ -56,6 +106,94 @@ CategoryCounters max_over_ranks(const std::vector<const CategoryCounters*>& cs) 
   }
   return m;
 }
+
+std::string rank_trace_path(const RunPlan& plan, const std::string& mode, int rank) {
+  return (std::filesystem::path(plan.out_dir) / (mode + ".rank" + std::to_string(rank) + ".mtrace")).string();
+}
+
+}  // namespace
+
+Result<RunPlanResult> collect_rank_traces(const RunPlan& plan, int world) {
+  if (world < 1) return Status::bad_input("collect_rank_traces: world " + std::to_string(world));
+  RunPlanResult result;
+  result.tp = world;
+  result.gpus = world;
+  result.tp_emulated = false;
+  result.rank_modes.resize(static_cast<size_t>(world));
+  for (MemoryMode mode : plan.modes) {
+    const std::string mode_name(memory_mode_name(mode));
+    std::vector<Trace> traces;
+    ModeResult merged;
+    merged.mode = mode_name;
+    merged.trace_path = (std::filesystem::path(plan.out_dir) / (mode_name + ".mtrace")).string();
+    for (int r = 0; r < world; ++r) {
+      const std::string path = rank_trace_path(plan, mode_name, r);
+      auto t = read_trace(path);
+      if (!t.is_ok()) return Status::bad_input("rank " + std::to_string(r) + ": " + t.status().message());
+      const RunMeta& m = t->meta;
+      if (m.tp_rank != r || m.tp_size != world || m.mode != mode_name)
+        return Status::bad_input(path + " holds rank " + std::to_string(m.tp_rank) + " of " + std::to_string(m.tp_size) +
+                                 ", mode " + m.mode + "; expected rank " + std::to_string(r) + " of " +
+                                 std::to_string(world) + ", mode " + mode_name);
+      if (auto e = m.extra.find("error"); e != m.extra.end())
+        return Status::run_failure("rank " + std::to_string(r) + " failed: " + e->second + " (trace kept in " + path + ")");
+      if (t->truncated) return Status::run_failure("rank " + std::to_string(r) + "'s trace " + path + " is truncated");
+      ModeResult mr = mode_result_from_meta(m, path);
+      result.model = m.model;
+      result.tokens = m.tokens;
+      result.layers = m.layers;
+      merged.forward_seconds = std::max(merged.forward_seconds, mr.forward_seconds);
+      merged.total_seconds = std::max(merged.total_seconds, mr.total_seconds);
+      if (mr.weights_shared) {
+        result.weights_shared = true;
+        if (result.weights_note.empty()) result.weights_note = mr.weights_note;
+      }
+      result.rank_modes[static_cast<size_t>(r)].push_back(std::move(mr));
+      traces.push_back(std::move(t).value());
+    }
+    MOEPROF_RETURN_IF_ERROR(offset_rank_devices(&traces));
+    Trace m = merge_traces(traces);
+    m.meta.name = mode_name;
+    MOEPROF_RETURN_IF_ERROR(write_trace(merged.trace_path, m));
+    std::vector<const CategoryCounters*> acc;
+    for (int r = 0; r < world; ++r) acc.push_back(&result.rank_modes[static_cast<size_t>(r)].back().accounting);
+    merged.accounting = max_over_ranks(acc);
+    const ModeResult& r0 = result.rank_modes[0].back();
+    merged.moe = r0.moe;
+    merged.output = r0.output;
+    merged.weights_shared = r0.weights_shared;
+    merged.weights_note = r0.weights_note;
+    result.modes.push_back(std::move(merged));
+  }
+  for (const auto& per_rank : result.rank_modes)
+    for (size_t i = 1; i < per_rank.size(); ++i)
+      result.outputs_identical = result.outputs_identical && same_forward_output(per_rank[0].output, per_rank[i].output);
+  bool weights_differ = false;
+  for (const auto& per_rank : result.rank_modes)
+    for (const auto& mr : per_rank) weights_differ = weights_differ || mr.weights_shared != result.weights_shared;
+  if (weights_differ) result.weights_note += " (ranks differ: not every rank's run shares its expert weights)";
+  return result;
+}
+
+#ifndef MOEPROF_HAVE_CUDA
+
+Result<RunPlanResult> execute_tp_run_plan(const RunPlan& /*plan*/, int gpus) {
+  return Status::run_failure("--gpus " + std::to_string(gpus) +
+                             " needs the CUDA backend; this moeprof was built without it (MOEPROF_ENABLE_CUDA=OFF)");
+}
+
+Result<RunPlanResult> execute_tp_rank(const RunPlan& /*plan*/, const RankLaunch& launch) {
+  return Status::run_failure("--rank " + std::to_string(launch.rank) +
+                             " needs the CUDA backend; this moeprof was built without it (MOEPROF_ENABLE_CUDA=OFF)");
+}
+
+#else
+
+namespace {
+
+// How long the other ranks get to finish after the first failure before the communicators are
+// aborted (a rank waiting in a collective for the failed one would otherwise wait forever).
+constexpr auto kGraceAfterFailure = std::chrono::seconds(5);
 
 // CUDA devices visible to this process; 0 when the driver cannot say (a probe, not a failure:
 // the caller reports too few devices).
@@ -120,18 +258,50 @@ Result<RunPlanResult> execute_tp_run_plan(const RunPlan& plan, int gpus) {
       for (CudaBackend* c : cuda) (void)c->attach_nccl(nullptr, 0, 1);
     }
   } detach_all{cuda};
+  // Symmetric pools: created and destroyed by all ranks at once (window registration is collective).
+  std::vector<std::unique_ptr<SymmetricPool>> pools(static_cast<size_t>(gpus));
+  struct DestroyPools {
+    std::vector<std::unique_ptr<SymmetricPool>>& pools;
+    std::vector<CudaBackend*>& cuda;
+    ~DestroyPools() {
+      std::vector<std::thread> ts;
+      for (size_t r = 0; r < pools.size(); ++r)
+        if (pools[r]) {
+          cuda[r]->attach_symmetric_pool(nullptr);
+          ts.emplace_back([this, r] {
+            cudaSetDevice(static_cast<int>(r));
+            pools[r].reset();
+          });
+        }
+      for (auto& t : ts) t.join();
+    }
+  } destroy_pools{pools, cuda};
+  if (plan.symm_mem) {
+    const uint64_t bytes = plan.symm_pool_bytes > 0 ? plan.symm_pool_bytes : symmetric_pool_bytes(shapes[0], cfg);
+    std::vector<Status> st(static_cast<size_t>(gpus));
+    std::vector<std::thread> ts;
+    for (int r = 0; r < gpus; ++r)
+      ts.emplace_back([&, r] {
+        if (Status b = bind_rank_device(r); !b.is_ok()) {
+          st[static_cast<size_t>(r)] = b;
+          return;
+        }
+        auto p = SymmetricPool::create(comms->comm(r), bytes);
+        if (p.is_ok()) pools[static_cast<size_t>(r)] = std::move(p).value();
+        else st[static_cast<size_t>(r)] = p.status();
+      });
+    for (auto& t : ts) t.join();
+    for (int r = 0; r < gpus; ++r)
+      if (!st[static_cast<size_t>(r)].is_ok()) {
+        comms->abort();
+        return st[static_cast<size_t>(r)].with_context("rank " + std::to_string(r) + " symmetric pool");
+      }
+    for (int r = 0; r < gpus; ++r) cuda[static_cast<size_t>(r)]->attach_symmetric_pool(pools[static_cast<size_t>(r)].get());
+  }
   if (plan.log)
-    std::fprintf(plan.log, "moeprof: TP=%d over %d GPUs, NCCL %s (NCCL_NVLS_ENABLE=0)\n", gpus, gpus,
-                 nccl_version().c_str());
-
-  RunPlanResult result;
-  result.model = cfg.name;
-  result.tokens = shapes[0].tokens;
-  result.tp = gpus;
-  result.layers = shapes[0].layers;
-  result.tp_emulated = false;
-  result.gpus = gpus;
-  result.rank_modes.resize(static_cast<size_t>(gpus));
+    std::fprintf(plan.log, "moeprof: TP=%d over %d GPUs, NCCL %s (NCCL_NVLS_ENABLE=0)%s\n", gpus, gpus,
+                 nccl_version().c_str(),
+                 plan.symm_mem ? (", symmetric pool of " + std::to_string(pools[0]->capacity()) + " bytes per rank").c_str() : "");
 
   for (MemoryMode mode : plan.modes) {
     const std::string mode_name(memory_mode_name(mode));
@@ -180,50 +350,131 @@ Result<RunPlanResult> execute_tp_run_plan(const RunPlan& plan, int gpus) {
       return st.with_context("rank " + std::to_string(first_failed) + " of " + std::to_string(gpus));
     }
 
-    // Merge the rank traces, as written, into DIR/<mode>.mtrace.
-    std::vector<Trace> traces;
-    std::vector<const CategoryCounters*> acc;
-    ModeResult merged;
-    merged.mode = mode_name;
-    merged.trace_path = (std::filesystem::path(plan.out_dir) / (mode_name + ".mtrace")).string();
-    for (int r = 0; r < gpus; ++r) {
-      ModeResult& mr = rank_results[static_cast<size_t>(r)]->value();
-      MOEPROF_ASSIGN_OR_RETURN(Trace t, read_trace(mr.trace_path));
-      traces.push_back(std::move(t));
-      merged.forward_seconds = std::max(merged.forward_seconds, mr.forward_seconds);
-      merged.total_seconds = std::max(merged.total_seconds, mr.total_seconds);
-      if (mr.weights_shared) {
-        result.weights_shared = true;
-        if (result.weights_note.empty()) result.weights_note = mr.weights_note;
-      }
-    }
-    Trace m = merge_traces(traces);
-    m.meta.name = mode_name;
-    MOEPROF_RETURN_IF_ERROR(write_trace(merged.trace_path, m));
-    traces.clear();
-    for (int r = 0; r < gpus; ++r) {
-      result.rank_modes[static_cast<size_t>(r)].push_back(std::move(rank_results[static_cast<size_t>(r)]->value()));
-      acc.push_back(&result.rank_modes[static_cast<size_t>(r)].back().accounting);
-    }
-    merged.accounting = max_over_ranks(acc);
-    const ModeResult& r0 = result.rank_modes[0].back();
-    merged.moe = r0.moe;
-    merged.output = r0.output;
-    merged.weights_shared = r0.weights_shared;
-    merged.weights_note = r0.weights_note;
-    result.modes.push_back(std::move(merged));
   }
-  for (const auto& per_rank : result.rank_modes)
-    for (size_t i = 1; i < per_rank.size(); ++i)
-      result.outputs_identical = result.outputs_identical && same_forward_output(per_rank[0].output, per_rank[i].output);
-  // Ranks that chose different weights (--weights auto on GPUs with different free memory).
-  bool weights_differ = false;
-  for (const auto& per_rank : result.rank_modes)
-    for (const auto& mr : per_rank) weights_differ = weights_differ || mr.weights_shared != result.weights_shared;
-  if (weights_differ) result.weights_note += " (ranks differ: not every rank's run shares its expert weights)";
-  return result;
+  // Merge the rank traces, as written, into DIR/<mode>.mtrace (the same path as ranks in processes).
+  return collect_rank_traces(plan, gpus);
 }
 
+namespace {
+
+// Rank 0 writes NCCL's unique id (aside, then renamed: readers never see half a file); the others
+// wait for it.
+Result<NcclUniqueId> exchange_unique_id(const RankLaunch& l) {
+  namespace fs = std::filesystem;
+  if (l.rank == 0) {
+    std::error_code ec;
+    if (fs::exists(l.id_file, ec))
+      return Status::bad_input("--nccl-id " + l.id_file + " exists already (from an earlier run?): remove it, or give a new path");
+    MOEPROF_ASSIGN_OR_RETURN(NcclUniqueId id, nccl_unique_id());
+    const std::string tmp = l.id_file + ".tmp." + std::to_string(::getpid());
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out.write(id.data(), static_cast<std::streamsize>(id.size()));
+      out.close();
+      if (!out) return Status::bad_input("cannot write the NCCL id to " + tmp);
+    }
+    fs::rename(tmp, l.id_file, ec);
+    if (ec) return Status::bad_input("cannot rename " + tmp + " to " + l.id_file + ": " + ec.message());
+    return id;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(l.timeout_seconds);
+  for (;;) {
+    std::ifstream in(l.id_file, std::ios::binary);
+    if (in) {
+      NcclUniqueId id{};
+      in.read(id.data(), static_cast<std::streamsize>(id.size()));
+      if (in.gcount() == static_cast<std::streamsize>(id.size())) return id;
+    }
+    if (std::chrono::steady_clock::now() > deadline)
+      return Status::run_failure("no NCCL id in " + l.id_file + " after " + std::to_string(static_cast<int>(l.timeout_seconds)) +
+                                 " s: is rank 0 running, and does it see the same file?");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace
+
+Result<RunPlanResult> execute_tp_rank(const RunPlan& plan, const RankLaunch& l) {
+  if (l.world < 2) return Status::bad_input("--world must be at least 2 (got " + std::to_string(l.world) + ")");
+  if (l.rank < 0 || l.rank >= l.world)
+    return Status::bad_input("--rank " + std::to_string(l.rank) + " is not in [0, " + std::to_string(l.world) + ")");
+  if (l.id_file.empty()) return Status::bad_input("--rank needs --nccl-id FILE (rank 0 writes it, the others read it)");
+  if (plan.tp > 1 && plan.tp != l.world)
+    return Status::bad_input("--world " + std::to_string(l.world) + " runs one TP rank per process: --tp must be " +
+                             std::to_string(l.world) + " (got " + std::to_string(plan.tp) + ")");
+  MOEPROF_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model_config(plan.model));
+  MOEPROF_ASSIGN_OR_RETURN(RankShape shape, make_rank_shape(cfg, plan.tokens, l.world, l.rank, plan.layers));
+  const int count = cuda_device_count();
+  const int device = l.device >= 0 ? l.device : (count > 0 ? l.rank % count : 0);
+  if (device < 0 || device >= count)
+    return Status::run_failure("rank " + std::to_string(l.rank) + " wants CUDA device " + std::to_string(device) + "; " +
+                               std::to_string(count) + " visible");
+  if (Status ld = nccl_load(); !ld.is_ok()) return Status::run_failure("--rank needs NCCL: " + ld.message());
+  std::error_code ec;
+  std::filesystem::create_directories(plan.out_dir, ec);
+  if (ec) return Status::bad_input("cannot create output directory " + plan.out_dir + ": " + ec.message());
+  MOEPROF_RETURN_IF_ERROR(bind_rank_device(device));
+  if (l.on_device_bound) MOEPROF_RETURN_IF_ERROR(l.on_device_bound());
+  MOEPROF_ASSIGN_OR_RETURN(auto backend, make_cuda_backend(device));
+  auto* cuda = static_cast<CudaBackend*>(backend.get());
+  MOEPROF_ASSIGN_OR_RETURN(NcclUniqueId id, exchange_unique_id(l));
+  MOEPROF_ASSIGN_OR_RETURN(auto comms, NcclCommunicators::create_rank(id, l.world, l.rank));
+  MOEPROF_RETURN_IF_ERROR(cuda->attach_nccl(comms->comm(0), l.rank, l.world));
+  std::unique_ptr<SymmetricPool> pool;
+  struct Detach {
+    CudaBackend* cuda;
+    std::unique_ptr<SymmetricPool>& pool;
+    ~Detach() {
+      cuda->attach_symmetric_pool(nullptr);
+      pool.reset();  // collective: every rank gets here (or the communicator was aborted)
+      (void)cuda->attach_nccl(nullptr, 0, 1);
+    }
+  } detach{cuda, pool};
+  if (plan.symm_mem) {
+    auto p = SymmetricPool::create(comms->comm(0), plan.symm_pool_bytes > 0 ? plan.symm_pool_bytes : symmetric_pool_bytes(shape, cfg));
+    if (!p.is_ok()) {
+      comms->abort();
+      return p.status().with_context("rank " + std::to_string(l.rank) + " symmetric pool");
+    }
+    pool = std::move(p).value();
+    cuda->attach_symmetric_pool(pool.get());
+  }
+  if (l.on_ready) l.on_ready(nccl_version());
+
+  RunPlanResult result;
+  result.model = cfg.name;
+  result.tokens = shape.tokens;
+  result.tp = l.world;
+  result.layers = shape.layers;
+  result.gpus = l.world;
+  result.rank_modes.resize(1);
+  for (MemoryMode mode : plan.modes) {
+    const std::string mode_name(memory_mode_name(mode));
+    RankModeOptions opt;
+    opt.trace_path = rank_trace_path(plan, mode_name, l.rank);
+    opt.tp_emulated = false;
+    opt.progress = plan.progress && l.rank == 0;
+    opt.log_weights_note = l.rank == 0 && mode == plan.modes.front();
+    opt.hooks = true;
+    auto res = run_rank_mode(*backend, cfg, shape, plan, mode, opt);
+    if (!res.is_ok()) {
+      comms->abort();  // later collectives here fail at once; the launcher stops the other ranks
+      return res.status().with_context("rank " + std::to_string(l.rank) + " of " + std::to_string(l.world));
+    }
+    result.modes.push_back(res.value());
+    result.rank_modes[0].push_back(std::move(res).value());
+  }
+  // Every rank's traces are closed once all ranks pass this all-reduce.
+  {
+    MOEPROF_ASSIGN_OR_RETURN(Tensor flag, backend->empty(DType::kF32, 1, 1, AllocTag{"barrier", "nccl", Category::kCommunication}));
+    MOEPROF_RETURN_IF_ERROR(backend->init_uniform(flag, 1, 1.0f));
+    MOEPROF_RETURN_IF_ERROR(backend->all_reduce(flag).with_context("the closing barrier"));
+    MOEPROF_RETURN_IF_ERROR(backend->synchronize().with_context("the closing barrier"));
+  }
+  for (size_t i = 1; i < result.rank_modes[0].size(); ++i)
+    result.outputs_identical = result.outputs_identical && same_forward_output(result.rank_modes[0][0].output, result.rank_modes[0][i].output);
+  return result;
+}
 #endif
 
 }  // namespace moeprof

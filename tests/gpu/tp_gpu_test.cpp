@@ -20,6 +20,7 @@
 #include "executor/cuda_nccl.h"
 #include "executor/run.h"
 #include "executor/tp_run.h"
+#include "model/config.h"
 
 using namespace moeprof;
 namespace fs = std::filesystem;
@@ -106,8 +107,7 @@ void check_tp2(const std::string& model, int64_t tokens, int64_t layers) {
     REQUIRE(rm.size() == 2);
     // Baseline vs reuse: bitwise identical on this rank.
     CHECK(rm[0].output.hidden_hash == rm[1].output.hidden_hash);
-    REQUIRE(rm[0].output.logits.size() == rm[1].output.logits.size());
-    CHECK(std::memcmp(rm[0].output.logits.data(), rm[1].output.logits.data(), rm[0].output.logits.size() * 4) == 0);
+    CHECK(rm[0].output.logits_hash == rm[1].output.logits_hash);
     for (size_t m = 0; m < 2; ++m) {
       INFO("mode " << rm[m].mode);
       // Same allocations as the emulated rank 0: the activation peak to the byte.
@@ -148,6 +148,66 @@ void check_tp2(const std::string& model, int64_t tokens, int64_t layers) {
     CHECK(peaks[1] == r.rank_modes[1][m].accounting.peak_activation);
     CHECK(r.modes[m].accounting.peak_activation == std::max(peaks[0], peaks[1]));
   }
+}
+
+// --symm-mem on: the all-reduced tensors come from each rank's NCCL window; every MoE layer after
+// the first reuses inside the pool; forcing layer 0's output outside makes layer 1 fall back.
+void check_tp2_symm(const std::string& model, int64_t tokens, int64_t layers) {
+  auto cfg = resolve_model_config(model);
+  REQUIRE(cfg.is_ok());
+  const int64_t n_layers = layers > 0 ? layers : cfg->num_hidden_layers;
+  int64_t moe_after_0 = 0;
+  for (int64_t l = 1; l < n_layers; ++l) moe_after_0 += cfg->is_moe_layer(l);
+  RunPlan plan;
+  plan.model = model;
+  plan.tokens = tokens;
+  plan.tp = 2;
+  plan.layers = layers;
+  plan.weights = WeightsMode::kPerLayer;
+  plan.out_dir = out_dir(model + "-tp2-plain");
+  auto plain = execute_tp_run_plan(plan, 2);
+  if (!plain.is_ok()) FAIL(plain.status().message());
+  plan.symm_mem = true;
+  plan.out_dir = out_dir(model + "-tp2-symm");
+  auto res = execute_tp_run_plan(plan, 2);
+  if (!res.is_ok()) FAIL(res.status().message());
+  CHECK(res->outputs_identical);
+  auto shape = make_rank_shape(*cfg, tokens, 2, 0, layers);
+  REQUIRE(shape.is_ok());
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    const auto& rm = res->rank_modes[static_cast<size_t>(rank)];
+    CHECK(rm[1].moe.reused == moe_after_0);
+    CHECK(rm[1].moe.fallback == 0);
+    for (size_t m = 0; m < 2; ++m) {
+      // The same bytes and the same results as without symmetric memory.
+      CHECK(rm[m].accounting.peak_activation == plain->rank_modes[static_cast<size_t>(rank)][m].accounting.peak_activation);
+      CHECK(rm[m].output.hidden_hash == plain->rank_modes[static_cast<size_t>(rank)][m].output.hidden_hash);
+      CHECK(rm[m].output.logits_hash == plain->rank_modes[static_cast<size_t>(rank)][m].output.logits_hash);
+      auto rt = read_trace(rm[m].trace_path);
+      REQUIRE(rt.is_ok());
+      uint64_t pool = 0, symm_allocs = 0;
+      for (const auto& rec : rt->records) {
+        if (rec.kind == EventKind::kPoolReserve && rec.mem_kind == MemKind::kSymmetric) pool = rec.bytes;
+        if (rec.kind == EventKind::kAlloc && rec.mem_kind == MemKind::kSymmetric) ++symm_allocs;
+      }
+      CHECK(pool == symmetric_pool_bytes(*shape, *cfg));
+      CHECK(symm_allocs > 0);
+    }
+  }
+  plan.symm_outside_layers = {0};
+  plan.modes = {MemoryMode::kReuse};
+  plan.out_dir = out_dir(model + "-tp2-symm-forced");
+  auto forced = execute_tp_run_plan(plan, 2);
+  if (!forced.is_ok()) FAIL(forced.status().message());
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto& mr = forced->rank_modes[static_cast<size_t>(rank)][0];
+    CHECK(mr.moe.fallback_layers == std::vector<int64_t>{1});
+    CHECK(mr.moe.reused == moe_after_0 - 1);
+    CHECK(mr.output.hidden_hash == res->rank_modes[static_cast<size_t>(rank)][1].output.hidden_hash);
+  }
+  WARN(model << " TP=2 --symm-mem on: " << res->rank_modes[0][1].moe.reused << " of " << moe_after_0
+             << " MoE layers reused inside the pool; forced fallback at layer 1 seen on both ranks");
 }
 
 }  // namespace
@@ -221,4 +281,14 @@ TEST_CASE("real TP=2: modes identical per rank, per-rank peaks equal the emulate
   }
   check_tp2("tiny", 100, 0);
   check_tp2("kimi-k2.5", 2048, 4);
+}
+
+TEST_CASE("real TP=2 with NCCL symmetric memory: reuse inside the pool, forced fallback", "[gpu][tp][symm]") {
+  const std::string why = skip_reason();
+  if (!why.empty()) {
+    WARN("skipping: " << why);
+    return;
+  }
+  check_tp2_symm("tiny", 100, 0);
+  check_tp2_symm("kimi-k2.5", 2048, 4);
 }
