@@ -13,7 +13,15 @@ namespace moeprof::kern {
 // kTiled: 128 x 256 x 64 CTA tiles per expert, FP4 codes + scales through a 4-stage cp.async ring,
 // dequantized (exactly) to fp16 in shared memory one K step ahead of ldmatrix + mma.sync; same
 // epilogues and rounding rules as kLegacy, fp32 accumulation in a different order.
-enum class Fp4GemmPath : int { kAuto = 0, kLegacy = 1, kTiled = 2 };
+// kTiledSkip: kTiled, but a warp whose 64 rows are all dead (padding / past the segment) skips its
+// MMAs (bit-identical results). kTiledStaged: kTiledSkip plus, in gemm2, the bf16 output tile staged
+// in shared memory (64 KiB more) and written with 16-byte row-contiguous stores (gemm1: = kTiledSkip).
+// kAuto runs kDefaultTiledPath (below) when the tiled preconditions hold, else kLegacy; any forced
+// tiled path that cannot run returns cudaErrorInvalidValue.
+enum class Fp4GemmPath : int { kAuto = 0, kLegacy = 1, kTiled = 2, kTiledSkip = 3, kTiledStaged = 4 };
+// The tiled variant kAuto runs (the production path). Change this one constant after measuring
+// bench_moe_gemm on the GPU (it times every variant and cross-checks each against kLegacy).
+inline constexpr Fp4GemmPath kDefaultTiledPath = Fp4GemmPath::kTiledStaged;
 
 // gemm1: for padded row r of expert e (offsets[e] <= r < offsets[e+1]) with t = permuted_to_token[r]:
 //   acc[n] = sum_k deq(a[t, k]) * deq(w13[e*2I + n, k]); gate = acc[n] * (a_gs * w13_gs[e]),

@@ -5,9 +5,10 @@
 //   "single":  one GEMM over all P padded rows against one expert's weights (an upper bound:
 //              no grouping, best-case weight reuse).
 // TFLOP/s count useful FLOPs only: 2 * (T*k) * N * K (padding rows excluded).
-// The FP4 kernels are timed per path (Fp4GemmPath: the default/auto choice, kTiled and kLegacy) and
-// every path is cross-checked against the legacy kernel, here and on small odd shapes (empty
-// experts, moe tiles 8/16/64, I not a multiple of the tile): "CHECK ..." lines, exit 1 on mismatch.
+// The FP4 kernels are timed per path (Fp4GemmPath: the default/auto choice, every tiled variant
+// kTiled / kTiledSkip / kTiledStaged, and kLegacy) and every path is cross-checked against the legacy
+// kernel, here and on small odd shapes (empty experts, moe tiles 8/16/64, I not a multiple of the
+// tile): "CHECK ..." lines, exit 1 on mismatch. kAuto = kDefaultTiledPath (moe_gemm_fp4.cuh).
 // Usage: bench_moe_gemm [T] [E] [k]
 #include <cublasLt.h>
 
@@ -17,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/gpu/bench_util.h"
@@ -151,6 +153,9 @@ struct Fp4Case {
   const int32_t *offsets, *p2t;
   int64_t P, E, H, I;
 };
+const std::pair<const char*, Fp4GemmPath> kTiledPaths[] = {
+    {"[tiled]", Fp4GemmPath::kTiled}, {"[tiled_skip]", Fp4GemmPath::kTiledSkip}, {"[tiled_staged]", Fp4GemmPath::kTiledStaged}};
+
 void cross_check(const std::string& name, const Fp4Case& c, Fp4GemmPath path, cudaStream_t s) {
   const int64_t P = c.P, H = c.H, I = c.I;
   uint8_t *hq[2], *hs[2];
@@ -216,7 +221,7 @@ void odd_case(int64_t T, int64_t k, int64_t E, int64_t H, int64_t I, int64_t til
   char name[160];
   std::snprintf(name, sizeof name, "tiled vs legacy T=%lld k=%lld E=%lld H=%lld I=%lld tile=%lld", (long long)T,
                 (long long)k, (long long)E, (long long)H, (long long)I, (long long)tile);
-  cross_check(name, c, Fp4GemmPath::kTiled, s);
+  for (const auto& [tag, path] : kTiledPaths) cross_check(std::string(tag) + " " + name, c, path, s);
   for (void* p : bufs) BENCH_CHECK(cudaFree(p));
 }
 }  // namespace
@@ -281,7 +286,7 @@ int main(int argc, char** argv) {
   odd_case(129, 4, 16, 1024, 192, 8, 920, s);
   odd_case(300, 8, 64, 512, 1088, 64, 930, s);
   Fp4Case main_case{a, a_s, w13, w13_s, w2, w2_s, gs, offsets, p2t, P, E, H, I};
-  cross_check("tiled vs legacy (bench shape)", main_case, Fp4GemmPath::kTiled, s);
+  for (const auto& [tag, path] : kTiledPaths) cross_check(std::string(tag) + " tiled vs legacy (bench shape)", main_case, path, s);
   cross_check("auto vs legacy (bench shape)", main_case, Fp4GemmPath::kAuto, s);
 
   auto g1 = [&](Fp4GemmPath path) {
@@ -296,8 +301,14 @@ int main(int argc, char** argv) {
                                        H, out, H, s, path));
     });
   };
-  const double g1_legacy = g1(Fp4GemmPath::kLegacy), g1_tiled = g1(Fp4GemmPath::kTiled), g1_ms = g1(Fp4GemmPath::kAuto);
-  const double g2_legacy = g2(Fp4GemmPath::kLegacy), g2_tiled = g2(Fp4GemmPath::kTiled), g2_ms = g2(Fp4GemmPath::kAuto);
+  const double g1_legacy = g1(Fp4GemmPath::kLegacy), g1_ms = g1(Fp4GemmPath::kAuto);
+  const double g2_legacy = g2(Fp4GemmPath::kLegacy), g2_ms = g2(Fp4GemmPath::kAuto);
+  const char* const kVarNames[3] = {"tiled", "tiled_skip", "tiled_staged"};
+  double g1_var[3], g2_var[3];
+  for (int v = 0; v < 3; ++v) {
+    g1_var[v] = g1(kTiledPaths[v].second);
+    g2_var[v] = g2(kTiledPaths[v].second);
+  }
   const double f1 = 2.0 * N_rows * (2 * I) * H, f2 = 2.0 * N_rows * H * I;
 
   // cuBLASLt bf16 baselines (weights pre-dequantized; values are random bf16: timing only).
@@ -340,9 +351,12 @@ int main(int argc, char** argv) {
   std::printf("RESULT moe_permute ms=%.3f\n", permute_ms);
   std::printf("RESULT gemm1_fp4_fused ms=%.3f tflops=%.1f\n", g1_ms, tf(f1, g1_ms));
   std::printf("RESULT gemm2_fp4 ms=%.3f tflops=%.1f\n", g2_ms, tf(f2, g2_ms));
-  std::printf("RESULT gemm1_fp4_fused_tiled ms=%.3f tflops=%.1f\n", g1_tiled, tf(f1, g1_tiled));
+  std::printf("INFO default tiled path (kAuto) = Fp4GemmPath %d\n", static_cast<int>(kDefaultTiledPath));
+  for (int v = 0; v < 3; ++v)
+    std::printf("RESULT gemm1_fp4_fused_%s ms=%.3f tflops=%.1f\n", kVarNames[v], g1_var[v], tf(f1, g1_var[v]));
   std::printf("RESULT gemm1_fp4_fused_legacy ms=%.3f tflops=%.1f\n", g1_legacy, tf(f1, g1_legacy));
-  std::printf("RESULT gemm2_fp4_tiled ms=%.3f tflops=%.1f\n", g2_tiled, tf(f2, g2_tiled));
+  for (int v = 0; v < 3; ++v)
+    std::printf("RESULT gemm2_fp4_%s ms=%.3f tflops=%.1f\n", kVarNames[v], g2_var[v], tf(f2, g2_var[v]));
   std::printf("RESULT gemm2_fp4_legacy ms=%.3f tflops=%.1f\n", g2_legacy, tf(f2, g2_legacy));
   std::printf("RESULT gemm1_cublas_bf16_grouped ms=%.3f tflops=%.1f\n", c1g, tf(f1, c1g));
   std::printf("RESULT gemm2_cublas_bf16_grouped ms=%.3f tflops=%.1f\n", c2g, tf(f2, c2g));

@@ -7,7 +7,7 @@
 // every shared address is bounds/alignment checked. Outputs are compared with a float64 reference at
 // cuda_ops_test's tolerances, and zero rows must be exactly zero; an f16 product that is not exact
 // counts as a failure.
-// usage: moe_gemm_fp4_emu T k E E_used H I tile | moe_gemm_fp4_emu selftest
+// usage: moe_gemm_fp4_emu T k E E_used H I tile [variant 0..2, default 2] | moe_gemm_fp4_emu selftest
 #include <atomic>
 #include <barrier>
 #include <cmath>
@@ -59,6 +59,7 @@ std::atomic<long> oob{0}, inexact{0};
 namespace moeprof::kern {
 inline void __syncthreads() { emu::cta_bar->arrive_and_wait(); }
 inline emu::Warp& W() { return emu::warps[threadIdx.x >> 5]; }
+inline void __syncwarp() { W().bar.arrive_and_wait(); }
 inline int L() { return threadIdx.x & 31; }
 inline int __shfl_up_sync(unsigned, int v, int o) {
   auto& w = W(); w.u[L()][0] = uint32_t(v); w.bar.arrive_and_wait();
@@ -165,13 +166,14 @@ inline void mma_f16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, ui
 
 using namespace moeprof::kern;
 
-template <bool kGemm1>
-void run_grid(v2::Args p) {
+int g_var = 2;  // tiled variant (argv[8]; Fp4GemmPath kTiled / kTiledSkip / kTiledStaged = 0 / 1 / 2)
+template <bool kGemm1, int kVar>
+void run_grid_v(v2::Args p) {
   constexpr int kCols = kGemm1 ? v2::kCols1 : v2::kCols2, kNPer = kGemm1 ? v2::kNPer1 : v2::kNPer2;
   const int64_t nt = (p.N + kCols - 1) / kCols;
   p.grid_m = int((p.P + v2::BM - 1) / v2::BM + p.E);
   p.n_groups = int((nt + kNPer - 1) / kNPer);
-  std::vector<unsigned char> smem(v2::kSmemBytes);
+  std::vector<unsigned char> smem(v2::smem_bytes<kGemm1, kVar>());
   emu::smem_base = smem.data(); emu::smem_size = smem.size();
   const unsigned blocks = unsigned(p.grid_m * p.n_groups);
   for (unsigned bx = 0; bx < blocks; ++bx) {
@@ -186,11 +188,18 @@ void run_grid(v2::Args p) {
       th.emplace_back([&, t] {
         threadIdx = U3{t, 0, 0}; blockIdx = U3{bx, 0, 0}; emu::cta_smem = smem.data();
         emu::groups.clear(); emu::open_group.clear();
-        v2::tiled_kernel<kGemm1>(p);
+        v2::tiled_kernel<kGemm1, kVar>(p);
         if (!emu::open_group.empty()) ++emu::oob;  // uncommitted copies
       });
     for (auto& x : th) x.join();
   }
+}
+
+template <bool kGemm1>
+void run_grid(v2::Args p) {
+  if (g_var == 0) run_grid_v<kGemm1, 0>(p);
+  else if (g_var == 1) run_grid_v<kGemm1, 1>(p);
+  else run_grid_v<kGemm1, 2>(p);
 }
 
 static double deq(const std::vector<uint8_t>& codes, const std::vector<uint8_t>& sc, int64_t row, int64_t K, int64_t k) {
@@ -226,8 +235,16 @@ int selftest() {
     }
     if ((sc & 0x7F) == 0x7F) continue;  // NaN
     for (uint32_t b = 0; b < 256; ++b) {
-      uint32_t o[4];
+      uint32_t o[4], of[4];
       v2::e2m1x8_to_f16x8(b | (b << 8) | (b << 16) | (b << 24), s2, o);
+      // the fast variant on a word mixing b with other bytes (cross-byte shifts must not leak)
+      v2::e2m1x8_to_f16x8_fast(b | ((b ^ 0xFF) << 8) | (b << 16) | (((b * 37) & 0xFF) << 24), s2, of);
+      if (of[0] != o[0] || of[2] != o[2]) ++bad;
+      {
+        uint32_t oo[4];
+        v2::e2m1x8_to_f16x8(b | ((b ^ 0xFF) << 8) | (b << 16) | (((b * 37) & 0xFF) << 24), s2, oo);
+        for (int i = 0; i < 4; ++i) if (of[i] != oo[i]) ++bad;
+      }
       for (int i = 0; i < 4; ++i)
         for (int h = 0; h < 2; ++h) {
           const double got = double(h2f(uint16_t(o[i] >> (16 * h)))) * 128.0;
@@ -245,6 +262,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "selftest") return selftest();
   const int64_t T = atoll(argv[1]), k = atoll(argv[2]), E = atoll(argv[3]), Eu = atoll(argv[4]), H = atoll(argv[5]),
                 I = atoll(argv[6]), tile = atoll(argv[7]);
+  if (argc > 8) g_var = atoi(argv[8]);
+  std::printf("variant %d: ", g_var);
   std::mt19937 rng(unsigned(T * 31 + H + I));
   // routing: distinct experts per token among the first Eu
   std::vector<int32_t> ids(T * k);
@@ -340,6 +359,7 @@ int main(int argc, char** argv) {
     p.w = w2.data(); p.ld_w = I / 2; p.w_sc = w2s.data(); p.ld_w_sc = I / 16; p.w_gs = w2gs.data();
     p.offsets = offs.data(); p.p2t = p2t.data(); p.P = P; p.E = int(E); p.K = int(I); p.N = int(H);
     p.out = out.data(); p.ld_out = ld_out; p.vec_out = true;
+    p.vec16_out = reinterpret_cast<uintptr_t>(out.data()) % 16 == 0 && ld_out % 8 == 0;
     run_grid<false>(p);
     Norm nm;
     long zero_bad = 0, pad_touched = 0;
