@@ -870,6 +870,8 @@ cudaError_t launch_moe_gemm1_fp4(const uint8_t* a, int64_t ld_a, const uint8_t* 
     cudaError_t err = cudaSuccess;
     if (v2::try_launch<true>(t, v2::variant_of(path), stream, err)) return err;
     if (path != Fp4GemmPath::kAuto) return cudaErrorInvalidValue;
+    // kAuto: a default that needs more shared memory than granted falls back to kTiled first.
+    if (v2::try_launch<true>(t, 0, stream, err)) return err;
   }
   GemmArgs p{};
   p.a = a; p.ld_a = ld_a; p.a_sc = a_scales; p.ld_a_sc = ld_a_scales; p.a_gs = a_gs;
@@ -899,6 +901,8 @@ cudaError_t launch_moe_gemm2_fp4(const uint8_t* h, int64_t ld_h, const uint8_t* 
     cudaError_t err = cudaSuccess;
     if (v2::try_launch<false>(t, v2::variant_of(path), stream, err)) return err;
     if (path != Fp4GemmPath::kAuto) return cudaErrorInvalidValue;
+    // kAuto: a default that needs more shared memory than granted falls back to kTiled first.
+    if (v2::try_launch<false>(t, 0, stream, err)) return err;
   }
   GemmArgs p{};
   p.a = h; p.ld_a = ld_h; p.a_sc = h_scales; p.ld_a_sc = ld_h_scales; p.a_gs = h_gs;

@@ -36,5 +36,6 @@ for v in $variants; do
 "$work/moe_gemm_fp4_emu" 200 3 6 6 64 272 64 $v || rc=1     # K = 64 (one step), I = 272 (gemm2 N tail)
 "$work/moe_gemm_fp4_emu" 300 2 3 2 256 576 64 $v || rc=1    # segments > 128 rows, 9 K steps
 "$work/moe_gemm_fp4_emu" 90 2 4 3 1088 128 64 $v || rc=1   # gemm2: 5 column tiles, 4 per CTA, the last partial
+"$work/moe_gemm_fp4_emu" 60 2 3 3 1040 64 64 $v || rc=1    # gemm2 only: last column tile 16 wide (partial warp tile)
 done
 exit $rc
