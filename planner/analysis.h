@@ -175,6 +175,10 @@ struct RunAnalysis {
   std::string truncation_note;
   uint64_t replayed_events = 0;         // kAlloc + kFree + kUse + kPoolReserve + kGraphMem
   bool reordered = false;               // input was not in replay order and was sorted
+  // Not empty when a figure would exceed the byte limit (2^63-1, core/checked.h) or the trace is
+  // too long to replay: the figures are then meaningless, and every front end refuses the trace
+  // with this message (bad input).
+  std::string limit_error;
   std::vector<std::string> strings;     // the trace's string table (ids used by Lifetime)
   StackTable stacks;                    // the trace's call stacks (Lifetime::stack_id)
   std::vector<AllocGroup> alloc_groups; // sorted by (scope, name, bytes)

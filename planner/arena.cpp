@@ -3,6 +3,8 @@
 // forward pass; an interval tree would make it O(n log n) if traces ever need it.
 #include "planner/arena.h"
 
+#include "core/checked.h"
+
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -13,7 +15,9 @@ namespace moeprof::planner {
 
 namespace {
 
-uint64_t align_up(uint64_t v, uint64_t a) { return a <= 1 ? v : (v + a - 1) / a * a; }
+// Saturates instead of wrapping: a size that cannot be rounded up reads as UINT64_MAX, which every
+// sum check then refuses (solve_arena: sizes must sum to less than 2^63).
+uint64_t align_up(uint64_t v, uint64_t a) { return checked_align_up(v, a).value_or(UINT64_MAX); }
 
 bool occupies(const Buffer& b) { return b.size > 0 && b.lower < b.upper; }
 
@@ -82,7 +86,7 @@ uint64_t arena_load(const std::vector<Buffer>& buffers, uint64_t alignment) {
   uint64_t live = 0, load = 0;
   for (const auto& [t, start, s] : ev) {
     if (start) {
-      live += s;
+      live = checked_add(live, s).value_or(UINT64_MAX);  // saturates: solve_arena refuses such inputs
       load = std::max(load, live);
     } else {
       live -= s;

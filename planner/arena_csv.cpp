@@ -1,6 +1,8 @@
 // MiniMalloc CSV reader and writer (see arena_csv.h).
 #include "planner/arena_csv.h"
 
+#include "core/checked.h"
+
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -153,6 +155,7 @@ Result<ArenaCsv> parse_arena_csv(std::string_view text, std::string_view name) {
                               " (a buffer lives on [lower, upper))");
     }
     if (v[kSize] == 0) return err(line_no, "size is 0");
+    if (v[kSize] > kMaxBytes) return err(line_no, "size " + std::to_string(v[kSize]) + " exceeds the limit of 2^63-1 bytes");
     if (v[kAlign] == 0) return err(line_no, "alignment is 0");
     auto [it, fresh] = seen_ids.emplace(std::string(id), line_no);
     if (!fresh) return err(line_no, "duplicate id '" + std::string(id) + "' (first on line " + std::to_string(it->second) + ")");

@@ -7,13 +7,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/checked.h"
 #include "planner/arena.h"
 
 namespace moeprof::planner::detail {
 
 using Clock = std::chrono::steady_clock;
 
-inline uint64_t align_up(uint64_t v, uint64_t a) { return a <= 1 ? v : (v + a - 1) / a * a; }
+// Saturates instead of wrapping: a size that cannot be rounded up reads as UINT64_MAX, which every
+// sum check then refuses (solve_arena: sizes must sum to less than 2^63).
+inline uint64_t align_up(uint64_t v, uint64_t a) { return checked_align_up(v, a).value_or(UINT64_MAX); }
 
 // Buffers of one component. Sizes are already rounded to the global alignment; `align` is the
 // offset alignment of each buffer. Time is compressed to sections: the elementary intervals

@@ -173,7 +173,7 @@ Result<ArenaSolution> solve_arena(const std::vector<Buffer>& buffers, const Aren
       return Status::bad_input("buffer " + std::to_string(i) + ": the offset alignment lcm(" + std::to_string(al) + ", " +
                                std::to_string(b.alignment) + ") overflows 64 bits");
     }
-    total += align_up(b.size, al) + offset_alignment(b, al);
+    total += static_cast<unsigned __int128>(align_up(b.size, al)) + offset_alignment(b, al);  // in 128 bits: no wrap
     live.push_back(static_cast<uint32_t>(i));
   }
   if (total >= (static_cast<unsigned __int128>(1) << 63)) return Status::bad_input("the buffer sizes sum to more than 2^63 bytes");

@@ -4,6 +4,7 @@
 #include <set>
 #include <tuple>
 
+#include "core/checked.h"
 #include "planner/analysis.h"
 #include "planner/stacks.h"
 #include "planner/whatif.h"
@@ -18,7 +19,8 @@ Comparison compare(const RunAnalysis& baseline, const RunAnalysis& candidate) {
   c.candidate_peak_activation_bytes = candidate.peak_activation_bytes;
   c.baseline_peak_total_bytes = baseline.peak_total_bytes;
   c.candidate_peak_total_bytes = candidate.peak_total_bytes;
-  auto delta = [](uint64_t b, uint64_t a) { return static_cast<int64_t>(a) - static_cast<int64_t>(b); };
+  // Exact for figures within the byte limit (analyses refuse larger ones: core/checked.h).
+  auto delta = [](uint64_t b, uint64_t a) { return bytes_delta(b, a); };
   c.peak_activation_delta = delta(baseline.peak_activation_bytes, candidate.peak_activation_bytes);
   c.peak_total_delta = delta(baseline.peak_total_bytes, candidate.peak_total_bytes);
   c.baseline_churn_bytes = baseline.churn_bytes;

@@ -179,7 +179,9 @@ std::vector<Fix> rank_fixes(WhatIfState& s, const WhatIfOptions& opt) {
       uint64_t bound = 0;
     };
     std::map<std::string, Cand> cands;
-    const auto [dev0, at0] = places.front();
+    // Not a structured binding: clang 14 (the sanitizer build) cannot capture one in a lambda.
+    const uint16_t dev0 = places.front().first;
+    const uint32_t at0 = places.front().second;
     auto add_candidates = [&](uint32_t i, uint32_t at) {
       const Block& b = s.blocks[i];
       uint32_t who = i;  // the occupant at the peak names the family

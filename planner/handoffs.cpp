@@ -88,7 +88,11 @@ void Replayer::note_growth(const Lifetime& l) {
   if (fam == UINT32_MAX) {
     std::string pattern;
     bool digits = false;
-    for (char c : std::string_view(sid < strings_.size() ? strings_[sid] : std::string())) {
+    // A reference, not a string_view of the conditional: that would view a temporary copy that
+    // dies before the loop runs (found by the sanitizer build).
+    static const std::string kNoScope;
+    const std::string& scope = sid < strings_.size() ? strings_[sid] : kNoScope;
+    for (char c : scope) {
       const bool d = c >= '0' && c <= '9';
       if (!d) pattern.push_back(c);
       else if (!digits) pattern.push_back('*');

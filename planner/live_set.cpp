@@ -108,6 +108,7 @@ void Replayer::finish(RunAnalysis* run, uint32_t num_events) {
     run->devices.push_back(std::move(ds.out));
   }
   run->anomalies = an_;
+  run->limit_error = limit_error_;
 
   std::map<uint32_t, std::string> frame_of;  // stack id -> innermost user frame
   groups_.for_each([&](std::pair<uint64_t, uint64_t> k, uint32_t count) {

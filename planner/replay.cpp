@@ -131,6 +131,9 @@ void Replayer::on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos) {
     st = li + 1;
   }
   const uint64_t b = r.bytes;
+  if (!add_bytes(all_churn_, b) && limit_error_.empty())
+    limit_error_ = "the allocations add up to more than 2^63-1 bytes (at replay position " + std::to_string(pos) +
+                   "): not a recording of real memory";
   const Category c = l.category;
   const bool act = counts_as_activation(c);
   d.live_total += b;
@@ -248,18 +251,20 @@ void Replayer::on_use(DeviceState& d, const TraceRecord& r, uint32_t pos) {
 
 void Replayer::on_pool(DeviceState& d, const TraceRecord& r) {
   uint64_t sum = 0;
-  bool found = false;
+  bool found = false, ok = true;
   for (auto& p : d.pools) {
     if (p.first == r.address) {
       p.second = r.bytes;
       found = true;
     }
-    sum += p.second;
+    ok = add_bytes(sum, p.second) && ok;
   }
   if (!found) {
     d.pools.emplace_back(r.address, r.bytes);
-    sum += r.bytes;
+    ok = add_bytes(sum, r.bytes) && ok;
   }
+  if (!ok && limit_error_.empty())
+    limit_error_ = "the memory pools of device " + std::to_string(r.device) + " reserve more than 2^63-1 bytes: not a recording of real memory";
   d.out.pool_reserved_peak_bytes = std::max(d.out.pool_reserved_peak_bytes, sum);
 }
 
@@ -274,6 +279,12 @@ RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt) {
 
   const auto& recs = trace.records;
   const size_t n = recs.size();
+  // Replay positions are 32-bit (Lifetime::alloc_index): beyond that the trace is refused, not wrapped.
+  if (n >= kNoIndex) {
+    run.limit_error = "the trace has " + std::to_string(n) + " records; the planner replays at most " +
+                      std::to_string(kNoIndex - 1);
+    return run;
+  }
   // Time range of the replayed events (exact when the input is in order; recomputed otherwise).
   size_t first = 0, last = n;
   while (first < n && !is_replayed(recs[first].kind)) ++first;

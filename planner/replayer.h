@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/checked.h"
 #include "core/trace.h"
 #include "planner/address_map.h"
 #include "planner/analysis.h"
@@ -120,6 +121,11 @@ class Replayer {
   std::vector<uint32_t> chain_slots_;                        // indices into scope_stats_
   PairMap groups_;  // ((scope_id << 32) | name_id, or kGroupByStack | stack_id when unnamed; bytes) -> count
   Anomalies an_;
+  // Bytes allocated over all devices, checked against kMaxBytes: every other byte figure of the
+  // analysis (live bytes, peaks, scope counters, groups, never-freed bytes) is at most this sum,
+  // so with it in range none of them wraps (core/checked.h).
+  uint64_t all_churn_ = 0;
+  std::string limit_error_;
   bool filtering_;
   AddressMap ignored_;  // see takes_part
   std::vector<uint64_t> position_ts_;

@@ -18,6 +18,7 @@
 
 #include "core/trace_io.h"
 #include "core/trace_merge.h"
+#include "core/utf8.h"
 #include "planner/categories.h"
 #include "planner/replayer.h"
 
@@ -374,7 +375,8 @@ void finish_meta(const std::vector<std::unique_ptr<Input>>& inputs, RunAnalysis*
       run->truncation_note += inputs.size() > 1 ? "input " + std::to_string(i) + ": " + r.truncation_note() : r.truncation_note();
     }
   }
-  if (run->meta.name.empty()) run->meta.name = std::filesystem::path(inputs.front()->reader().path()).stem().string();
+  // A file name need not be UTF-8; the report's run name must be (U+FFFD replaces bad bytes).
+  if (run->meta.name.empty()) run->meta.name = valid_utf8(std::filesystem::path(inputs.front()->reader().path()).stem().string());
 }
 
 // One pass over the inputs: sink.any(r) for every record as it arrives, sink.replay(r, n) for the
@@ -561,10 +563,15 @@ struct ReplaySink {
   RunAnalysis run;
 
   uint64_t first_ts = UINT64_MAX;
+  bool too_long = false;  // more replayed events than 32-bit replay positions hold (analyze refuses the same)
 
   void any(const TraceRecord&) {}
   void replay(const TraceRecord& r, uint64_t n) {
     first_ts = std::min(first_ts, r.timestamp_ns);
+    if (pos >= kNoIndex - 1) {
+      too_long = true;
+      return;
+    }
     if (persistent != nullptr && r.kind == EventKind::kAlloc && r.category == Category::kUnknown) {
       TraceRecord c = r;
       c.category = decide_category(r, cupti, std::binary_search(persistent->begin(), persistent->end(), n), *rules,
@@ -584,6 +591,8 @@ struct ReplaySink {
     run.handoffs_computed = false;
     run.streamed = true;
     run.start_ts = first_ts == UINT64_MAX ? 0 : first_ts;
+    if (too_long && run.limit_error.empty())
+      run.limit_error = "the trace has more than " + std::to_string(kNoIndex - 1) + " replayed events; the planner replays at most that many";
   }
 };
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/checked.h"
 #include "reports/format.h"
 
 namespace moeprof::reports {
@@ -23,8 +24,10 @@ const char* gate_status_name(GateStatus s) {
 }
 
 Status validate_gate_options(const GateOptions& opts) {
-  if (!(opts.rel_tol >= 0.0) || !std::isfinite(opts.rel_tol))
-    return Status::bad_input(fmt::format("--rel-tol {}: must be a finite number >= 0", opts.rel_tol));
+  if (!(opts.rel_tol >= 0.0 && opts.rel_tol <= 1.0))
+    return Status::bad_input(fmt::format("--rel-tol {}: must be a fraction of the baseline in [0, 1]", opts.rel_tol));
+  if (opts.abs_tol > kMaxBytes)
+    return Status::bad_input(fmt::format("--abs-tol {}: must be at most 2^63-1 bytes", opts.abs_tol));
   if (opts.metrics.empty()) return Status::bad_input("--metrics: no metric given");
   std::set<std::string> seen;
   for (const auto& m : opts.metrics) {
@@ -38,37 +41,73 @@ Status validate_gate_options(const GateOptions& opts) {
   return Status::ok();
 }
 
+Result<uint64_t> parse_abs_tol(std::string_view text) {
+  uint64_t v = 0;
+  bool ok = !text.empty() && text.size() <= 19;
+  for (char ch : text) {
+    if (!ok || ch < '0' || ch > '9') {
+      ok = false;
+      break;
+    }
+    v = v * 10 + static_cast<uint64_t>(ch - '0');  // at most 19 digits: no wrap
+  }
+  if (!ok || v > kMaxBytes)
+    return Status::bad_input("--abs-tol " + std::string(text) + ": must be a whole number of bytes in [0, 2^63-1]");
+  return v;
+}
+
 namespace {
 
+// rel_tol is in [0, 1] and baseline <= 2^63-1 (validated), so the product is below 2^63 and the
+// conversion is exact enough and in range.
 uint64_t allowed_delta(uint64_t baseline, const GateOptions& opts) {
-  double rel = std::floor(opts.rel_tol * static_cast<double>(baseline));
-  uint64_t rel_bytes = rel >= 1.8e19 ? UINT64_MAX : static_cast<uint64_t>(rel);
+  const double rel = std::floor(opts.rel_tol * static_cast<double>(baseline));
+  const uint64_t rel_bytes = rel >= 9.2e18 ? kMaxBytes : static_cast<uint64_t>(rel);
   return std::max(opts.abs_tol, rel_bytes);
 }
 
-int64_t signed_delta(uint64_t current, uint64_t baseline) {
-  return current >= baseline ? static_cast<int64_t>(current - baseline)
-                             : -static_cast<int64_t>(baseline - current);
+std::string show_value(const nlohmann::ordered_json& v) {
+  return v.is_null() ? std::string("(none)") : v.is_string() ? v.get<std::string>() : v.dump();
 }
 
-void note_meta_differences(const nlohmann::ordered_json& b, const nlohmann::ordered_json& c,
-                           const std::string& run, std::vector<std::string>* notes) {
-  for (const char* key : {"model", "mode", "tokens", "tp_size", "tp_rank", "backend"}) {
-    if (b[key] != c[key]) {
-      auto show = [](const nlohmann::ordered_json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
-      notes->push_back(fmt::format("run {}: {} differs (baseline {}, current {})", run, key, show(b[key]), show(c[key])));
-    }
+// Workload keys (a change fails unless allow_config_change) and descriptive ones (notes).
+void check_meta_differences(const nlohmann::ordered_json& b, const nlohmann::ordered_json& c, const std::string& run,
+                            const GateOptions& opts, GateResult* res) {
+  for (const char* key : {"model", "tokens", "layers", "tp_size", "tp_rank"}) {
+    if (!b.contains(key) || !c.contains(key) || b[key] == c[key]) continue;
+    ++res->config_changes;
+    if (!opts.allow_config_change) ++res->failures;
+    res->notes.push_back(fmt::format("run {}: {} differs (baseline {}, current {}): another workload{}", run, key,
+                                     show_value(b[key]), show_value(c[key]),
+                                     opts.allow_config_change ? " (allowed by --allow-config-change)" : ", the gate fails"));
+    res->issues.push_back({run, "workload_change", res->notes.back(), !opts.allow_config_change});
   }
+  for (const char* key : {"mode", "backend"}) {
+    if (b.contains(key) && c.contains(key) && b[key] != c[key])
+      res->notes.push_back(fmt::format("run {}: {} differs (baseline {}, current {})", run, key, show_value(b[key]), show_value(c[key])));
+  }
+}
+
+// A run that failed (extra.error) measured a partial workload, whichever report holds it.
+void check_failed_run(const nlohmann::ordered_json& run, const char* which, GateResult* res) {
+  const std::string error = run.contains("extra") ? json_str(run["extra"], "error") : "";
+  if (error.empty()) return;
+  ++res->failed_runs;
+  ++res->failures;
+  res->notes.push_back(fmt::format("{} run {} failed ({}): its figures are not evidence", which, json_str(run, "name"), error));
+  res->issues.push_back({json_str(run, "name"), "failed_run", res->notes.back(), true});
 }
 
 }  // namespace
 
 GateResult run_gate(const ReportFile& baseline, const ReportFile& current, const GateOptions& opts) {
   GateResult res;
+  for (const auto& brun : baseline.runs()) check_failed_run(brun, "baseline", &res);
+  for (const auto& crun : current.runs()) check_failed_run(crun, "current", &res);
   for (const auto& brun : baseline.runs()) {
     std::string name = brun["name"].get<std::string>();
     const auto* crun = current.find_run(name);
-    if (crun) note_meta_differences(brun, *crun, name, &res.notes);
+    if (crun) check_meta_differences(brun, *crun, name, opts, &res);
     for (const auto& metric : opts.metrics) {
       GateCheck c;
       c.run = name;
@@ -83,7 +122,7 @@ GateResult run_gate(const ReportFile& baseline, const ReportFile& current, const
       } else {
         c.has_current = true;
         c.current = (*crun)[metric].get<uint64_t>();
-        c.delta = signed_delta(c.current, c.baseline);
+        c.delta = bytes_delta(c.baseline, c.current);  // exact: both within 2^63-1 (validated)
         uint64_t mag = c.current >= c.baseline ? c.current - c.baseline : c.baseline - c.current;
         if (mag <= c.allowed) {
           c.status = GateStatus::kPass;
@@ -110,6 +149,7 @@ GateResult run_gate(const ReportFile& baseline, const ReportFile& current, const
                           (crun.value("truncated", false) ? std::string("truncated") : std::string("not truncated")) +
                           ", " + std::to_string(dropped) + " dropped records): its figures are lower bounds" +
                           (opts.allow_incomplete ? " (allowed by --allow-incomplete)" : ""));
+      res.issues.push_back({crun["name"].get<std::string>(), "incomplete_trace", res.notes.back(), !opts.allow_incomplete});
     }
   }
   for (const auto& crun : current.runs()) {
@@ -149,12 +189,12 @@ std::string check_message(const GateCheck& c) {
       return c.delta == 0 ? "equal" : fmt::format("within tolerance ({} allowed)", format_bytes(c.allowed));
     case GateStatus::kRegression:
       return fmt::format("regression: {} grew by {} ({}) from {} to {} bytes, {} allowed", c.metric,
-                         with_commas(c.delta), format_percent(c.delta, c.baseline), with_commas(c.baseline),
-                         with_commas(c.current), with_commas(c.allowed));
+                         with_commas(c.delta), format_percent(c.delta, c.baseline), with_commas_u(c.baseline),
+                         with_commas_u(c.current), with_commas_u(c.allowed));
     case GateStatus::kImprovement:
       return fmt::format("{}improvement: {} shrank by {} ({}) from {} to {} bytes; update the baseline",
-                         c.failed ? "unexpected " : "", c.metric, with_commas(-c.delta),
-                         format_percent(c.delta, c.baseline), with_commas(c.baseline), with_commas(c.current));
+                         c.failed ? "unexpected " : "", c.metric, with_commas_u(magnitude(c.delta)),
+                         format_percent(c.delta, c.baseline), with_commas_u(c.baseline), with_commas_u(c.current));
     case GateStatus::kMissing:
       return "run " + c.run + " is in the baseline but not in the current report";
     case GateStatus::kNew:
@@ -180,6 +220,9 @@ std::string gate_verdict(const GateResult& r, const GateOptions& opts) {
   if (r.new_runs) parts.push_back(fmt::format("{} check{} of runs not in the baseline", r.new_runs, r.new_runs == 1 ? "" : "s"));
   if (r.incomplete && !opts.allow_incomplete)
     parts.push_back(fmt::format("{} run{} with an incomplete trace", r.incomplete, r.incomplete == 1 ? "" : "s"));
+  if (r.failed_runs) parts.push_back(fmt::format("{} failed run{}", r.failed_runs, r.failed_runs == 1 ? "" : "s"));
+  if (r.config_changes && !opts.allow_config_change)
+    parts.push_back(fmt::format("{} workload difference{}", r.config_changes, r.config_changes == 1 ? "" : "s"));
   return fmt::format("moeprof gate: FAIL: {} ({})", fmt::join(parts, ", "), scope);
 }
 
@@ -192,11 +235,11 @@ std::string gate_markdown(const GateResult& r, const GateOptions& opts) {
     if (c.status == GateStatus::kImprovement && c.failed) status = "unexpected improvement";
     std::string mark = c.failed ? "❌ " : "✅ ";
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {}{} |\n", md_cell(c.run), c.metric,
-                       c.has_baseline ? with_commas(static_cast<int64_t>(c.baseline)) : "-",
-                       c.has_current ? with_commas(static_cast<int64_t>(c.current)) : "-",
-                       c.has_baseline && c.has_current ? format_delta_bytes(c.delta) : "-",
+                       c.has_baseline ? with_commas_u(c.baseline) : "-",
+                       c.has_current ? with_commas_u(c.current) : "-",
+                       c.has_baseline && c.has_current ? format_change_bytes(c.baseline, c.current) : "-",
                        c.has_baseline && c.has_current ? format_percent(c.delta, c.baseline) : "-",
-                       c.has_baseline ? with_commas(static_cast<int64_t>(c.allowed)) : "-", mark, status);
+                       c.has_baseline ? with_commas_u(c.allowed) : "-", mark, status);
   }
   if (!r.notes.empty()) {
     out += "\nNotes:\n";
@@ -220,6 +263,9 @@ nlohmann::ordered_json gate_json(const GateResult& r, const GateOptions& opts) {
   j["missing"] = r.missing;
   j["new_runs"] = r.new_runs;
   j["incomplete_runs"] = r.incomplete;
+  j["failed_runs"] = r.failed_runs;
+  j["workload_changes"] = r.config_changes;
+  j["allow_config_change"] = opts.allow_config_change;
   nlohmann::ordered_json checks = nlohmann::ordered_json::array();
   for (const auto& c : r.checks) {
     nlohmann::ordered_json e;
@@ -234,17 +280,24 @@ nlohmann::ordered_json gate_json(const GateResult& r, const GateOptions& opts) {
     checks.push_back(std::move(e));
   }
   j["checks"] = checks;
+  nlohmann::ordered_json issues = nlohmann::ordered_json::array();
+  for (const auto& i : r.issues) issues.push_back({{"run", i.run}, {"kind", i.kind}, {"message", i.message}, {"failed", i.failed}});
+  j["issues"] = issues;
   j["notes"] = r.notes;
   return j;
 }
 
 std::string gate_junit(const GateResult& r, const GateOptions& opts) {
+  // One testcase per run and metric, plus one per evidence issue (a failed run, an incomplete
+  // trace, another workload): a CI that reads only the JUnit file sees every reason the gate failed.
   int failures = 0;
   for (const auto& c : r.checks) failures += c.failed;
+  for (const auto& i : r.issues) failures += i.failed;
+  const size_t tests = r.checks.size() + r.issues.size();
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  out += fmt::format("<testsuites name=\"moeprof-gate\" tests=\"{}\" failures=\"{}\" errors=\"0\">\n", r.checks.size(), failures);
+  out += fmt::format("<testsuites name=\"moeprof-gate\" tests=\"{}\" failures=\"{}\" errors=\"0\">\n", tests, failures);
   out += fmt::format("  <testsuite name=\"moeprof-gate\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"0\">\n",
-                     r.checks.size(), failures);
+                     tests, failures);
   out += fmt::format("    <properties><property name=\"tolerance\" value=\"{}\"/></properties>\n",
                      xml_escape(tolerance_text(opts)));
   for (const auto& c : r.checks) {
@@ -256,6 +309,14 @@ std::string gate_junit(const GateResult& r, const GateOptions& opts) {
     } else {
       out += fmt::format(">\n      <system-out>{}</system-out>\n    </testcase>\n", xml_escape(msg));
     }
+  }
+  for (const auto& i : r.issues) {
+    out += fmt::format("    <testcase classname=\"moeprof.gate.{}\" name=\"{}\" time=\"0\"", xml_escape(i.run), i.kind);
+    if (i.failed)
+      out += fmt::format(">\n      <failure message=\"{}\" type=\"{}\">{}</failure>\n    </testcase>\n", xml_escape(i.message), i.kind,
+                         xml_escape(i.message));
+    else
+      out += fmt::format(">\n      <system-out>{}</system-out>\n    </testcase>\n", xml_escape(i.message));
   }
   out += "  </testsuite>\n</testsuites>\n";
   return out;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -20,6 +21,10 @@ struct GateOptions {
   // A current run whose trace was truncated or lost records has figures that are lower bounds:
   // it fails the gate unless this is set.
   bool allow_incomplete = false;
+  // A run whose model, tokens, layers or TP (size, rank) differ from the baseline's measured
+  // another workload: its figures say nothing about a regression. It fails the gate unless this
+  // is set (the differences are then notes).
+  bool allow_config_change = false;
   std::vector<std::string> metrics = {"peak_activation_bytes", "peak_total_bytes", "churn_bytes"};
 };
 
@@ -45,20 +50,35 @@ struct GateCheck {
   bool failed = false;      // counts toward the verdict
 };
 
+// A finding about a run's evidence rather than its figures: the run failed, its trace is
+// incomplete, or it measured another workload. `failed` when it counts toward the verdict.
+struct GateRunIssue {
+  std::string run;
+  std::string kind;     // "failed_run", "incomplete_trace", "workload_change"
+  std::string message;  // one line, as in notes
+  bool failed = false;
+};
+
 struct GateResult {
   std::vector<GateCheck> checks;   // baseline run order, then new runs; metrics in option order
+  std::vector<GateRunIssue> issues;  // failed runs, then workload changes, then incomplete traces
   std::vector<std::string> notes;  // e.g. "run reuse: tokens differ (16384 vs 8192)"
   int regressions = 0;
   int improvements = 0;            // all improvements beyond tolerance (allowed or not)
   int missing = 0;                 // checks of runs missing from the current report
   int new_runs = 0;                // checks of runs missing from the baseline
   int incomplete = 0;              // current runs with a truncated trace or dropped records
+  int failed_runs = 0;             // runs (of either report) whose run failed (extra.error): always fail
+  int config_changes = 0;          // matched runs of another model, tokens, layers or TP
   int failures = 0;
   bool passed() const { return failures == 0; }
 };
 
-// Validates option values (metric names, tolerances); kBadInput naming the bad value.
+// Validates option values (metric names; rel_tol finite in [0, 1]; abs_tol <= 2^63-1 bytes);
+// kBadInput naming the bad value.
 Status validate_gate_options(const GateOptions& opts);
+// Parses --abs-tol: a decimal byte count <= 2^63-1 (no sign, no exponent: never saturated).
+Result<uint64_t> parse_abs_tol(std::string_view text);
 
 GateResult run_gate(const ReportFile& baseline, const ReportFile& current, const GateOptions& opts);
 

@@ -9,6 +9,7 @@
 #include "reports/html_parts.h"
 #include "reports/html_report.h"
 #include "reports/report_file.h"
+#include "reports/text_report.h"
 
 namespace moeprof::reports {
 
@@ -50,15 +51,10 @@ std::string script_safe(std::string_view text) {
 
 std::string runs_section(const ordered_json& report) {
   std::string out = "<section id=\"runs\"><h2>Runs</h2>\n";
-  // Warnings first: figures of a truncated trace or one with lost records are lower bounds.
-  for (const auto& r : report["runs"]) {
-    if (r.value("truncated", false))
-      out += fmt::format("<div class=\"warn\"><b>{}</b>: the trace is {}: the figures cover the part read</div>\n", h(json_str(r, "name")),
-                         h(json_str(r, "truncation_note").empty() ? "truncated" : json_str(r, "truncation_note")));
-    if (json_u64(r, "dropped_records"))
-      out += fmt::format("<div class=\"warn\"><b>{}</b>: {} dropped records: figures are lower bounds</div>\n", h(json_str(r, "name")),
-                         with_commas_u(json_u64(r, "dropped_records")));
-  }
+  // Warnings first: figures of a failed run, a truncated trace or one with lost records cover
+  // only the part recorded (reports/text_report.h, run_warnings).
+  for (const auto& r : report["runs"])
+    for (const auto& w : run_warnings(r)) out += fmt::format("<div class=\"warn\">{}</div>\n", h(w));
   bool predicted = false;
   for (const auto& r : report["runs"]) predicted |= r.contains("predicted_from_baseline");
   out += "<table id=\"runs-table\"><thead><tr><th>run</th><th>mode</th><th>model</th><th class=\"n\">tokens</th><th>TP</th>"
@@ -143,7 +139,7 @@ std::string report_html(const ordered_json& report) {
   out += "</section>\n";
   if (!fixes.empty()) out += "<section id=\"fixes\"><h2>What the planner would fix</h2>\n" + fixes + "</section>\n";
   out += "<div id=\"tooltip\" hidden></div>\n";
-  out += "<script type=\"application/json\" id=\"moeprof-data\">" + script_safe(report.dump()) + "</script>\n";
+  out += "<script type=\"application/json\" id=\"moeprof-data\">" + script_safe(json_text(report)) + "</script>\n";
   // The scripts go in as they are: cmake/EmbedAssets.cmake refuses a script containing "</script" or "<!--".
   out += "<script>";
   out += html_asset("vendor/uPlot.iife.min.js");

@@ -4,6 +4,7 @@
 #include "reports/format.h"
 #include "reports/json_report.h"
 #include "reports/markdown_report.h"
+#include "reports/text_report.h"
 
 namespace moeprof::reports {
 
@@ -26,6 +27,9 @@ std::string count_cell(uint64_t v) { return with_commas_u(v); }
 std::string comparison_markdown(const ordered_json& c) {
   const std::string a = json_str(c, "baseline"), b = json_str(c, "candidate");
   std::string out = fmt::format("## Comparison: B = {} against A = {}\n\nChanges are B - A (negative: B uses less).\n\n", md_cell(b), md_cell(a));
+  if (c.contains("warnings") && c["warnings"].is_array())
+    for (const auto& w : c["warnings"])
+      if (w.is_string()) out += fmt::format("> **warning**: {}\n\n", md_cell(w.get<std::string>()));
   out += fmt::format("| figure | A: {} | B: {} | B - A | % |\n|---|---:|---:|---:|---:|\n", md_cell(a), md_cell(b));
   auto row = [&](const std::string& what, uint64_t va, uint64_t vb, int64_t d) {
     out += fmt::format("| {} | {} | {} | {} | {} |\n", what, bytes_cell(va), bytes_cell(vb), delta_cell(d), format_percent(d, va));
@@ -98,11 +102,10 @@ std::string report_markdown(const ordered_json& report) {
                        with_commas_u(r.contains("anomalies") ? json_u64(r["anomalies"], "total") : 0));
   }
   for (const auto& r : report["runs"]) {
-    std::vector<std::string> warnings = run_notes(r);
-    if (r.value("truncated", false)) warnings.push_back("trace truncated: " + json_str(r, "truncation_note"));
-    if (json_u64(r, "dropped_records")) warnings.push_back(fmt::format("{} dropped records", with_commas_u(json_u64(r, "dropped_records"))));
-    if (r.value("streamed", false)) warnings.push_back(streamed_note());
-    for (const auto& w : warnings) out += fmt::format("\n> **{}**: {}\n", md_cell(json_str(r, "name")), md_cell(w));
+    for (const auto& w : run_warnings(r)) out += fmt::format("\n> **warning**: {}\n", md_cell(w));
+    std::vector<std::string> notes = run_notes(r);
+    if (r.value("streamed", false)) notes.push_back(streamed_note());
+    for (const auto& n : notes) out += fmt::format("\n> **{}**: {}\n", md_cell(json_str(r, "name")), md_cell(n));
   }
   for (const auto& r : report["runs"]) {
     const auto& live = r["live_at_peak"];

@@ -23,7 +23,7 @@ class EventSink {
   void add(const ordered_json& e) {
     out_ += first_ ? "\n" : ",\n";
     first_ = false;
-    out_ += e.dump();
+    out_ += json_text(e);
   }
   std::string finish() { return "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[" + out_ + "\n]}\n"; }
 

@@ -8,6 +8,10 @@
 #include <iostream>
 #include <set>
 #include <sstream>
+#include <utility>
+#include <vector>
+
+#include "core/checked.h"
 
 namespace moeprof::reports {
 
@@ -31,6 +35,16 @@ Status check_run(const nlohmann::ordered_json& run, size_t index) {
                           "dropped_records", "tokens", "tp_size"}) {
     if (!is_count(run[key])) return Status::bad_input(where + ": " + key + " is not a non-negative integer");
   }
+  // The byte limit of every figure (core/checked.h): the gate's deltas are then exact.
+  for (const char* key : kGateMetrics) {
+    if (run[key].get<uint64_t>() > kMaxBytes)
+      return Status::bad_input(where + ": " + key + " " + run[key].dump() + " exceeds the limit of 2^63-1 bytes");
+  }
+  if (run.contains("truncation_note") && !run["truncation_note"].is_string())
+    return Status::bad_input(where + ": truncation_note is not a string");
+  for (const auto& [k, v] : run["extra"].items()) {
+    if (!v.is_string()) return Status::bad_input(where + ": extra." + k + " is not a string");
+  }
   if (!run["tp_rank"].is_number_integer()) return Status::bad_input(where + ": tp_rank is not an integer");
   if (!run["truncated"].is_boolean()) return Status::bad_input(where + ": truncated is not a boolean");
   for (const char* key : {"peak_by_category", "live_at_peak", "anomalies", "extra"}) {
@@ -50,8 +64,31 @@ const nlohmann::ordered_json* ReportFile::find_run(std::string_view name) const 
   return nullptr;
 }
 
+namespace {
+
+// Deeper documents are refused: rendering and dumping JSON recurse once per level.
+constexpr size_t kMaxReportDepth = 128;
+
+size_t nesting_depth(const nlohmann::ordered_json& doc) {
+  size_t deepest = 0;
+  std::vector<std::pair<const nlohmann::ordered_json*, size_t>> todo = {{&doc, 1}};
+  while (!todo.empty()) {
+    auto [j, d] = todo.back();
+    todo.pop_back();
+    deepest = std::max(deepest, d);
+    if (d > kMaxReportDepth) break;
+    if (j->is_structured())
+      for (const auto& v : *j) todo.emplace_back(&v, d + 1);
+  }
+  return deepest;
+}
+
+}  // namespace
+
 Status validate_report(const nlohmann::ordered_json& doc) {
   if (!doc.is_object()) return Status::bad_input("report is not a JSON object");
+  if (nesting_depth(doc) > kMaxReportDepth)
+    return Status::bad_input("report nests deeper than " + std::to_string(kMaxReportDepth) + " levels");
   if (!doc.contains("schema_version")) return Status::bad_input("missing schema_version: not a moeprof report");
   const auto& v = doc["schema_version"];
   if (!v.is_number_integer()) return Status::bad_input("schema_version is not an integer");
@@ -77,13 +114,19 @@ Status validate_report(const nlohmann::ordered_json& doc) {
 Result<ReportFile> parse_report(std::string_view text, const std::string& path) {
   ReportFile f;
   f.path = path;
+  // The reader's one exception boundary: whatever nlohmann throws on this text (a syntax error,
+  // a number out of range such as 1e400, nesting too deep) is bad input naming the file.
   try {
     f.doc = nlohmann::ordered_json::parse(text.begin(), text.end());
+    Status st = validate_report(f.doc);
+    if (!st) return st.with_context(path);
   } catch (const nlohmann::json::parse_error& e) {
     return Status::bad_input(path + ": byte offset " + std::to_string(e.byte) + ": not valid JSON");
+  } catch (const nlohmann::json::out_of_range& e) {
+    return Status::bad_input(path + ": not a valid report: a number out of range (" + std::string(e.what()) + ")");
+  } catch (const nlohmann::json::exception& e) {
+    return Status::bad_input(path + ": not a valid report (" + std::string(e.what()) + ")");
   }
-  Status st = validate_report(f.doc);
-  if (!st) return st.with_context(path);
   return f;
 }
 
@@ -112,7 +155,7 @@ void write_pretty(const nlohmann::ordered_json& v, int indent, std::string* out)
     *out += "{\n";
     size_t i = 0;
     for (auto it = v.begin(); it != v.end(); ++it, ++i) {
-      *out += pad + "  " + nlohmann::ordered_json(it.key()).dump() + ": ";
+      *out += pad + "  " + json_text(nlohmann::ordered_json(it.key())) + ": ";
       write_pretty(it.value(), indent + 1, out);
       *out += i + 1 < v.size() ? ",\n" : "\n";
     }
@@ -128,10 +171,10 @@ void write_pretty(const nlohmann::ordered_json& v, int indent, std::string* out)
   } else if (is_leaf_array(v)) {
     // Scalars, or short arrays of scalars (timeline points, allocation rows): one line.
     *out += "[";
-    for (size_t i = 0; i < v.size(); ++i) *out += (i ? ", " : "") + v[i].dump();
+    for (size_t i = 0; i < v.size(); ++i) *out += (i ? ", " : "") + json_text(v[i]);
     *out += "]";
   } else {
-    *out += v.dump();
+    *out += json_text(v);
   }
 }
 
@@ -144,9 +187,15 @@ std::string report_text(const nlohmann::ordered_json& doc) {
 }
 
 Status write_text_file(const std::string& path, std::string_view text) {
-  if (path == "-") {
+  if (path == "-") {  // checked like every write to stdout: a full disk or a closed pipe is an error
     std::cout.write(text.data(), static_cast<std::streamsize>(text.size()));
     std::cout.flush();
+    if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      const int e = errno;
+      std::cout.clear();
+      std::clearerr(stdout);
+      return Status::run_failure(std::string("writing to standard output failed") + (e ? std::string(": ") + std::strerror(e) : ""));
+    }
     return Status::ok();
   }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -57,6 +57,14 @@ Status write_text_file(const std::string& path, std::string_view text);
 inline uint64_t json_u64(const nlohmann::ordered_json& j, const char* key) {
   return j.contains(key) && j[key].is_number() ? j[key].get<uint64_t>() : 0;
 }
+// JSON text of a document whose strings may come from outside moeprof (paths, rule files, names):
+// bytes that are not UTF-8 become U+FFFD instead of an exception (core/utf8.h). Every JSON that
+// moeprof prints or writes goes through this.
+template <class Json>
+std::string json_text(const Json& j, int indent = -1) {
+  return j.dump(indent, ' ', false, Json::error_handler_t::replace);
+}
+
 inline int64_t json_i64(const nlohmann::ordered_json& j, const char* key) {
   return j.contains(key) && j[key].is_number() ? j[key].get<int64_t>() : 0;
 }
@@ -94,7 +102,8 @@ inline std::string run_tp_label(const nlohmann::ordered_json& run) {
 }
 
 // Notes a reader must see next to a run's figures: TP emulation, shared expert weights, the
-// allocator caveat of traced PyTorch programs, a run error.
+// allocator caveat of traced PyTorch programs. (A run error is a warning: text_report.h,
+// run_warnings.)
 inline std::vector<std::string> run_notes(const nlohmann::ordered_json& run) {
   std::vector<std::string> notes;
   if (!run.contains("extra") || !run["extra"].is_object()) return notes;
@@ -106,7 +115,6 @@ inline std::vector<std::string> run_notes(const nlohmann::ordered_json& run) {
     notes.push_back("weights: shared (" + (json_str(x, "weights_note").empty() ? std::string("--weights shared")
                                                                                   : json_str(x, "weights_note")) + ")");
   if (!json_str(x, "allocator_note").empty()) notes.push_back(json_str(x, "allocator_note"));
-  if (!json_str(x, "error").empty()) notes.push_back("run failed: " + json_str(x, "error"));
   return notes;
 }
 

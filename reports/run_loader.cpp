@@ -4,18 +4,25 @@
 
 #include "core/trace_io.h"
 #include "core/trace_merge.h"
+#include "core/utf8.h"
 #include "planner/stream.h"
-
 
 namespace moeprof::reports {
 
 namespace {
 
-// Names the run, infers categories when asked, analyses.
-LoadedRun analyze_trace(Trace trace, const std::string& source, const planner::AnalyzeOptions& opts,
-                        const std::string& name_override, const CategoryOptions& categories) {
+Status check_name(const std::string& name) {
+  if (!is_valid_utf8(name)) return Status::bad_input("run name '" + valid_utf8(name) + "' is not valid UTF-8");
+  return Status::ok();
+}
+
+// Names the run, infers categories when asked, analyses. A trace whose figures would exceed the
+// byte limit (planner: limit_error) is bad input.
+Result<LoadedRun> analyze_trace(Trace trace, const std::string& source, const planner::AnalyzeOptions& opts,
+                                const std::string& name_override, const CategoryOptions& categories) {
   if (!name_override.empty()) trace.meta.name = name_override;
-  if (trace.meta.name.empty()) trace.meta.name = std::filesystem::path(source).stem().string();
+  // A file name need not be UTF-8; the report's run name must be (U+FFFD replaces bad bytes).
+  if (trace.meta.name.empty()) trace.meta.name = valid_utf8(std::filesystem::path(source).stem().string());
   LoadedRun run;
   planner::AnalyzeOptions o = opts;
   planner::InferredCategories inferred;
@@ -25,6 +32,7 @@ LoadedRun analyze_trace(Trace trace, const std::string& source, const planner::A
     o.record_categories = &inferred.by_record;
   }
   run.analysis = planner::analyze(trace, o);
+  if (!run.analysis.limit_error.empty()) return Status::bad_input(source + ": " + run.analysis.limit_error);
   if (infer) run.analysis.categories_note = planner::categories_note(inferred);
   run.trace = std::move(trace);
   return run;
@@ -34,6 +42,7 @@ LoadedRun analyze_trace(Trace trace, const std::string& source, const planner::A
 
 Result<LoadedRun> load_run(const std::string& path, const planner::AnalyzeOptions& opts, const std::string& name_override,
                            const CategoryOptions& categories) {
+  MOEPROF_RETURN_IF_ERROR(check_name(name_override));
   MOEPROF_ASSIGN_OR_RETURN(Trace trace, read_trace(path));
   return analyze_trace(std::move(trace), path, opts, name_override, categories);
 }
@@ -55,6 +64,7 @@ std::vector<std::string> split_run_argument(const std::string& arg) {
 
 Result<LoadedRun> load_run(const std::vector<std::string>& paths, const LoadOptions& opts) {
   if (paths.empty()) return Status::bad_input("no trace given");
+  MOEPROF_RETURN_IF_ERROR(check_name(opts.name));
   uint64_t bytes = 0;
   for (const std::string& p : paths) {
     std::error_code ec;
@@ -74,7 +84,9 @@ Result<LoadedRun> load_run(const std::vector<std::string>& paths, const LoadOpti
     so.categories = opts.categories.mode;
     so.category_rules = opts.categories.rules;
     MOEPROF_ASSIGN_OR_RETURN(run.analysis, planner::analyze_stream(paths, so));
+    if (!run.analysis.limit_error.empty()) return Status::bad_input(paths.front() + ": " + run.analysis.limit_error);
     if (!opts.name.empty()) run.analysis.meta.name = opts.name;
+    run.analysis.meta.name = valid_utf8(run.analysis.meta.name);
     run.streamed = true;
     return run;
   }

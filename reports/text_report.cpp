@@ -27,7 +27,12 @@ std::string bytes_exact(uint64_t b) { return b < 1000 ? format_bytes(b) : fmt::f
 
 std::string comparison_text(const ordered_json& c, const std::string& a_file, const std::string& b_file) {
   const std::string a = json_str(c, "baseline"), b = json_str(c, "candidate");
-  std::string out = fmt::format("A: run {} ({})\nB: run {} ({})\nchanges are B - A (negative: B uses less)\n\n", a, a_file, b, b_file);
+  std::string out;
+  // Warnings first (a failed, truncated or empty run: its figures are lower bounds).
+  if (c.contains("warnings") && c["warnings"].is_array())
+    for (const auto& w : c["warnings"])
+      if (w.is_string()) out += "warning: " + w.get<std::string>() + "\n";
+  out += fmt::format("A: run {} ({})\nB: run {} ({})\nchanges are B - A (negative: B uses less)\n\n", a, a_file, b, b_file);
   out += fmt::format("  {:<42} {:>16} {:>16} {:>30} {:>8}\n", "", "A", "B", "B - A", "%");
   auto row = [&](const std::string& what, uint64_t va, uint64_t vb, int64_t d) {
     out += fmt::format("  {:<42} {:>16} {:>16} {:>30} {:>8}\n", what, format_bytes(va), format_bytes(vb), change_exact(d), format_percent(d, va));
@@ -88,22 +93,35 @@ std::string comparison_text(const ordered_json& c, const std::string& a_file, co
   return out;
 }
 
+std::vector<std::string> run_warnings(const ordered_json& r) {
+  std::vector<std::string> w;
+  const std::string name = "run " + json_str(r, "name");
+  const std::string error = r.contains("extra") ? json_str(r["extra"], "error") : std::string();
+  if (!error.empty()) w.push_back(fmt::format("{} failed: {}: the figures cover only what ran before the failure", name, error));
+  if (r.value("truncated", false))
+    w.push_back(fmt::format("{}: the trace is {}: the figures cover the part read", name,
+                            json_str(r, "truncation_note").empty() ? "truncated" : json_str(r, "truncation_note")));
+  if (json_u64(r, "dropped_records"))
+    w.push_back(fmt::format("{}: {} dropped records: the figures are lower bounds", name, with_commas_u(json_u64(r, "dropped_records"))));
+  if (json_u64(r, "allocations") == 0) w.push_back(fmt::format("{}: no allocations recorded", name));
+  return w;
+}
+
 std::string run_text(const ordered_json& r) {
   std::string out;
-  // Warnings first: a truncated trace's figures cover only the part read.
-  if (r.value("truncated", false))
-    out += fmt::format("warning: the trace is {}: the figures cover the part read\n",
-                       json_str(r, "truncation_note").empty() ? "truncated" : json_str(r, "truncation_note"));
-  if (json_u64(r, "dropped_records"))
-    out += fmt::format("warning: {} dropped records: the figures are lower bounds\n", with_commas_u(json_u64(r, "dropped_records")));
+  // Warnings first: a failed run's or a truncated trace's figures cover only the part read.
+  for (const auto& w : run_warnings(r)) out += "warning: " + w + "\n";
   for (const auto& n : run_notes(r)) out += "note: " + n + "\n";
   auto or_dash = [&](const char* key) { return json_str(r, key).empty() ? std::string("-") : json_str(r, key); };
   out += fmt::format("run {}: mode {}, model {}, {} tokens, TP {}, backend {}{}\n", json_str(r, "name"), or_dash("mode"), or_dash("model"),
                      with_commas(json_i64(r, "tokens")), run_tp_label(r), or_dash("backend"),
                      json_str(r, "device_name").empty() ? "" : " (" + json_str(r, "device_name") + ")");
-  out += fmt::format("  peak activation  {}\n", bytes_exact(json_u64(r, "peak_activation_bytes")));
-  out += fmt::format("  peak total       {}\n", bytes_exact(json_u64(r, "peak_total_bytes")));
-  out += fmt::format("  churn            {}\n", bytes_exact(json_u64(r, "churn_bytes")));
+  // A trace with no allocation has no peak to headline: "none recorded", never a misleading 0 B.
+  const bool nothing = json_u64(r, "allocations") == 0;
+  auto figure = [&](const char* key) { return nothing ? std::string("none recorded") : bytes_exact(json_u64(r, key)); };
+  out += fmt::format("  peak activation  {}\n", figure("peak_activation_bytes"));
+  out += fmt::format("  peak total       {}\n", figure("peak_total_bytes"));
+  out += fmt::format("  churn            {}\n", figure("churn_bytes"));
   out += fmt::format("  allocations      {}\n", with_commas_u(json_u64(r, "allocations")));
   const auto& live = r["live_at_peak"];
   if (!live["device"].is_number()) {
@@ -163,6 +181,9 @@ std::string run_text(const ordered_json& r) {
   for (const auto& [k, v] : r["anomalies"].items())
     if (k != "total" && k != "never_freed" && k != "never_freed_bytes" && v.get<uint64_t>())
       notes.push_back(fmt::format("{} {}", with_commas_u(v.get<uint64_t>()), k));
+  if (json_u64(r, "dropped_records")) notes.push_back(fmt::format("{} dropped records", with_commas_u(json_u64(r, "dropped_records"))));
+  if (r.value("truncated", false)) notes.push_back("trace truncated");
+  if (r.contains("extra") && !json_str(r["extra"], "error").empty()) notes.push_back("run failed: " + json_str(r["extra"], "error"));
   if (const uint64_t live_end = json_u64(r["anomalies"], "never_freed"); live_end > 0)
     out += fmt::format("\nlive at the end of the trace: {} allocations, {} (not anomalies: weights, caches, pools)\n",
                        with_commas_u(live_end), format_bytes(json_u64(r["anomalies"], "never_freed_bytes")));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -12,8 +13,15 @@ namespace moeprof::reports {
 // and the change, the live-at-peak diff with its sum, scopes, allocations only in one run.
 std::string comparison_text(const nlohmann::ordered_json& c, const std::string& a_file, const std::string& b_file);
 
-// A run object (make_run_json) for `moeprof plan`: warnings (truncation, dropped records) first,
-// the peaks, the live set at the peak, scopes, reuse findings, anomalies.
+// What a reader must see before any figure of a run object (make_run_json), one line each
+// (without "warning: "), most serious first: the run failed (extra.error), its trace is truncated
+// (the figures cover the part read), the recorder dropped records, nothing was allocated. Each
+// names the run. Empty for a complete run.
+std::vector<std::string> run_warnings(const nlohmann::ordered_json& run);
+
+// A run object (make_run_json) for `moeprof plan`: run_warnings first, the peaks ("none recorded"
+// rather than 0 B when nothing was allocated), the live set at the peak, scopes, reuse findings,
+// anomalies (a failed run and a truncation among them).
 std::string run_text(const nlohmann::ordered_json& run);
 
 }  // namespace moeprof::reports

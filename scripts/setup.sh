@@ -7,16 +7,20 @@
 # scripts/test.sh builds the rest.
 # With --browser it also sets up the browser tests (scripts/test.sh asks for it): Debian's chromium
 # and, with `npm ci`, playwright-core in tests/browser/node_modules (no browser is downloaded).
-#   usage: scripts/setup.sh [--no-build] [--browser]
+# With --sanitizers it also installs clang 14 with its sanitizer and libFuzzer runtimes, for the
+# `asan` preset and the fuzz harnesses (scripts/sanitize.sh asks for it; docs/robustness.md).
+#   usage: scripts/setup.sh [--no-build] [--browser] [--sanitizers]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=1
 browser=0
+sanitizers=0
 for a in "$@"; do
   case "$a" in
     --no-build) build=0 ;;
     --browser) browser=1 ;;
-    *) echo "moeprof setup: unknown option $a (usage: scripts/setup.sh [--no-build] [--browser])" >&2; exit 2 ;;
+    --sanitizers) sanitizers=1 ;;
+    *) echo "moeprof setup: unknown option $a (usage: scripts/setup.sh [--no-build] [--browser] [--sanitizers])" >&2; exit 2 ;;
   esac
 done
 
@@ -27,6 +31,8 @@ if [ "$browser" = 1 ]; then
   PACKAGES+=(chromium)
   command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
 fi
+# Debian 12's clang 14; its ASan/UBSan and libFuzzer runtimes are in libclang-rt-14-dev.
+[ "$sanitizers" = 1 ] && PACKAGES+=(clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -12,7 +12,8 @@ int fail(std::string_view cmd, const Status& st) {
 }
 
 Status write_stdout(std::string_view text) {
-  errno = 0;
+  // An earlier write that failed (std::cout shares stdout) left its errno: keep it for the message.
+  if (!std::ferror(stdout)) errno = 0;
   const size_t n = std::fwrite(text.data(), 1, text.size(), stdout);
   if (n != text.size() || std::fflush(stdout) != 0 || std::ferror(stdout)) {
     const int e = errno;

@@ -15,6 +15,7 @@
 #include "planner/arena_csv.h"
 #include "planner/arena_solver.h"
 #include "reports/format.h"
+#include "reports/report_file.h"
 
 namespace moeprof::cli {
 
@@ -72,7 +73,7 @@ int run_arena(const ArenaArgs& a) {
     j["first_answer_seconds"] = sol->first_answer_seconds;
     j["time_limit_seconds"] = a.time_limit;
     j["search_nodes"] = sol->search_nodes;
-    std::cout << j.dump(2) << "\n";
+    std::cout << reports::json_text(j, 2) << "\n";
   } else if (a.write_offsets != "-") {
     fmt::print("moeprof arena {}: {} buffers, {} component{}\n", a.file, csv->buffers.size(), sol->components,
                sol->components == 1 ? "" : "s");

@@ -95,6 +95,15 @@ void register_compare(CLI::App& app, int* exit_code) {
     }
     std::vector<planner::RunAnalysis> runs = {std::move(a->analysis), std::move(b->analysis)};
     auto names = reports::unique_run_names(runs);
+    // A failed, truncated or empty input is said first (text, Markdown) and in "warnings" (JSON):
+    // the deltas of a lower bound are not a comparison.
+    std::vector<std::string> warnings;
+    reports::ReportOptions wopts;
+    wopts.top_entries = wopts.top_scopes = wopts.list_limit = 1;
+    wopts.include_timeline = wopts.include_memory_timeline = false;
+    for (size_t i = 0; i < runs.size(); ++i)
+      for (auto& w : reports::run_warnings(reports::make_run_json(runs[i], names[i], wopts)))
+        warnings.push_back(std::string(i == 0 ? "baseline " : "candidate ") + w);
     planner::Comparison cmp = planner::compare(runs[0], runs[1]);
     cmp.baseline_name = names[0];
     cmp.candidate_name = names[1];
@@ -102,6 +111,7 @@ void register_compare(CLI::App& app, int* exit_code) {
     ropts.list_limit = args->top;
     auto j = reports::make_comparison_json(cmp, ropts);
     if (prediction) j["predicted"] = *prediction;
+    j["warnings"] = warnings;
     if (!args->out_md.empty()) {
       if (Status st = reports::write_text_file(args->out_md, reports::comparison_markdown(j)); !st) {
         *exit_code = fail("compare", st);
@@ -110,7 +120,7 @@ void register_compare(CLI::App& app, int* exit_code) {
       if (args->out_md != "-") note("compare", "wrote {}", args->out_md);
     }
     if (args->json) {
-      if (Status st = write_stdout(j.dump(2) + "\n"); !st) {
+      if (Status st = write_stdout(reports::json_text(j, 2) + "\n"); !st) {
         *exit_code = fail("compare", st);
         return;
       }

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "core/gpu_probe.h"
 #include "reports/format.h"
+#include "reports/report_file.h"
 
 namespace moeprof::cli {
 
@@ -30,7 +31,7 @@ void register_devices(CLI::App& app, int* exit_code) {
         j["devices"].push_back({{"index", g.index}, {"name", g.name},
                                 {"compute_capability", fmt::format("{}.{}", g.cc_major, g.cc_minor)},
                                 {"memory_bytes", g.memory_bytes}, {"usable", g.cc_major >= 9}});
-      out = j.dump(2) + "\n";
+      out = reports::json_text(j, 2) + "\n";
     } else {
       for (const GpuInfo& g : p.devices)
         out += fmt::format("GPU {}: {} (compute capability {}.{}, {}){}\n", g.index, g.name, g.cc_major, g.cc_minor,

@@ -79,7 +79,7 @@ void register_export(CLI::App& app, int* exit_code) {
     auto jsonl_to = [&](std::ostream& os) -> Status {
       if (!stream_jsonl) {
         write_jsonl(run->trace, os);
-        return Status::ok();
+        return os ? Status::ok() : Status::run_failure("writing the JSON lines failed");
       }
       auto n = write_jsonl_stream(args->trace, os);
       if (!n) return n.status();
@@ -89,7 +89,13 @@ void register_export(CLI::App& app, int* exit_code) {
     nlohmann::ordered_json written = nlohmann::ordered_json::array();
     if (!args->jsonl.empty()) {
       if (args->jsonl == "-") {
-        if (Status st = jsonl_to(std::cout); !st) {
+        // Streamed (a copy could be larger than the trace), then checked: output lost to a full
+        // disk or a closed pipe is never exit 0.
+        Status st = jsonl_to(std::cout);
+        // A failed write to stdout is said as every subcommand says it (cli::write_stdout).
+        if (Status w = write_stdout(""); !w || !st) st = !w ? w : Status::run_failure("writing to standard output failed");
+        if (!st) {
+          std::cout.clear();
           *exit_code = fail("export", st);
           return;
         }
@@ -128,7 +134,7 @@ void register_export(CLI::App& app, int* exit_code) {
     if (args->json) {
       nlohmann::ordered_json j = {{"trace", args->trace}, {"run", stream_jsonl ? std::string() : run->analysis.meta.name}, {"records", records},
                                   {"written", written}};
-      if (Status st = write_stdout(j.dump(2) + "\n"); !st) {
+      if (Status st = write_stdout(reports::json_text(j, 2) + "\n"); !st) {
         *exit_code = fail("export", st);
         return;
       }

@@ -18,6 +18,7 @@ namespace {
 
 struct GateArgs {
   std::string baseline, current, out_baseline, out_junit, out_md;
+  std::string abs_tol = "0";  // parsed by reports::parse_abs_tol (CLI11 would saturate 2^64 to UINT64_MAX)
   bool json = false;
   reports::GateOptions opts;
 };
@@ -32,17 +33,17 @@ void register_gate(CLI::App& app, int* exit_code) {
   cmd->add_option("--baseline", args->baseline, "baseline JSON report")->required()->type_name("FILE");
   cmd->add_option("--current", args->current, "current JSON report")->required()->type_name("FILE");
   cmd->add_flag("--json", args->json, "print the verdict and every check as JSON on stdout");
-  cmd->add_option("--rel-tol", args->opts.rel_tol, "relative tolerance, a fraction of the baseline (0.01 = 1%)")
-      ->check(CLI::NonNegativeNumber)
+  cmd->add_option("--rel-tol", args->opts.rel_tol, "relative tolerance, a fraction of the baseline from 0 to 1 (0.01 = 1%)")
       ->type_name("X")
       ->capture_default_str();
-  cmd->add_option("--abs-tol", args->opts.abs_tol, "absolute tolerance in bytes")
-      ->check(CLI::NonNegativeNumber)
+  cmd->add_option("--abs-tol", args->abs_tol, "absolute tolerance in bytes, a whole number from 0 to 2^63-1")
       ->type_name("BYTES")
       ->capture_default_str();
   cmd->add_flag("--allow-improvement", args->opts.allow_improvement, "do not fail when a metric shrinks beyond tolerance");
   cmd->add_flag("--allow-incomplete", args->opts.allow_incomplete,
                 "do not fail when a current run's trace was truncated or dropped records");
+  cmd->add_flag("--allow-config-change", args->opts.allow_config_change,
+                "do not fail when a run's model, tokens, layers or TP differ from the baseline's (notes only)");
   cmd->add_option("--metrics", args->opts.metrics, "metrics to check, comma-separated [default: all three]")
       ->delimiter(',')
       ->check(CLI::IsMember({"peak_activation_bytes", "peak_total_bytes", "churn_bytes"}));
@@ -51,6 +52,14 @@ void register_gate(CLI::App& app, int* exit_code) {
   cmd->add_option("--out-baseline", args->out_baseline, "write the proposed new baseline (the current report's figures) to this file")
       ->type_name("FILE");
   cmd->callback([args, exit_code] {
+    {
+      auto tol = reports::parse_abs_tol(args->abs_tol);
+      if (!tol) {
+        *exit_code = fail("gate", tol.status());
+        return;
+      }
+      args->opts.abs_tol = *tol;
+    }
     Status st = reports::validate_gate_options(args->opts);
     if (!st) {
       *exit_code = fail("gate", st);
@@ -78,7 +87,7 @@ void register_gate(CLI::App& app, int* exit_code) {
       }
       if (path != "-") note("gate", "wrote {}", path);
     }
-    const std::string out = args->json ? reports::gate_json(res, args->opts).dump(2) + "\n"
+    const std::string out = args->json ? reports::json_text(reports::gate_json(res, args->opts), 2) + "\n"
                                        : reports::gate_verdict(res, args->opts) + "\n\n" + md.substr(md.find('\n') + 2);
     if (Status st = write_stdout(out); !st) {
       *exit_code = fail("gate", st);

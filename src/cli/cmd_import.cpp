@@ -188,15 +188,19 @@ void register_import(CLI::App& app, int* exit_code) {
       *exit_code = fail("import", res.status());
       return;
     }
+    planner::AnalyzeOptions aopts;
+    aopts.timeline_points = 0;
+    aopts.keep_lifetimes = true;
+    const planner::RunAnalysis run = planner::analyze(res->trace, aopts);
+    if (!run.limit_error.empty()) {
+      *exit_code = fail("import", Status::bad_input(args->snapshot + ": " + run.limit_error));
+      return;
+    }
     Status st = write_trace(args->out, res->trace);
     if (!st) {
       *exit_code = fail("import", st);
       return;
     }
-    planner::AnalyzeOptions aopts;
-    aopts.timeline_points = 0;
-    aopts.keep_lifetimes = true;
-    const planner::RunAnalysis run = planner::analyze(res->trace, aopts);
     const auto pk = peaks(res->trace, run, args->top);
     if (args->json) {
       if (Status wst = write_stdout(to_json(*args, *res, pk, run).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"); !wst) {

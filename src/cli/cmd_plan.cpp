@@ -170,7 +170,7 @@ void register_plan(CLI::App& app, int* exit_code) {
       text = reports::what_if_text(*w, args->top);
     }
     if (args->json) {
-      if (Status st = write_stdout(j.dump(2) + "\n"); !st) {
+      if (Status st = write_stdout(reports::json_text(j, 2) + "\n"); !st) {
         *exit_code = fail("plan", st);
         return;
       }

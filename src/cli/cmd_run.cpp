@@ -1,6 +1,8 @@
 // moeprof run: executes the DeepSeek-V2-family model in one or more memory modes (baseline, reuse,
 // fixes), records one trace per mode, analyses them, predicts the reuse and fixes runs from the
 // baseline trace with the shipped what-if rules, and writes DIR/report.json (+ .md, .html).
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/builtin_rules.h"
@@ -125,6 +128,36 @@ void remove_stale_outputs(const std::string& dir, bool quiet) {
   if (removed && !quiet) note("run", "removed {} output(s) of an earlier run from {}", removed, dir);
 }
 
+// SIGINT and SIGTERM: blocked in every thread of the run (threads inherit the mask: trace
+// writers, backends) and taken by one thread, which closes the open traces with extra.error =
+// "interrupted by SIG..." (they read as complete and failed), removes a report that may be
+// partial (when this process writes it: `owns_out`), says so in one line and exits 128 + the
+// signal. sigwait() runs in a normal thread, so
+// closing the traces needs no async-signal-safe code.
+void handle_interrupts(const std::string& out_dir, bool owns_out) {
+  static sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  if (pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) return;
+  std::thread([out_dir, owns_out] {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) return;
+    const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    const auto paths = TraceWriter::close_all_open(std::string("interrupted by ") + name);
+    std::error_code ec;
+    if (owns_out)
+      for (const char* n : {"report.json", "report.md", "report.html"}) std::filesystem::remove(std::filesystem::path(out_dir) / n, ec);
+    std::string closed;
+    for (const auto& p : paths) closed += (closed.empty() ? "" : ", ") + p;
+    std::fflush(stdout);
+    std::fprintf(stderr, "\nmoeprof run: error: interrupted by %s%s\n", name,
+                 closed.empty() ? "" : ("; trace(s) closed and marked failed: " + closed).c_str());
+    std::fflush(stderr);
+    _exit(128 + sig);
+  }).detach();
+}
+
 int run_command(const RunArgs& a) {
   // Backend choice. "auto": the CUDA backend when a usable GPU is present, else the CPU reference.
   std::unique_ptr<Backend> backend;
@@ -136,6 +169,14 @@ int run_command(const RunArgs& a) {
     if (args.rank < 0) args.rank = env_int({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"});
     if (args.world <= 0) args.world = env_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"});
     if (args.device < 0) args.device = env_int({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"});
+  }
+  // First, before anything can fail: a report left from an earlier run in --out must never be
+  // read as this run's (the gate would pass on it). The process that writes the report owns
+  // --out: not a rank started by --launch processes, and of ranks in processes only rank 0.
+  const bool owns_out = !args.rank_only && (!rank_mode || args.rank == 0);
+  if (owns_out) remove_stale_outputs(a.out, a.quiet);
+  handle_interrupts(a.out, owns_out);
+  if (rank_mode) {
     if (args.rank < 0 || args.world < 2)
       return fail("run", Status::bad_input(fmt::format(
                              "--rank/--world: rank {} of world {} (give both, or set RANK and WORLD_SIZE as torchrun does)", args.rank,
@@ -212,7 +253,6 @@ int run_command(const RunArgs& a) {
     if (!backend_note.empty() && !a.quiet) note("run", "no GPU backend: {}", backend_note);
     if (!computes && !a.quiet) note("run", "meta backend: allocations only, outputs are not computed");
   }
-  if (!args.rank_only && (!rank_mode || args.rank == 0)) remove_stale_outputs(a.out, a.quiet);
 
 #ifdef MOEPROF_HAVE_CUDA
   // On the GPU, the run also traces itself with the CUPTI recorder (DIR/<mode>.cupti.mtrace).
@@ -351,6 +391,7 @@ int run_command(const RunArgs& a) {
     ao.keep_lifetimes = true;  // the per-allocation timeline of the report
     analyses.push_back(planner::analyze(tr.value(), ao));
     const auto& an = analyses.back();
+    if (!an.limit_error.empty()) return fail("run", Status::run_failure(m.trace_path + ": " + an.limit_error));
     if (an.peak_total_bytes != m.accounting.peak_total || an.peak_activation_bytes != m.accounting.peak_activation)
       return fail("run", Status::run_failure(fmt::format(
                              "{} trace disagrees with the executor's accounting (peak total {} vs {}, activation {} vs {})", m.mode,
@@ -407,11 +448,20 @@ int run_command(const RunArgs& a) {
   }
 #endif
   const std::string report_path = (std::filesystem::path(a.out) / "report.json").string();
+  // Checks that fail the run, whatever is printed: the report written below carries them as the
+  // runs' extra.error, so the gate never passes on it.
+  const bool outputs_differ = computes && r.modes.size() > 1 && !r.outputs_identical;
   {
     reports::ReportOptions ro;
     if (analyses.size() > 2) ro.compare_baseline = analyses.front().meta.name;
     auto doc = reports::make_report(analyses, ro);
     if (!doc) return fail("run", doc.status());
+    for (size_t i = 1; outputs_differ && i < r.modes.size(); ++i)
+      (*doc)["runs"][i]["extra"]["error"] = "the outputs differ from the " + r.modes.front().mode + " run's";
+#ifdef MOEPROF_HAVE_CUDA
+    for (size_t i = 0; !cupti_agrees && i < r.modes.size(); ++i)
+      (*doc)["runs"][i]["extra"]["error"] = "the CUPTI trace disagrees with the executor's accounting";
+#endif
     if (baseline_fixes) (*doc)["runs"][0]["what_if"] = reports::what_if_json(*baseline_fixes, analyses[0]);
     for (size_t i = 1; i < r.modes.size(); ++i)
       if (predicted[i]) {
@@ -431,8 +481,6 @@ int run_command(const RunArgs& a) {
   }
   const double total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
 
-  // Checks that fail the run, whatever is printed.
-  const bool outputs_differ = computes && r.modes.size() > 1 && !r.outputs_identical;
   int verdict = outputs_differ ? kExitRunFailure : kExitOk;
 #ifdef MOEPROF_HAVE_CUDA
   if (!cupti_agrees) verdict = kExitRunFailure;

@@ -223,7 +223,7 @@ int run_trace(TraceOptions o) {
     if (o.report) std::fputs(reports::trace_report_text(files.back()).c_str(), stderr);
   }
   if (!o.out_json.empty() || o.json) {
-    const std::string text = reports::make_trace_report(files).dump(2) + "\n";
+    const std::string text = reports::json_text(reports::make_trace_report(files), 2) + "\n";
     Status st = o.out_json.empty() ? Status::ok() : reports::write_text_file(o.out_json, text);
     if (st && o.json) st = write_stdout(text);
     if (!st) {

@@ -1,7 +1,9 @@
 // moeprof: memory profiler and buffer planner for large-model inference.
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <iostream>
 #include <memory>
 #include <string>
 
@@ -46,14 +48,28 @@ int main(int argc, char** argv) {
   moeprof::cli::register_export(app, &exit_code);
   moeprof::cli::register_devices(app, &exit_code);
   moeprof::cli::register_import(app, &exit_code);
+  // Results on stdout are checked where they are written (cli::write_stdout); this is the last
+  // check for any that were not: output lost to a full disk or a closed pipe is never exit 0.
+  auto stdout_lost = [&](int code) {
+    std::cout.flush();
+    errno = 0;
+    const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout;
+    if (!failed || code == moeprof::kExitBadInput || code == moeprof::kExitRunFailure) return code;
+    const int e = errno;
+    const auto subs = app.get_subcommands();
+    const std::string who = subs.empty() ? "moeprof" : "moeprof " + subs.front()->get_name();
+    std::fprintf(stderr, "%s: error: writing to standard output failed%s%s\n", who.c_str(), e ? ": " : "",
+                 e ? std::strerror(e) : "");
+    return moeprof::kExitRunFailure;
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return stdout_lost(app.exit(e));
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return stdout_lost(app.exit(e));
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    return stdout_lost(app.exit(e));
   } catch (const CLI::ParseError& e) {
     // Usage errors in the one error format: "moeprof <cmd>: error: <message>", one line.
     const std::string sub = subcommand_of(app, argc, argv);
@@ -72,6 +88,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: error: unexpected: %s\n", sub.empty() ? "moeprof" : ("moeprof " + sub).c_str(), e.what());
     return moeprof::kExitRunFailure;
   }
-  std::fflush(stdout);
-  return exit_code;
+  return stdout_lost(exit_code);
 }

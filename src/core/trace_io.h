@@ -16,12 +16,17 @@
 // Readers report the byte offset of either. Full description: docs/trace-format.md.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <iosfwd>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/status.h"
@@ -41,6 +46,10 @@ struct TraceWriterOptions {
   // A pending frame older than this is written at the next append (0 = only by count). A killed
   // process then loses at most this much of its recording.
   uint64_t flush_interval_ms = 1000;
+  // Also flush from a thread of the writer every flush_interval_ms, so records reach the file
+  // while the recording process computes without recording anything (a long op): a process
+  // killed then loses at most one interval. Needs flush_interval_ms > 0.
+  bool background_flush = false;
 };
 
 class TraceWriter {
@@ -52,10 +61,12 @@ class TraceWriter {
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
 
-  // Not thread-safe: callers that record from several threads serialize (the CUPTI tracer does).
+  // Every member is serialized by the writer's own mutex (the background flush and
+  // close_all_open() run on other threads); recorders that need an order across threads still
+  // serialize their appends themselves (the CUPTI tracer does).
   StrId intern(std::string_view s);
-  uint32_t intern_frame(const StackFrame& f) { return stacks_.intern_frame(f); }
-  StackId intern_stack(const std::vector<uint32_t>& frame_ids) { return stacks_.intern_stack(frame_ids); }
+  uint32_t intern_frame(const StackFrame& f);
+  StackId intern_stack(const std::vector<uint32_t>& frame_ids);
   // Appends a record; writes a frame when the pending batch is full or old. Returns the first
   // write error (sticky) so hot paths can ignore it and check at flush/close.
   Status append(const TraceRecord& r);
@@ -63,14 +74,31 @@ class TraceWriter {
   void add_dropped(uint64_t n) { dropped_ += n; }
   Status flush();                          // pending strings, stacks and records to the OS
   Status close();                          // flush, STAT, END; idempotent
-  uint64_t records_written() const { return records_total_; }
+  uint64_t records_written() const;
   const std::string& path() const { return path_; }
+
+  // Closes every trace still open in this process, for a process that is being interrupted (a
+  // signal): each gets a META frame with extra["error"] = `error`, then its pending records, STAT
+  // and END, so it reads as complete and failed. Returns their paths. Thread-safe, not
+  // async-signal-safe: call it from a thread that waits for the signal (sigwait), not from a
+  // signal handler. Appends after it fail ("trace ... is closed").
+  static std::vector<std::string> close_all_open(const std::string& error);
 
  private:
   TraceWriter() = default;
   Status write_frame(uint32_t type, const void* payload, size_t bytes, uint32_t count);
   Status write_all(const void* p, size_t n);
+  Status set_meta_locked(const RunMeta& meta);
+  Status flush_locked();
+  Status close_locked();
+  void flusher_loop();
+  void stop_flusher();
 
+  mutable std::mutex mu_;
+  std::thread flusher_;
+  std::condition_variable flusher_cv_;
+  bool flusher_stop_ = false;
+  RunMeta meta_;  // the latest META written
   int fd_ = -1;
   std::string path_;
   TraceWriterOptions opt_;
@@ -94,6 +122,8 @@ class TraceWriter {
 class TraceReader {
  public:
   static Result<std::unique_ptr<TraceReader>> open(const std::string& path);
+  // The same over bytes in memory (`name` stands for the path in messages): the fuzz harnesses.
+  static Result<std::unique_ptr<TraceReader>> open_memory(std::string bytes, const std::string& name);
   ~TraceReader();
   TraceReader(const TraceReader&) = delete;
   TraceReader& operator=(const TraceReader&) = delete;
@@ -116,11 +146,15 @@ class TraceReader {
 
  private:
   TraceReader() = default;
+  Status read_header();
   Status read_frame_payload(uint32_t bytes, uint64_t off);
   Status handle_table_frame(uint32_t type, uint32_t count, uint64_t poff);
+  Status check_frame_header(uint32_t type, uint32_t bytes, uint32_t count) const;
+  Status add_string(std::string_view raw, uint32_t id, uint64_t at);
   void mark_truncated(std::string note);
 
   std::FILE* f_ = nullptr;
+  std::string memory_;  // open_memory's bytes (f_ reads them)
   std::string path_;
   uint64_t file_size_ = 0;
   uint64_t off_ = 0;
@@ -133,10 +167,13 @@ class TraceReader {
   StringTable strings_;
   StackTable stacks_;
   std::vector<char> payload_;
+  std::unordered_map<std::string, uint32_t> altered_raw_;  // raw bytes -> id of strings stored altered (add_string)
+  std::unordered_set<uint32_t> altered_ids_;
 };
 
 // Reads a whole trace (TraceReader over every frame).
 Result<Trace> read_trace(const std::string& path);
+Result<Trace> read_trace_memory(std::string bytes, const std::string& name);
 
 // Writes a complete trace (header, meta, strings, stacks, records, stats, END) in one go.
 Status write_trace(const std::string& path, const Trace& trace);

@@ -7,8 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 
+#include "core/checked.h"
 #include "core/trace_format.h"
 #include "core/trace_io.h"
+#include "core/utf8.h"
 
 namespace moeprof {
 
@@ -18,37 +20,6 @@ using namespace trace_format;
 // Reader
 
 namespace {
-
-// Replaces bytes that are not valid UTF-8 with U+FFFD, so names from arbitrary programs (NVTX
-// ranges) can always be written into JSON reports.
-std::string valid_utf8(std::string s) {
-  auto cont = [&](size_t i) { return i < s.size() && (static_cast<uint8_t>(s[i]) & 0xC0) == 0x80; };
-  std::string out;
-  bool changed = false;
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<uint8_t>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
-    bool ok = n > 0;
-    for (size_t k = 1; ok && k < n; ++k) ok = cont(i + k);
-    if (ok && n == 3) {
-      const auto c1 = static_cast<uint8_t>(s[i + 1]);
-      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);  // overlong, surrogates
-    }
-    if (ok && n == 4) {
-      const auto c1 = static_cast<uint8_t>(s[i + 1]);
-      ok = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);  // overlong, > U+10FFFF
-    }
-    if (ok) {
-      out.append(s, i, n);
-      i += n;
-    } else {
-      out += "\xEF\xBF\xBD";
-      changed = true;
-      ++i;
-    }
-  }
-  return changed ? out : s;
-}
 
 std::string at_offset(const std::string& path, uint64_t off) {
   return path + ": byte offset " + std::to_string(off) + ": ";
@@ -71,6 +42,11 @@ Status validate_record(const TraceRecord& r, size_t nstrings, size_t nstacks, co
     return Status::bad_input(at_offset(path, off) + "corrupt record: string id not defined before use");
   if (index_of(r.stack_id) >= nstacks)
     return Status::bad_input(at_offset(path, off) + "corrupt record: stack id not defined before use");
+  const bool sized = r.kind == EventKind::kAlloc || r.kind == EventKind::kFree || r.kind == EventKind::kPoolReserve ||
+                     r.kind == EventKind::kGraphMem;
+  if (sized && r.bytes > kMaxBytes)
+    return Status::bad_input(at_offset(path, off) + "corrupt record: " + std::to_string(r.bytes) +
+                             " bytes exceed the limit of 2^63-1 bytes");
   return Status::ok();
 }
 
@@ -89,6 +65,25 @@ Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path) 
   r->path_ = path;
   std::setvbuf(f, nullptr, _IOFBF, 1 << 20);
   if (struct stat st {}; ::fstat(::fileno(f), &st) == 0) r->file_size_ = static_cast<uint64_t>(st.st_size);
+  MOEPROF_RETURN_IF_ERROR(r->read_header());
+  return r;
+}
+
+Result<std::unique_ptr<TraceReader>> TraceReader::open_memory(std::string bytes, const std::string& name) {
+  std::unique_ptr<TraceReader> r(new TraceReader());
+  r->path_ = name;
+  r->memory_ = std::move(bytes);
+  r->file_size_ = r->memory_.size();
+  if (r->memory_.empty()) return Status::bad_input(at_offset(name, 0) + "not a moeprof trace (bad magic)");
+  r->f_ = ::fmemopen(r->memory_.data(), r->memory_.size(), "rb");
+  if (!r->f_) return Status::run_failure("cannot read trace " + name + " from memory: " + std::strerror(errno));
+  MOEPROF_RETURN_IF_ERROR(r->read_header());
+  return r;
+}
+
+Status TraceReader::read_header() {
+  std::FILE* f = f_;
+  const std::string& path = path_;
   FileHeader h{};
   size_t got = std::fread(&h, 1, sizeof(h), f);
   if (got < 8 || std::memcmp(h.magic, kTraceMagic, 8) != 0)
@@ -99,9 +94,9 @@ Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path) 
                              std::to_string(kOldestTraceFormatVersion) + " to " + std::to_string(kTraceFormatVersion));
   if (h.record_size != sizeof(TraceRecord) || h.header_size != sizeof(FileHeader))
     return Status::bad_input(at_offset(path, 8) + "unexpected header or record size");
-  r->version_ = h.version;
-  r->off_ = sizeof(h);
-  return r;
+  version_ = h.version;
+  off_ = sizeof(h);
+  return Status::ok();
 }
 
 TraceReader::~TraceReader() {
@@ -112,6 +107,17 @@ void TraceReader::mark_truncated(std::string note) {
   truncated_ = true;
   truncation_note_ = std::move(note);
   done_ = true;
+}
+
+Status TraceReader::check_frame_header(uint32_t type, uint32_t bytes, uint32_t count) const {
+  auto bad = [&](const char* what) { return Status::bad_input(at_offset(path_, off_) + what); };
+  const uint64_t b = bytes, n = count;
+  if (type == kFrameRecords && n * sizeof(TraceRecord) != b) return bad("corrupt record frame: size does not match count");
+  if (type == kFrameFrames && n * 20 != b) return bad("corrupt frame table: size does not match count");
+  if ((type == kFrameStrings || type == kFrameStacks) && n * 8 > b)
+    return bad(type == kFrameStrings ? "corrupt string table: size smaller than its count" : "corrupt stack table: size smaller than its count");
+  if (type == kFrameEnd && b != 0) return bad("corrupt end frame: not empty");
+  return Status::ok();
 }
 
 Status TraceReader::handle_table_frame(uint32_t type, uint32_t count, uint64_t poff) {
@@ -130,12 +136,7 @@ Status TraceReader::handle_table_frame(uint32_t type, uint32_t count, uint64_t p
         const uint32_t id = u32(p), len = u32(p + 4);
         if (len > bytes - p - 8 || id != strings_.size())
           return Status::bad_input(at_offset(path_, poff + p) + "corrupt string table");
-        std::string text = valid_utf8(std::string(d + p + 8, len));
-        StrId dup;
-        if (strings_.find(text, &dup))  // writers intern: a repeated string would be renumbered on rewrite
-          return Status::bad_input(at_offset(path_, poff + p) + "corrupt string table: string " + std::to_string(id) +
-                                   " repeats string " + std::to_string(index_of(dup)));
-        strings_.append(std::move(text));
+        MOEPROF_RETURN_IF_ERROR(add_string(std::string_view(d + p + 8, len), id, poff + p));
         p += 8 + size_t(len);
       }
       return Status::ok();
@@ -185,6 +186,33 @@ Status TraceReader::handle_table_frame(uint32_t type, uint32_t count, uint64_t p
   }
 }
 
+// Writers intern raw bytes, so a string repeated byte for byte is corruption (a rewrite would
+// renumber it). A string that is not UTF-8 is stored with U+FFFD in place of its bad bytes; if that
+// (or a valid string after such a one) equals a string already in the table, " #<id>" is appended
+// so ids stay distinct and write_trace reproduces the table as read.
+Status TraceReader::add_string(std::string_view raw, uint32_t id, uint64_t at) {
+  auto repeat = [&](StrId dup) {
+    return Status::bad_input(at_offset(path_, at) + "corrupt string table: string " + std::to_string(id) + " repeats string " +
+                             std::to_string(index_of(dup)));
+  };
+  const bool valid = is_valid_utf8(raw);
+  StrId dup{};
+  if (auto it = altered_raw_.find(std::string(raw)); it != altered_raw_.end()) return repeat(static_cast<StrId>(it->second));
+  if (valid && strings_.find(raw, &dup) && !altered_ids_.count(index_of(dup))) return repeat(dup);
+  std::string text = valid ? std::string(raw) : valid_utf8(raw);
+  bool altered = !valid;
+  while (strings_.find(text, &dup)) {
+    text += " #" + std::to_string(id);
+    altered = true;
+  }
+  if (altered) {
+    altered_raw_.emplace(std::string(raw), id);
+    altered_ids_.insert(id);
+  }
+  strings_.append(std::move(text));
+  return Status::ok();
+}
+
 Result<bool> TraceReader::next(std::vector<TraceRecord>* out) {
   out->clear();
   while (!done_) {
@@ -204,6 +232,9 @@ Result<bool> TraceReader::next(std::vector<TraceRecord>* out) {
     if (!known_frame_type(fh.type, version_))
       return Status::bad_input(at_offset(path_, off_) + "corrupt trace: unknown frame type");
     if (fh.bytes > kMaxFrameBytes) return Status::bad_input(at_offset(path_, off_) + "corrupt trace: frame too large");
+    // A header that contradicts itself is corruption, even when the frame also runs past the end
+    // of the file (a damaged length field must not read as a truncation).
+    MOEPROF_RETURN_IF_ERROR(check_frame_header(fh.type, fh.bytes, fh.count));
     if (off_ + sizeof(fh) + fh.bytes > file_size_) {  // cut short: do not allocate what is not there
       mark_truncated("truncated at byte offset " + std::to_string(off_) + " (frame of " + std::to_string(fh.bytes) +
                      " bytes cut short after " + std::to_string(file_size_ - off_ - sizeof(fh)) + ")");
@@ -212,8 +243,6 @@ Result<bool> TraceReader::next(std::vector<TraceRecord>* out) {
     const uint64_t poff = off_ + sizeof(fh);
     char* dst;
     if (fh.type == kFrameRecords) {
-      if (static_cast<uint64_t>(fh.count) * sizeof(TraceRecord) != fh.bytes)
-        return Status::bad_input(at_offset(path_, off_) + "corrupt record frame: size does not match count");
       out->resize(fh.count);
       dst = reinterpret_cast<char*>(out->data());
     } else {
@@ -261,8 +290,8 @@ Result<bool> TraceReader::next(std::vector<TraceRecord>* out) {
   return false;
 }
 
-Result<Trace> read_trace(const std::string& path) {
-  MOEPROF_ASSIGN_OR_RETURN(auto reader, TraceReader::open(path));
+namespace {
+Result<Trace> read_all(std::unique_ptr<TraceReader> reader, const std::string& path) {
   Trace t;
   t.source_path = path;
   std::vector<TraceRecord> batch;
@@ -279,6 +308,17 @@ Result<Trace> read_trace(const std::string& path) {
   t.strings = reader->take_strings();
   t.stacks = reader->take_stacks();
   return t;
+}
+}  // namespace
+
+Result<Trace> read_trace(const std::string& path) {
+  MOEPROF_ASSIGN_OR_RETURN(auto reader, TraceReader::open(path));
+  return read_all(std::move(reader), path);
+}
+
+Result<Trace> read_trace_memory(std::string bytes, const std::string& name) {
+  MOEPROF_ASSIGN_OR_RETURN(auto reader, TraceReader::open_memory(std::move(bytes), name));
+  return read_all(std::move(reader), name);
 }
 
 std::string format_frame(const StringTable& strings, const StackFrame& f) {
@@ -307,7 +347,7 @@ std::string jsonl_head(const RunMeta& meta, uint64_t dropped, bool truncated, co
   head["dropped_records"] = dropped;
   head["truncated"] = truncated;
   if (truncated) head["truncation_note"] = note;
-  return head.dump();
+  return head.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 void jsonl_record(const TraceRecord& r, const StringTable& strings, const StackTable& stacks, std::ostream& os) {
@@ -332,7 +372,7 @@ void jsonl_record(const TraceRecord& r, const StringTable& strings, const StackT
     for (uint32_t fid : stacks.stack(r.stack_id)) frames.push_back(format_frame(strings, stacks.frame(fid)));
     j["stack"] = frames;
   }
-  os << j.dump() << '\n';
+  os << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <type_traits>
@@ -36,7 +38,9 @@ std::string run_meta_to_json(const RunMeta& m) {
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   for (const auto& [k, v] : m.extra) extra[k] = v;
   j["extra"] = extra;
-  return j.dump();
+  // Names can come from file names and command lines: bytes that are not UTF-8 become U+FFFD
+  // instead of an exception (core/utf8.h).
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 Status run_meta_from_json(std::string_view text, RunMeta* m) {
@@ -88,6 +92,24 @@ uint64_t coarse_now_ns() {
 }
 }  // namespace
 
+namespace {
+// The writers open in this process (close_all_open). Lock order: this registry, then a writer's
+// mutex; close() takes them one after the other, never nested.
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<TraceWriter*>& registry() {
+  static std::vector<TraceWriter*> r;
+  return r;
+}
+void unregister_writer(TraceWriter* w) {
+  std::lock_guard<std::mutex> lk(registry_mutex());
+  auto& r = registry();
+  r.erase(std::remove(r.begin(), r.end(), w), r.end());
+}
+}  // namespace
+
 Result<std::unique_ptr<TraceWriter>> TraceWriter::open(const std::string& path, const RunMeta& meta,
                                                        const TraceWriterOptions& opt) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -105,10 +127,55 @@ Result<std::unique_ptr<TraceWriter>> TraceWriter::open(const std::string& path, 
   h.record_size = sizeof(TraceRecord);
   MOEPROF_RETURN_IF_ERROR(w->write_all(&h, sizeof(h)));
   MOEPROF_RETURN_IF_ERROR(w->set_meta(meta));
+  {
+    std::lock_guard<std::mutex> lk(registry_mutex());
+    registry().push_back(w.get());
+  }
+  if (w->opt_.background_flush && w->opt_.flush_interval_ms > 0) w->flusher_ = std::thread([p = w.get()] { p->flusher_loop(); });
   return w;
 }
 
 TraceWriter::~TraceWriter() { (void)close(); }
+
+void TraceWriter::flusher_loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  const auto interval = std::chrono::milliseconds(opt_.flush_interval_ms);
+  while (!flusher_stop_) {
+    flusher_cv_.wait_for(lk, interval, [this] { return flusher_stop_; });
+    if (flusher_stop_ || closed_) break;
+    if (!pending_.empty() || strings_written_ < strings_.size()) (void)flush_locked();
+  }
+}
+
+void TraceWriter::stop_flusher() {
+  if (!flusher_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    flusher_stop_ = true;
+  }
+  flusher_cv_.notify_all();
+  flusher_.join();
+}
+
+uint64_t TraceWriter::records_written() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return records_total_;
+}
+
+std::vector<std::string> TraceWriter::close_all_open(const std::string& error) {
+  std::vector<std::string> paths;
+  std::lock_guard<std::mutex> rk(registry_mutex());
+  for (TraceWriter* w : registry()) {
+    std::lock_guard<std::mutex> lk(w->mu_);
+    if (w->closed_) continue;
+    RunMeta m = w->meta_;
+    m.extra["error"] = error;
+    (void)w->set_meta_locked(m);
+    (void)w->close_locked();
+    paths.push_back(w->path_);
+  }
+  return paths;
+}
 
 Status TraceWriter::write_all(const void* p, size_t n) {
   const auto* c = static_cast<const char*>(p);
@@ -137,19 +204,41 @@ Status TraceWriter::write_frame(uint32_t type, const void* payload, size_t bytes
   return st;
 }
 
-StrId TraceWriter::intern(std::string_view s) { return strings_.intern(s); }
+StrId TraceWriter::intern(std::string_view s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return strings_.intern(s);
+}
+
+uint32_t TraceWriter::intern_frame(const StackFrame& f) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stacks_.intern_frame(f);
+}
+
+StackId TraceWriter::intern_stack(const std::vector<uint32_t>& frame_ids) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stacks_.intern_stack(frame_ids);
+}
 
 Status TraceWriter::append(const TraceRecord& r) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (closed_) return error_.is_ok() ? Status::run_failure("trace " + path_ + " is closed") : error_;
   if (pending_.empty() && opt_.flush_interval_ms) pending_since_ns_ = coarse_now_ns();
   pending_.push_back(r);
   ++records_total_;
-  if (pending_.size() >= opt_.records_per_frame) return flush();
+  if (pending_.size() >= opt_.records_per_frame) return flush_locked();
   if (opt_.flush_interval_ms && coarse_now_ns() - pending_since_ns_ >= opt_.flush_interval_ms * 1000000ull)
-    return flush();
+    return flush_locked();
   return error_;
 }
 
 Status TraceWriter::set_meta(const RunMeta& meta) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return set_meta_locked(meta);
+}
+
+Status TraceWriter::set_meta_locked(const RunMeta& meta) {
+  if (closed_) return error_.is_ok() ? Status::run_failure("trace " + path_ + " is closed") : error_;
+  meta_ = meta;
   std::string text = run_meta_to_json(meta);
   return write_frame(kFrameMeta, text.data(), text.size(), 0);
 }
@@ -163,6 +252,11 @@ void put_u32(std::vector<char>& b, uint32_t v) {
 }  // namespace
 
 Status TraceWriter::flush() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return flush_locked();
+}
+
+Status TraceWriter::flush_locked() {
   if (closed_) return error_;
   if (strings_written_ < strings_.size()) {
     std::vector<char> payload;
@@ -207,8 +301,15 @@ Status TraceWriter::flush() {
 }
 
 Status TraceWriter::close() {
+  stop_flusher();
+  unregister_writer(this);
+  std::lock_guard<std::mutex> lk(mu_);
+  return close_locked();
+}
+
+Status TraceWriter::close_locked() {
   if (closed_) return error_;
-  Status st = flush();
+  Status st = flush_locked();
   if (st.is_ok()) {
     nlohmann::ordered_json j;
     j["dropped_records"] = dropped_;

@@ -1,5 +1,7 @@
 #include "executor/backend.h"
 
+#include "core/checked.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,7 +42,13 @@ Result<Tensor> Backend::empty(DType dtype, int64_t rows, int64_t cols, const All
 
 Result<Tensor> Backend::empty(DType dtype, int64_t rows, int64_t cols, const AllocTag& tag, MemKind mem_kind) {
   if (rows < 0 || cols < 0) return Status::bad_input("negative tensor shape for " + tag.scope + "/" + tag.name);
-  size_t bytes = static_cast<size_t>(rows) * static_cast<size_t>(cols) * dtype_size(dtype);
+  // rows * cols * element size, checked: a shape from a hostile config must fail here, not wrap
+  // into a small buffer that the op then overruns.
+  const auto checked = checked_product({rows, cols, static_cast<int64_t>(dtype_size(dtype))}, static_cast<int64_t>(kMaxBytes));
+  if (!checked)
+    return Status::bad_input("tensor " + tag.scope + "/" + tag.name + " of " + std::to_string(rows) + " x " +
+                             std::to_string(cols) + " elements needs more than 2^63-1 bytes");
+  const auto bytes = static_cast<size_t>(*checked);
   auto p = do_allocate(bytes, mem_kind, tag);
   if (!p.is_ok())
     return p.status().with_context("allocating " + tag.scope + "/" + tag.name + " (" + std::to_string(bytes) + " bytes)");

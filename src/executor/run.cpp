@@ -47,7 +47,11 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
   meta.extra["moe_tile"] = std::to_string(shape.moe_tile);
   meta.extra["padded_rows"] = std::to_string(shape.padded_rows);
   meta.extra["config_source"] = cfg.source;
-  MOEPROF_ASSIGN_OR_RETURN(auto writer, TraceWriter::open(mr.trace_path, meta));
+  // Records reach the file at least once a second, also while one op computes for long without
+  // allocating: a run killed at any point leaves a trace that reads up to about then.
+  TraceWriterOptions wo;
+  wo.background_flush = true;
+  MOEPROF_ASSIGN_OR_RETURN(auto writer, TraceWriter::open(mr.trace_path, meta, wo));
   TraceRecorder recorder(writer.get(), backend.device_index());
   MemoryAccounting accounting;
   backend.add_observer(&recorder);

@@ -1,6 +1,8 @@
 // The snapshot dict -> Trace conversion (the mapping is described in torch_snapshot.h).
 #include "import/torch_snapshot.h"
 
+#include "core/checked.h"
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -309,7 +311,8 @@ class Importer {
       if (seg_bytes_.size() <= d) seg_bytes_.resize(d + 1, 0);
       if (has_segments_.size() <= d) has_segments_.resize(d + 1, false);
       has_segments_[d] = true;
-      seg_bytes_[d] += total;
+      if (!add_bytes(seg_bytes_[d], total))
+        return Status::bad_input(f.where() + ": the segments of device " + std::to_string(d) + " total more than 2^63-1 bytes");
       const uint32_t sid = stream_id(stream);
       uint64_t addr = address;  // blocks tile the segment in address order
       for (size_t b = 0; blocks && b < blocks->size(); ++b) {

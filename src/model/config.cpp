@@ -1,10 +1,12 @@
 #include "model/config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/checked.h"
 #include "model/builtin_configs.h"
 
 namespace moeprof {
@@ -12,6 +14,15 @@ namespace moeprof {
 namespace {
 
 using json = nlohmann::json;
+
+// A value as it appears in an error message: scalars as written, containers by kind (dumping a
+// deeply nested one would recurse once per level), long strings cut.
+std::string shown(const json& v) {
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
 
 struct FieldReader {
   const json& j;
@@ -22,37 +33,70 @@ struct FieldReader {
   void fail(const std::string& field, const std::string& what) {
     if (error.is_ok()) error = Status::bad_input("config " + source + ": field '" + field + "' " + what);
   }
-  // Integer field; `required` -> missing is an error; null counts as missing.
-  int64_t integer(const char* field, bool required, int64_t def, int64_t min_value = 0) {
+  // Integer field in [min_value, max_value]; `required` -> missing is an error; null counts as
+  // missing. A number written with a fraction or exponent is accepted when it is an integer in
+  // range; the range is checked in floating point before any conversion (1e300 is out of range,
+  // not a cast).
+  int64_t integer(const char* field, bool required, int64_t def, int64_t min_value, int64_t max_value) {
     if (!j.contains(field) || j[field].is_null()) {
       if (required) fail(field, "is missing");
       return def;
     }
     const json& v = j[field];
+    const std::string range = "[" + std::to_string(min_value) + ", " + std::to_string(max_value) + "]";
     int64_t out = 0;
-    if (v.is_number_integer()) {
+    if (v.is_number_unsigned()) {
+      if (v.get<uint64_t>() > static_cast<uint64_t>(max_value)) {
+        fail(field, "must be an integer in " + range + " (got " + shown(v) + ")");
+        return def;
+      }
+      out = static_cast<int64_t>(v.get<uint64_t>());
+    } else if (v.is_number_integer()) {
       out = v.get<int64_t>();
-    } else if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>()))) {
-      out = static_cast<int64_t>(v.get<double>());
+    } else if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (!std::isfinite(d) || d != std::trunc(d)) {
+        fail(field, "must be an integer (got " + shown(v) + ")");
+        return def;
+      }
+      if (d < static_cast<double>(min_value) || d > static_cast<double>(max_value)) {
+        fail(field, "must be an integer in " + range + " (got " + shown(v) + ")");
+        return def;
+      }
+      out = static_cast<int64_t>(d);
     } else {
-      fail(field, "must be an integer (got " + v.dump() + ")");
+      fail(field, "must be an integer (got " + shown(v) + ")");
       return def;
     }
-    if (out < min_value) fail(field, "must be >= " + std::to_string(min_value) + " (got " + std::to_string(out) + ")");
+    if (out < min_value || out > max_value) {
+      fail(field, "must be an integer in " + range + " (got " + std::to_string(out) + ")");
+      return def;
+    }
     return out;
   }
-  double number(const char* field, double def) {
+  // Number field in [lo, hi] (finite); `lo_open` excludes lo itself (a value that must be > lo).
+  double number(const char* field, double def, double lo, double hi, bool lo_open = false) {
     if (!j.contains(field) || j[field].is_null()) return def;
     if (!j[field].is_number()) {
-      fail(field, "must be a number (got " + j[field].dump() + ")");
+      fail(field, "must be a number (got " + shown(j[field]) + ")");
       return def;
     }
-    return j[field].get<double>();
+    const double d = j[field].get<double>();
+    if (!std::isfinite(d) || (lo_open ? d <= lo : d < lo) || d > hi) {
+      fail(field, fmt_range(lo, hi, lo_open) + " (got " + shown(j[field]) + ")");
+      return def;
+    }
+    return d;
+  }
+  static std::string fmt_range(double lo, double hi, bool lo_open) {
+    std::ostringstream os;
+    os << "must be a finite number " << (lo_open ? "> " : ">= ") << lo << " and <= " << hi;
+    return os.str();
   }
   bool boolean(const char* field, bool def) {
     if (!j.contains(field) || j[field].is_null()) return def;
     if (!j[field].is_boolean()) {
-      fail(field, "must be true or false (got " + j[field].dump() + ")");
+      fail(field, "must be true or false (got " + shown(j[field]) + ")");
       return def;
     }
     return j[field].get<bool>();
@@ -60,7 +104,7 @@ struct FieldReader {
   std::string string(const char* field, const std::string& def) {
     if (!j.contains(field) || j[field].is_null()) return def;
     if (!j[field].is_string()) {
-      fail(field, "must be a string (got " + j[field].dump() + ")");
+      fail(field, "must be a string (got " + shown(j[field]) + ")");
       return def;
     }
     return j[field].get<std::string>();
@@ -92,31 +136,34 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   if (!supported)
     return Status::bad_input("config " + source + ": model_type '" + c.model_type +
                              "' is not a DeepSeek-V2-family model (supported: deepseek_v2, deepseek_v3, kimi_k2)");
-  c.hidden_size = r.integer("hidden_size", true, 0, 1);
-  c.num_hidden_layers = r.integer("num_hidden_layers", true, 0, 1);
-  c.num_attention_heads = r.integer("num_attention_heads", true, 0, 1);
-  c.intermediate_size = r.integer("intermediate_size", true, 0, 1);
-  c.kv_lora_rank = r.integer("kv_lora_rank", true, 0, 1);
-  c.q_lora_rank = r.integer("q_lora_rank", false, 0, 0);
-  c.qk_nope_head_dim = r.integer("qk_nope_head_dim", true, 0, 1);
-  c.qk_rope_head_dim = r.integer("qk_rope_head_dim", true, 0, 2);
-  c.v_head_dim = r.integer("v_head_dim", true, 0, 1);
-  c.vocab_size = r.integer("vocab_size", true, 0, 1);
-  c.max_position_embeddings = r.integer("max_position_embeddings", false, 4096, 1);
-  c.n_routed_experts = r.integer("n_routed_experts", false, 0, 0);
-  c.first_k_dense_replace = r.integer("first_k_dense_replace", false, 0, 0);
-  c.moe_layer_freq = r.integer("moe_layer_freq", false, 1, 1);
-  c.n_shared_experts = r.integer("n_shared_experts", false, 0, 0);
+  // Bounds (docs/robustness.md): generous next to every published DeepSeek-V2-family model, and
+  // small enough that every tensor shape of a rank (with --tokens up to 2^40) is an exact int64
+  // product; the op contract's limits where it has them (top-k <= 32, at most 64 groups).
+  c.hidden_size = r.integer("hidden_size", true, 0, 1, kMaxHidden);
+  c.num_hidden_layers = r.integer("num_hidden_layers", true, 0, 1, kMaxLayers);
+  c.num_attention_heads = r.integer("num_attention_heads", true, 0, 1, kMaxHeads);
+  c.intermediate_size = r.integer("intermediate_size", true, 0, 1, kMaxIntermediate);
+  c.kv_lora_rank = r.integer("kv_lora_rank", true, 0, 1, kMaxRank);
+  c.q_lora_rank = r.integer("q_lora_rank", false, 0, 0, kMaxRank);
+  c.qk_nope_head_dim = r.integer("qk_nope_head_dim", true, 0, 1, kMaxHeadDim);
+  c.qk_rope_head_dim = r.integer("qk_rope_head_dim", true, 0, 2, kMaxHeadDim);
+  c.v_head_dim = r.integer("v_head_dim", true, 0, 1, kMaxHeadDim);
+  c.vocab_size = r.integer("vocab_size", true, 0, 1, kMaxVocab);
+  c.max_position_embeddings = r.integer("max_position_embeddings", false, 4096, 1, kMaxPositions);
+  c.n_routed_experts = r.integer("n_routed_experts", false, 0, 0, kMaxExperts);
+  c.first_k_dense_replace = r.integer("first_k_dense_replace", false, 0, 0, kMaxLayers);
+  c.moe_layer_freq = r.integer("moe_layer_freq", false, 1, 1, kMaxLayers);
+  c.n_shared_experts = r.integer("n_shared_experts", false, 0, 0, kMaxSharedExperts);
   if (c.n_routed_experts > 0) {
-    c.num_experts_per_tok = r.integer("num_experts_per_tok", true, 0, 1);
-    c.moe_intermediate_size = r.integer("moe_intermediate_size", true, 0, 1);
+    c.num_experts_per_tok = r.integer("num_experts_per_tok", true, 0, 1, kMaxTopK);
+    c.moe_intermediate_size = r.integer("moe_intermediate_size", true, 0, 1, kMaxIntermediate);
   }
-  c.n_group = r.integer("n_group", false, 1, 1);
-  c.topk_group = r.integer("topk_group", false, 1, 1);
-  c.routed_scaling_factor = r.number("routed_scaling_factor", 1.0);
+  c.n_group = r.integer("n_group", false, 1, 1, kMaxGroups);
+  c.topk_group = r.integer("topk_group", false, 1, 1, kMaxGroups);
+  c.routed_scaling_factor = r.number("routed_scaling_factor", 1.0, 0.0, 1e6, /*lo_open=*/true);
   c.norm_topk_prob = r.boolean("norm_topk_prob", false);
-  c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
-  c.rope_theta = r.number("rope_theta", 10000.0);
+  c.rms_norm_eps = r.number("rms_norm_eps", 1e-6, 0.0, 1.0, /*lo_open=*/true);
+  c.rope_theta = r.number("rope_theta", 10000.0, 0.0, 1e12, /*lo_open=*/true);
   const std::string topk = r.string("topk_method", "greedy");
   const std::string scoring = r.string("scoring_func", "softmax");
   if (!r.ok()) return r.error;
@@ -140,12 +187,13 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
       return Status::bad_input("config " + source + ": field 'rope_scaling.type' value '" + type +
                                "' is not supported (supported: yarn, deepseek_yarn, or null)");
     c.rope_scaling.type = "yarn";
-    c.rope_scaling.factor = rr.number("factor", 1.0);
-    c.rope_scaling.original_max_position_embeddings = rr.number("original_max_position_embeddings", 4096);
-    c.rope_scaling.beta_fast = rr.number("beta_fast", 32.0);
-    c.rope_scaling.beta_slow = rr.number("beta_slow", 1.0);
-    c.rope_scaling.mscale = rr.number("mscale", 1.0);
-    c.rope_scaling.mscale_all_dim = rr.number("mscale_all_dim", 0.0);
+    c.rope_scaling.factor = rr.number("factor", 1.0, 0.0, 1e6, /*lo_open=*/true);
+    c.rope_scaling.original_max_position_embeddings =
+        rr.number("original_max_position_embeddings", 4096, 0.0, static_cast<double>(kMaxPositions), /*lo_open=*/true);
+    c.rope_scaling.beta_fast = rr.number("beta_fast", 32.0, 0.0, 1e6, /*lo_open=*/true);
+    c.rope_scaling.beta_slow = rr.number("beta_slow", 1.0, 0.0, 1e6, /*lo_open=*/true);
+    c.rope_scaling.mscale = rr.number("mscale", 1.0, 0.0, 1e6);
+    c.rope_scaling.mscale_all_dim = rr.number("mscale_all_dim", 0.0, 0.0, 1e6);
     if (!rr.ok()) return rr.error;
   }
   if (c.n_routed_experts > 0) {
@@ -199,11 +247,10 @@ Result<ModelConfig> resolve_model_config(const std::string& name_or_path) {
 }
 
 int64_t moe_tile_rows(int64_t tokens, int64_t top_k, int64_t experts) {
-  int64_t per = experts > 0 ? (tokens * top_k) / experts : 0;
-  int64_t p2 = 1;
-  while (p2 < per) p2 <<= 1;
-  if (p2 < 8) p2 = 8;
-  if (p2 > 64) p2 = 64;
+  const auto rows = checked_mul<int64_t>(tokens, top_k);
+  const int64_t per = experts > 0 && rows ? *rows / experts : (experts > 0 ? INT64_MAX : 0);
+  int64_t p2 = 8;
+  while (p2 < per && p2 < 64) p2 <<= 1;
   return p2;
 }
 
@@ -211,6 +258,7 @@ Result<RankShape> make_rank_shape(const ModelConfig& cfg, int64_t tokens, int tp
                                   int64_t layers_override) {
   auto bad = [&](const std::string& m) { return Status::bad_input(cfg.name + ": " + m); };
   if (tokens <= 0) return bad("--tokens must be positive");
+  if (tokens > kMaxTokens) return bad("--tokens " + std::to_string(tokens) + " exceeds 2^40");
   if (tp_size <= 0) return bad("--tp must be positive");
   if (tp_rank < 0 || tp_rank >= tp_size) return bad("TP rank out of range");
   RankShape s;
@@ -224,18 +272,30 @@ Result<RankShape> make_rank_shape(const ModelConfig& cfg, int64_t tokens, int tp
   if (cfg.intermediate_size % tp_size) return bad("TP size does not divide intermediate_size");
   s.dense_inter = cfg.intermediate_size / tp_size;
   if (cfg.hidden_size % 32) return bad("hidden_size must be a multiple of 32 for NVFP4 experts");
+  // Every product below is checked: a config read from disk is bounded (parse_model_config), one
+  // built in code need not be.
+  auto overflow = [&](const char* what) { return bad(std::string(what) + " does not fit in a 64-bit integer"); };
   if (cfg.n_routed_experts > 0) {
     if (cfg.moe_intermediate_size % tp_size) return bad("TP size does not divide moe_intermediate_size");
     s.moe_inter = cfg.moe_intermediate_size / tp_size;
     if (s.moe_inter % 32)
       return bad("moe_intermediate_size / TP = " + std::to_string(s.moe_inter) + " must be a multiple of 32 for NVFP4");
-    s.shared_inter = cfg.moe_intermediate_size * cfg.n_shared_experts / tp_size;
+    auto shared = checked_product({cfg.moe_intermediate_size, cfg.n_shared_experts});
+    if (!shared) return overflow("moe_intermediate_size * n_shared_experts");
+    s.shared_inter = *shared / tp_size;
     s.moe_tile = moe_tile_rows(tokens, cfg.num_experts_per_tok, cfg.n_routed_experts);
-    s.padded_rows = tokens * cfg.num_experts_per_tok + cfg.n_routed_experts * (s.moe_tile - 1);
+    auto routed = checked_product({tokens, cfg.num_experts_per_tok});
+    auto pad = checked_product({cfg.n_routed_experts, s.moe_tile - 1});
+    auto padded = routed && pad ? checked_add<int64_t>(*routed, *pad) : std::nullopt;
+    if (!padded) return overflow("tokens * num_experts_per_tok + n_routed_experts * (tile - 1)");
+    s.padded_rows = *padded;
   }
   // Vocab-parallel embedding / LM head: ceil(V / tp) rows per rank.
-  s.vocab = (cfg.vocab_size + tp_size - 1) / tp_size;
-  s.vocab_start = s.vocab * tp_rank;
+  if (cfg.vocab_size < 0) return bad("vocab_size must be positive");
+  s.vocab = cfg.vocab_size / tp_size + (cfg.vocab_size % tp_size != 0 ? 1 : 0);
+  auto start = checked_product({s.vocab, int64_t{tp_rank}});
+  if (!start) return overflow("vocab_start");
+  s.vocab_start = *start;
   return s;
 }
 

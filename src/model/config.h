@@ -10,6 +10,23 @@
 
 namespace moeprof {
 
+// Upper bounds of the config fields and of --tokens (docs/robustness.md): far above every
+// published DeepSeek-V2-family model, low enough that every shape product of a rank is exact in
+// int64 (checked again where the shapes are derived and where tensors are allocated).
+inline constexpr int64_t kMaxHidden = int64_t{1} << 20;
+inline constexpr int64_t kMaxIntermediate = int64_t{1} << 22;
+inline constexpr int64_t kMaxLayers = int64_t{1} << 14;
+inline constexpr int64_t kMaxHeads = int64_t{1} << 12;
+inline constexpr int64_t kMaxRank = int64_t{1} << 16;      // q_lora_rank, kv_lora_rank
+inline constexpr int64_t kMaxHeadDim = int64_t{1} << 12;
+inline constexpr int64_t kMaxVocab = int64_t{1} << 24;
+inline constexpr int64_t kMaxPositions = int64_t{1} << 24;
+inline constexpr int64_t kMaxExperts = int64_t{1} << 14;
+inline constexpr int64_t kMaxSharedExperts = int64_t{1} << 10;
+inline constexpr int64_t kMaxTopK = 32;                    // the router's limit
+inline constexpr int64_t kMaxGroups = 64;                  // the router's limit
+inline constexpr int64_t kMaxTokens = int64_t{1} << 40;
+
 struct RopeScaling {
   std::string type;  // "" (none) or "yarn"
   double factor = 1.0;

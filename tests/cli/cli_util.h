@@ -17,10 +17,13 @@ struct CliResult {
   std::string out, err;
 };
 
-inline CliResult run_cli(const std::string& args) {
+// `stdout_to`: where stdout goes instead of being captured (e.g. "/dev/full"); out is then empty.
+inline CliResult run_cli(const std::string& args, const std::string& stdout_to = "") {
   static std::filesystem::path dir = temp_dir("cli_io");
   std::string out = (dir / "stdout").string(), err = (dir / "stderr").string();
-  std::string cmd = std::string("'") + MOEPROF_BINARY_DIR + "/src/cli/moeprof' " + args + " >'" + out + "' 2>'" + err + "'";
+  std::filesystem::remove(out);
+  std::string cmd = std::string("'") + MOEPROF_BINARY_DIR + "/src/cli/moeprof' " + args + " >'" + (stdout_to.empty() ? out : stdout_to) +
+                    "' 2>'" + err + "'";
   int st = std::system(cmd.c_str());
   CliResult r;
   r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
