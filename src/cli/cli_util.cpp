@@ -7,7 +7,11 @@ namespace moeprof::cli {
 
 int fail(std::string_view cmd, const Status& st) {
   std::fflush(stdout);
-  fmt::print(stderr, "moeprof {}: error: {}\n", cmd, st.message());
+  // One line whatever the message holds (readers quote what they read; this is the last guard).
+  std::string line = st.message();
+  for (char& c : line)
+    if (c == '\n' || c == '\r') c = ' ';
+  fmt::print(stderr, "moeprof {}: error: {}\n", cmd, line);
   return st.is_ok() ? kExitRunFailure : st.exit_code();
 }
 

@@ -2,6 +2,7 @@
 #include "import/torch_snapshot.h"
 
 #include "core/checked.h"
+#include "core/utf8.h"
 
 #include <algorithm>
 #include <cinttypes>
@@ -24,35 +25,9 @@ bool parse_free_on(std::string_view s, FreeOn* out) {
   return true;
 }
 
-std::string sanitize_utf8(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  for (size_t k = 0; k < n;) {
-    const unsigned char c = p[k];
-    size_t len = 0;
-    uint32_t cp = 0, min = 0;
-    if (c < 0x80) len = 1, cp = c;
-    else if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F, min = 0x80;
-    else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F, min = 0x800;
-    else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07, min = 0x10000;
-    bool ok = len > 0 && k + len <= n;
-    for (size_t j = 1; ok && j < len; ++j) {
-      if ((p[k + j] & 0xC0) != 0x80) ok = false;
-      else cp = (cp << 6) | (p[k + j] & 0x3F);
-    }
-    ok = ok && cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-    if (ok) {
-      out.append(s.data() + k, len);
-      k += len;
-    } else {
-      out += "\xEF\xBF\xBD";
-      ++k;
-    }
-  }
-  return out;
-}
+// The one UTF-8 helper of moeprof (core/utf8.h): U+FFFD for every byte that does not start a
+// well-formed sequence.
+std::string sanitize_utf8(std::string_view s) { return valid_utf8(s); }
 
 namespace {
 
@@ -206,7 +181,8 @@ class Importer {
       const auto& it = root_.items();
       for (size_t k = 0; k + 1 < it.size() && k < 16; k += 2) {
         if (!keys.empty()) keys += ", ";
-        keys += it[k].kind == PyKind::kStr ? sanitize_utf8(it[k].s()) : std::string(py_kind_name(it[k].kind));
+        // Quoted as Python would (control characters escaped): the message stays one line.
+        keys += it[k].kind == PyKind::kStr ? sanitize_utf8(py_repr(it[k], 1, 1)) : std::string(py_kind_name(it[k].kind));
       }
       return Status::bad_input("not a PyTorch memory snapshot: the dict has neither 'device_traces' nor 'segments' (keys: " +
                                (keys.empty() ? std::string("none") : keys) + ")");

@@ -550,7 +550,7 @@ def hostile(out_dir, valid_p2, valid_p4):
     p = lambda obj: pickle.dumps(obj, protocol=4)  # noqa: E731
     put("not_a_dict.pickle", p([1, 2]), "not a PyTorch memory snapshot: the pickle holds a list, not a dict")
     put("no_keys.pickle", p({"foo": 1, "bar": [2]}),
-        "not a PyTorch memory snapshot: the dict has neither 'device_traces' nor 'segments' (keys: foo, bar)")
+        "not a PyTorch memory snapshot: the dict has neither 'device_traces' nor 'segments' (keys: 'foo', 'bar')")
     put("traces_not_list.pickle", p({"device_traces": {"a": 1}}), "device_traces: expected list, got dict")
     put("wrong_size_type.pickle", p({"device_traces": [[{"action": "alloc", "addr": 4096, "size": "12", "stream": 0}]]}),
         "device_traces[0][0].size: expected int, got str")
