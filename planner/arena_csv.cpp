@@ -2,6 +2,7 @@
 #include "planner/arena_csv.h"
 
 #include "core/checked.h"
+#include "core/utf8.h"
 
 #include <cstdio>
 #include <fstream>
@@ -110,7 +111,7 @@ Result<ArenaCsv> parse_arena_csv(std::string_view text, std::string_view name) {
             continue;
           }
           if (c >= 0) {
-            if (col[c] >= 0) return err(line_no, "column '" + std::string(f[i]) + "' appears twice");
+            if (col[c] >= 0) return err(line_no, "column '" + printable(f[i]) + "' appears twice");
             col[c] = static_cast<int>(i);
           } else {
             csv.ignored.emplace_back(f[i]);
@@ -144,7 +145,7 @@ Result<ArenaCsv> parse_arena_csv(std::string_view text, std::string_view name) {
       const std::string_view s = f[static_cast<size_t>(col[c])];
       static const char* kNames[kNumCols] = {"id", "lower", "upper", "size", "alignment"};
       if (!parse_u64(s, &v[c])) {
-        return err(line_no, std::string(kNames[c]) + " '" + std::string(s) +
+        return err(line_no, std::string(kNames[c]) + " '" + printable(s) +
                                 "' is not an unsigned 64-bit integer");
       }
     }
@@ -158,7 +159,7 @@ Result<ArenaCsv> parse_arena_csv(std::string_view text, std::string_view name) {
     if (v[kSize] > kMaxBytes) return err(line_no, "size " + std::to_string(v[kSize]) + " exceeds the limit of 2^63-1 bytes");
     if (v[kAlign] == 0) return err(line_no, "alignment is 0");
     auto [it, fresh] = seen_ids.emplace(std::string(id), line_no);
-    if (!fresh) return err(line_no, "duplicate id '" + std::string(id) + "' (first on line " + std::to_string(it->second) + ")");
+    if (!fresh) return err(line_no, "duplicate id '" + printable(id) + "' (first on line " + std::to_string(it->second) + ")");
 
     Buffer b;
     b.id = csv.buffers.size();

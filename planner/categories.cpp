@@ -1,3 +1,4 @@
+#include "core/utf8.h"
 #include "planner/categories.h"
 
 #include <algorithm>
@@ -25,7 +26,7 @@ Result<std::vector<CategoryRule>> parse_category_rules(std::string_view text, co
     const std::string where = source + ":" + std::to_string(line_no) + ": ";
     CategoryRule r;
     if (!parse_category(cat, &r.category))
-      return Status::bad_input(where + "unknown category '" + cat +
+      return Status::bad_input(where + "unknown category '" + printable(cat) +
                                "' (unknown, weights, kv_cache, activation, workspace, communication, graph)");
     // The selector is parsed as the target of a drop rule, so both files share one grammar.
     std::string rest((std::istreambuf_iterator<char>(in)), {});

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/utf8.h"
 #include "planner/stacks.h"
 #include "planner/whatif.h"
 
@@ -120,9 +121,9 @@ std::string parse_selector(const std::vector<std::string>& w, size_t b, size_t e
     const std::string& t = w[i];
     const size_t eq = t.find('=');
     if (eq == std::string::npos || eq == 0)
-      return "selector term '" + t + "' is not key=value (name=, scope=, category=, size=, stack=, device=)";
+      return "selector term '" + printable(t) + "' is not key=value (name=, scope=, category=, size=, stack=, device=)";
     const std::string key = t.substr(0, eq), v = t.substr(eq + 1);
-    if (v.empty()) return "selector term '" + t + "' has an empty value";
+    if (v.empty()) return "selector term '" + printable(t) + "' has an empty value";
     if (key == "name") {
       sel->name = v;
     } else if (key == "scope") {
@@ -136,7 +137,7 @@ std::string parse_selector(const std::vector<std::string>& w, size_t b, size_t e
         const std::string one = v.substr(p, c == std::string::npos ? std::string::npos : c - p);
         Category cat;
         if (!parse_category(one, &cat))
-          return "unknown category '" + one + "' (unknown, weights, kv_cache, activation, workspace, communication, graph)";
+          return "unknown category '" + printable(one) + "' (unknown, weights, kv_cache, activation, workspace, communication, graph)";
         sel->categories |= category_bit(cat);
         if (c == std::string::npos) break;
         p = c + 1;
@@ -145,21 +146,21 @@ std::string parse_selector(const std::vector<std::string>& w, size_t b, size_t e
       const size_t dots = v.find("..");
       if (dots == std::string::npos) {
         uint64_t n;
-        if (!parse_u64(v, &n)) return "size '" + v + "' is not a byte count (size=N or size=LO..HI)";
+        if (!parse_u64(v, &n)) return "size '" + printable(v) + "' is not a byte count (size=N or size=LO..HI)";
         sel->min_bytes = sel->max_bytes = n;
       } else {
         const std::string lo = v.substr(0, dots), hi = v.substr(dots + 2);
         if ((lo.empty() && hi.empty()) || (!lo.empty() && !parse_u64(lo, &sel->min_bytes)) ||
             (!hi.empty() && !parse_u64(hi, &sel->max_bytes)))
-          return "size '" + v + "' is not a byte range (size=LO..HI, either bound may be empty)";
-        if (sel->min_bytes > sel->max_bytes) return "size range '" + v + "' is empty";
+          return "size '" + printable(v) + "' is not a byte range (size=LO..HI, either bound may be empty)";
+        if (sel->min_bytes > sel->max_bytes) return "size range '" + printable(v) + "' is empty";
       }
     } else if (key == "device") {
       uint64_t n;
-      if (!parse_u64(v, &n) || n > 65535) return "device '" + v + "' is not a device number";
+      if (!parse_u64(v, &n) || n > 65535) return "device '" + printable(v) + "' is not a device number";
       sel->device = static_cast<int>(n);
     } else {
-      return "unknown selector key '" + key + "' (name, scope, category, size, stack, device)";
+      return "unknown selector key '" + printable(key) + "' (name, scope, category, size, stack, device)";
     }
   }
   return "";
@@ -218,7 +219,7 @@ Result<std::vector<Rule>> parse_rules(std::string_view text, const std::string& 
         }
       }
     } else {
-      err = "unknown rule '" + verb + "' (free-at-last-use, hand-off, free ... after, drop)";
+      err = "unknown rule '" + printable(verb) + "' (free-at-last-use, hand-off, free ... after, drop)";
     }
     if (!err.empty()) return Status::bad_input(where + err);
     rules.push_back(std::move(r));

@@ -51,4 +51,28 @@ std::string valid_utf8(std::string_view s) {
   return out;
 }
 
+std::string printable(std::string_view s, size_t max_chars) {
+  std::string out;
+  size_t shown = 0;
+  for (size_t i = 0; i < s.size() && shown < max_chars; ++shown) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = sequence_length(s, i);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else if (c < 0x20 || c == 0x7F) {
+      static const char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+      ++i;
+    } else {
+      out.append(s, i, n);
+      i += n;
+    }
+    if (shown + 1 == max_chars && i < s.size()) out += "...";
+  }
+  return out;
+}
+
 }  // namespace moeprof

@@ -12,5 +12,8 @@ namespace moeprof {
 bool is_valid_utf8(std::string_view s);
 // `s` with every byte that does not start a well-formed sequence replaced by U+FFFD.
 std::string valid_utf8(std::string_view s);
+// `s` for a one-line message: valid UTF-8 (as valid_utf8), control characters as \xNN, at most
+// `max_chars` characters (then "..."). Values read from input are shown through this.
+std::string printable(std::string_view s, size_t max_chars = 80);
 
 }  // namespace moeprof

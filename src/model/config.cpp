@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/checked.h"
+#include "core/utf8.h"
 #include "model/builtin_configs.h"
 
 namespace moeprof {
@@ -134,7 +135,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   bool supported = false;
   for (const char* t : kSupportedModelTypes) supported |= c.model_type == t;
   if (!supported)
-    return Status::bad_input("config " + source + ": model_type '" + c.model_type +
+    return Status::bad_input("config " + source + ": model_type '" + printable(c.model_type) +
                              "' is not a DeepSeek-V2-family model (supported: deepseek_v2, deepseek_v3, kimi_k2)");
   // Bounds (docs/robustness.md): generous next to every published DeepSeek-V2-family model, and
   // small enough that every tensor shape of a rank (with --tokens up to 2^40) is an exact int64
@@ -171,12 +172,12 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   else if (topk == "group_limited_greedy") c.topk_method = TopkMethod::kGroupLimitedGreedy;
   else if (topk == "noaux_tc") c.topk_method = TopkMethod::kNoauxTc;
   else
-    return Status::bad_input("config " + source + ": field 'topk_method' value '" + topk +
+    return Status::bad_input("config " + source + ": field 'topk_method' value '" + printable(topk) +
                              "' is not supported (supported: greedy, group_limited_greedy, noaux_tc)");
   if (scoring == "softmax") c.scoring_func = ScoringFunc::kSoftmax;
   else if (scoring == "sigmoid") c.scoring_func = ScoringFunc::kSigmoid;
   else
-    return Status::bad_input("config " + source + ": field 'scoring_func' value '" + scoring +
+    return Status::bad_input("config " + source + ": field 'scoring_func' value '" + printable(scoring) +
                              "' is not supported (supported: softmax, sigmoid)");
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     const json& rs = j["rope_scaling"];
@@ -184,7 +185,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
     FieldReader rr{rs, source, Status::ok()};
     std::string type = rr.string("type", rr.string("rope_type", ""));
     if (type != "yarn" && type != "deepseek_yarn")
-      return Status::bad_input("config " + source + ": field 'rope_scaling.type' value '" + type +
+      return Status::bad_input("config " + source + ": field 'rope_scaling.type' value '" + printable(type) +
                                "' is not supported (supported: yarn, deepseek_yarn, or null)");
     c.rope_scaling.type = "yarn";
     c.rope_scaling.factor = rr.number("factor", 1.0, 0.0, 1e6, /*lo_open=*/true);
@@ -243,7 +244,7 @@ Result<ModelConfig> resolve_model_config(const std::string& name_or_path) {
     return load_model_config_file(name_or_path);
   std::string known;
   for (const auto& n : builtin_model_names()) known += (known.empty() ? "" : ", ") + n;
-  return Status::bad_input("unknown model '" + name_or_path + "' (built-in: " + known + "; or a path to a config.json)");
+  return Status::bad_input("unknown model '" + printable(name_or_path, 200) + "' (built-in: " + known + "; or a path to a config.json)");
 }
 
 int64_t moe_tile_rows(int64_t tokens, int64_t top_k, int64_t experts) {

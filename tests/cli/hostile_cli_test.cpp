@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/utf8.h"
 #include "tests/cli/cli_util.h"
 
 namespace fs = std::filesystem;
@@ -33,9 +34,11 @@ struct Row {
   std::string shown;    // the line, for the table
 };
 
+// Never destroyed: the table is written by a static object's destructor at exit, which runs after
+// the destruction of a function-local static constructed later.
 std::vector<Row>& table() {
-  static std::vector<Row> rows;
-  return rows;
+  static auto* rows = new std::vector<Row>;
+  return *rows;
 }
 
 // Runs one row: exit code, a one-line message, the expected text; records it for the table.
@@ -46,7 +49,13 @@ void check_row(Row row) {
   const std::string& where = row.on_stdout ? r.out : r.err;
   if (!row.on_stdout && row.rc != 0 && row.rc != 1) CHECK(count_lines(r.err) == 1);
   CHECK(where.find(row.expect) != std::string::npos);
-  row.shown = first_line(row.on_stdout ? r.out : (r.err.empty() ? r.out : r.err));
+  // The first line, or for a JSON document on stdout the line that holds the expected text.
+  const std::string& said = row.on_stdout ? r.out : (r.err.empty() ? r.out : r.err);
+  row.shown = first_line(said);
+  if (row.shown == "{" && said.find(row.expect) != std::string::npos) {
+    const size_t at = said.rfind('\n', said.find(row.expect)) + 1;
+    row.shown = "... " + said.substr(said.find_first_not_of(' ', at), said.find('\n', at) - said.find_first_not_of(' ', at));
+  }
   table().push_back(row);
 }
 
@@ -55,21 +64,30 @@ struct TableWriter {
     const char* path = std::getenv("MOEPROF_ROBUSTNESS_TABLE");
     if (!path || table().empty()) return;
     std::ofstream out(path);
-    out << "| input | command | exit | what moeprof says (first line) |\n|---|---|---:|---|\n";
-    auto cell = [](std::string s) {
+    out << "| input (before) | command | exit | what moeprof says (first line) |\n|---|---|---:|---|\n";
+    auto cell = [](const std::string& s) {
       std::string o;
-      for (char c : s) o += c == '|' ? std::string("\\|") : std::string(1, c);
+      for (char c : moeprof::valid_utf8(s)) o += c == '|' ? std::string("\\|") : std::string(1, c);
       return o;
     };
-    for (const auto& r : table()) {
-      std::string args = r.args + (r.stdout_to.empty() ? "" : " >" + r.stdout_to);
-      auto shorten = [&](const std::string& from, const std::string& to) {
-        for (size_t p; (p = args.find(from)) != std::string::npos;) args.replace(p, from.size(), to);
+    // Paths relative to the source tree (corpus/ = tests/fuzz/corpus/), temporary folders as $TMP.
+    auto shorten = [](std::string text) {
+      auto replace_all = [&](const std::string& from, const std::string& to) {
+        for (size_t p = 0; (p = text.find(from, p)) != std::string::npos; p += to.size()) text.replace(p, from.size(), to);
       };
-      shorten(std::string(MOEPROF_SOURCE_DIR) + "/tests/fuzz/corpus/", "corpus/");
-      shorten(std::string(MOEPROF_SOURCE_DIR) + "/", "");
-      shorten(fs::temp_directory_path().string(), "/tmp");
-      out << "| " << cell(r.input) << " | `moeprof " << cell(args) << "` | " << r.rc << " | " << cell(r.shown) << " |\n";
+      replace_all(std::string(MOEPROF_SOURCE_DIR) + "/tests/fuzz/corpus/", "corpus/");
+      replace_all(std::string(MOEPROF_SOURCE_DIR) + "/", "");
+      const std::string tmp = fs::temp_directory_path().string() + "/moeprof_";
+      for (size_t p = 0; (p = text.find(tmp, p)) != std::string::npos;) {
+        const size_t end = text.find('/', p + tmp.size());
+        text.replace(p, (end == std::string::npos ? text.size() : end) - p, "$TMP");
+        p += 4;
+      }
+      return text;
+    };
+    for (const auto& r : table()) {
+      const std::string args = shorten(r.args + (r.stdout_to.empty() ? "" : " >" + r.stdout_to));
+      out << "| " << cell(r.input) << " | `moeprof " << cell(args) << "` | " << r.rc << " | " << cell(shorten(r.shown)) << " |\n";
     }
   }
 } g_table_writer;

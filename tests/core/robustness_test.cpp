@@ -104,6 +104,15 @@ TEST_CASE("utf8: validity and replacement", "[core][utf8]") {
   CHECK(valid_utf8("ok") == "ok");
 }
 
+TEST_CASE("utf8: printable keeps a value read from input on one line", "[core][utf8]") {
+  CHECK(printable("deepseek_v2") == "deepseek_v2");
+  CHECK(printable("a\nb\tc\x7f") == "a\\x0ab\\x09c\\x7f");
+  CHECK(printable("\xff\xE2\x82\xAC") == "\xEF\xBF\xBD\xE2\x82\xAC");
+  CHECK(printable("abcdef", 3) == "abc...");
+  CHECK(printable("abc", 3) == "abc");
+  CHECK(printable(std::string(1000, 'x')).size() == 83);
+}
+
 TEST_CASE("reader: strings that are not UTF-8 stay distinct and round-trip", "[core][trace_io][utf8]") {
   // A recorder interns raw bytes: "\xff" and "\xfe" are two strings that both read as U+FFFD, and
   // a later valid U+FFFD collides with them. All three keep their own id and a distinct text.
