@@ -167,6 +167,285 @@ __global__ void __launch_bounds__(kThreads) attention_tc_kernel(AttentionArgs a,
   }
 }
 
+// ---- FA2-style path for the MLA shape (qk_dim 192, v_dim 128) -------------------------------
+namespace fa2 {
+// CTA: 8 warps, each owning MT 16-row mma tiles of queries (BM = 128 * MT queries of one head);
+// key/value tiles of BN rows (64, 48 or 32), double buffered with cp.async (tile i+1 streams in
+// while tile i is computed). MT = 1 keeps the warp's Q fragments in registers for the whole key
+// loop; MT = 2 reads them from shared memory at every tile but uses every K/V fragment for two row
+// tiles (about 2/3 of the shared-memory traffic per FLOP). Key tiles run from the diagonal down to
+// 0, so only the diagonal band needs the causal mask, and a warp skips a tile whose keys all lie
+// after its rows. Shared rows are padded by 16 bytes (pitch 400 / 272 bytes: eight consecutive rows
+// fall on eight distinct 16-byte bank groups, so ldmatrix is conflict-free).
+constexpr int D = 192, DV = 128, kWarps = 8, kThreads = kWarps * 32;
+constexpr int QP = D + 8, VP = DV + 8;  // shared pitches in elements
+template <int MT, int BN_>
+struct Cfg {
+  static constexpr int BM = kWarps * 16 * MT, BN = BN_;
+  static constexpr int kQElems = BM * QP, kKElems = BN * QP, kVElems = BN * VP;
+  static constexpr size_t kSmemBytes = static_cast<size_t>(kQElems + 2 * (kKElems + kVElems)) * 2;
+  static_assert(BN % 16 == 0 && BN <= kThreads / 4 && BM % (kThreads / 4) == 0, "tile shapes");
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16-byte global -> shared copy; `valid` false writes 16 zero bytes (src is not read).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+// 2^x (ex2.approx: ~2 ulp; -inf -> +0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+// Two floats -> bf16x2, round to nearest even; lo in the low half (lower address).
+__device__ __forceinline__ uint32_t cvt_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+template <int MT, int BN>
+__global__ void __launch_bounds__(kThreads, 1) attention_fa2_kernel(AttentionArgs a) {
+  using C = Cfg<MT, BN>;
+  constexpr int BM = C::BM, kQElems = C::kQElems, kKElems = C::kKElems, kVElems = C::kVElems;
+  constexpr bool kQInRegs = MT == 1;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint16_t* Qs = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* Ks = Qs + kQElems;      // 2 stages of kKElems
+  uint16_t* Vs = Ks + 2 * kKElems;  // 2 stages of kVElems
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, q4 = lane & 3;
+  const int64_t h = blockIdx.x;
+  const int qb = static_cast<int>(gridDim.y) - 1 - static_cast<int>(blockIdx.y);  // longest rows first
+  // Row / key indices fit in int (the launcher checks T <= INT_MAX - BM); addresses use int64.
+  const int T = static_cast<int>(a.T);
+  const int q0 = qb * BM;
+  const int q_end = q0 + BM < T ? q0 + BM : T;
+  const int n_kb = (q_end + BN - 1) / BN;  // key tiles 0 .. n_kb-1 hold keys <= q_end-1
+  const uint16_t* qg = a.q + h * a.qk_head_stride;
+  const uint16_t* kg = a.k + h * a.qk_head_stride;
+  const uint16_t* vg = a.v + a.v_offset + h * a.v_head_stride;
+
+  // Copies: thread t moves 16-byte chunks (t & 3) + 4 i of row t / 4 (+ 64 j for Q; K/V rows
+  // >= BN idle): one row pointer per thread and constant offsets. Q tile (rows >= T zero-filled) and
+  // the first (diagonal) K/V tile form the first cp.async group.
+  constexpr int kRowsPerPass = kThreads / 4;
+  const int cp_row = tid >> 2, cp_col = (tid & 3) * 8;
+  static_assert((D / 8) % 4 == 0 && (DV / 8) % 4 == 0, "copy mapping");
+#pragma unroll
+  for (int j = 0; j < BM / kRowsPerPass; ++j) {
+    const int r = cp_row + j * kRowsPerPass;
+    const int row = q0 + r;
+    const bool ok = row < T;
+    const uint16_t* src = ok ? qg + static_cast<int64_t>(row) * a.ld_q + cp_col : a.q;
+    const uint32_t dst = smem_u32(Qs + r * QP + cp_col);
+#pragma unroll
+    for (int i = 0; i < D / 32; ++i) cp_async16(dst + i * 64, ok ? src + i * 32 : src, ok);
+  }
+  // (cp_row >= BN: addresses never used)
+  const uint32_t k_cp_dst = smem_u32(Ks + cp_row * QP + cp_col), v_cp_dst = smem_u32(Vs + cp_row * VP + cp_col);
+  auto load_kv = [&](int kb, int stage) {
+    if (BN < kRowsPerPass && cp_row >= BN) return;
+    const int key = kb * BN + cp_row;
+    const bool ok = key < T;
+    const uint16_t* ksrc = ok ? kg + static_cast<int64_t>(key) * a.ld_k + cp_col : a.k;
+    const uint16_t* vsrc = ok ? vg + static_cast<int64_t>(key) * a.ld_v + cp_col : a.v;
+    const uint32_t kd = k_cp_dst + stage * kKElems * 2, vd = v_cp_dst + stage * kVElems * 2;
+#pragma unroll
+    for (int i = 0; i < D / 32; ++i) cp_async16(kd + i * 64, ok ? ksrc + i * 32 : ksrc, ok);
+#pragma unroll
+    for (int i = 0; i < DV / 32; ++i) cp_async16(vd + i * 64, ok ? vsrc + i * 32 : vsrc, ok);
+  };
+  load_kv(n_kb - 1, 0);
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+
+  // Q A-fragments (m16k16): lanes 0-15 address rows 0-15 at k 0, lanes 16-31 rows 0-15 at k 8, so
+  // the four matrices are a0 (rows 0-7, k 0-7), a1 (rows 8-15, k 0-7), a2 (rows 0-7, k 8-15), a3.
+  // Warp w owns rows w*16*MT .. w*16*MT + 16*MT - 1 of the block; m-tile mt is 16 of them.
+  const uint32_t q_lane = smem_u32(Qs + (warp * 16 * MT + (lane & 15)) * QP + (lane >> 4) * 8);
+  uint32_t qreg[kQInRegs ? D / 16 : 1][4];
+  if constexpr (kQInRegs) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) ldsm_x4(qreg[kk], q_lane + kk * 16 * 2);
+  }
+  // Per-lane ldmatrix offsets (bytes) inside a K / V stage.
+  // K (non-transposed, B of S = Q K^T): matrices (keys 0-7, k 0-7), (keys 0-7, k 8-15),
+  // (keys 8-15, k 0-7), (keys 8-15, k 8-15) -> b0,b1 of key tile 2jj, b0,b1 of key tile 2jj+1.
+  const uint32_t k_lane_off = (((lane & 7) + ((lane >> 4) << 3)) * QP + ((lane >> 3) & 1) * 8) * 2;
+  // V (transposed, B of O = P V): matrices (keys 0-7, d 0-7), (keys 8-15, d 0-7), (keys 0-7, d 8-15),
+  // (keys 8-15, d 8-15) -> b0,b1 of dim tile 2jj, b0,b1 of dim tile 2jj+1.
+  const uint32_t v_lane_off = (((lane & 7) + (((lane >> 3) & 1) << 3)) * VP + (lane >> 4) * 8) * 2;
+  const uint32_t ks_u32 = smem_u32(Ks), vs_u32 = smem_u32(Vs);
+
+  float o[MT][DV / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int j = 0; j < DV / 8; ++j) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.0f;
+  float m[MT][2], l[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
+  const float sl2 = a.scale * kLog2e;
+  const int warp_row_lo = q0 + warp * 16 * MT, warp_row_hi = warp_row_lo + 16 * MT - 1;
+  const bool warp_live = warp_row_lo < T;
+
+  for (int it = 0; it < n_kb; ++it) {
+    const int kb = n_kb - 1 - it, stage = it & 1;
+    // Prefetch the next tile into the other stage (its readers finished at the last barrier).
+    if (it + 1 < n_kb) {
+      load_kv(kb - 1, stage ^ 1);
+      cp_async_commit();
+    }
+    const int k0 = kb * BN;
+    // Warp-uniform: skip a tile whose keys all lie after this warp's rows (it adds nothing).
+    if (warp_live && k0 <= warp_row_hi) {
+      const uint32_t kst = ks_u32 + stage * kKElems * 2 + k_lane_off;
+      const uint32_t vst = vs_u32 + stage * kVElems * 2 + v_lane_off;
+      float s[MT][BN / 8][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t qf[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          if constexpr (kQInRegs) {
+#pragma unroll
+            for (int x = 0; x < 4; ++x) qf[mt][x] = qreg[kk][x];
+          } else {
+            ldsm_x4(qf[mt], q_lane + (mt * 16 * QP + kk * 16) * 2);
+          }
+        }
+#pragma unroll
+        for (int jj = 0; jj < BN / 16; ++jj) {
+          uint32_t b[4];
+          ldsm_x4(b, kst + (jj * 16 * QP + kk * 16) * 2);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_bf16_16816(s[mt][2 * jj], qf[mt], b[0], b[1]);
+            mma_bf16_16816(s[mt][2 * jj + 1], qf[mt], b[2], b[3]);
+          }
+        }
+      }
+      uint32_t pf[MT][BN / 16][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int row_a = warp_row_lo + mt * 16 + g, row_b = row_a + 8;
+        // Causal mask where some key of the tile lies after some row of this m-tile; keys >= T are
+        // after every valid row (row <= T-1), and their zero-filled K/V rows keep the invalid rows
+        // (>= T, never stored) finite.
+        const bool need_mask = k0 + BN - 1 > warp_row_lo + mt * 16;
+        // m holds raw (unscaled) row maxima; the launcher guarantees sl2 > 0, so scaling commutes
+        // with max and exponents are one FFMA: 2^(s * sl2 - m * sl2).
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            if (need_mask) {
+              const int key = k0 + j * 8 + 2 * q4 + (c & 1);
+              if (key > ((c < 2) ? row_a : row_b)) s[mt][j][c] = -INFINITY;
+            }
+            mx[c >> 1] = fmaxf(mx[c >> 1], s[mt][j][c]);
+          }
+        }
+        float alpha[2], mu[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+          mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+          const float mn = fmaxf(m[mt][r], mx[r]);
+          // Row fully masked so far: mu = 0 keeps alpha and p at exactly 0 (no inf - inf).
+          mu[r] = mn == -INFINITY ? 0.0f : mn * sl2;
+          alpha[r] = fast_exp2(m[mt][r] * sl2 - mu[r]);
+          m[mt][r] = mn;
+          l[mt][r] *= alpha[r];
+        }
+#pragma unroll
+        for (int j = 0; j < DV / 8; ++j) {
+          o[mt][j][0] *= alpha[0]; o[mt][j][1] *= alpha[0];
+          o[mt][j][2] *= alpha[1]; o[mt][j][3] *= alpha[1];
+        }
+        // P (bf16) as A fragments of P.V: S tile j's accumulator is (row g | g+8, keys j*8+2q..+1).
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+          float p[4];
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            p[c] = fast_exp2(fmaf(s[mt][j][c], sl2, -mu[c >> 1]));
+            l[mt][c >> 1] += p[c];
+          }
+          pf[mt][j >> 1][(j & 1) * 2 + 0] = cvt_bf16x2(p[0], p[1]);
+          pf[mt][j >> 1][(j & 1) * 2 + 1] = cvt_bf16x2(p[2], p[3]);
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < BN / 16; ++t) {
+#pragma unroll
+        for (int jj = 0; jj < DV / 16; ++jj) {
+          uint32_t b[4];
+          ldsm_x4_trans(b, vst + (t * 16 * VP + jj * 16) * 2);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_bf16_16816(o[mt][2 * jj], pf[mt][t], b[0], b[1]);
+            mma_bf16_16816(o[mt][2 * jj + 1], pf[mt][t], b[2], b[3]);
+          }
+        }
+      }
+    }
+    // The prefetched tile has landed and is visible to all; nobody reads this stage any more.
+    cp_async_wait_all();
+    __syncthreads();
+  }
+
+  if (!warp_live) return;  // warp-uniform; no shuffles below skip a lane
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float lr = l[mt][r];
+      lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+      lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+      inv[r] = lr > 0.0f ? 1.0f / lr : 0.0f;
+    }
+    const int row_a = warp_row_lo + mt * 16 + g, row_b = row_a + 8;
+    uint16_t* out_a = a.out + static_cast<int64_t>(row_a) * a.ld_out + h * DV + 2 * q4;
+    uint16_t* out_b = out_a + 8 * a.ld_out;
+#pragma unroll
+    for (int j = 0; j < DV / 8; ++j) {
+      if (row_a < T)
+        *reinterpret_cast<uint32_t*>(out_a + j * 8) = cvt_bf16x2(o[mt][j][0] * inv[0], o[mt][j][1] * inv[0]);
+      if (row_b < T)
+        *reinterpret_cast<uint32_t*>(out_b + j * 8) = cvt_bf16x2(o[mt][j][2] * inv[1], o[mt][j][3] * inv[1]);
+    }
+  }
+}
+}  // namespace fa2
+
 // ---- scalar fallback (any head dims): one warp per (query, head), online softmax over keys ----
 __global__ void attention_fallback_kernel(AttentionArgs a) {
   extern __shared__ float fb_smem[];
@@ -195,11 +474,46 @@ __global__ void attention_fallback_kernel(AttentionArgs a) {
 
 bool al16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The FA2 kernels copy 16-byte chunks (8 bf16) of every row and store bf16 pairs: all bases 16-byte
+// aligned and all element offsets multiples of 8. Grid: heads on x, query blocks on y (<= 65535).
+template <int MT, int BN>
+bool fa2_applies(const AttentionArgs& a) {
+  constexpr int BM = fa2::Cfg<MT, BN>::BM;
+  return a.qk_dim == fa2::D && a.v_dim == fa2::DV && al16(a.q) && al16(a.k) && al16(a.v) && al16(a.out) &&
+         a.ld_q % 8 == 0 && a.ld_k % 8 == 0 && a.ld_v % 8 == 0 && a.ld_out % 8 == 0 && a.qk_head_stride % 8 == 0 &&
+         a.v_offset % 8 == 0 && a.v_head_stride % 8 == 0 && a.ld_q >= 0 && a.ld_k >= 0 && a.ld_v >= 0 &&
+         a.ld_out >= 0 && a.qk_head_stride >= 0 && a.v_offset >= 0 && a.v_head_stride >= 0 &&
+         a.T <= 0x7fffffff - BM && (a.T + BM - 1) / BM <= 65535 && a.n_heads <= 0x7fffffff && a.scale > 0.0f &&
+         std::isfinite(a.scale * kLog2e);
+}
+
+template <int MT, int BN>
+cudaError_t launch_fa2(const AttentionArgs& a, cudaStream_t stream) {
+  constexpr size_t smem = fa2::Cfg<MT, BN>::kSmemBytes;
+  constexpr int BM = fa2::Cfg<MT, BN>::BM;
+  KERN_RETURN_IF_ERROR(cudaFuncSetAttribute(fa2::attention_fa2_kernel<MT, BN>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const int64_t qblocks = (a.T + BM - 1) / BM;
+  fa2::attention_fa2_kernel<MT, BN>
+      <<<dim3(static_cast<unsigned>(a.n_heads), static_cast<unsigned>(qblocks)), fa2::kThreads, smem, stream>>>(a);
+  return last_launch_error();
+}
+
+// FA2 variant taken by path 0 (see AttentionArgs::path).
+constexpr int kDefaultFa2Path = 4;
+
 }  // namespace
 
 cudaError_t launch_causal_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.T <= 0 || a.n_heads <= 0) return cudaSuccess;
   if (a.qk_dim <= 0 || a.v_dim <= 0) return cudaErrorInvalidValue;
+  if (a.path == 0 || (a.path >= 2 && a.path <= 5)) {
+    const int variant = a.path == 0 ? kDefaultFa2Path : a.path;
+    if (variant == 2 && fa2_applies<1, 64>(a)) return launch_fa2<1, 64>(a, stream);
+    if (variant == 3 && fa2_applies<2, 64>(a)) return launch_fa2<2, 64>(a, stream);
+    if (variant == 4 && fa2_applies<2, 48>(a)) return launch_fa2<2, 48>(a, stream);
+    if (variant == 5 && fa2_applies<2, 32>(a)) return launch_fa2<2, 32>(a, stream);
+  }
   if (a.qk_dim <= 192 && a.v_dim <= 128) {
     constexpr int D = 192, DV = 128;
     const bool vec = al16(a.q) && al16(a.k) && al16(a.v) && a.ld_q % 8 == 0 && a.ld_k % 8 == 0 && a.ld_v % 8 == 0 &&

@@ -2,6 +2,7 @@
 
 #include "kernels/fp4_quant.cuh"
 
+
 namespace moeprof::kern {
 namespace {
 
@@ -266,6 +267,576 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_fp4_kernel(GemmArgs p) {
   }
 }
 
+// ---- Tiled kernel (Fp4GemmPath::kTiled) -------------------------------------------------------
+// CTA tile 128 padded rows x 256 weight rows x 64 along K, 8 warps as 2 (M) x 4 (N), 64 x 64 each.
+// gemm1: weight rows 0..127 of the tile are gate rows n0..n0+127, rows 128..255 the up rows of the
+// same columns, and warp wn holds gate and up of columns wn*32..wn*32+31 (SiLU-mul in registers).
+// Row tiles are per expert (start at offsets[e] + 128 j, never straddle two experts): each CTA finds
+// its (expert, tile) with a block scan of the per-expert tile counts; the spare CTAs of the grid
+// (ceil(P/128) + E row tiles are launched) write the zero rows past offsets[E].
+// Pipeline: FP4 codes (8-byte cp.async) and e4m3 scales (4-byte cp.async) in a kStages ring; step s+1
+// is dequantized (e2m1 bits -> fp16 * fp16(scale * 2^7), exact) into one of two fp16 tiles (128-byte
+// rows, 16-byte chunks XOR-swizzled by row & 7) while the tensor cores work on step s from the other
+// (ldmatrix.x4 + mma.sync.m16n8k16 f16 -> fp32): one __syncthreads per K step. Every operand carries
+// a 2^-7 factor, so the fp32 accumulator is 2^-14 times the bf16 kernel's; the epilogue multiplies
+// by 2^14 (exact) before the global scales.
+namespace v2 {
+
+constexpr int BM = 128, BN = 256, BK = 64, kThreads = 256, kStages = 4;
+constexpr int kRows = BM + BN;                           // operand rows per stage (A then B)
+constexpr int kStageCodes = kRows * (BK / 2);            // 12288 bytes of e2m1 codes
+constexpr int kStageBytes = kStageCodes + kRows * (BK / 16);  // + 4 scale bytes per row
+constexpr int kRingBytes = kStages * kStageBytes;
+constexpr int kBufBytes = kRows * BK * 2;                // one fp16 tile
+constexpr int kSmemBytes = kRingBytes + 2 * kBufBytes;   // 153,600
+constexpr int kHPitch = 128 + 4;                         // gemm1 epilogue: fp32 h tile pitch
+static_assert(BM * kHPitch * 4 <= kSmemBytes, "gemm1 epilogue tile fits the operand smem");
+constexpr int kCols1 = 128, kCols2 = 256;                // output columns per tile: gemm1, gemm2
+constexpr int kNPer1 = 1, kNPer2 = 4;                    // column tiles per CTA (gemm2 reuses its A rows)
+constexpr float kUnscale = 16384.0f;                     // 2^14
+// Variants (template kVar; Fp4GemmPath kTiled = 0, kTiledSkip = 1, kTiledStaged = 2):
+//  >= 1: fewer-instruction exact dequantization (e2m1x8_to_f16x8_fast), and a warp whose 64 A rows are all dead (row_src < 0: past the segment end or padding rows
+//        inside it) skips its ldmatrix + mma (its accumulators stay 0; the epilogue still writes the
+//        zeros). The other warps and the dequantization of the shared tiles are unchanged, so the
+//        result is bit-identical. Cuts the padded-tile MMA work from 128- to 64-row granularity.
+//  >= 2 (gemm2 only; gemm1 runs as 1): the bf16 output tile goes through a per-warp shared staging
+//        tile (64 x 64 bf16, 16-byte chunks XOR-swizzled by row & 7, 64 KiB extra) and leaves with
+//        16-byte row-contiguous stores (4 full 128-byte rows per warp instruction) instead of 4-byte
+//        fragment stores. Same values, same rounding.
+constexpr int kStageOutBytes = 64 * 64 * 2;              // per warp
+template <bool kGemm1, int kVar>
+constexpr int smem_bytes() { return kSmemBytes + ((!kGemm1 && kVar >= 2) ? (kThreads / 32) * kStageOutBytes : 0); }
+
+__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 8 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void mma_f16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t hmul2_f16(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+// fp16 with the value 2^-14 * e2m1(code) (subnormal for code 1): sign -> bit 15, exponent and
+// mantissa bits -> bits 11..9. Two codes per byte, low nibble first -> one f16x2 word per byte.
+__device__ __forceinline__ void e2m1x8_to_f16x8(uint32_t w, uint32_t s2, uint32_t* o) {
+  const uint32_t t0 = w & 0x0F0F0F0Fu, t1 = (w >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    const uint32_t sel = static_cast<uint32_t>(b | (b << 4) | ((4 + b) << 8) | ((4 + b) << 12));
+    const uint32_t u = __byte_perm(t0, t1, sel);  // bytes: lo, lo, hi, hi nibble of byte b
+    const uint32_t x = ((u << 9) & 0x0E000E00u) | ((u << 12) & 0x80008000u);
+    o[b] = hmul2_f16(x, s2);                       // 2^-14 * v * (s * 2^7 * ... ) exact: see above
+  }
+}
+
+// Same result with fewer instructions (variants >= 1): the fp16 high bytes of all 8 codes are
+// built once per word (low nibble: mantissa/exponent bits 0..2 -> 1..3, sign bit 3 -> 7; high nibble:
+// bits 4..6 -> 1..3, sign bit 7 stays), then per output word one byte permute (high byte of each
+// half), one AND clearing the low bytes and the scale multiply: ~19 instead of ~26 integer ops per
+// 8 codes. Checked exhaustively against e2m1x8_to_f16x8 by the emulation selftest.
+__device__ __forceinline__ void e2m1x8_to_f16x8_fast(uint32_t w, uint32_t s2, uint32_t* o) {
+  const uint32_t lo = ((w << 1) & 0x0E0E0E0Eu) | ((w << 4) & 0x80808080u);
+  const uint32_t hi = ((w >> 3) & 0x0E0E0E0Eu) | (w & 0x80808080u);
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    const uint32_t sel = static_cast<uint32_t>(b | (b << 4) | ((4 + b) << 8) | ((4 + b) << 12));
+    o[b] = hmul2_f16(__byte_perm(lo, hi, sel) & 0xFF00FF00u, s2);
+  }
+}
+
+// fp16x2 (both halves) holding e4m3(v) * 2^7, exact (|.| <= 57344); NaN (0x7F / 0xFF) stays NaN.
+// e4m3 exponent/mantissa bits -> fp16 bits 13..7 give e4m3 * 2^-8 (fp16 subnormal for e4m3
+// subnormals), then one exact multiply by 2^15.
+__device__ __forceinline__ uint32_t e4m3_to_f16x2_x128(uint32_t sc) {
+  uint32_t hb = ((sc << 7) & 0x3F80u) | ((sc << 8) & 0x8000u);
+  hb = (sc & 0x7Fu) == 0x7Fu ? 0x7E00u : hb;
+  return hmul2_f16(hb * 0x10001u, 0x78007800u);  // 0x7800 = fp16 32768
+}
+
+struct Args {
+  const uint8_t* a; int64_t ld_a; const uint8_t* a_sc; int64_t ld_a_sc; float a_gs;
+  const uint8_t* w; int64_t ld_w; const uint8_t* w_sc; int64_t ld_w_sc; const float* w_gs;
+  const int32_t* offsets; const int32_t* p2t; int64_t P; int E;
+  int K, N;
+  int grid_m, n_groups;
+  float out_gs; uint8_t* out_q; int64_t ld_out_q; uint8_t* out_sc; int64_t ld_out_sc; bool q_vec;  // gemm1
+  uint16_t* out; int64_t ld_out; bool vec_out; bool vec16_out;                                   // gemm2
+};
+
+__device__ __forceinline__ void seg_of(const Args& p, int e, int64_t& s, int64_t& t) {
+  int64_t a = p.offsets[e], b = p.offsets[e + 1];
+  a = a < 0 ? 0 : (a > p.P ? p.P : a);
+  b = b < a ? a : (b > p.P ? p.P : b);
+  s = a;
+  t = b;
+}
+
+template <bool kGemm1, int kVar>
+__global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Args p) {
+  constexpr bool kSkip = kVar >= 1, kStaged = !kGemm1 && kVar >= 2;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ int32_t row_src[BM];
+  __shared__ int32_t warp_tot[kThreads / 32];
+  __shared__ int64_t info[3];  // expert, first padded row, rows
+
+  constexpr int kCols = kGemm1 ? kCols1 : kCols2;
+  constexpr int kNPer = kGemm1 ? kNPer1 : kNPer2;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, q = lane & 3;
+  const int wm = warp >> 2, wn = warp & 3;
+  const int m_idx = static_cast<int>(blockIdx.x / p.n_groups), ng = static_cast<int>(blockIdx.x % p.n_groups);
+  const int NT = (p.N + kCols - 1) / kCols;
+  const int nt0 = ng * kNPer, nt1 = nt0 + kNPer < NT ? nt0 + kNPer : NT;
+  if (nt0 >= NT) return;
+
+  // ---- which (expert, row tile) this CTA owns: block scan of ceil(rows_e / BM)
+  {
+    const int chunk = (p.E + kThreads - 1) / kThreads;
+    const int e_lo = tid * chunk < p.E ? tid * chunk : p.E;
+    const int e_hi = e_lo + chunk < p.E ? e_lo + chunk : p.E;
+    int cnt = 0;
+    for (int e = e_lo; e < e_hi; ++e) {
+      int64_t s, t;
+      seg_of(p, e, s, t);
+      cnt += static_cast<int>((t - s + BM - 1) / BM);
+    }
+    int v = cnt;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, v, o);
+      if (lane >= o) v += y;
+    }
+    if (lane == 31) warp_tot[warp] = v;
+    if (tid == 0) info[0] = -1;
+    __syncthreads();
+    int base = 0, tot = 0;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) {
+      base += w < warp ? warp_tot[w] : 0;
+      tot += warp_tot[w];
+    }
+    const int excl = base + v - cnt;
+    if (m_idx >= excl && m_idx < excl + cnt) {
+      int local = m_idx - excl;
+      for (int e = e_lo; e < e_hi; ++e) {
+        int64_t s, t;
+        seg_of(p, e, s, t);
+        const int n = static_cast<int>((t - s + BM - 1) / BM);
+        if (local < n) {
+          const int64_t r0 = s + static_cast<int64_t>(local) * BM;
+          info[0] = e;
+          info[1] = r0;
+          info[2] = t - r0 < BM ? t - r0 : BM;
+          break;
+        }
+        local -= n;
+      }
+    }
+    if (tid == 0 && m_idx >= tot) info[1] = tot;  // spare CTA: remember the tile count
+    __syncthreads();
+  }
+  if (info[0] < 0) {
+    // Spare CTA: zeros for rows [offsets[E], P) in this CTA's columns, grid-strided over BM-row chunks.
+    const int tot = static_cast<int>(info[1]);
+    if (m_idx < tot) return;  // (cannot happen: every tile index below tot is owned)
+    int64_t total = p.offsets[p.E];
+    total = total < 0 ? 0 : (total > p.P ? p.P : total);
+    const int spare = p.grid_m - tot;
+    const int c_lo = nt0 * kCols, c_hi = nt1 * kCols < p.N ? nt1 * kCols : p.N;
+    for (int64_t z0 = total + static_cast<int64_t>(m_idx - tot) * BM; z0 < p.P; z0 += static_cast<int64_t>(spare) * BM) {
+      const int64_t z1 = z0 + BM < p.P ? z0 + BM : p.P;
+      if constexpr (kGemm1) {
+        const int cb = (c_hi - c_lo) / 2, sb = (c_hi - c_lo) / 16;
+        for (int64_t idx = tid; idx < (z1 - z0) * (cb + sb); idx += kThreads) {
+          const int64_t r = z0 + idx / (cb + sb);
+          const int c = static_cast<int>(idx % (cb + sb));
+          if (c < cb) p.out_q[r * p.ld_out_q + c_lo / 2 + c] = 0;
+          else p.out_sc[r * p.ld_out_sc + c_lo / 16 + (c - cb)] = 0;
+        }
+      } else {
+        const int w = c_hi - c_lo;
+        for (int64_t idx = tid; idx < (z1 - z0) * w; idx += kThreads) {
+          const int64_t r = z0 + idx / w;
+          p.out[r * p.ld_out + c_lo + idx % w] = 0;
+        }
+      }
+    }
+    return;
+  }
+  const int e = static_cast<int>(info[0]);
+  const int64_t r0 = info[1];
+  const int nrows = static_cast<int>(info[2]);
+  if (tid < BM) {
+    int32_t src = -1;
+    if (tid < nrows) {
+      const int32_t t = p.p2t[r0 + tid];
+      src = t < 0 ? -1 : (kGemm1 ? t : static_cast<int32_t>(r0 + tid));
+    }
+    row_src[tid] = src;
+  }
+  __syncthreads();
+  // kSkip: does this warp's 64-row slice hold any live row? (warp-uniform: same shared reads)
+  bool warp_live = true;
+  if constexpr (kSkip) {
+    warp_live = false;
+#pragma unroll 8
+    for (int r = 0; r < 64; ++r) warp_live |= row_src[wm * 64 + r] >= 0;
+  }
+
+  // ---- per-thread copy assignments (the same (row, k-block) items are dequantized by this thread)
+  // code items c = it * 256 + tid, it 0..5: row c >> 2 (0..127 A, 128..383 B), k-block c & 3.
+  // scale rows: tid and tid + 256 (< 384).
+  const uint8_t* a_code[2];
+#pragma unroll
+  for (int it = 0; it < 2; ++it) {
+    const int c = it * kThreads + tid;
+    const int32_t src = row_src[c >> 2];
+    a_code[it] = src >= 0 ? p.a + src * p.ld_a + (c & 3) * 8 : nullptr;
+  }
+  const uint8_t* a_scale = nullptr;
+  if (tid < BM) {
+    const int32_t src = row_src[tid];
+    a_scale = src >= 0 ? p.a_sc + src * p.ld_a_sc : nullptr;
+  }
+  auto w_row = [&](int br, int nt) -> int64_t {  // global weight row of B row br in column tile nt; -1 = none
+    if (kGemm1) {
+      const int half = br >= kCols1 ? 1 : 0;
+      const int n = nt * kCols1 + (br & (kCols1 - 1));
+      return n < p.N ? static_cast<int64_t>(e) * 2 * p.N + half * p.N + n : -1;
+    } else {
+      const int n = nt * kCols2 + br;
+      return n < p.N ? static_cast<int64_t>(e) * p.N + n : -1;
+    }
+  };
+
+  const int KT = p.K / BK;
+  const int nsteps = (nt1 - nt0) * KT;
+  const uint32_t ring = smem_u32(smem);
+  unsigned char* const bufs = smem + kRingBytes;
+
+  auto load_stage = [&](int s) {
+    const int nt = nt0 + s / KT, kt = s % KT;
+    const uint32_t st = ring + (s % kStages) * kStageBytes;
+#pragma unroll
+    for (int it = 0; it < 6; ++it) {
+      const int c = it * kThreads + tid;
+      const uint32_t dst = st + (c >> 2) * 32 + (c & 3) * 8;
+      if (it < 2) {
+        cp_async8(dst, a_code[it] ? a_code[it] + kt * 32 : p.a, a_code[it] != nullptr);
+      } else {
+        const int64_t wr = w_row((c >> 2) - BM, nt);
+        cp_async8(dst, wr >= 0 ? p.w + wr * p.ld_w + (c & 3) * 8 + kt * 32 : p.w, wr >= 0);
+      }
+    }
+    // scales
+    {
+      const uint32_t dst = st + kStageCodes + tid * 4;
+      if (tid < BM) {
+        cp_async4(dst, a_scale ? a_scale + kt * 4 : p.a_sc, a_scale != nullptr);
+      } else {
+        const int64_t wr = w_row(tid - BM, nt);
+        cp_async4(dst, wr >= 0 ? p.w_sc + wr * p.ld_w_sc + kt * 4 : p.w_sc, wr >= 0);
+      }
+      if (tid < kRows - kThreads) {
+        const int64_t wr = w_row(tid + kThreads - BM, nt);
+        cp_async4(dst + kThreads * 4, wr >= 0 ? p.w_sc + wr * p.ld_w_sc + kt * 4 : p.w_sc, wr >= 0);
+      }
+    }
+  };
+  auto dequant_item = [&](int s, int it) {
+    const unsigned char* st = smem + (s % kStages) * kStageBytes;
+    unsigned char* buf = bufs + (s & 1) * kBufBytes;
+    const int c = it * kThreads + tid;
+    const int row = c >> 2, kb = c & 3;
+    const uint2 codes = *reinterpret_cast<const uint2*>(st + row * 32 + kb * 8);
+    const uint8_t sc = st[kStageCodes + row * 4 + kb];
+    const uint32_t s2 = e4m3_to_f16x2_x128(sc);
+    uint32_t o[8];
+    if constexpr (kVar >= 1) {
+      e2m1x8_to_f16x8_fast(codes.x, s2, o);
+      e2m1x8_to_f16x8_fast(codes.y, s2, o + 4);
+    } else {
+      e2m1x8_to_f16x8(codes.x, s2, o);
+      e2m1x8_to_f16x8(codes.y, s2, o + 4);
+    }
+    unsigned char* rowp = buf + row * 128;
+    *reinterpret_cast<uint4*>(rowp + (((2 * kb) ^ (row & 7)) << 4)) = make_uint4(o[0], o[1], o[2], o[3]);
+    *reinterpret_cast<uint4*>(rowp + (((2 * kb + 1) ^ (row & 7)) << 4)) = make_uint4(o[4], o[5], o[6], o[7]);
+  };
+
+  // ldmatrix row offsets (bytes within a tile); the swizzle term is lane & 7 for every row used.
+  uint32_t a_off[4], b_off[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) a_off[i] = (wm * 64 + i * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * 128;
+#pragma unroll
+  for (int jp = 0; jp < 4; ++jp) {
+    const int j = 2 * jp + (lane >> 4);
+    const int br = kGemm1 ? (j < 4 ? wn * 32 + j * 8 : kCols1 + wn * 32 + (j - 4) * 8) : wn * 64 + j * 8;
+    b_off[jp] = (BM + br + (lane & 7)) * 128;
+  }
+  const uint32_t sw = lane & 7;
+  const uint32_t a_ch = lane >> 4, b_ch = (lane >> 3) & 1;
+
+  float acc[4][8][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
+
+  const float gsc = __fmul_rn(p.a_gs, p.w_gs[e]);
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < nsteps) load_stage(s);
+    cp_async_commit();
+  }
+  cp_async_wait<kStages - 2>();
+  __syncthreads();
+#pragma unroll
+  for (int it = 0; it < 6; ++it) dequant_item(0, it);
+
+  for (int s = 0; s < nsteps; ++s) {
+    if (s + kStages - 1 < nsteps) load_stage(s + kStages - 1);
+    cp_async_commit();
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    const uint32_t buf = smem_u32(bufs + (s & 1) * kBufBytes);
+    const bool next = s + 1 < nsteps;
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      if (!kSkip || warp_live) {
+      uint32_t af[4][4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) ldsm_x4(af[i], buf + a_off[i] + (((2 * kk + a_ch) ^ sw) << 4));
+#pragma unroll
+      for (int jp = 0; jp < 4; ++jp) {
+        uint32_t bf[4];
+        ldsm_x4(bf, buf + b_off[jp] + (((2 * kk + b_ch) ^ sw) << 4));
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          mma_f16_16816(acc[i][2 * jp], af[i], bf[0], bf[1]);
+          mma_f16_16816(acc[i][2 * jp + 1], af[i], bf[2], bf[3]);
+        }
+      }
+      }
+      if (next) {
+        // 6 items over the 4 k16 steps: 1, 2, 1, 2
+#pragma unroll
+        for (int it = (kk * 6) / 4; it < ((kk + 1) * 6) / 4; ++it) dequant_item(s + 1, it);
+      }
+    }
+
+    if constexpr (!kGemm1) {
+      if (kStaged && s % KT == KT - 1) {
+        // Fragments -> this warp's 64 x 64 bf16 staging tile (row pitch 128 B, chunk ^ (row & 7)).
+        const int nt = nt0 + s / KT;
+        unsigned char* stg = smem + kSmemBytes + warp * kStageOutBytes;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int lr = i * 16 + g + hh * 8;
+            const bool live = row_src[wm * 64 + lr] >= 0;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              const float v0 = __fmul_rn(__fmul_rn(acc[i][j][2 * hh], kUnscale), gsc);
+              const float v1 = __fmul_rn(__fmul_rn(acc[i][j][2 * hh + 1], kUnscale), gsc);
+              *reinterpret_cast<uint32_t*>(stg + lr * 128 + ((j ^ (lr & 7)) << 4) + q * 4) =
+                  live ? pack_bf16x2(v0, v1) : 0u;
+            }
+          }
+        __syncwarp();
+        // 64 rows x 8 chunks of 16 bytes: lane -> (row it * 4 + lane / 8, chunk lane % 8).
+        const int col0 = nt * kCols2 + wn * 64;
+#pragma unroll 4
+        for (int it = 0; it < 16; ++it) {
+          const int lr = it * 4 + (lane >> 3), ch = lane & 7;
+          const int row = wm * 64 + lr;
+          if (row >= nrows) continue;
+          const int col = col0 + ch * 8;
+          const uint4 v = *reinterpret_cast<const uint4*>(stg + lr * 128 + ((ch ^ (lr & 7)) << 4));
+          uint16_t* dst = p.out + (r0 + row) * p.ld_out + col;
+          if (p.vec16_out && col + 8 <= p.N) {
+            *reinterpret_cast<uint4*>(dst) = v;
+          } else {
+            const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int c = 0; c < 8; ++c)
+              if (col + c < p.N) dst[c] = static_cast<uint16_t>(w4[c >> 1] >> ((c & 1) * 16));
+          }
+        }
+        __syncwarp();  // staging tile free for the next column tile
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
+      } else if (s % KT == KT - 1) {
+        const int nt = nt0 + s / KT;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int row = wm * 64 + i * 16 + g + hh * 8;
+            if (row >= nrows) continue;
+            const bool live = row_src[row] >= 0;
+            uint16_t* dst = p.out + (r0 + row) * p.ld_out;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              const int col = nt * kCols2 + wn * 64 + j * 8 + 2 * q;
+              const float v0 = __fmul_rn(__fmul_rn(acc[i][j][2 * hh], kUnscale), gsc);
+              const float v1 = __fmul_rn(__fmul_rn(acc[i][j][2 * hh + 1], kUnscale), gsc);
+              if (p.vec_out && col + 1 < p.N) {
+                *reinterpret_cast<uint32_t*>(dst + col) = live ? pack_bf16x2(v0, v1) : 0u;
+              } else {
+                if (col < p.N) dst[col] = live ? f32_to_bf16(v0) : uint16_t{0};
+                if (col + 1 < p.N) dst[col + 1] = live ? f32_to_bf16(v1) : uint16_t{0};
+              }
+            }
+          }
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
+      }
+    }
+  }
+
+  if constexpr (kGemm1) {
+    // h = bf16(silu(gate) * up) into shared memory (aliases the operand tiles), then NVFP4 per
+    // 16-column block exactly as the legacy epilogue does.
+    cp_async_wait<0>();
+    __syncthreads();
+    float* Hs = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int row = wm * 64 + i * 16 + g + (c >> 1) * 8;
+          const int col = wn * 32 + j * 8 + 2 * q + (c & 1);
+          const float gate = __fmul_rn(__fmul_rn(acc[i][j][c], kUnscale), gsc);
+          const float up = __fmul_rn(__fmul_rn(acc[i][j + 4][c], kUnscale), gsc);
+          const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
+          Hs[row * kHPitch + col] = round_bf16(__fmul_rn(silu, up));
+        }
+    __syncthreads();
+#pragma unroll 1
+    for (int it = 0; it < (BM * kCols1 / 16) / kThreads; ++it) {
+      const int item = it * kThreads + tid;
+      const int row = item >> 3, blk = item & 7;
+      const int n = nt0 * kCols1 + blk * 16;
+      if (row >= nrows || n >= p.N) continue;
+      const int64_t r = r0 + row;
+      uint8_t packed[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      uint8_t sq = 0;
+      if (row_src[row] >= 0) {
+        float hv[16];
+#pragma unroll
+        for (int c = 0; c < 16; ++c) hv[c] = Hs[row * kHPitch + blk * 16 + c];
+        sq = nvfp4_quantize16(hv, p.out_gs, packed);
+      }
+      uint8_t* dq = p.out_q + r * p.ld_out_q + n / 2;
+      if (p.q_vec) {
+        uint2 v;
+        v.x = packed[0] | (packed[1] << 8) | (packed[2] << 16) | (static_cast<uint32_t>(packed[3]) << 24);
+        v.y = packed[4] | (packed[5] << 8) | (packed[6] << 16) | (static_cast<uint32_t>(packed[7]) << 24);
+        *reinterpret_cast<uint2*>(dq) = v;
+      } else {
+#pragma unroll
+        for (int c = 0; c < 8; ++c) dq[c] = packed[c];
+      }
+      p.out_sc[r * p.ld_out_sc + n / 16] = sq;
+    }
+  }
+}
+
+bool aligned(const void* ptr, int64_t ld, int a) {
+  return (reinterpret_cast<uintptr_t>(ptr) % a == 0) && (ld % a == 0);
+}
+
+// Preconditions of the tiled kernel (else the legacy kernel runs).
+bool supported(const Args& p) {
+  return p.K % BK == 0 && p.K > 0 && aligned(p.a, p.ld_a, 8) && aligned(p.w, p.ld_w, 8) && aligned(p.a_sc, p.ld_a_sc, 4) &&
+         aligned(p.w_sc, p.ld_w_sc, 4) && p.P < (int64_t{1} << 31);
+}
+
+// Opts the kernel into its 150 KiB of dynamic shared memory; false (error cleared) where the device
+// cannot give that much. Called before every launch (cheap, host side; the attribute is per context).
+template <bool kGemm1, int kVar>
+bool smem_ok() {
+  if (cudaFuncSetAttribute(tiled_kernel<kGemm1, kVar>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           smem_bytes<kGemm1, kVar>()) == cudaSuccess)
+    return true;
+  (void)cudaGetLastError();
+  return false;
+}
+
+template <bool kGemm1, int kVar>
+cudaError_t launch(Args p, cudaStream_t stream) {
+  if (p.P <= 0 || p.N <= 0) return cudaSuccess;
+  constexpr int kCols = kGemm1 ? kCols1 : kCols2;
+  constexpr int kNPer = kGemm1 ? kNPer1 : kNPer2;
+  const int64_t nt = (p.N + kCols - 1) / kCols;
+  const int64_t grid_m = (p.P + BM - 1) / BM + p.E;
+  const int64_t n_groups = (nt + kNPer - 1) / kNPer;
+  if (grid_m * n_groups >= (int64_t{1} << 31)) return cudaErrorInvalidConfiguration;
+  p.grid_m = static_cast<int>(grid_m);
+  p.n_groups = static_cast<int>(n_groups);
+  tiled_kernel<kGemm1, kVar><<<static_cast<unsigned>(grid_m * n_groups), kThreads, smem_bytes<kGemm1, kVar>(), stream>>>(p);
+  return last_launch_error();
+}
+
+// Runs tiled variant `var` (0..2) when its preconditions hold and the shared memory is grantable.
+// Returns false (nothing launched) otherwise.
+template <bool kGemm1>
+bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
+  if (!supported(p)) return false;
+  switch (var) {
+    case 0: if (!smem_ok<kGemm1, 0>()) return false; err = launch<kGemm1, 0>(p, stream); return true;
+    case 1: if (!smem_ok<kGemm1, 1>()) return false; err = launch<kGemm1, 1>(p, stream); return true;
+    default: if (!smem_ok<kGemm1, 2>()) return false; err = launch<kGemm1, 2>(p, stream); return true;
+  }
+}
+
+// Path -> variant; kAuto takes kDefaultPath (change it there after measuring).
+int variant_of(Fp4GemmPath path) {
+  if (path == Fp4GemmPath::kAuto) path = kDefaultTiledPath;
+  switch (path) {
+    case Fp4GemmPath::kTiled: return 0;
+    case Fp4GemmPath::kTiledSkip: return 1;
+    default: return 2;
+  }
+}
+
+}  // namespace v2
+
 bool aligned8(const void* ptr, int64_t ld) { return (reinterpret_cast<uintptr_t>(ptr) % 8 == 0) && (ld % 8 == 0); }
 
 template <bool kGemm1>
@@ -285,9 +856,23 @@ cudaError_t launch_moe_gemm1_fp4(const uint8_t* a, int64_t ld_a, const uint8_t* 
                                  int64_t ld_w_scales, const float* w13_gs, const int32_t* offsets,
                                  const int32_t* permuted_to_token, int64_t P, int64_t E, int64_t H, int64_t I,
                                  float out_gs, uint8_t* out, int64_t ld_out, uint8_t* out_scales,
-                                 int64_t ld_out_scales, cudaStream_t stream) {
+                                 int64_t ld_out_scales, cudaStream_t stream, Fp4GemmPath path) {
   if (H % 16 != 0 || I % 16 != 0 || H <= 0 || I <= 0 || E <= 0) return cudaErrorInvalidValue;
   if (!aligned8(a, ld_a) || !aligned8(w13, ld_w)) return cudaErrorMisalignedAddress;
+  if (path != Fp4GemmPath::kLegacy) {
+    v2::Args t{};
+    t.a = a; t.ld_a = ld_a; t.a_sc = a_scales; t.ld_a_sc = ld_a_scales; t.a_gs = a_gs;
+    t.w = w13; t.ld_w = ld_w; t.w_sc = w13_scales; t.ld_w_sc = ld_w_scales; t.w_gs = w13_gs;
+    t.offsets = offsets; t.p2t = permuted_to_token; t.P = P; t.E = static_cast<int>(E);
+    t.K = static_cast<int>(H); t.N = static_cast<int>(I);
+    t.out_gs = out_gs; t.out_q = out; t.ld_out_q = ld_out; t.out_sc = out_scales; t.ld_out_sc = ld_out_scales;
+    t.q_vec = v2::aligned(out, ld_out, 8);
+    cudaError_t err = cudaSuccess;
+    if (v2::try_launch<true>(t, v2::variant_of(path), stream, err)) return err;
+    if (path != Fp4GemmPath::kAuto) return cudaErrorInvalidValue;
+    // kAuto: a default that needs more shared memory than granted falls back to kTiled first.
+    if (v2::try_launch<true>(t, 0, stream, err)) return err;
+  }
   GemmArgs p{};
   p.a = a; p.ld_a = ld_a; p.a_sc = a_scales; p.ld_a_sc = ld_a_scales; p.a_gs = a_gs;
   p.w = w13; p.ld_w = ld_w; p.w_sc = w13_scales; p.ld_w_sc = ld_w_scales; p.w_gs = w13_gs;
@@ -301,9 +886,24 @@ cudaError_t launch_moe_gemm2_fp4(const uint8_t* h, int64_t ld_h, const uint8_t* 
                                  float h_gs, const uint8_t* w2, int64_t ld_w, const uint8_t* w2_scales,
                                  int64_t ld_w_scales, const float* w2_gs, const int32_t* offsets,
                                  const int32_t* permuted_to_token, int64_t P, int64_t E, int64_t I, int64_t H,
-                                 uint16_t* out, int64_t ld_out, cudaStream_t stream) {
+                                 uint16_t* out, int64_t ld_out, cudaStream_t stream, Fp4GemmPath path) {
   if (I % 16 != 0 || I <= 0 || H <= 0 || E <= 0) return cudaErrorInvalidValue;
   if (!aligned8(h, ld_h) || !aligned8(w2, ld_w)) return cudaErrorMisalignedAddress;
+  if (path != Fp4GemmPath::kLegacy) {
+    v2::Args t{};
+    t.a = h; t.ld_a = ld_h; t.a_sc = h_scales; t.ld_a_sc = ld_h_scales; t.a_gs = h_gs;
+    t.w = w2; t.ld_w = ld_w; t.w_sc = w2_scales; t.ld_w_sc = ld_w_scales; t.w_gs = w2_gs;
+    t.offsets = offsets; t.p2t = permuted_to_token; t.P = P; t.E = static_cast<int>(E);
+    t.K = static_cast<int>(I); t.N = static_cast<int>(H);
+    t.out = out; t.ld_out = ld_out;
+    t.vec_out = v2::aligned(out, ld_out, 2) && reinterpret_cast<uintptr_t>(out) % 4 == 0;
+    t.vec16_out = reinterpret_cast<uintptr_t>(out) % 16 == 0 && ld_out % 8 == 0;
+    cudaError_t err = cudaSuccess;
+    if (v2::try_launch<false>(t, v2::variant_of(path), stream, err)) return err;
+    if (path != Fp4GemmPath::kAuto) return cudaErrorInvalidValue;
+    // kAuto: a default that needs more shared memory than granted falls back to kTiled first.
+    if (v2::try_launch<false>(t, 0, stream, err)) return err;
+  }
   GemmArgs p{};
   p.a = h; p.ld_a = ld_h; p.a_sc = h_scales; p.ld_a_sc = ld_h_scales; p.a_gs = h_gs;
   p.w = w2; p.ld_w = ld_w; p.w_sc = w2_scales; p.ld_w_sc = ld_w_scales; p.w_gs = w2_gs;

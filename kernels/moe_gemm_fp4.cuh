@@ -6,6 +6,23 @@
 
 namespace moeprof::kern {
 
+// Which kernel runs the grouped FP4 GEMMs. kAuto: kTiled when its preconditions hold (K % 64 == 0,
+// code pointers/row strides 8-byte aligned, scale pointers/row strides 4-byte aligned, P < 2^31,
+// 150 KiB of shared memory per block available), else kLegacy. kTiled forced where it cannot run
+// returns cudaErrorInvalidValue. kLegacy: the first 64x128 kernel (any K % 16 == 0).
+// kTiled: 128 x 256 x 64 CTA tiles per expert, FP4 codes + scales through a 4-stage cp.async ring,
+// dequantized (exactly) to fp16 in shared memory one K step ahead of ldmatrix + mma.sync; same
+// epilogues and rounding rules as kLegacy, fp32 accumulation in a different order.
+// kTiledSkip: kTiled, but a warp whose 64 rows are all dead (padding / past the segment) skips its
+// MMAs (bit-identical results). kTiledStaged: kTiledSkip plus, in gemm2, the bf16 output tile staged
+// in shared memory (64 KiB more) and written with 16-byte row-contiguous stores (gemm1: = kTiledSkip).
+// kAuto runs kDefaultTiledPath (below) when the tiled preconditions hold, else kLegacy; any forced
+// tiled path that cannot run returns cudaErrorInvalidValue.
+enum class Fp4GemmPath : int { kAuto = 0, kLegacy = 1, kTiled = 2, kTiledSkip = 3, kTiledStaged = 4 };
+// The tiled variant kAuto runs (the production path). Change this one constant after measuring
+// bench_moe_gemm on the GPU (it times every variant and cross-checks each against kLegacy).
+inline constexpr Fp4GemmPath kDefaultTiledPath = Fp4GemmPath::kTiledStaged;
+
 // gemm1: for padded row r of expert e (offsets[e] <= r < offsets[e+1]) with t = permuted_to_token[r]:
 //   acc[n] = sum_k deq(a[t, k]) * deq(w13[e*2I + n, k]); gate = acc[n] * (a_gs * w13_gs[e]),
 //   up = acc[I + n] * (a_gs * w13_gs[e]); h = bf16(silu(gate) * up) -> NVFP4 with out_gs into
@@ -17,7 +34,8 @@ cudaError_t launch_moe_gemm1_fp4(const uint8_t* a, int64_t ld_a, const uint8_t* 
                                  int64_t ld_w_scales, const float* w13_gs, const int32_t* offsets,
                                  const int32_t* permuted_to_token, int64_t P, int64_t E, int64_t H, int64_t I,
                                  float out_gs, uint8_t* out, int64_t ld_out, uint8_t* out_scales,
-                                 int64_t ld_out_scales, cudaStream_t stream);
+                                 int64_t ld_out_scales, cudaStream_t stream,
+                                 Fp4GemmPath path = Fp4GemmPath::kAuto);
 
 // gemm2: out[r, n] = bf16(sum_k deq(h[r, k]) * deq(w2[e*H + n, k]) * (h_gs * w2_gs[e])) for rows
 // r < offsets[E] with permuted_to_token[r] >= 0; all other rows of out [P, H] are zeros.
@@ -25,6 +43,7 @@ cudaError_t launch_moe_gemm2_fp4(const uint8_t* h, int64_t ld_h, const uint8_t* 
                                  float h_gs, const uint8_t* w2, int64_t ld_w, const uint8_t* w2_scales,
                                  int64_t ld_w_scales, const float* w2_gs, const int32_t* offsets,
                                  const int32_t* permuted_to_token, int64_t P, int64_t E, int64_t I, int64_t H,
-                                 uint16_t* out, int64_t ld_out, cudaStream_t stream);
+                                 uint16_t* out, int64_t ld_out, cudaStream_t stream,
+                                 Fp4GemmPath path = Fp4GemmPath::kAuto);
 
 }  // namespace moeprof::kern

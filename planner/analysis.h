@@ -146,9 +146,11 @@ struct Anomalies {
   }
 };
 
-// Allocations grouped by (scope, name, bytes): the multiset compare() matches runs by.
+// Allocations grouped by (scope, name, frame, bytes): the multiset compare() matches runs by.
+// An unnamed allocation with a call stack (a traced program) is known by its innermost user frame
+// (planner/stacks.h, "forward (model.py:42)"); `frame` is "" for named ones and those with no stack.
 struct AllocGroup {
-  std::string scope, name;
+  std::string scope, name, frame;
   uint64_t bytes = 0;
   uint64_t count = 0;
 };
@@ -184,6 +186,10 @@ struct RunAnalysis {
   // refer to this numbering (which is also used when lifetimes are not kept).
   std::vector<Lifetime> lifetimes;
   bool handoffs_computed = true;        // AnalyzeOptions::findings
+  bool streamed = false;                // analyze_stream (planner/stream.h): no lifetimes, no hand-off search
+  // Timestamp of the first replayed event (before any filter): the start of the trace, from which
+  // reports measure times ("78.8 ms"); 0 when nothing was replayed.
+  uint64_t start_ts = 0;
   std::string categories_note;          // how categories were inferred ("" = the trace's own)
   // Transient allocations of one family (name or innermost user frame, scope pattern) whose size
   // grows from one occurrence to the next, e.g. a buffer re-allocated larger every step.
@@ -272,7 +278,7 @@ struct LiveDiff {
 
 LiveDiff diff_live_at_peak(const RunAnalysis& baseline, const RunAnalysis& candidate);
 struct AllocGroupDelta {
-  std::string scope, name;
+  std::string scope, name, frame;  // frame: as AllocGroup::frame
   uint64_t bytes = 0;
   uint64_t count = 0;  // how many more of these the run that has them holds
 };

@@ -76,19 +76,20 @@ Comparison compare(const RunAnalysis& baseline, const RunAnalysis& candidate) {
   const auto& bg = baseline.alloc_groups;
   const auto& cg = candidate.alloc_groups;
   size_t i = 0, j = 0;
-  auto key = [](const AllocGroup& g) { return std::tie(g.scope, g.name, g.bytes); };
+  auto key = [](const AllocGroup& g) { return std::tie(g.scope, g.name, g.frame, g.bytes); };
+  auto more = [](const AllocGroup& g, uint64_t count) { return AllocGroupDelta{g.scope, g.name, g.frame, g.bytes, count}; };
   while (i < bg.size() || j < cg.size()) {
     if (j == cg.size() || (i < bg.size() && key(bg[i]) < key(cg[j]))) {
-      c.only_in_baseline.push_back(AllocGroupDelta{bg[i].scope, bg[i].name, bg[i].bytes, bg[i].count});
+      c.only_in_baseline.push_back(more(bg[i], bg[i].count));
       ++i;
     } else if (i == bg.size() || key(cg[j]) < key(bg[i])) {
-      c.only_in_candidate.push_back(AllocGroupDelta{cg[j].scope, cg[j].name, cg[j].bytes, cg[j].count});
+      c.only_in_candidate.push_back(more(cg[j], cg[j].count));
       ++j;
     } else {
       if (bg[i].count > cg[j].count) {
-        c.only_in_baseline.push_back(AllocGroupDelta{bg[i].scope, bg[i].name, bg[i].bytes, bg[i].count - cg[j].count});
+        c.only_in_baseline.push_back(more(bg[i], bg[i].count - cg[j].count));
       } else if (cg[j].count > bg[i].count) {
-        c.only_in_candidate.push_back(AllocGroupDelta{cg[j].scope, cg[j].name, cg[j].bytes, cg[j].count - bg[i].count});
+        c.only_in_candidate.push_back(more(cg[j], cg[j].count - bg[i].count));
       }
       ++i;
       ++j;
@@ -121,6 +122,16 @@ LiveDiff diff_live_at_peak(const RunAnalysis& baseline, const RunAnalysis& candi
   std::vector<std::string> bfam(bl.size()), cfam(cl.size());
   for (size_t i = 0; i < bl.size(); ++i) bfam[i] = family_scope(bl[i].scope);
   for (size_t j = 0; j < cl.size(); ++j) cfam[j] = family_scope(cl[j].scope);
+  // What a tensor is known by: its name, else (traced programs) its innermost user frame, as in
+  // AllocGroup; unnamed tensors without a stack are all alike.
+  auto frame_of = [](const RunAnalysis& run, const LiveEntry& e) {
+    if (!e.name.empty() || e.stack_id == StackId::kNone) return std::string();
+    auto f = user_frames(run, e.stack_id, 1);
+    return f.empty() ? std::string() : f.front();
+  };
+  std::vector<std::string> bframe(bl.size()), cframe(cl.size());
+  for (size_t i = 0; i < bl.size(); ++i) bframe[i] = frame_of(baseline, bl[i]);
+  for (size_t j = 0; j < cl.size(); ++j) cframe[j] = frame_of(candidate, cl[j]);
   auto row = [&](LiveChange ch, const LiveEntry* b, const LiveEntry* c) {
     LiveDiffRow r;
     r.change = ch;
@@ -164,28 +175,29 @@ LiveDiff diff_live_at_peak(const RunAnalysis& baseline, const RunAnalysis& candi
       }
     }
   };
-  auto k = [](const LiveEntry& e, const std::string& scope, bool bytes) {
-    std::string s = e.name + '\n' + scope + '\n' + std::to_string(static_cast<int>(e.category));
+  auto k = [](const LiveEntry& e, const std::string& frame, const std::string& scope, bool bytes) {
+    std::string s = e.name + '\n' + frame + '\n' + scope + '\n' + std::to_string(static_cast<int>(e.category));
     if (bytes) s += '\n' + std::to_string(e.bytes);
     return s;
   };
-  pass([&](size_t i) { return k(bl[i], bl[i].scope, true); }, [&](size_t j) { return k(cl[j], cl[j].scope, true); },
+  pass([&](size_t i) { return k(bl[i], bframe[i], bl[i].scope, true); }, [&](size_t j) { return k(cl[j], cframe[j], cl[j].scope, true); },
        LiveChange::kMoved, false);
-  pass([&](size_t i) { return k(bl[i], bfam[i], true); }, [&](size_t j) { return k(cl[j], cfam[j], true); }, LiveChange::kMoved,
-       true);
-  pass([&](size_t i) { return k(bl[i], bfam[i], false); }, [&](size_t j) { return k(cl[j], cfam[j], false); },
+  pass([&](size_t i) { return k(bl[i], bframe[i], bfam[i], true); }, [&](size_t j) { return k(cl[j], cframe[j], cfam[j], true); },
+       LiveChange::kMoved, true);
+  pass([&](size_t i) { return k(bl[i], bframe[i], bfam[i], false); }, [&](size_t j) { return k(cl[j], cframe[j], cfam[j], false); },
        LiveChange::kResized, true);
-  // Tensors a run allocates at all, by (scope family, name).
+  // Tensors a run allocates at all, by (scope family, name, frame).
   auto allocated = [](const RunAnalysis& run) {
-    std::set<std::pair<std::string, std::string>> s;
-    for (const auto& g : run.alloc_groups) s.emplace(family_scope(g.scope), g.name);
+    std::set<std::tuple<std::string, std::string, std::string>> s;
+    for (const auto& g : run.alloc_groups) s.emplace(family_scope(g.scope), g.name, g.frame);
     return s;
   };
   const auto in_candidate = allocated(candidate), in_baseline = allocated(baseline);
   for (size_t i = 0; i < bl.size(); ++i)
-    if (!bdone[i]) row(in_candidate.count({bfam[i], bl[i].name}) ? LiveChange::kFreed : LiveChange::kNotAllocated, &bl[i], nullptr);
+    if (!bdone[i])
+      row(in_candidate.count({bfam[i], bl[i].name, bframe[i]}) ? LiveChange::kFreed : LiveChange::kNotAllocated, &bl[i], nullptr);
   for (size_t j = 0; j < cl.size(); ++j)
-    if (!cdone[j]) row(in_baseline.count({cfam[j], cl[j].name}) ? LiveChange::kAdded : LiveChange::kNew, nullptr, &cl[j]);
+    if (!cdone[j]) row(in_baseline.count({cfam[j], cl[j].name, cframe[j]}) ? LiveChange::kAdded : LiveChange::kNew, nullptr, &cl[j]);
   for (const auto& r : out.rows) out.delta += r.delta;
   std::stable_sort(out.rows.begin(), out.rows.end(), [](const LiveDiffRow& a, const LiveDiffRow& b) {
     const uint64_t ma = a.delta < 0 ? -static_cast<uint64_t>(a.delta) : static_cast<uint64_t>(a.delta);

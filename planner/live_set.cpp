@@ -1,8 +1,10 @@
 // The end of a replay: live sets at the activation peaks, scope tables, totals per run.
 #include <algorithm>
+#include <map>
 #include <tuple>
 
 #include "planner/replayer.h"
+#include "planner/stacks.h"
 
 namespace moeprof::planner {
 
@@ -108,13 +110,41 @@ void Replayer::finish(RunAnalysis* run, uint32_t num_events) {
   run->anomalies = an_;
   run->limit_error = limit_error_;
 
+  std::map<uint32_t, std::string> frame_of;  // stack id -> innermost user frame
   groups_.for_each([&](std::pair<uint64_t, uint64_t> k, uint32_t count) {
-    run->alloc_groups.push_back(AllocGroup{run->str(static_cast<StrId>(k.first >> 32)),
-                                           run->str(static_cast<StrId>(k.first & 0xffffffffu)), k.second, count});
+    AllocGroup g{run->str(static_cast<StrId>(k.first >> 32)), "", "", k.second, count};
+    const uint64_t who = k.first & 0xffffffffu;
+    if (who & kGroupByStack) {
+      const uint32_t sid = static_cast<uint32_t>(who & ~kGroupByStack);
+      auto [it, fresh] = frame_of.emplace(sid, std::string());
+      if (fresh) {
+        const auto frames = user_frames(*run, static_cast<StackId>(sid), 1);
+        if (!frames.empty()) it->second = frames.front();
+      }
+      g.frame = it->second;
+    } else {
+      g.name = run->str(static_cast<StrId>(who));
+    }
+    run->alloc_groups.push_back(std::move(g));
   });
   std::sort(run->alloc_groups.begin(), run->alloc_groups.end(), [](const AllocGroup& a, const AllocGroup& b) {
-    return std::tie(a.scope, a.name, a.bytes) < std::tie(b.scope, b.name, b.bytes);
+    return std::tie(a.scope, a.name, a.frame, a.bytes) < std::tie(b.scope, b.name, b.frame, b.bytes);
   });
+  // Stacks that differ only in library or outer frames share their innermost user frame: one group.
+  size_t n = 0;
+  for (size_t i = 0; i < run->alloc_groups.size(); ++i) {
+    AllocGroup& g = run->alloc_groups[i];
+    if (n > 0) {
+      AllocGroup& last = run->alloc_groups[n - 1];
+      if (std::tie(last.scope, last.name, last.frame, last.bytes) == std::tie(g.scope, g.name, g.frame, g.bytes)) {
+        last.count += g.count;
+        continue;
+      }
+    }
+    if (n != i) run->alloc_groups[n] = std::move(g);
+    ++n;
+  }
+  run->alloc_groups.resize(n);
   if (opt_.keep_lifetimes) run->lifetimes = std::move(lts_);
   if (opt_.keep_event_index) {
     run->position_ts = std::move(position_ts_);

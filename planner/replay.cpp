@@ -168,7 +168,11 @@ void Replayer::on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos) {
     s.alloc_bytes += b;
     ++s.allocs;
   }
-  ++groups_[{uint64_t{index_of(r.scope_id)} << 32 | index_of(r.name_id), r.bytes}];
+  // Unnamed allocations with a call stack (traced programs) are grouped by their stack; finish()
+  // names each group by its innermost user frame (AllocGroup::frame).
+  uint64_t who = index_of(r.name_id);
+  if (who == 0 && r.stack_id != StackId::kNone && index_of(r.stack_id) < kGroupByStack) who = kGroupByStack | index_of(r.stack_id);
+  ++groups_[{uint64_t{index_of(r.scope_id)} << 32 | who, r.bytes}];
   d.tl_total.sample(r.timestamp_ns, d.live_total);
   d.tl_act.sample(r.timestamp_ns, d.live_act);
 }
@@ -287,6 +291,7 @@ RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt) {
   while (last > first && !is_replayed(recs[last - 1].kind)) --last;
   const uint64_t t0 = first < n ? recs[first].timestamp_ns : 0;
   const uint64_t t1 = last > first ? recs[last - 1].timestamp_ns : 0;
+  run.start_ts = t0;
   const bool markers = opt.keep_event_index;
   auto takes_order = [&](EventKind k) { return is_replayed(k) || (markers && k == EventKind::kMarkerEnd); };
 
@@ -351,6 +356,7 @@ RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt) {
     if (rp.event(r, pos, k.idx)) ++pos;
   }
   run.reordered = true;
+  run.start_ts = lo == UINT64_MAX ? 0 : lo;
   run.replayed_events = pos;
   rp.finish(&run, pos);
   return run;

@@ -27,6 +27,9 @@
 namespace moeprof::planner {
 
 inline constexpr uint32_t kNoIndex = UINT32_MAX;
+// In the (scope, name) half of an allocation group's key: the low 32 bits are a name id, or, with
+// this bit set, the stack id of an unnamed allocation.
+inline constexpr uint64_t kGroupByStack = uint64_t{1} << 31;
 
 bool is_replayed(EventKind kind);
 inline bool live_at(const Lifetime& l, uint32_t pos) {
@@ -116,7 +119,7 @@ class Replayer {
   PairMap node_slot_;                // (device, scope node) -> 1 + index into scope_stats_
   std::vector<std::pair<uint32_t, uint32_t>> chain_ranges_;  // [begin, end) into chain_slots_
   std::vector<uint32_t> chain_slots_;                        // indices into scope_stats_
-  PairMap groups_;  // ((scope_id << 32) | name_id, bytes) -> count
+  PairMap groups_;  // ((scope_id << 32) | name_id, or kGroupByStack | stack_id when unnamed; bytes) -> count
   Anomalies an_;
   // Bytes allocated over all devices, checked against kMaxBytes: every other byte figure of the
   // analysis (live bytes, peaks, scope counters, groups, never-freed bytes) is at most this sum,

@@ -562,10 +562,12 @@ struct ReplaySink {
   InferredCategories counts;
   RunAnalysis run;
 
+  uint64_t first_ts = UINT64_MAX;
   bool too_long = false;  // more replayed events than 32-bit replay positions hold (analyze refuses the same)
 
   void any(const TraceRecord&) {}
   void replay(const TraceRecord& r, uint64_t n) {
+    first_ts = std::min(first_ts, r.timestamp_ns);
     if (pos >= kNoIndex - 1) {
       too_long = true;
       return;
@@ -587,6 +589,8 @@ struct ReplaySink {
     run.replayed_events = pos;
     rp.finish(&run, pos);
     run.handoffs_computed = false;
+    run.streamed = true;
+    run.start_ts = first_ts == UINT64_MAX ? 0 : first_ts;
     if (too_long && run.limit_error.empty())
       run.limit_error = "the trace has more than " + std::to_string(kNoIndex - 1) + " replayed events; the planner replays at most that many";
   }

@@ -36,12 +36,16 @@ std::string format_change_bytes(uint64_t from, uint64_t to) {
 std::string format_exact_bytes(uint64_t bytes) { return with_commas_u(bytes) + " B"; }
 
 std::string format_duration_ns(uint64_t ns) {
-  char buf[64];
+  // Rounded half up in integers, each unit up to where the next one takes over (999,999 ns is
+  // "1.0 ms", not "1000 us"); seconds with thousands separators.
+  auto rounded = [ns](uint64_t unit) { return ns / unit + (ns % unit >= unit - unit / 2 ? 1 : 0); };
   if (ns < 1000) return std::to_string(ns) + " ns";
-  if (ns < 1000000) std::snprintf(buf, sizeof(buf), "%.0f us", double(ns) / 1e3);
-  else if (ns < 1000000000) std::snprintf(buf, sizeof(buf), "%.1f ms", double(ns) / 1e6);
-  else std::snprintf(buf, sizeof(buf), "%.2f s", double(ns) / 1e9);
-  return buf;
+  if (const uint64_t us = rounded(1000); us < 1000) return std::to_string(us) + " us";
+  if (const uint64_t tenths_ms = rounded(100000); tenths_ms < 10000)
+    return std::to_string(tenths_ms / 10) + "." + std::to_string(tenths_ms % 10) + " ms";
+  const uint64_t hundredths_s = rounded(10000000);
+  const uint64_t frac = hundredths_s % 100;
+  return with_commas_u(hundredths_s / 100) + "." + (frac < 10 ? "0" : "") + std::to_string(frac) + " s";
 }
 
 std::string with_commas_u(uint64_t mag) {
@@ -65,9 +69,17 @@ std::string with_commas(int64_t v) {
 std::string format_percent(int64_t delta, uint64_t base) {
   if (delta == 0) return "0.0%";
   if (base == 0) return "n/a";
+  // One decimal, the sign of the change, thousands separators ("+20,124.7%").
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%+.1f%%", 100.0 * static_cast<double>(delta) / static_cast<double>(base));
-  return buf;
+  std::snprintf(buf, sizeof(buf), "%.1f", 100.0 * std::fabs(static_cast<double>(delta)) / static_cast<double>(base));
+  const std::string digits(buf);
+  const size_t dot = digits.find('.');
+  std::string out = delta < 0 ? "-" : "+";
+  for (size_t i = 0; i < dot; ++i) {
+    if (i > 0 && (dot - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out + digits.substr(dot) + "%";
 }
 
 std::string xml_escape(std::string_view s) {

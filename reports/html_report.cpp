@@ -79,11 +79,15 @@ std::string runs_section(const ordered_json& report) {
     }
     out += fmt::format("<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
                        html::bytes(json_u64(r, "peak_total_bytes")), html::bytes(json_u64(r, "churn_bytes")),
-                       with_commas(json_i64(r, "allocations")), r.contains("anomalies") ? json_u64(r["anomalies"], "total") : 0);
+                       with_commas(json_i64(r, "allocations")), with_commas_u(r.contains("anomalies") ? json_u64(r["anomalies"], "total") : 0));
   }
   out += "</tbody></table>\n";
-  for (const auto& r : report["runs"])
+  for (const auto& r : report["runs"]) {
     for (const auto& n : run_notes(r)) out += fmt::format("<div class=\"note\"><b>{}</b>: {}</div>\n", h(json_str(r, "name")), h(n));
+    if (r.value("streamed", false))
+      out += fmt::format("<div class=\"note streamed\" data-run=\"{}\"><b>{}</b>: {}</div>\n", h(json_str(r, "name")), h(json_str(r, "name")),
+                         h(streamed_note()));
+  }
   return out + "</section>\n";
 }
 

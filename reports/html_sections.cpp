@@ -38,7 +38,7 @@ std::string live_diff_table(const ordered_json& c) {
     const std::string change = json_str(r, "change");
     std::string cls = change;
     for (char& ch : cls) if (ch == ' ') ch = '-';
-    std::string name = h(json_str(r, "name").empty() ? "(unnamed)" : json_str(r, "name"));
+    std::string name = h(entry_label(r));
     if (r.contains("stack") && r["stack"].is_array() && !r["stack"].empty())
       name = fmt::format("<span title=\"{}\">{}</span>", h(r["stack"][0].get<std::string>()), name);
     auto scope_cell = [&](const char* key) { return r[key].get<std::string>().empty() ? std::string("&ndash;") : "<code>" + h(json_str(r, key)) + "</code>"; };
@@ -106,7 +106,7 @@ std::string comparison_section(const ordered_json& c) {
                        who, format_bytes(json_u64(c, (std::string(key) + "_bytes").c_str())), c[key].size());
     for (const auto& g : c[key]) {
       out += fmt::format("<tr><td><code>{}</code></td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
-                         h(scope_name(json_str(g, "scope"))), h(json_str(g, "name")), bytes(json_u64(g, "bytes")),
+                         h(scope_name(json_str(g, "scope"))), h(entry_label(g)), bytes(json_u64(g, "bytes")),
                          with_commas_u(json_u64(g, "count")));
     }
     out += "</tbody></table></details>\n";
@@ -141,14 +141,15 @@ std::string peak_section(const ordered_json& r) {
   if (live.contains("top") && !live["top"].empty()) {
     out += "<table class=\"live\"><thead><tr><th>allocation</th><th>scope</th><th>shape</th><th>category</th><th class=\"n\">bytes</th></tr></thead><tbody>\n";
     for (const auto& e : live["top"]) {
-      out += fmt::format("<tr><td>{}{}</td><td><code>{}</code></td><td>{} {}</td><td>{}</td><td class=\"n\">{}</td></tr>\n", h(json_str(e, "name")),
+      out += fmt::format("<tr><td>{}{}</td><td><code>{}</code></td><td>{} {}</td><td>{}</td><td class=\"n\">{}</td></tr>\n", h(entry_label(e)),
                          e.value("held_after_last_use", false) ? " <span class=\"worse\" title=\"held after its last use\">(held)</span>" : "",
                          h(scope_name(json_str(e, "scope"))), h(json_str(e, "shape")), h(json_str(e, "dtype")), h(json_str(e, "category")),
                          bytes(json_u64(e, "bytes")));
     }
     out += "</tbody></table>\n";
     if (json_u64(live, "omitted_entries"))
-      out += fmt::format("<p class=\"muted\">{} smaller allocations ({}) not listed.</p>\n", with_commas_u(json_u64(live, "omitted_entries")),
+      out += fmt::format("<p class=\"muted\">{} smaller allocation{} ({}) not listed.</p>\n", with_commas_u(json_u64(live, "omitted_entries")),
+                         json_u64(live, "omitted_entries") == 1 ? "" : "s",
                          format_bytes(json_u64(live, "omitted_bytes")));
   }
   return out + "</div>\n";

@@ -54,6 +54,7 @@ ordered_json live_at_peak_json(const planner::RunAnalysis& run, const ReportOpti
   if (run.devices.empty()) {
     j["device"] = nullptr;
     j["timestamp_ns"] = nullptr;
+    j["time_ns"] = nullptr;
     j["activation_bytes"] = 0;
     j["total_bytes"] = 0;
     j["by_category"] = category_object({});
@@ -66,6 +67,7 @@ ordered_json live_at_peak_json(const planner::RunAnalysis& run, const ReportOpti
   const auto& d = run.devices[run.peak_device];
   j["device"] = d.device;
   j["timestamp_ns"] = d.peak_activation_ts;
+  j["time_ns"] = d.peak_activation_ts >= run.start_ts ? d.peak_activation_ts - run.start_ts : 0;  // since the trace's start
   j["activation_bytes"] = d.live_at_activation_peak.activation();
   j["total_bytes"] = d.live_at_activation_peak.total();
   j["by_category"] = category_object(d.live_at_activation_peak);
@@ -186,6 +188,7 @@ ordered_json alloc_groups_json(const std::vector<planner::AllocGroupDelta>& v, s
     ordered_json e;
     e["scope"] = v[i].scope;
     e["name"] = v[i].name;
+    if (!v[i].frame.empty()) e["frame"] = v[i].frame;  // an unnamed allocation's innermost user frame
     e["bytes"] = v[i].bytes;
     e["count"] = v[i].count;
     a.push_back(e);
@@ -289,6 +292,8 @@ ordered_json make_run_json(const planner::RunAnalysis& run, const std::string& n
   j["truncated"] = run.truncated;
   j["truncation_note"] = run.truncation_note;
   j["reordered"] = run.reordered;
+  j["streamed"] = run.streamed;
+  j["start_timestamp_ns"] = run.start_ts;
   if (!run.categories_note.empty()) j["categories_inferred"] = run.categories_note;
   if (!run.growth.empty()) {
     ordered_json g = ordered_json::array();

@@ -38,8 +38,9 @@ std::string comparison_markdown(const ordered_json& c) {
       json_i64(c, "peak_activation_delta_bytes"));
   row("peak total", json_u64(c, "baseline_peak_total_bytes"), json_u64(c, "candidate_peak_total_bytes"), json_i64(c, "peak_total_delta_bytes"));
   row("churn", json_u64(c, "baseline_churn_bytes"), json_u64(c, "candidate_churn_bytes"), json_i64(c, "churn_delta_bytes"));
-  out += fmt::format("| allocations | {} | {} | {:+d} | {} |\n", count_cell(json_u64(c, "baseline_allocations")),
-                     count_cell(json_u64(c, "candidate_allocations")), json_i64(c, "allocations_delta"),
+  const int64_t da = json_i64(c, "allocations_delta");
+  out += fmt::format("| allocations | {} | {} | {}{} | {} |\n", count_cell(json_u64(c, "baseline_allocations")),
+                     count_cell(json_u64(c, "candidate_allocations")), da > 0 ? "+" : "", with_commas(da),
                      format_percent(json_i64(c, "allocations_delta"), json_u64(c, "baseline_allocations")));
   if (c.contains("live_at_peak_delta_by_category") && c.contains("baseline_live_at_peak_by_category")) {
     for (const auto& [cat, v] : c["live_at_peak_delta_by_category"].items()) {
@@ -56,7 +57,7 @@ std::string comparison_markdown(const ordered_json& c) {
     out += "| change | tensor | scope in A | scope in B | shape | A | B | B - A |\n|---|---|---|---|---|---:|---:|---:|\n";
     for (const auto& r : d["rows"]) {
       auto cell = [&](const char* key) { return json_u64(r, key) ? bytes_cell(json_u64(r, key)) : std::string("-"); };
-      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", json_str(r, "change"), md_cell(json_str(r, "name")),
+      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", json_str(r, "change"), md_cell(entry_label(r)),
                          md_cell(json_str(r, "baseline_scope").empty() ? "-" : json_str(r, "baseline_scope")),
                          md_cell(json_str(r, "candidate_scope").empty() ? "-" : json_str(r, "candidate_scope")), md_cell(json_str(r, "shape")),
                          cell("baseline_bytes"), cell("candidate_bytes"), delta_cell(json_i64(r, "delta_bytes")));
@@ -80,7 +81,7 @@ std::string comparison_markdown(const ordered_json& c) {
     out += fmt::format("\nAllocations only {} makes ({} in all):\n\n", who, format_bytes(json_u64(c, (std::string(key) + "_bytes").c_str())));
     out += "| scope | name | bytes | how many more |\n|---|---|---:|---:|\n";
     for (const auto& g : c[key]) {
-      out += fmt::format("| {} | {} | {} | {} |\n", md_cell(scope_name(json_str(g, "scope"))), md_cell(json_str(g, "name")),
+      out += fmt::format("| {} | {} | {} | {} |\n", md_cell(scope_name(json_str(g, "scope"))), md_cell(entry_label(g)),
                          bytes_cell(json_u64(g, "bytes")), count_cell(json_u64(g, "count")));
     }
   }
@@ -95,14 +96,16 @@ std::string report_markdown(const ordered_json& report) {
   out += "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|\n";
   for (const auto& r : report["runs"]) {
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", md_cell(json_str(r, "name")),
-                       md_cell(json_str(r, "mode")), md_cell(json_str(r, "model")), json_i64(r, "tokens"),
+                       md_cell(json_str(r, "mode")), md_cell(json_str(r, "model")), with_commas(json_i64(r, "tokens")),
                        md_cell(run_tp_label(r)), md_cell(json_str(r, "backend")), bytes_cell(json_u64(r, "peak_activation_bytes")),
                        bytes_cell(json_u64(r, "peak_total_bytes")), bytes_cell(json_u64(r, "churn_bytes")), with_commas_u(json_u64(r, "allocations")),
-                       r.contains("anomalies") ? json_u64(r["anomalies"], "total") : 0);
+                       with_commas_u(r.contains("anomalies") ? json_u64(r["anomalies"], "total") : 0));
   }
   for (const auto& r : report["runs"]) {
     for (const auto& w : run_warnings(r)) out += fmt::format("\n> **warning**: {}\n", md_cell(w));
-    for (const auto& n : run_notes(r)) out += fmt::format("\n> **{}**: {}\n", md_cell(json_str(r, "name")), md_cell(n));
+    std::vector<std::string> notes = run_notes(r);
+    if (r.value("streamed", false)) notes.push_back(streamed_note());
+    for (const auto& n : notes) out += fmt::format("\n> **{}**: {}\n", md_cell(json_str(r, "name")), md_cell(n));
   }
   for (const auto& r : report["runs"]) {
     const auto& live = r["live_at_peak"];
@@ -120,11 +123,12 @@ std::string report_markdown(const ordered_json& report) {
     if (live.contains("top") && !live["top"].empty()) {
       out += "\n| allocation | scope | shape | dtype | category | bytes |\n|---|---|---|---|---|---:|\n";
       for (const auto& e : live["top"]) {
-        out += fmt::format("| {} | {} | {} | {} | {} | {} |\n", md_cell(json_str(e, "name")), md_cell(scope_name(json_str(e, "scope"))),
+        out += fmt::format("| {} | {} | {} | {} | {} | {} |\n", md_cell(entry_label(e)), md_cell(scope_name(json_str(e, "scope"))),
                            md_cell(json_str(e, "shape")), json_str(e, "dtype"), json_str(e, "category"), bytes_cell(json_u64(e, "bytes")));
       }
       if (json_u64(live, "omitted_entries"))
-        out += fmt::format("\n{} smaller allocations ({}) not listed.\n", json_u64(live, "omitted_entries"),
+        out += fmt::format("\n{} smaller allocation{} ({}) not listed.\n", with_commas_u(json_u64(live, "omitted_entries")),
+                           json_u64(live, "omitted_entries") == 1 ? "" : "s",
                            format_bytes(json_u64(live, "omitted_bytes")));
     }
   }

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/stacks.h"
 #include "reports/format.h"
 #include "reports/report_file.h"
 
@@ -155,7 +156,11 @@ void export_run(const PerfettoRun& run, size_t run_index, const PerfettoOptions&
   for (size_t i : order) {
     const auto& l = an.lifetimes[i];
     std::string name = an.str(l.name_id);
-    if (name.empty()) name = "alloc " + std::to_string(l.bytes) + " B";
+    if (name.empty() && l.stack_id != StackId::kNone) {  // a traced program's allocation: its innermost user frame
+      const auto frames = planner::user_frames(an, l.stack_id, 1);
+      if (!frames.empty()) name = frames.front();
+    }
+    if (name.empty()) name = std::string(category_name(l.category)) + " " + format_bytes(l.bytes);
     std::string scope = an.str(l.scope_id);
     if (scope.empty()) scope = "(unscoped)";
     const uint64_t end = l.freed() ? l.t_free : std::max(t_end, l.t_alloc);

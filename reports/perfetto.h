@@ -7,7 +7,8 @@
 //   - the peaks as process-scoped instants ("ph":"i","s":"p", cat "peak", args.bytes);
 //   - the allocations, the largest max_slices, as complete events ("ph":"X") grouped by scope: one
 //     thread per scope and lane, named by the scope ("layer.3/attn", "layer.3/attn (2)"),
-//     overlapping lifetimes on separate lanes; args: bytes, size, scope, shape, dtype, category;
+//     overlapping lifetimes on separate lanes; a slice is named by the allocation's name, else its
+//     innermost user frame, else its category and size; args: bytes, size, scope, shape, dtype, category;
 //     never-freed allocations end at the last event of the trace;
 //   - trace markers as async slices (cat "marker"); an unmatched begin is an instant event;
 //   - kernels as complete events on one thread per stream, at most max_kernels;

@@ -72,6 +72,23 @@ inline std::string json_str(const nlohmann::ordered_json& j, const char* key) {
   return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
 }
 
+// What a streamed run (moeprof plan/report --stream on) lacks, said the same way everywhere.
+inline std::string streamed_note() {
+  return "analysed as a stream (--stream): no per-allocation timeline and no hand-off search; --stream off gives both";
+}
+
+// The name a reader sees for a live entry, a diff row or an allocation group: its name, else its
+// innermost user frame (programs traced without names: `stack`, or a group's `frame`), else "(unnamed)".
+inline std::string entry_label(const nlohmann::ordered_json& e) {
+  std::string n = json_str(e, "name");
+  if (!n.empty()) return n;
+  if (e.contains("stack") && e["stack"].is_array() && !e["stack"].empty() && e["stack"][0].is_string() &&
+      !e["stack"][0].get<std::string>().empty())
+    return e["stack"][0].get<std::string>();
+  if (!json_str(e, "frame").empty()) return json_str(e, "frame");
+  return "(unnamed)";
+}
+
 // "rank/size", with " (emulated)" when one device ran one rank's shapes (extra.tp_emulated), or
 // "all N ranks of N" for a merged multi-GPU trace (extra.ranks).
 inline std::string run_tp_label(const nlohmann::ordered_json& run) {

@@ -1,5 +1,7 @@
 #include "reports/text_report.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "reports/format.h"
@@ -31,16 +33,16 @@ std::string comparison_text(const ordered_json& c, const std::string& a_file, co
     for (const auto& w : c["warnings"])
       if (w.is_string()) out += "warning: " + w.get<std::string>() + "\n";
   out += fmt::format("A: run {} ({})\nB: run {} ({})\nchanges are B - A (negative: B uses less)\n\n", a, a_file, b, b_file);
-  out += fmt::format("  {:<34} {:>16} {:>16} {:>30} {:>8}\n", "", "A", "B", "B - A", "%");
+  out += fmt::format("  {:<42} {:>16} {:>16} {:>30} {:>8}\n", "", "A", "B", "B - A", "%");
   auto row = [&](const std::string& what, uint64_t va, uint64_t vb, int64_t d) {
-    out += fmt::format("  {:<34} {:>16} {:>16} {:>30} {:>8}\n", what, format_bytes(va), format_bytes(vb), change_exact(d), format_percent(d, va));
+    out += fmt::format("  {:<42} {:>16} {:>16} {:>30} {:>8}\n", what, format_bytes(va), format_bytes(vb), change_exact(d), format_percent(d, va));
   };
   row("peak activation", json_u64(c, "baseline_peak_activation_bytes"), json_u64(c, "candidate_peak_activation_bytes"),
       json_i64(c, "peak_activation_delta_bytes"));
   row("peak total", json_u64(c, "baseline_peak_total_bytes"), json_u64(c, "candidate_peak_total_bytes"), json_i64(c, "peak_total_delta_bytes"));
   row("churn", json_u64(c, "baseline_churn_bytes"), json_u64(c, "candidate_churn_bytes"), json_i64(c, "churn_delta_bytes"));
   const int64_t da = json_i64(c, "allocations_delta");
-  out += fmt::format("  {:<34} {:>16} {:>16} {:>30} {:>8}\n", "allocations", with_commas_u(json_u64(c, "baseline_allocations")),
+  out += fmt::format("  {:<42} {:>16} {:>16} {:>30} {:>8}\n", "allocations", with_commas_u(json_u64(c, "baseline_allocations")),
                      with_commas_u(json_u64(c, "candidate_allocations")), (da > 0 ? "+" : "") + with_commas(da),
                      format_percent(da, json_u64(c, "baseline_allocations")));
   if (c.contains("live_at_peak_delta_by_category") && c.contains("baseline_live_at_peak_by_category")) {
@@ -54,14 +56,21 @@ std::string comparison_text(const ordered_json& c, const std::string& a_file, co
     const auto& d = c["live_at_peak_diff"];
     out += fmt::format("\nlive at the peak, tensor by tensor ({} tensor(s), {}, unchanged at both peaks):\n",
                        with_commas_u(json_u64(d, "unchanged_tensors")), format_bytes(json_u64(d, "unchanged_bytes")));
-    out += fmt::format("  {:<14} {:<26} {:<28} {:<28} {:>12} {:>12} {:>30}\n", "change", "tensor", "scope in A", "scope in B", "A", "B", "B - A");
+    size_t wname = 26, wscope = 28;
+    for (const auto& r : d["rows"]) {
+      wname = std::min<size_t>(std::max(wname, entry_label(r).size()), 72);
+      wscope = std::min<size_t>(std::max({wscope, json_str(r, "baseline_scope").size(), json_str(r, "candidate_scope").size()}), 56);
+    }
+    out += fmt::format("  {:<14} {:<{}} {:<{}} {:<{}} {:>12} {:>12} {:>30}\n", "change", "tensor", wname, "scope in A", wscope, "scope in B", wscope,
+                       "A", "B", "B - A");
     for (const auto& r : d["rows"]) {
       auto cell = [&](const char* key) { return json_u64(r, key) ? format_bytes(json_u64(r, key)) : std::string("-"); };
       auto scope = [&](const char* key) { return json_str(r, key).empty() ? std::string("-") : json_str(r, key); };
-      out += fmt::format("  {:<14} {:<26} {:<28} {:<28} {:>12} {:>12} {:>30}\n", json_str(r, "change"), json_str(r, "name"), scope("baseline_scope"),
-                         scope("candidate_scope"), cell("baseline_bytes"), cell("candidate_bytes"), change_exact(json_i64(r, "delta_bytes")));
+      out += fmt::format("  {:<14} {:<{}} {:<{}} {:<{}} {:>12} {:>12} {:>30}\n", json_str(r, "change"), entry_label(r), wname,
+                         scope("baseline_scope"), wscope, scope("candidate_scope"), wscope, cell("baseline_bytes"), cell("candidate_bytes"),
+                         change_exact(json_i64(r, "delta_bytes")));
     }
-    out += fmt::format("  {:<14} {:<26} {:<28} {:<28} {:>12} {:>12} {:>30}\n", "sum", "", "", "",
+    out += fmt::format("  {:<14} {:<{}} {:<{}} {:<{}} {:>12} {:>12} {:>30}\n", "sum", "", wname, "", wscope, "", wscope,
                        format_bytes(json_u64(d, "baseline_bytes") - json_u64(d, "unchanged_bytes")),
                        format_bytes(json_u64(d, "candidate_bytes") - json_u64(d, "unchanged_bytes")), change_exact(json_i64(d, "delta_bytes")));
   }
@@ -79,7 +88,7 @@ std::string comparison_text(const ordered_json& c, const std::string& a_file, co
     out += fmt::format("\nallocations only {} makes ({} in all):\n", who, format_bytes(json_u64(c, (std::string(key) + "_bytes").c_str())));
     for (const auto& g : c[key])
       out += fmt::format("  {:>7} x {:>12}  {} {}\n", with_commas_u(json_u64(g, "count")), format_bytes(json_u64(g, "bytes")),
-                         scope_name(json_str(g, "scope")), json_str(g, "name"));
+                         scope_name(json_str(g, "scope")), entry_label(g));
   }
   return out;
 }
@@ -118,16 +127,33 @@ std::string run_text(const ordered_json& r) {
   if (!live["device"].is_number()) {
     out += "\nno allocation was replayed: there is no peak\n";
   } else {
-    out += fmt::format("\nlive at the activation peak (device {}, at t = {} ns):\n", json_u64(live, "device"),
-                       with_commas_u(json_u64(live, "timestamp_ns")));
+    // Times relative to the start of the trace (docs/metrics.md, "Units"), never the recording
+    // process's clock: a traced program's timestamps are nanoseconds since boot or the epoch.
+    const uint64_t t = live.contains("time_ns") ? json_u64(live, "time_ns")
+                                                : (json_u64(live, "timestamp_ns") >= json_u64(r, "start_timestamp_ns")
+                                                       ? json_u64(live, "timestamp_ns") - json_u64(r, "start_timestamp_ns")
+                                                       : 0);
+    out += fmt::format("\nlive at the activation peak (device {}, {} after the start of the trace):\n", json_u64(live, "device"),
+                       format_duration_ns(t));
     for (const auto& [cat, v] : live["by_category"].items())
       if (v.get<uint64_t>()) out += fmt::format("  {:<14} {}\n", cat, bytes_exact(v.get<uint64_t>()));
   }
   if (live.contains("top") && !live["top"].empty()) {
     out += "\nlargest live allocations at the peak:\n";
-    for (const auto& e : live["top"])
-      out += fmt::format("  {:>12}  {:<12} {:<28} {:<40} {}{}\n", format_bytes(json_u64(e, "bytes")), json_str(e, "category"), json_str(e, "name"),
-                         scope_name(json_str(e, "scope")), json_str(e, "shape"), e.value("held_after_last_use", false) ? "  [held after last use]" : "");
+    // Columns as wide as their longest entry (names of traced programs are call sites, often long).
+    size_t wcat = 10, wname = 16, wscope = 16;
+    for (const auto& e : live["top"]) {
+      wcat = std::max(wcat, json_str(e, "category").size());
+      wname = std::min<size_t>(std::max(wname, entry_label(e).size()), 72);
+      wscope = std::min<size_t>(std::max(wscope, scope_name(json_str(e, "scope")).size()), 56);
+    }
+    for (const auto& e : live["top"]) {
+      std::string line = fmt::format("  {:>12}  {:<{}}  {:<{}}  {:<{}}  {}{}", format_bytes(json_u64(e, "bytes")), json_str(e, "category"), wcat,
+                                     entry_label(e), wname, scope_name(json_str(e, "scope")), wscope, json_str(e, "shape"),
+                                     e.value("held_after_last_use", false) ? "  [held after last use]" : "");
+      line.erase(line.find_last_not_of(' ') + 1);
+      out += line + "\n";
+    }
     if (json_u64(live, "omitted_entries"))
       out += fmt::format("  ... {} more ({})\n", with_commas_u(json_u64(live, "omitted_entries")), format_bytes(json_u64(live, "omitted_bytes")));
   }

@@ -5,11 +5,20 @@
 //   "single":  one GEMM over all P padded rows against one expert's weights (an upper bound:
 //              no grouping, best-case weight reuse).
 // TFLOP/s count useful FLOPs only: 2 * (T*k) * N * K (padding rows excluded).
+// The FP4 kernels are timed per path (Fp4GemmPath: the default/auto choice, every tiled variant
+// kTiled / kTiledSkip / kTiledStaged, and kLegacy) and every path is cross-checked against the legacy
+// kernel, here and on small odd shapes (empty experts, moe tiles 8/16/64, I not a multiple of the
+// tile): "CHECK ..." lines, exit 1 on mismatch. kAuto = kDefaultTiledPath (moe_gemm_fp4.cuh).
 // Usage: bench_moe_gemm [T] [E] [k]
 #include <cublasLt.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/gpu/bench_util.h"
@@ -67,6 +76,154 @@ struct LtGemm {
   }
 };
 
+
+template <typename T>
+std::vector<T> fetch(const T* d, size_t n) {
+  std::vector<T> h(n);
+  BENCH_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+float bf16f(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; std::memcpy(&f, &u, 4); return f; }
+float e2m1f(uint8_t c) {
+  static const float v[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  return (c & 8) ? -v[c & 7] : v[c & 7];
+}
+float e4m3f(uint8_t b) {
+  const int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+  if (e == 15 && m == 7) return NAN;
+  const float v = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(1.0f + m / 8.0f, e - 7);
+  return s ? -v : v;
+}
+int g_failures = 0;
+// dead rows: padding (p2t < 0) and rows >= offsets[E]; they must be exactly zero.
+std::vector<char> dead_rows(const int32_t* offsets_d, const int32_t* p2t_d, int64_t P, int64_t E) {
+  auto offs = fetch(offsets_d, E + 1);
+  auto p2t = fetch(p2t_d, P);
+  std::vector<char> dead(P);
+  for (int64_t r = 0; r < P; ++r) dead[r] = r >= offs[E] || p2t[r] < 0;
+  return dead;
+}
+void check_gemm1(const std::string& what, const std::vector<uint8_t>& rq, const std::vector<uint8_t>& rs,
+                 const std::vector<uint8_t>& gq, const std::vector<uint8_t>& gs, const std::vector<char>& dead, int64_t P,
+                 int64_t I) {
+  size_t diff = 0, zero_bad = 0;
+  double num = 0, den = 0, maxd = 0, maxr = 0;
+  for (int64_t r = 0; r < P; ++r)
+    for (int64_t j = 0; j < I / 2; ++j) {
+      const uint8_t a = rq[r * (I / 2) + j], b = gq[r * (I / 2) + j];
+      const uint8_t sa = rs[r * (I / 16) + j / 8], sb = gs[r * (I / 16) + j / 8];
+      if (dead[r]) { zero_bad += (b != 0) + (j % 8 == 0 && sb != 0); continue; }
+      diff += ((a & 15) != (b & 15)) + ((a >> 4) != (b >> 4));
+      for (int h = 0; h < 2; ++h) {
+        const double x = double(e2m1f(h ? a >> 4 : a & 15)) * e4m3f(sa), y = double(e2m1f(h ? b >> 4 : b & 15)) * e4m3f(sb);
+        if (!std::isfinite(y)) { zero_bad++; continue; }
+        num += (x - y) * (x - y); den += x * x; maxd = std::max(maxd, std::fabs(x - y)); maxr = std::max(maxr, std::fabs(x));
+      }
+    }
+  const double frac = double(diff) / double(std::max<int64_t>(1, P * I)), rel = den > 0 ? std::sqrt(num / den) : 0.0;
+  const bool ok = frac <= 0.02 && zero_bad == 0 && rel <= 3e-2 && maxd <= 0.35 * maxr;
+  std::printf("CHECK %s: codes differ %.4f%%, dequantized rel %.3e, max %.3e of %.3e, dead-row errors %zu: %s\n",
+              what.c_str(), frac * 100, rel, maxd, maxr, zero_bad, ok ? "ok" : "MISMATCH");
+  g_failures += ok ? 0 : 1;
+}
+void check_gemm2(const std::string& what, const std::vector<uint16_t>& ref, const std::vector<uint16_t>& got,
+                 const std::vector<char>& dead, int64_t P, int64_t H) {
+  size_t zero_bad = 0, nonfinite = 0;
+  double num = 0, den = 0, maxd = 0, maxr = 0;
+  for (int64_t r = 0; r < P; ++r)
+    for (int64_t n = 0; n < H; ++n) {
+      const uint16_t b = got[r * H + n];
+      if (dead[r]) { zero_bad += b != 0; continue; }
+      const double x = bf16f(ref[r * H + n]), y = bf16f(b);
+      if (!std::isfinite(y)) { ++nonfinite; continue; }
+      num += (x - y) * (x - y); den += x * x; maxd = std::max(maxd, std::fabs(x - y)); maxr = std::max(maxr, std::fabs(x));
+    }
+  const double rel = den > 0 ? std::sqrt(num / den) : 0.0;
+  const bool ok = zero_bad == 0 && nonfinite == 0 && rel <= 1e-2 && maxd <= 4e-2 * maxr;
+  std::printf("CHECK %s: rel %.3e, max %.3e of %.3e, dead-row errors %zu, non-finite %zu: %s\n", what.c_str(), rel, maxd,
+              maxr, zero_bad, nonfinite, ok ? "ok" : "MISMATCH");
+  g_failures += ok ? 0 : 1;
+}
+
+// Runs gemm1 then gemm2 with `path` and with the legacy kernel on the same inputs and compares.
+// The FP4 buffers are the caller's; outputs start as 0xAB garbage so unwritten bytes show.
+struct Fp4Case {
+  const uint8_t *a, *a_s, *w13, *w13_s, *w2, *w2_s;
+  const float* gs;
+  const int32_t *offsets, *p2t;
+  int64_t P, E, H, I;
+};
+const std::pair<const char*, Fp4GemmPath> kTiledPaths[] = {
+    {"[tiled]", Fp4GemmPath::kTiled}, {"[tiled_skip]", Fp4GemmPath::kTiledSkip}, {"[tiled_staged]", Fp4GemmPath::kTiledStaged}};
+
+void cross_check(const std::string& name, const Fp4Case& c, Fp4GemmPath path, cudaStream_t s) {
+  const int64_t P = c.P, H = c.H, I = c.I;
+  uint8_t *hq[2], *hs[2];
+  uint16_t* o[2];
+  for (int v = 0; v < 2; ++v) {
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&hq[v]), P * I / 2));
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&hs[v]), P * I / 16));
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&o[v]), P * H * 2));
+    BENCH_CHECK(cudaMemsetAsync(hq[v], 0xAB, P * I / 2, s));
+    BENCH_CHECK(cudaMemsetAsync(hs[v], 0xAB, P * I / 16, s));
+    BENCH_CHECK(cudaMemsetAsync(o[v], 0xAB, P * H * 2, s));
+  }
+  const Fp4GemmPath paths[2] = {Fp4GemmPath::kLegacy, path};
+  for (int v = 0; v < 2; ++v)
+    BENCH_CHECK(launch_moe_gemm1_fp4(c.a, H / 2, c.a_s, H / 16, 0.05f, c.w13, H / 2, c.w13_s, H / 16, c.gs, c.offsets,
+                                     c.p2t, P, c.E, H, I, 0.02f, hq[v], I / 2, hs[v], I / 16, s, paths[v]));
+  // gemm2 of both paths on the legacy gemm1 output
+  for (int v = 0; v < 2; ++v)
+    BENCH_CHECK(launch_moe_gemm2_fp4(hq[0], I / 2, hs[0], I / 16, 0.02f, c.w2, I / 2, c.w2_s, I / 16, c.gs, c.offsets,
+                                     c.p2t, P, c.E, I, H, o[v], H, s, paths[v]));
+  BENCH_CHECK(cudaStreamSynchronize(s));
+  const auto dead = dead_rows(c.offsets, c.p2t, P, c.E);
+  check_gemm1(name + " gemm1", fetch(hq[0], P * I / 2), fetch(hs[0], P * I / 16), fetch(hq[1], P * I / 2),
+              fetch(hs[1], P * I / 16), dead, P, I);
+  check_gemm2(name + " gemm2", fetch(o[0], P * H), fetch(o[1], P * H), dead, P, H);
+  for (int v = 0; v < 2; ++v) {
+    BENCH_CHECK(cudaFree(hq[v])); BENCH_CHECK(cudaFree(hs[v])); BENCH_CHECK(cudaFree(o[v]));
+  }
+}
+
+// A small routed case with its own data: T tokens, top-k of E experts (random ids, some experts
+// empty when E is large), moe tile `tile`.
+void odd_case(int64_t T, int64_t k, int64_t E, int64_t H, int64_t I, int64_t tile, uint64_t seed, cudaStream_t s) {
+  const int64_t N_rows = T * k, P = N_rows + E * (tile - 1);
+  std::vector<void*> bufs;
+  auto dalloc = [&](size_t bytes) { void* p = nullptr; BENCH_CHECK(cudaMalloc(&p, bytes)); bufs.push_back(p); return p; };
+  auto* ids = static_cast<int32_t*>(dalloc(N_rows * 4));
+  auto* offsets = static_cast<int32_t*>(dalloc((E + 1) * 4));
+  auto* p2t = static_cast<int32_t*>(dalloc(P * 4));
+  auto* e2p = static_cast<int32_t*>(dalloc(N_rows * 4));
+  BENCH_CHECK(launch_init_ints(ids, 1, N_rows, N_rows, seed, 0, static_cast<int32_t>(E - 1), s));  // expert E-1 empty
+  size_t ws_bytes = 0;
+  BENCH_CHECK(moe_permute_workspace_bytes(N_rows, E, &ws_bytes));
+  void* ws = dalloc(ws_bytes);
+  BENCH_CHECK(launch_moe_permute(ids, N_rows, k, E, tile, offsets, p2t, P, e2p, ws, ws_bytes, s));
+  Fp4Case c{};
+  auto* a = static_cast<uint8_t*>(dalloc(T * H / 2));
+  auto* a_s = static_cast<uint8_t*>(dalloc(T * H / 16));
+  auto* w13 = static_cast<uint8_t*>(dalloc(E * 2 * I * H / 2));
+  auto* w13_s = static_cast<uint8_t*>(dalloc(E * 2 * I * H / 16));
+  auto* w2 = static_cast<uint8_t*>(dalloc(E * H * I / 2));
+  auto* w2_s = static_cast<uint8_t*>(dalloc(E * H * I / 16));
+  auto* gs = static_cast<float*>(dalloc(E * 4));
+  BENCH_CHECK(launch_init_bytes(a, T, H / 2, H / 2, seed + 1, s));
+  BENCH_CHECK(launch_init_e4m3(a_s, T, H / 16, H / 16, seed + 2, 0.05f, 1.0f, s));
+  BENCH_CHECK(launch_init_bytes(w13, E * 2 * I, H / 2, H / 2, seed + 3, s));
+  BENCH_CHECK(launch_init_e4m3(w13_s, E * 2 * I, H / 16, H / 16, seed + 4, 0.05f, 1.0f, s));
+  BENCH_CHECK(launch_init_bytes(w2, E * H, I / 2, I / 2, seed + 5, s));
+  BENCH_CHECK(launch_init_e4m3(w2_s, E * H, I / 16, I / 16, seed + 6, 0.05f, 1.0f, s));
+  BENCH_CHECK(launch_init_uniform(gs, false, 1, E, E, seed + 7, 0.01f, s));
+  c.a = a; c.a_s = a_s; c.w13 = w13; c.w13_s = w13_s; c.w2 = w2; c.w2_s = w2_s; c.gs = gs;
+  c.offsets = offsets; c.p2t = p2t; c.P = P; c.E = E; c.H = H; c.I = I;
+  char name[160];
+  std::snprintf(name, sizeof name, "tiled vs legacy T=%lld k=%lld E=%lld H=%lld I=%lld tile=%lld", (long long)T,
+                (long long)k, (long long)E, (long long)H, (long long)I, (long long)tile);
+  for (const auto& [tag, path] : kTiledPaths) cross_check(std::string(tag) + " " + name, c, path, s);
+  for (void* p : bufs) BENCH_CHECK(cudaFree(p));
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -123,14 +280,35 @@ int main(int argc, char** argv) {
   BENCH_CHECK(launch_init_e4m3(w2_s, E * H, I / 16, I / 16, 6, 0.05f, 1.0f, s));
   BENCH_CHECK(launch_init_uniform(gs, false, 1, E, E, 8, 0.01f, s));
 
-  const double g1_ms = time_ms(s, 2, 7, [&] {
-    BENCH_CHECK(launch_moe_gemm1_fp4(a, H / 2, a_s, H / 16, 0.05f, w13, H / 2, w13_s, H / 16, gs, offsets, p2t, P, E, H,
-                                     I, 0.02f, h, I / 2, h_s, I / 16, s));
-  });
-  const double g2_ms = time_ms(s, 2, 7, [&] {
-    BENCH_CHECK(launch_moe_gemm2_fp4(h, I / 2, h_s, I / 16, 0.02f, w2, I / 2, w2_s, I / 16, gs, offsets, p2t, P, E, I, H,
-                                     out, H, s));
-  });
+  // Correctness first: every path against the legacy kernel, at odd shapes and at the bench shape.
+  odd_case(257, 6, 8, 7168, 256, 64, 900, s);
+  odd_case(37, 2, 5, 2048, 512, 16, 910, s);
+  odd_case(129, 4, 16, 1024, 192, 8, 920, s);
+  odd_case(300, 8, 64, 512, 1088, 64, 930, s);
+  Fp4Case main_case{a, a_s, w13, w13_s, w2, w2_s, gs, offsets, p2t, P, E, H, I};
+  for (const auto& [tag, path] : kTiledPaths) cross_check(std::string(tag) + " tiled vs legacy (bench shape)", main_case, path, s);
+  cross_check("auto vs legacy (bench shape)", main_case, Fp4GemmPath::kAuto, s);
+
+  auto g1 = [&](Fp4GemmPath path) {
+    return time_ms(s, 2, 7, [&] {
+      BENCH_CHECK(launch_moe_gemm1_fp4(a, H / 2, a_s, H / 16, 0.05f, w13, H / 2, w13_s, H / 16, gs, offsets, p2t, P, E,
+                                       H, I, 0.02f, h, I / 2, h_s, I / 16, s, path));
+    });
+  };
+  auto g2 = [&](Fp4GemmPath path) {
+    return time_ms(s, 2, 7, [&] {
+      BENCH_CHECK(launch_moe_gemm2_fp4(h, I / 2, h_s, I / 16, 0.02f, w2, I / 2, w2_s, I / 16, gs, offsets, p2t, P, E, I,
+                                       H, out, H, s, path));
+    });
+  };
+  const double g1_legacy = g1(Fp4GemmPath::kLegacy), g1_ms = g1(Fp4GemmPath::kAuto);
+  const double g2_legacy = g2(Fp4GemmPath::kLegacy), g2_ms = g2(Fp4GemmPath::kAuto);
+  const char* const kVarNames[3] = {"tiled", "tiled_skip", "tiled_staged"};
+  double g1_var[3], g2_var[3];
+  for (int v = 0; v < 3; ++v) {
+    g1_var[v] = g1(kTiledPaths[v].second);
+    g2_var[v] = g2(kTiledPaths[v].second);
+  }
   const double f1 = 2.0 * N_rows * (2 * I) * H, f2 = 2.0 * N_rows * H * I;
 
   // cuBLASLt bf16 baselines (weights pre-dequantized; values are random bf16: timing only).
@@ -173,10 +351,22 @@ int main(int argc, char** argv) {
   std::printf("RESULT moe_permute ms=%.3f\n", permute_ms);
   std::printf("RESULT gemm1_fp4_fused ms=%.3f tflops=%.1f\n", g1_ms, tf(f1, g1_ms));
   std::printf("RESULT gemm2_fp4 ms=%.3f tflops=%.1f\n", g2_ms, tf(f2, g2_ms));
+  std::printf("INFO default tiled path (kAuto) = Fp4GemmPath %d\n", static_cast<int>(kDefaultTiledPath));
+  for (int v = 0; v < 3; ++v)
+    std::printf("RESULT gemm1_fp4_fused_%s ms=%.3f tflops=%.1f\n", kVarNames[v], g1_var[v], tf(f1, g1_var[v]));
+  std::printf("RESULT gemm1_fp4_fused_legacy ms=%.3f tflops=%.1f\n", g1_legacy, tf(f1, g1_legacy));
+  for (int v = 0; v < 3; ++v)
+    std::printf("RESULT gemm2_fp4_%s ms=%.3f tflops=%.1f\n", kVarNames[v], g2_var[v], tf(f2, g2_var[v]));
+  std::printf("RESULT gemm2_fp4_legacy ms=%.3f tflops=%.1f\n", g2_legacy, tf(f2, g2_legacy));
   std::printf("RESULT gemm1_cublas_bf16_grouped ms=%.3f tflops=%.1f\n", c1g, tf(f1, c1g));
   std::printf("RESULT gemm2_cublas_bf16_grouped ms=%.3f tflops=%.1f\n", c2g, tf(f2, c2g));
   std::printf("RESULT gemm1_cublas_bf16_single_upper_bound ms=%.3f tflops=%.1f\n", c1s, tf(fs1, c1s));
   std::printf("RESULT gemm2_cublas_bf16_single_upper_bound ms=%.3f tflops=%.1f\n", c2s, tf(fs2, c2s));
   cublasLtDestroy(lt.h);
+  if (g_failures) {
+    std::printf("CHECK summary: %d mismatches\n", g_failures);
+    return 1;
+  }
+  std::printf("CHECK summary: all ok\n");
   return 0;
 }

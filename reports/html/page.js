@@ -29,11 +29,15 @@
     if (b >= 1e6 && b % 1e6 === 0) return commas(b / 1e6) + ' MB';
     return fmtBytes(b);
   }
-  function fmtNs(ns) {
+  function fmtNs(ns) {  // as format_duration_ns: each unit up to where the next one takes over
+    const rounded = (unit) => Math.floor(ns / unit) + (ns % unit >= unit - Math.floor(unit / 2) ? 1 : 0);
     if (ns < 1000) return ns + ' ns';
-    if (ns < 1e6) return (ns / 1e3).toFixed(0) + ' us';
-    if (ns < 1e9) return (ns / 1e6).toFixed(1) + ' ms';
-    return (ns / 1e9).toFixed(2) + ' s';
+    const us = rounded(1e3);
+    if (us < 1000) return us + ' us';
+    const tenths = rounded(1e5);
+    if (tenths < 10000) return Math.floor(tenths / 10) + '.' + (tenths % 10) + ' ms';
+    const h = rounded(1e7);
+    return commas(Math.floor(h / 100)) + '.' + String(h % 100).padStart(2, '0') + ' s';
   }
   function esc(s) {
     return String(s).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
@@ -42,6 +46,13 @@
   // Colour of a scope family: the scope without its layer component, so every layer's attention
   // has one colour.
   function scopeFamily(scope) { return scope.split('/').filter((c) => !/^(layers?|blk|blocks?|h)[._]?\d+$/.test(c)).join('/') || scope || '(unscoped)'; }
+  // The name shown for an allocation: its own, else its innermost user frame (programs traced
+  // without names), else "(unnamed)"; as entry_label() in reports/report_file.h.
+  function label(name, frames) {
+    if (name) return name;
+    const f = frames ? (Array.isArray(frames) ? frames[0] : String(frames).split('\n')[0]) : '';
+    return f || '(unnamed)';
+  }
   function scopeColour(scope) { const h = hash(scopeFamily(scope)); return 'hsl(' + (h % 360) + ',55%,' + (45 + (h >> 9) % 20) + '%)'; }
 
   // ---- one run's timeline model ----
@@ -257,7 +268,7 @@
       const life = al.freed
         ? 'allocated ' + xLabel(model, al.x0) + ', freed ' + xLabel(model, al.x1) + ' (' + fmtNs(Math.max(0, al.tf - al.ta)) + ')'
         : 'allocated ' + xLabel(model, al.x0) + ', never freed';
-      html = '<b>' + esc(al.name || '(unnamed)') + '</b> <span class="muted">' + esc(al.cat) + '</span><br>' +
+      html = '<b>' + esc(label(al.name, al.frame)) + '</b> <span class="muted">' + esc(al.cat) + '</span><br>' +
         '<span class="tip-bytes">' + esc(fmtExact(al.b)) + '</span> (' + esc(fmtBytes(al.b)) + ')<br>' +
         'shape ' + esc(al.shape || '?') + ' ' + esc(al.dtype) + '<br>scope <code>' + esc(al.scope || '(unscoped)') + '</code><br>' +
         (al.frame ? 'stack <code>' + esc(al.frame) + '</code><br>' : '') + esc(life);
@@ -348,7 +359,19 @@
     const host = document.getElementById('timeline-charts');
     if (!host) return;
     const models = data.runs.map(buildRun).filter(Boolean);
-    if (!models.length) { host.innerHTML = '<p class="note">No per-allocation timeline in this report (analysed without lifetimes).</p>'; return; }
+    // Runs without a per-allocation timeline: streamed (--stream), or reports made without lifetimes.
+    const without = data.runs.filter((r) => !r.memory_timeline || !r.memory_timeline.allocations);
+    if (without.length) {
+      const why = (r) => r.streamed ? 'analysed as a stream (--stream), which keeps no per-allocation timeline; --stream off draws it'
+        : 'analysed without its allocations\' lifetimes';
+      host.insertAdjacentHTML('beforebegin', without.map((r) => '<p class="note no-timeline" data-run="' + esc(r.name) + '"><b>' + esc(r.name) +
+        '</b>: no timeline: ' + esc(why(r)) + '. Peak activation ' + esc(fmtBytes(r.peak_activation_bytes)) + ' (' + esc(fmtExact(r.peak_activation_bytes)) + ').</p>').join(''));
+    }
+    if (!models.length) {
+      document.querySelectorAll('#timeline .controls, #timeline-legend').forEach((e) => { e.style.display = 'none'; });
+      window.__moeprof.models = [];
+      return;
+    }
     const units = new Set(models.map((m) => m.unit));
     const xRange = [Math.min(...models.map((m) => m.startX)), Math.max(...models.map((m) => m.endX))];
     if (xRange[1] <= xRange[0]) xRange[1] = xRange[0] + 1;
@@ -400,10 +423,21 @@
   function renderIcicles() {
     document.querySelectorAll('.icicle').forEach((el) => {
       const run = data.runs.find((r) => r.name === el.dataset.run);
-      if (!run || !run.memory_timeline) { el.innerHTML = '<p class="note">No per-allocation data for this run.</p>'; return; }
-      const mt = run.memory_timeline, S = mt.strings, p = mt.peak.position;
-      const live = mt.allocations.filter((r) => r[0] <= p && (r[1] < 0 || p < r[1]) && ACT.has(mt.categories[r[3]]));
-      const hasStacks = live.some((r) => S[r[8]]);
+      if (!run) return;
+      // The live set at the peak: from the per-allocation timeline, else (a streamed run) from the
+      // largest entries the report lists, the rest as "(smaller allocations)".
+      let live, rest;
+      if (run.memory_timeline && run.memory_timeline.allocations) {
+        const mt = run.memory_timeline, S = mt.strings, p = mt.peak.position;
+        live = mt.allocations.filter((r) => r[0] <= p && (r[1] < 0 || p < r[1]) && ACT.has(mt.categories[r[3]]))
+          .map((r) => ({ b: r[2], name: label(S[r[4]], S[r[8]]), scope: S[r[5]], frames: S[r[8]] ? S[r[8]].split('\n') : [] }));
+        rest = mt.summarized ? mt.summarized.activation_bytes_at_peak : 0;
+      } else {
+        const lp = run.live_at_peak || {};
+        live = (lp.top || []).map((e) => ({ b: e.bytes, name: label(e.name, e.stack), scope: e.scope || '', frames: e.stack || [] }));
+        rest = lp.omitted_bytes || 0;
+      }
+      const hasStacks = live.some((r) => r.frames.length);
       const sel = el.parentElement.querySelector('.icicle-by');
       if (sel && !hasStacks) sel.querySelector('option[value=stack]').disabled = true;
       const draw = () => {
@@ -417,10 +451,9 @@
           }
         };
         for (const r of live) {
-          const path = byStack ? (S[r[8]] ? S[r[8]].split('\n').reverse() : ['(no stack)']) : (S[r[5]] ? S[r[5]].split('/') : ['(unscoped)']);
-          add(path.concat([S[r[4]] || '(unnamed)']), r[2]);
+          const path = byStack ? (r.frames.length ? r.frames.slice().reverse() : ['(no stack)']) : (r.scope ? r.scope.split('/') : ['(unscoped)']);
+          add(path.concat([r.name]), r.b);
         }
-        const rest = mt.summarized ? mt.summarized.activation_bytes_at_peak : 0;
         if (rest) add(['(smaller allocations)'], rest);
         el.innerHTML = icicleSvg(root, el.clientWidth || 900);
         el.dataset.total = root.value;

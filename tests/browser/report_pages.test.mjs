@@ -4,7 +4,9 @@
 //
 // Checks, on every page: no console error and no uncaught exception, no request but the page's own
 // file, charts drawn and not blank, a hover over the largest allocation at the peak shows its exact
-// bytes, the live-at-peak diff table sums to the change of the peak, the icicle sums to the peak.
+// bytes, the live-at-peak diff table sums to the change of the peak, the icicle sums to the peak,
+// no "undefined", "NaN" or "null" in the page's text; a streamed report (no per-allocation
+// timeline) says so per run, hides the timeline's controls and still draws its icicles.
 // Screenshots go to $MOEPROF_BROWSER_OUT/screenshots; with MOEPROF_DOCS_SCREENSHOTS=DIR the Kimi
 // page's timeline and diff are also written there (docs/img).
 //
@@ -68,6 +70,10 @@ before(() => {
   moeprof('import', path.join(g, 'torch', 'random.pickle'), '--out', p('torch.mtrace'));
   moeprof('report', p('torch.mtrace'), '--out-html', p('torch.html'));
   pages.torch = p('torch.html');
+  // The golden traces analysed as a stream: no per-allocation timeline, no hand-off search; the page
+  // says so, and its icicles come from the live entries the report lists.
+  moeprof('report', path.join(g, 'baseline.mtrace'), path.join(g, 'reuse.mtrace'), '--stream', 'on', '--top', '3', '--out-html', p('streamed.html'));
+  pages.streamed = p('streamed.html');
 });
 
 let context, profile;
@@ -121,6 +127,29 @@ function toX(anchors, pos) {
 async function checkClean(page, seen) {
   assert.deepEqual(seen.errors, [], 'no console error');
   assert.deepEqual(seen.requests.filter((u) => u !== seen.url), [], 'no request but the page itself');
+  // No value the script or the renderer failed to fill in.
+  const text = await page.evaluate(() => document.body.innerText);
+  for (const junk of [/\bundefined\b/, /\bNaN\b/, /\bnull\b/, /\[object /]) assert.doesNotMatch(text, junk, 'the page text has no ' + junk);
+}
+
+// A report whose runs have no per-allocation timeline (streamed): each run says why, the
+// timeline's controls are hidden, no chart is drawn.
+async function checkWithoutTimeline(page, doc) {
+  const runs = doc.runs.filter((r) => !r.memory_timeline);
+  const notes = await page.evaluate(() => Array.from(document.querySelectorAll('#timeline .no-timeline')).map((e) => ({ run: e.dataset.run, text: e.textContent })));
+  assert.equal(notes.length, runs.length, 'one note per run without a timeline');
+  for (const r of runs) {
+    const n = notes.find((x) => x.run === r.name);
+    assert.ok(n, r.name + ': has a note');
+    if (r.streamed) assert.match(n.text, /stream/, r.name + ': the note says the run was streamed');
+    assert.ok(n.text.includes(r.peak_activation_bytes.toLocaleString('en-US') + ' B'), r.name + ': the note gives the exact peak');
+  }
+  if (runs.length === doc.runs.length) {
+    assert.equal(await page.locator('#timeline .controls').isVisible(), false, 'no zoom or colour controls without a chart');
+    assert.equal(await page.locator('#timeline canvas').count(), 0, 'no chart');
+  }
+  const streamedNotes = await page.locator('#runs .note.streamed').count();
+  assert.equal(streamedNotes, doc.runs.filter((r) => r.streamed).length, 'the runs section names every streamed run');
 }
 
 async function checkChartsDrawn(page, doc) {
@@ -177,7 +206,7 @@ async function checkHover(page, doc) {
     assert.ok(tip.text.includes(target.b.toLocaleString('en-US') + ' B'), 'tooltip text has the exact bytes: ' + tip.text);
     await page.mouse.move(0, 0);
   }
-  await page.click('#zoom-reset');
+  if (runs.length) await page.click('#zoom-reset');
 }
 
 async function checkDiff(page, doc) {
@@ -200,8 +229,10 @@ async function checkIcicles(page, doc) {
   const totals = await page.evaluate(() => Array.from(document.querySelectorAll('.icicle')).map((e) => ({ run: e.dataset.run, total: Number(e.dataset.total), rects: e.querySelectorAll('rect').length })));
   for (const t of totals) {
     const run = doc.runs.find((r) => r.name === t.run);
-    if (!run.memory_timeline) continue;
-    assert.equal(t.total, run.memory_timeline.peak.activation_bytes, t.run + ': the icicle sums to the peak');
+    // Without a timeline the icicle is built from the listed live entries and the omitted rest.
+    const peak = run.memory_timeline ? run.memory_timeline.peak.activation_bytes : run.live_at_peak.activation_bytes;
+    assert.equal(t.total, peak, t.run + ': the icicle sums to the peak');
+    assert.equal(t.total, run.peak_activation_bytes);
     assert.ok(t.rects > 2, 'the icicle has rectangles');
   }
 }
@@ -225,7 +256,7 @@ async function shoot(page, name, selector) {
   return file;
 }
 
-for (const name of ['kimi', 'tiny', 'golden', 'summarized', 'torch']) {
+for (const name of ['kimi', 'tiny', 'golden', 'summarized', 'torch', 'streamed']) {
   test(name + ' report page', async () => {
     const file = pages[name];
     const doc = reportOf(file);
@@ -234,6 +265,8 @@ for (const name of ['kimi', 'tiny', 'golden', 'summarized', 'torch']) {
     await checkHover(page, doc);
     await checkDiff(page, doc);
     await checkIcicles(page, doc);
+    await checkWithoutTimeline(page, doc);
+    if (name === 'streamed') assert.ok(doc.runs.every((r) => r.streamed && !r.memory_timeline), 'the streamed report has no timeline');
     if (name === 'kimi') await checkZoom(page);
     if (name === 'kimi' || name === 'tiny') {
       const fixes = await page.locator('#fixes table.fixes tbody tr').count();

@@ -8,10 +8,16 @@
 #include <map>
 #include <filesystem>
 #include <random>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/trace_io.h"
+#include "planner/analysis.h"
+#include "planner/stacks.h"
+#include "reports/format.h"
+#include "reports/report_file.h"
 #include "tests/cli/cli_util.h"
 
 using nlohmann::json;
@@ -23,6 +29,44 @@ using moeprof::testing::count_lines;
 using moeprof::testing::run_cli;
 
 std::string golden(const char* f) { return "'" + moeprof::testing::golden_dir() + "/" + f + "'"; }
+
+// A program traced without names (as CUPTI records one that uses no NVTX ranges): timestamps on
+// the recording process's clock, allocations known by their call stacks only. Weights 2,000,000 B
+// at the start; `forward` allocates 400,000 B at +5 ms (left out with `with_forward` false); an
+// allocation with no stack, 1,000 B, at +6 ms: the activation peak.
+constexpr uint64_t kTracedStart = 1'796'049'446'477'081'364ull;
+moeprof::Trace traced_program(bool with_forward) {
+  using namespace moeprof;
+  Trace t;
+  t.meta.name = with_forward ? "traced" : "traced-fixed";
+  t.meta.backend = "cupti";
+  auto frame = [&](const char* fn, const char* file, uint32_t line) {
+    return t.stacks.intern_frame(StackFrame{t.strings.intern(fn), t.strings.intern(file), line, FrameKind::kPython});
+  };
+  const StackId load = t.stacks.intern_stack({frame("load_weights", "model.py", 10)});
+  const StackId fwd = t.stacks.intern_stack({frame("forward", "model.py", 42), frame("main", "infer.py", 7)});
+  uint64_t seq = 1;
+  auto add = [&](EventKind k, uint64_t dt, uint64_t addr, uint64_t bytes, Category c, StackId st) {
+    TraceRecord& r = t.add(k, kTracedStart + dt, addr, bytes);
+    r.category = c;
+    r.stack_id = st;
+    r.seq = seq++;
+  };
+  add(EventKind::kAlloc, 0, 0x100000, 2'000'000, Category::kWeights, load);
+  if (with_forward) add(EventKind::kAlloc, 5'000'000, 0x400000, 400'000, Category::kActivation, fwd);
+  add(EventKind::kAlloc, 6'000'000, 0x500000, 1'000, Category::kActivation, StackId::kNone);
+  add(EventKind::kFree, 20'000'000, 0x500000, 0, Category::kActivation, StackId::kNone);
+  if (with_forward) add(EventKind::kFree, 21'000'000, 0x400000, 0, Category::kActivation, StackId::kNone);
+  return t;
+}
+
+// The line of `text` that contains `what` ("" when none).
+std::string line_with(const std::string& text, const std::string& what) {
+  const size_t at = text.find(what);
+  if (at == std::string::npos) return "";
+  const size_t b = text.rfind('\n', at), e = text.find('\n', at);
+  return text.substr(b == std::string::npos ? 0 : b + 1, e == std::string::npos ? std::string::npos : e - (b == std::string::npos ? 0 : b + 1));
+}
 
 
 }  // namespace
@@ -345,12 +389,13 @@ TEST_CASE("cli: plan on a truncated trace warns first and prints no null", "[cli
 }
 
 TEST_CASE("cli: help shows value names and defaults, not CLI11's validators", "[cli]") {
-  for (const char* sub : {"run", "plan", "arena", "compare", "report", "gate", "export", "devices", "import"}) {
-    auto h = run_cli(std::string(sub) + " --help");
+  std::vector<std::string> subs = {"run", "plan", "arena", "compare", "report", "gate", "export", "devices", "import"};
+  if (run_cli("--help").out.find("\n  trace ") != std::string::npos) subs.push_back("trace");  // CUDA builds
+  for (const std::string& sub : subs) {
+    auto h = run_cli(sub + " --help");
     INFO(sub);
     REQUIRE(h.rc == 0);
-    CHECK(h.out.rfind("", 0) == 0);
-    CHECK(h.out.find("Example: moeprof " + std::string(sub)) != std::string::npos);
+    CHECK(h.out.find("Example: moeprof " + sub) != std::string::npos);
     CHECK(h.out.find(" in [") == std::string::npos);    // "INT in [1 - 1099511627776]"
     CHECK(h.out.find("{false}") == std::string::npos);  // "--no-cupti{false}"
     CHECK(h.out.find("TEXT:") == std::string::npos);
@@ -371,8 +416,12 @@ TEST_CASE("cli: --stream on gives the in-memory figures; ranks merge; export str
   CHECK(js["reuse"]["handoffs_computed"] == false);
   CHECK(jm["reuse"]["handoffs_computed"] == true);
   CHECK(jm["reuse"]["handoff_count"].get<int>() > 0);  // so the hand-off search is not vacuous
-  js.erase("reuse");
-  jm.erase("reuse");
+  CHECK(js["streamed"] == true);
+  CHECK(jm["streamed"] == false);
+  for (json* j : {&js, &jm}) {
+    j->erase("reuse");
+    j->erase("streamed");
+  }
   CHECK(js == jm);
 
   // Two traces are the ranks of one run: each recorded device 0, so they become devices 0 and 1,
@@ -390,8 +439,10 @@ TEST_CASE("cli: --stream on gives the in-memory figures; ranks merge; export str
   CHECK(a["devices"][1]["allocations"] == one["allocations"]);
   // Run-level figures are the largest rank's (docs/planner.md).
   CHECK(a["allocations"].get<uint64_t>() == std::max(jm["allocations"].get<uint64_t>(), one["allocations"].get<uint64_t>()));
-  a.erase("reuse");
-  b.erase("reuse");
+  for (json* j : {&a, &b}) {
+    j->erase("reuse");
+    j->erase("streamed");
+  }
   CHECK(a == b);
 
   auto fixes = run_cli("plan " + base + " --stream on --fixes");
@@ -406,4 +457,86 @@ TEST_CASE("cli: --stream on gives the in-memory figures; ranks merge; export str
   REQUIRE(e2.rc == 0);
   CHECK(json::parse(e1.out)["records"] == count_lines(moeprof::testing::slurp(f2)) - 1);  // one header line
   CHECK(moeprof::testing::slurp(f1) == moeprof::testing::slurp(f2));
+}
+
+// A traced program's trace: times since its start, not the recording clock; allocations without a
+// name shown by their innermost user frame, in every command and rendering; a streamed report says
+// what it lacks instead of printing null.
+TEST_CASE("cli: traces of unmodified programs: relative times, unnamed allocations by their frame", "[cli]") {
+  auto dir = moeprof::testing::temp_dir("cli_traced");
+  const std::string a = (dir / "traced.mtrace").string(), b = (dir / "fixed.mtrace").string();
+  const moeprof::Trace ta = traced_program(true);
+  REQUIRE(moeprof::write_trace(a, ta).is_ok());
+  REQUIRE(moeprof::write_trace(b, traced_program(false)).is_ok());
+  // What the planner calls the frame of `forward`, and the time of the peak, +6 ms.
+  const moeprof::planner::RunAnalysis an = moeprof::planner::analyze(ta);
+  const std::string fwd = moeprof::planner::user_frames(an, an.lifetimes.at(1).stack_id, 1).at(0);
+  REQUIRE(fwd.find("forward") != std::string::npos);
+  const std::string at_peak = moeprof::reports::format_duration_ns(6'000'000);
+  const uint64_t peak_ts = kTracedStart + 6'000'000;
+
+  auto plan = run_cli("plan --categories keep '" + a + "'");
+  INFO(plan.out);
+  REQUIRE(plan.rc == 0);
+  CHECK(plan.out.find("(device 0, " + at_peak + " after the start of the trace)") != std::string::npos);
+  CHECK(plan.out.find(std::to_string(peak_ts)) == std::string::npos);
+  CHECK(plan.out.find(moeprof::reports::with_commas_u(peak_ts)) == std::string::npos);
+  const std::string fwd_line = line_with(plan.out, moeprof::reports::format_bytes(400'000) + "  activation");
+  CHECK(fwd_line.find(fwd) != std::string::npos);
+  CHECK(line_with(plan.out, moeprof::reports::format_bytes(1'000) + "  activation").find("(unnamed)") != std::string::npos);
+  json pj = json::parse(run_cli("plan --json --categories keep '" + a + "'").out);
+  CHECK(pj["start_timestamp_ns"] == kTracedStart);
+  CHECK(pj["live_at_peak"]["timestamp_ns"] == peak_ts);
+  CHECK(pj["live_at_peak"]["time_ns"] == 6'000'000);
+  CHECK(pj["live_at_peak"]["activation_bytes"] == 401'000);
+
+  // compare: the diff row of the tensor B no longer holds is named by its frame, in text and Markdown.
+  const std::string md = (dir / "diff.md").string();
+  auto cmp = run_cli("compare --categories keep '" + a + "' '" + b + "' --out-md '" + md + "'");
+  REQUIRE(cmp.rc == 0);
+  const std::string row = line_with(cmp.out, "not allocated");
+  CHECK(row.find(fwd) != std::string::npos);
+  CHECK(row.find(moeprof::reports::format_bytes(400'000)) != std::string::npos);
+  CHECK(line_with(moeprof::testing::slurp(md), "not allocated").find(fwd) != std::string::npos);
+  json cj = json::parse(run_cli("compare --json --categories keep '" + a + "' '" + b + "'").out);
+  REQUIRE(cj["live_at_peak_diff"]["rows"].size() == 1);
+  CHECK(cj["live_at_peak_diff"]["rows"][0]["name"] == "");
+  CHECK(cj["live_at_peak_diff"]["rows"][0]["stack"][0] == fwd);
+  CHECK(cj["live_at_peak_diff"]["delta_bytes"] == -400'000);
+
+  // report: Markdown, the page and the Perfetto slices name it the same way.
+  const std::string rmd = (dir / "r.md").string(), html = (dir / "r.html").string(), pf = (dir / "r.perfetto.json").string();
+  auto rep = run_cli("report --categories keep '" + a + "' '" + b + "' --out-md '" + rmd + "' --out-html '" + html + "' --out-perfetto '" + pf + "'");
+  REQUIRE(rep.rc == 0);
+  CHECK(line_with(moeprof::testing::slurp(rmd), moeprof::reports::format_bytes(400'000)).find(fwd) != std::string::npos);
+  CHECK(moeprof::testing::slurp(html).find("<td>" + moeprof::reports::xml_escape(fwd)) != std::string::npos);
+  std::map<std::string, uint64_t> slices;
+  const json perfetto = json::parse(moeprof::testing::slurp(pf));
+  for (const auto& e : perfetto["traceEvents"])
+    if (e["ph"] == "X" && e["cat"] != "kernel") slices[e["name"].get<std::string>()] = e["args"]["bytes"].get<uint64_t>();
+  CHECK(slices[fwd] == 400'000);
+  CHECK(slices["activation " + moeprof::reports::format_bytes(1'000)] == 1'000);
+  CHECK(slices.count("") == 0);
+
+  // Streamed: no per-allocation timeline and no hand-off search, said in words, never null.
+  auto sj = run_cli("report --json --stream on --categories keep '" + a + "' '" + b + "'");
+  REQUIRE(sj.rc == 0);
+  json sdoc = json::parse(sj.out);
+  for (const auto& r : sdoc["runs"]) {
+    CHECK(r["streamed"] == true);
+    CHECK_FALSE(r.contains("memory_timeline"));
+    CHECK(r["reuse"]["handoffs_computed"] == false);
+    CHECK(r["start_timestamp_ns"] == kTracedStart);
+  }
+  auto smd = run_cli("report --stream on --categories keep '" + a + "' '" + b + "'");
+  REQUIRE(smd.rc == 0);
+  CHECK(smd.out.find(moeprof::reports::streamed_note()) != std::string::npos);
+  CHECK(smd.out.find("null") == std::string::npos);
+  const std::string shtml = (dir / "s.html").string();
+  REQUIRE(run_cli("report --stream on --categories keep '" + a + "' '" + b + "' --out-html '" + shtml + "'").rc == 0);
+  CHECK(moeprof::testing::slurp(shtml).find("class=\"note streamed\"") != std::string::npos);
+  // The in-memory report has the timeline and does not carry the note.
+  json mdoc = json::parse(run_cli("report --json --categories keep '" + a + "'").out);
+  CHECK(mdoc["runs"][0]["streamed"] == false);
+  CHECK(mdoc["runs"][0]["memory_timeline"]["peak"]["time_ns"] == 6'000'000);
 }

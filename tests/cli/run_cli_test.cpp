@@ -14,6 +14,7 @@
 #include "executor/backends.h"
 #include "model/config.h"
 #include "tests/cli/cli_util.h"
+#include "tests/gpu_skip.h"
 
 namespace fs = std::filesystem;
 
@@ -78,4 +79,56 @@ TEST_CASE("moeprof run --backend cuda without a usable GPU exits 3 with one line
   CHECK(r.rc == 3);
   CHECK(lines(r.err) == 1);
   CHECK(r.err.find("moeprof run:") == 0);
+}
+
+// Progress (docs/cli.md): the header line before any work, then on a terminal one progress line per
+// step (weights and forward of each mode, report writing), and a table with forward and total time.
+// The terminal is script(1)'s pseudo-terminal; without one the run prints no progress.
+TEST_CASE("moeprof run: header first, progress on a terminal, forward and total time", "[cli][run]") {
+  const fs::path dir = moeprof::testing::temp_dir("run_cli_progress");
+  const std::string out = (dir / "out").string();
+  const std::string moeprof = std::string(MOEPROF_BINARY_DIR) + "/src/cli/moeprof";
+  if (std::system("command -v script >/dev/null 2>&1") != 0) MOEPROF_SKIP("script(1) is not installed: no pseudo-terminal to test with");
+  const std::string typescript = (dir / "tty.txt").string();
+  const std::string cmd = "script -qec \"'" + moeprof + "' run --backend cpu --model tiny --tokens 23 --mode all --out '" + out +
+                          "'\" /dev/null > '" + typescript + "' 2>&1 </dev/null";
+  const int st = std::system(cmd.c_str());
+  REQUIRE(WIFEXITED(st));
+  REQUIRE(WEXITSTATUS(st) == 0);
+  const std::string tty = moeprof::testing::slurp(typescript);
+  INFO(tty);
+  const size_t header = tty.find("moeprof run: tiny, 23 tokens");
+  REQUIRE(header != std::string::npos);
+  // Every step in order, each after the header.
+  size_t at = header;
+  for (const char* mode : {"baseline", "reuse", "fixes"}) {
+    for (const char* step : {"] weights: layer 1 of ", "] forward: layer 1 of "}) {
+      const size_t p = tty.find("[" + std::string(mode) + step, at);
+      CHECK(p != std::string::npos);
+      if (p != std::string::npos) at = p;
+    }
+  }
+  const size_t writing = tty.find("[report] writing ", at);
+  CHECK(writing != std::string::npos);
+  // The table after the progress, with the forward pass and the whole mode timed.
+  const size_t table = tty.find("mode ", writing == std::string::npos ? at : writing);
+  REQUIRE(table != std::string::npos);
+  const std::string head = tty.substr(table, tty.find('\n', table) - table);
+  CHECK(head.find("forward") != std::string::npos);
+  CHECK(head.find("total") != std::string::npos);
+  for (const char* mode : {"baseline", "reuse", "fixes"}) {
+    const size_t row = tty.find("\n" + std::string(mode) + " ", table);
+    REQUIRE(row != std::string::npos);
+    const std::string line = tty.substr(row + 1, tty.find('\n', row + 1) - row - 1);
+    size_t seconds = 0;
+    for (size_t p = line.find(" s"); p != std::string::npos; p = line.find(" s", p + 1)) ++seconds;
+    CHECK(seconds == 2);  // "0.05 s" forward, "0.07 s" total
+  }
+
+  // Not a terminal: the same run prints the header on stdout and no progress at all.
+  auto plain = run_moeprof("run --backend cpu --model tiny --tokens 23 --mode all --out '" + out + "'");
+  REQUIRE(plain.rc == 0);
+  CHECK(plain.out.rfind("moeprof run: tiny, 23 tokens", 0) == 0);
+  CHECK(plain.err.find("] weights: layer") == std::string::npos);
+  CHECK(plain.err.find("\r") == std::string::npos);
 }

@@ -356,23 +356,30 @@ TEST_CASE("cuda causal attention (flash-style) vs CPU", "[gpu]") {
   REQUIRE_GPU();
   auto& c = *env().cpu;
   auto& g = *env().gpu;
-  struct Case { int64_t T, nh, qk, v; };
-  // MLA dims (tensor-core path), small dims (zero-padded), large dims (scalar fallback).
-  for (const Case& k : {Case{37, 3, 192, 128}, Case{129, 2, 192, 128}, Case{1000, 2, 192, 128}, Case{77, 2, 48, 40},
+  // v_offset / v_stride < 0: the kv_b layout [k_nope | v] per head with k_nope as wide as qk (v at offset qk).
+  struct Case { int64_t T, nh, qk, v, v_offset = -1, v_stride = -1; };
+  // MLA dims (FA2 kernel: 128-query blocks, 64-key tiles; T around the tile edges), the benchmark's kv_b
+  // layout (v at 128 of 256), a v_offset not a multiple of 8 (generic tensor-core kernel), small dims
+  // (zero-padded, generic kernel), large dims (scalar fallback).
+  for (const Case& k : {Case{37, 3, 192, 128}, Case{129, 2, 192, 128}, Case{1000, 2, 192, 128}, Case{1, 2, 192, 128},
+                        Case{64, 1, 192, 128}, Case{128, 2, 192, 128}, Case{255, 2, 192, 128}, Case{320, 3, 192, 128},
+                        Case{300, 2, 192, 128, 128, 256}, Case{100, 2, 192, 128, 4, 260}, Case{77, 2, 48, 40},
                         Case{70, 2, 200, 136}}) {
-    const int64_t vstride = k.qk + k.v;  // kv_b layout: [k_nope | v] per head; v at offset qk within the head
+    const int64_t vstride = k.v_stride >= 0 ? k.v_stride : k.qk + k.v;
+    const int64_t voff = k.v_offset >= 0 ? k.v_offset : k.qk;
     Both q = both(DType::kBF16, k.T, k.nh * k.qk, rand_bf16(k.T * k.nh * k.qk, 50 + k.T, 1.0f), "q");
     Both kk = both(DType::kBF16, k.T, k.nh * k.qk, rand_bf16(k.T * k.nh * k.qk, 51 + k.T, 1.0f), "k");
     Both v = both(DType::kBF16, k.T, k.nh * vstride, rand_bf16(k.T * k.nh * vstride, 52 + k.T, 1.0f), "kv");
     Both o = out(DType::kBF16, k.T, k.nh * k.v, "attn");
     const float scale = 1.0f / std::sqrt(static_cast<float>(k.qk)) * 2.0f;  // sharper than uniform
-    REQUIRE(c.causal_attention(q.c, kk.c, v.c, k.nh, k.qk, k.v, k.qk, vstride, scale, o.c).is_ok());
-    auto st = g.causal_attention(q.g, kk.g, v.g, k.nh, k.qk, k.v, k.qk, vstride, scale, o.g);
+    REQUIRE(c.causal_attention(q.c, kk.c, v.c, k.nh, k.qk, k.v, voff, vstride, scale, o.c).is_ok());
+    auto st = g.causal_attention(q.g, kk.g, v.g, k.nh, k.qk, k.v, voff, vstride, scale, o.g);
     INFO(st.message());
     REQUIRE(st.is_ok());
     auto [a, b] = fetch2<uint16_t>(o);
     require_close_norm(as_f64_bf16(a), as_f64_bf16(b), 1e-2, 4e-2,
-                       "attention T=" + std::to_string(k.T) + " qk=" + std::to_string(k.qk));
+                       "attention T=" + std::to_string(k.T) + " qk=" + std::to_string(k.qk) +
+                           " v_offset=" + std::to_string(voff));
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "planner/analysis.h"
 #include "tests/planner/trace_builder.h"
@@ -154,4 +155,61 @@ TEST_CASE("compare: the live-at-peak diff, tensor by tensor, sums to the change 
   CHECK(sum == static_cast<int64_t>(rb.peak_activation_bytes) - static_cast<int64_t>(ra.peak_activation_bytes));
   // Largest change first.
   CHECK(e.rows.front().name == "buf");
+}
+
+// A program traced without names: its tensors are known by their innermost user frame, so two
+// unnamed tensors from different call sites are never paired (a 400-byte `forward` buffer is not
+// "resized" into a 300-byte `attention` one), and "freed" versus "not allocated" asks whether the
+// other run allocates at that call site at all.
+TEST_CASE("compare: unnamed tensors are matched by their innermost user frame", "[planner][compare]") {
+  auto traced = [](const std::vector<std::pair<const char*, uint64_t>>& live, const std::vector<std::pair<const char*, uint64_t>>& transient) {
+    TraceBuilder b("traced");
+    std::map<std::string, StackId> stacks;
+    auto stack_of = [&](const std::string& fn) {
+      auto it = stacks.find(fn);
+      if (it != stacks.end()) return it->second;
+      const uint32_t f = b.trace.stacks.intern_frame(
+          StackFrame{b.trace.strings.intern(fn), b.trace.strings.intern("model.py"), static_cast<uint32_t>(fn.size()), FrameKind::kPython});
+      // A library frame inside (folded), so the innermost *user* frame is what names the tensor.
+      const uint32_t lib = b.trace.stacks.intern_frame(StackFrame{b.trace.strings.intern("empty"),
+                                                                  b.trace.strings.intern("/usr/lib/python3/site-packages/torch/_tensor.py"), 1, FrameKind::kPython});
+      return stacks[fn] = b.trace.stacks.intern_stack({lib, f});
+    };
+    uint64_t t = 1, addr = 0x1000;
+    for (const auto& [fn, bytes] : transient) {  // allocated and freed before the peak
+      b.alloc(t++, addr, bytes).stack_id = stack_of(fn);
+      b.free(t++, addr);
+      addr += 0x1000;
+    }
+    for (const auto& [fn, bytes] : live) b.alloc(t++, addr += 0x1000, bytes).stack_id = stack_of(fn);
+    b.alloc(t++, addr += 0x1000, 5);  // unnamed, no stack: alike in both runs
+    return analyze(b.trace);
+  };
+  const RunAnalysis a = traced({{"forward", 400}, {"attention", 300}, {"mlp", 200}}, {});
+  const RunAnalysis b = traced({{"attention", 300}, {"norm", 50}}, {{"mlp", 200}});
+  const Comparison c = compare(a, b);
+  const LiveDiff& d = c.live_at_peak_diff;
+  CHECK(d.unchanged_tensors == 2);  // attention, the unnamed 5 bytes
+  CHECK(d.unchanged_bytes == 305);
+  std::map<std::string, std::pair<LiveChange, int64_t>> by_frame;
+  int64_t sum = 0;
+  for (const auto& r : d.rows) {
+    CHECK(r.name.empty());
+    REQUIRE_FALSE(r.stack.empty());
+    by_frame[r.stack.front().substr(0, r.stack.front().find(' '))] = {r.change, r.delta};
+    sum += r.delta;
+  }
+  REQUIRE(by_frame.size() == 3);
+  CHECK(by_frame["forward"] == std::make_pair(LiveChange::kNotAllocated, int64_t{-400}));  // B never allocates there
+  CHECK(by_frame["mlp"] == std::make_pair(LiveChange::kFreed, int64_t{-200}));             // B does, not at its peak
+  CHECK(by_frame["norm"] == std::make_pair(LiveChange::kNew, int64_t{50}));
+  CHECK(sum == static_cast<int64_t>(b.peak_activation_bytes) - static_cast<int64_t>(a.peak_activation_bytes));
+  CHECK(sum == d.delta);
+  // Allocations only one run makes are grouped by the same frame.
+  std::map<std::string, uint64_t> only_a, only_b;
+  for (const auto& g : c.only_in_baseline) only_a[g.frame.substr(0, g.frame.find(' '))] += g.bytes * g.count;
+  for (const auto& g : c.only_in_candidate) only_b[g.frame.substr(0, g.frame.find(' '))] += g.bytes * g.count;
+  CHECK(only_a == std::map<std::string, uint64_t>{{"forward", 400}});
+  CHECK(only_b == std::map<std::string, uint64_t>{{"norm", 50}});
+  for (const auto& g : a.alloc_groups) CHECK(g.frame.find("_tensor.py") == std::string::npos);  // library frames folded
 }

@@ -44,4 +44,25 @@ TEST_CASE("durations relative to a trace's start", "[reports][format]") {
   CHECK(format_duration_ns(812000) == "812 us");
   CHECK(format_duration_ns(41300000) == "41.3 ms");
   CHECK(format_duration_ns(3580000000ull) == "3.58 s");
+  CHECK(format_duration_ns(999) == "999 ns");
+  CHECK(format_duration_ns(1499) == "1 us");
+  CHECK(format_duration_ns(1500) == "2 us");          // half up
+  CHECK(format_duration_ns(999499) == "999 us");
+  CHECK(format_duration_ns(999500) == "1.0 ms");      // not "1000 us"
+  CHECK(format_duration_ns(999950000) == "1.00 s");   // not "1000.0 ms"
+  CHECK(format_duration_ns(5449999999ull) == "5.45 s");
+  CHECK(format_duration_ns(1234567890123ull) == "1,234.57 s");
+  CHECK(format_duration_ns(3000000000ull) == "3.00 s");
+  CHECK(format_duration_ns(std::numeric_limits<uint64_t>::max()) == "18,446,744,073.71 s");
+}
+
+TEST_CASE("percentages: a sign, one decimal, thousands separators", "[reports][format]") {
+  CHECK(format_percent(0, 0) == "0.0%");
+  CHECK(format_percent(5, 0) == "n/a");
+  CHECK(format_percent(-124800, 613460) == "-20.3%");
+  CHECK(format_percent(1, 3) == "+33.3%");
+  CHECK(format_percent(1, 10000000) == "+0.0%");  // a change too small for a decimal keeps its sign
+  CHECK(format_percent(-1, 10000000) == "-0.0%");
+  CHECK(format_percent(123456789, 613460) == "+20,124.7%");
+  CHECK(format_percent(std::numeric_limits<int64_t>::max(), 1) == "+922,337,203,685,477,580,800.0%");
 }
