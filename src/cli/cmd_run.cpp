@@ -20,6 +20,7 @@
 #include "cli/builtin_rules.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/op_times.h"
 #include "core/trace_io.h"
 #include "core/version.h"
 #include "executor/backends.h"
@@ -67,6 +68,8 @@ struct RunArgs {
   std::string nccl_id;
   double nccl_timeout = 300;
   bool rank_only = false;  // a rank started by --launch processes: the parent merges and reports
+  bool op_times = false;   // per-op-family times of the forward (cli/op_times.h)
+  double peak_tflops = 0, peak_gbps = 0;
 };
 
 // The first of these environment variables that is set, as an int (launchers: torchrun, Open MPI,
@@ -120,8 +123,12 @@ void remove_stale_outputs(const std::string& dir, bool quiet) {
   size_t removed = 0;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
+    auto ends = [&](const char* suffix) {
+      const size_t k = std::strlen(suffix);
+      return n.size() > k && n.compare(n.size() - k, k, suffix) == 0;
+    };
     const bool ours = n == "report.json" || n == "report.md" || n == "report.html" ||
-                      (n.size() > 7 && n.compare(n.size() - 7, 7, ".mtrace") == 0 &&
+                      ((ends(".mtrace") || ends(".ops.json")) &&
                        (n.rfind("baseline.", 0) == 0 || n.rfind("reuse.", 0) == 0 || n.rfind("fixes.", 0) == 0));
     if (ours && fs::remove(e.path(), ec)) ++removed;
   }
@@ -189,6 +196,8 @@ int run_command(const RunArgs& a) {
   if (args.symm_mem == "on" && args.gpus < 2 && !rank_mode && !args.quiet)
     note("run", "--symm-mem on with one device: symmetric memory is emulated (tensors tagged symmetric, no NCCL window)");
   const bool multi_gpu = args.gpus > 1 || rank_mode;
+  if (args.op_times && multi_gpu)
+    return fail("run", Status::bad_input("--op-times times the ops of one device: drop --gpus/--rank (--tp N runs one rank's shapes)"));
   if (multi_gpu && (a.backend == "cpu" || a.backend == "meta"))
     return fail("run", Status::bad_input(fmt::format("--gpus {} needs the CUDA backend (got --backend {})", a.gpus, a.backend)));
   if (a.model_given && a.model.empty()) return fail("run", Status::bad_input("--model is empty (give a built-in name or a config.json path)"));
@@ -230,6 +239,7 @@ int run_command(const RunArgs& a) {
   plan.weights = a.weights == "shared" ? WeightsMode::kShared
                                        : (a.weights == "per-layer" ? WeightsMode::kPerLayer : WeightsMode::kAuto);
   plan.progress = !a.quiet && ::isatty(STDERR_FILENO) && !args.rank_only;
+  plan.op_times = args.op_times;
   plan.log = a.quiet ? nullptr : stderr;
 
   // The header, before any work: what runs where.
@@ -479,6 +489,18 @@ int run_command(const RunArgs& a) {
     }
     if (plan.progress) std::fprintf(stderr, "\r\033[K");
   }
+  std::string op_tables;
+  if (plan.op_times) {
+    const DevicePeaks peaks = resolve_peaks(device_name, a.peak_tflops, a.peak_gbps);
+    for (const auto& m : r.modes) {
+      if (!m.ops) continue;
+      op_tables += op_times_table(m.mode, *m.ops, peaks, m.forward_seconds);
+      const std::string path = (std::filesystem::path(a.out) / (m.mode + ".ops.json")).string();
+      Status st = reports::write_text_file(path, op_times_json(m.mode, device_name, *m.ops, peaks, m.forward_seconds).dump(2) + "\n");
+      if (!st) return fail("run", st);
+      op_tables += "  written to " + path + "\n";
+    }
+  }
   const double total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
 
   int verdict = outputs_differ ? kExitRunFailure : kExitOk;
@@ -575,6 +597,7 @@ int run_command(const RunArgs& a) {
   if (!cupti_paths.empty())
     out += fmt::format("CUPTI traces agree with the executor's accounting in every category: {}\n", cupti_agrees ? "yes" : "NO");
 #endif
+  out += op_tables;
   out += "\ntraces:";
   for (const auto& m : r.modes) out += " " + m.trace_path;
   out += fmt::format("\nreport: {} (+ report.md, report.html); {} in all\n", report_path, seconds(total_seconds));
@@ -630,6 +653,15 @@ void register_run(CLI::App& app, int* exit_code) {
   cmd->add_flag("--quiet,-q", args->quiet, "no progress or notes on stderr");
   cmd->add_flag("--json", args->json, "print the JSON report on stdout instead of the table");
   cmd->add_flag("!--no-cupti", args->cupti, "on a GPU, do not also trace the run with CUPTI");
+  cmd->add_flag("--op-times", args->op_times,
+                "time every op of each forward by family (CUDA events on a GPU): time, share, TFLOP/s, GB/s, floors; "
+                "also written to OUT/<mode>.ops.json");
+  cmd->add_option("--peak-tflops", args->peak_tflops, "with --op-times: the device's bf16 dense peak for the floors [default: published figure of a known GPU]")
+      ->type_name("X")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--peak-gbps", args->peak_gbps, "with --op-times: the device's memory bandwidth in GB/s [default: published figure of a known GPU]")
+      ->type_name("X")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--symm-mem", args->symm_mem,
                   "on: the tensors SGLang all-reduces (MoE, dense MLP and o_proj outputs) come from an NCCL symmetric "
                   "window (ncclMemAlloc + ncclCommWindowRegister) per rank, and the reuse mode takes the previous layer's "

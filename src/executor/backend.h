@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "executor/op_profile.h"
 #include "executor/tensor.h"
 #include "model/router.h"
 
@@ -74,6 +75,26 @@ class Backend {
   // Tells the observers attached now which pools the backend holds (on_pool), e.g. right after a
   // trace is opened. Default: none.
   virtual void announce_pools() {}
+
+  // ---- op timing (op_profile.h, `moeprof run --op-times`) ------------------------------------
+  // From start_op_profile() on, every public op below is bracketed by two marks of the backend's
+  // OpClock and charged to its family with its FLOPs and compulsory bytes. take_op_profile()
+  // synchronizes, stops profiling and returns the per-family sums.
+  void start_op_profile() { op_profiler_ = std::make_unique<OpProfiler>(make_op_clock()); }
+  Result<OpProfile> take_op_profile();
+  bool op_profiling() const { return op_profiler_ != nullptr; }
+  // While one lives, ops are not charged (work that checks results rather than computes them).
+  class OpProfilePause {
+   public:
+    explicit OpProfilePause(Backend& b) : b_(b), was_(b.op_paused_) { b_.op_paused_ = true; }
+    ~OpProfilePause() { b_.op_paused_ = was_; }
+    OpProfilePause(const OpProfilePause&) = delete;
+    OpProfilePause& operator=(const OpProfilePause&) = delete;
+
+   private:
+    Backend& b_;
+    bool was_;
+  };
 
   // ---- the ops ------------------------------------------------------------------------------
   // Every op below is a public, non-virtual entry that checks its arguments once, with the same
@@ -180,6 +201,9 @@ class Backend {
   // `tag` lets a backend name the allocation to an outside tracer (the CUDA backend wraps the
   // driver call in an NVTX range "moeprof.tensor:<scope>/<name>|<category>").
   virtual Result<void*> do_allocate(size_t bytes, MemKind kind, const AllocTag& tag) = 0;
+  // The clock of start_op_profile(): host steady_clock unless the backend computes asynchronously
+  // (the CUDA backend records events on its stream).
+  virtual std::unique_ptr<OpClock> make_op_clock() { return make_host_op_clock(); }
   virtual void do_free(void* ptr, size_t bytes, MemKind kind) = 0;
 
   // The implementations behind the public ops, called only with arguments that passed the
@@ -224,6 +248,29 @@ class Backend {
 
  private:
   std::vector<AllocationObserver*> observers_;
+  std::unique_ptr<OpProfiler> op_profiler_;
+  bool op_paused_ = false;
+  OpProfiler* op_timer_target() const { return op_paused_ ? nullptr : op_profiler_.get(); }
+  // The routed rows (T * top_k) of the latest moe_permute: the useful rows of the expert GEMMs
+  // that follow it (their tensors hold the padded rows). 0 before any permutation.
+  int64_t moe_rows_ = 0;
+  // Brackets one public op while profiling (backend_checks.cpp).
+  class OpTimer {
+   public:
+    OpTimer(OpProfiler* p, const char* op, const OpCost& cost) : p_(p), op_(op), cost_(cost) {
+      if (p_) p_->begin();
+    }
+    ~OpTimer() {
+      if (p_) p_->end(op_, cost_);
+    }
+    OpTimer(const OpTimer&) = delete;
+    OpTimer& operator=(const OpTimer&) = delete;
+
+   private:
+    OpProfiler* p_;
+    const char* op_;
+    OpCost cost_;
+  };
 
  protected:
   void notify_pool(uint64_t pool, uint64_t reserved_bytes, MemKind kind, const std::string& name) {

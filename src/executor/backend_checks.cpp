@@ -118,7 +118,46 @@ Status need_offsets(const char* op, const Tensor& offsets) {
   return need_contiguous(op, "offsets", offsets);
 }
 
+// The bytes an op must move for tensor t at least (its elements, read or written once).
+double tb(const Tensor& t) { return t.defined() ? static_cast<double>(t.bytes()) : 0.0; }
+
+// Causal attention: query t attends to keys 0..t, so sum_t (t + 1) = T(T+1)/2 key rows per head,
+// each a qk_dim dot product and a v_dim accumulation (2 FLOPs per multiply-add). Bytes: q, k, v
+// read once, out written once (bf16).
+OpCost attention_cost(int64_t T, int64_t heads, int64_t qk_dim, int64_t v_dim) {
+  const double t = static_cast<double>(T), h = static_cast<double>(heads);
+  return OpCost{h * static_cast<double>(qk_dim + v_dim) * t * (t + 1), 2.0 * t * h * (2.0 * qk_dim + 2.0 * v_dim)};
+}
+
+// The expert GEMMs count FLOPs on the routed rows (T * top_k of the latest moe_permute), not on
+// the padding; bytes: the routed rows of the activations, every expert's weights once, the whole
+// padded output.
+int64_t useful_rows(int64_t moe_rows, int64_t padded) { return moe_rows > 0 && moe_rows <= padded ? moe_rows : padded; }
+
+OpCost gemm1_cost(const Tensor& a, const Tensor& a_scales, const Tensor& w13, const Tensor& w13_scales,
+                  const Tensor& out, const Tensor& out_scales, int64_t moe_rows) {
+  const double R = static_cast<double>(useful_rows(moe_rows, out.rows()));
+  const double H = 2.0 * a.cols(), two_i = 4.0 * out.cols();
+  return OpCost{2.0 * R * two_i * H,
+                R * static_cast<double>(a.cols() + a_scales.cols()) + tb(w13) + tb(w13_scales) + tb(out) + tb(out_scales)};
+}
+
+OpCost gemm2_cost(const Tensor& h, const Tensor& h_scales, const Tensor& w2, const Tensor& w2_scales, const Tensor& out,
+                  int64_t moe_rows) {
+  const double R = static_cast<double>(useful_rows(moe_rows, out.rows()));
+  const double I = 2.0 * h.cols(), H = static_cast<double>(out.cols());
+  return OpCost{2.0 * R * H * I,
+                R * static_cast<double>(h.cols() + h_scales.cols()) + tb(w2) + tb(w2_scales) + tb(out)};
+}
+
 }  // namespace
+
+Result<OpProfile> Backend::take_op_profile() {
+  if (!op_profiler_) return Status::bad_input("op timing: start_op_profile() was not called");
+  std::unique_ptr<OpProfiler> p = std::move(op_profiler_);
+  MOEPROF_RETURN_IF_ERROR(synchronize());
+  return p->finish();
+}
 
 // ---- data movement --------------------------------------------------------------------------
 
@@ -126,6 +165,7 @@ Status Backend::copy_from_host(Tensor& dst, const void* src) {
   const char* op = "copy_from_host";
   MOEPROF_RETURN_IF_ERROR(need_defined(op, "dst", dst));
   if (src == nullptr && dst.numel() > 0) return fail(op, "src", "be a host pointer (got null)");
+  OpTimer timer(op_timer_target(), "copy_from_host", OpCost{0, tb(dst)});
   return do_copy_from_host(dst, src);
 }
 
@@ -133,6 +173,7 @@ Status Backend::copy_to_host(const Tensor& src, void* dst) {
   const char* op = "copy_to_host";
   MOEPROF_RETURN_IF_ERROR(need_defined(op, "src", src));
   if (dst == nullptr && src.numel() > 0) return fail(op, "dst", "be a host pointer (got null)");
+  OpTimer timer(op_timer_target(), "copy_to_host", OpCost{0, tb(src)});
   return do_copy_to_host(src, dst);
 }
 
@@ -140,16 +181,19 @@ Status Backend::copy_to_host(const Tensor& src, void* dst) {
 
 Status Backend::init_uniform(Tensor& t, uint64_t seed, float scale) {
   MOEPROF_RETURN_IF_ERROR(need_dtype("init_uniform", "t", t, DType::kBF16, DType::kF32));
+  OpTimer timer(op_timer_target(), "init_uniform", OpCost{0, tb(t)});
   return do_init_uniform(t, seed, scale);
 }
 
 Status Backend::init_e4m3(Tensor& t, uint64_t seed, float lo, float hi) {
   MOEPROF_RETURN_IF_ERROR(need_dtype("init_e4m3", "t", t, DType::kE4M3));
+  OpTimer timer(op_timer_target(), "init_e4m3", OpCost{0, tb(t)});
   return do_init_e4m3(t, seed, lo, hi);
 }
 
 Status Backend::init_bytes(Tensor& t, uint64_t seed) {
   MOEPROF_RETURN_IF_ERROR(need_dtype("init_bytes", "t", t, DType::kU8, DType::kFP4x2));
+  OpTimer timer(op_timer_target(), "init_bytes", OpCost{0, tb(t)});
   return do_init_bytes(t, seed);
 }
 
@@ -157,11 +201,13 @@ Status Backend::init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) {
   MOEPROF_RETURN_IF_ERROR(need_dtype("init_ints", "t", t, DType::kI32));
   if (hi <= lo)
     return fail("init_ints", "hi", "be greater than lo (got [" + std::to_string(lo) + ", " + std::to_string(hi) + "))");
+  OpTimer timer(op_timer_target(), "init_ints", OpCost{0, tb(t)});
   return do_init_ints(t, seed, lo, hi);
 }
 
 Status Backend::iota(Tensor& t, int32_t start) {
   MOEPROF_RETURN_IF_ERROR(need_dtype("iota", "t", t, DType::kI32));
+  OpTimer timer(op_timer_target(), "iota", OpCost{0, tb(t)});
   return do_iota(t, start);
 }
 
@@ -173,6 +219,7 @@ Status Backend::embedding(const Tensor& ids, const Tensor& table, int64_t vocab_
   MOEPROF_RETURN_IF_ERROR(need_contiguous(op, "ids", ids));
   MOEPROF_RETURN_IF_ERROR(need_dtype(op, "table", table, DType::kBF16));
   MOEPROF_RETURN_IF_ERROR(need_shape(op, "out", out, DType::kBF16, ids.numel(), table.cols()));
+  OpTimer timer(op_timer_target(), op, OpCost{0, tb(ids) + 2 * tb(out)});
   return do_embedding(ids, table, vocab_start, out);
 }
 
@@ -181,6 +228,7 @@ Status Backend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out
   MOEPROF_RETURN_IF_ERROR(need_dtype(op, "x", x, DType::kBF16));
   MOEPROF_RETURN_IF_ERROR(need_vector(op, "w", w, DType::kBF16, x.cols()));
   MOEPROF_RETURN_IF_ERROR(need_shape(op, "out", out, DType::kBF16, x.rows(), x.cols()));
+  OpTimer timer(op_timer_target(), op, OpCost{0, tb(x) + tb(w) + tb(out)});
   return do_rmsnorm(x, w, eps, out);
 }
 
@@ -189,6 +237,7 @@ Status Backend::fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, 
   MOEPROF_RETURN_IF_ERROR(need_dtype(op, "x", x, DType::kBF16));
   MOEPROF_RETURN_IF_ERROR(need_shape(op, "residual", residual, DType::kBF16, x.rows(), x.cols()));
   MOEPROF_RETURN_IF_ERROR(need_vector(op, "w", w, DType::kBF16, x.cols()));
+  OpTimer timer(op_timer_target(), op, OpCost{0, 2 * tb(x) + 2 * tb(residual) + tb(w)});
   return do_fused_add_rmsnorm(x, residual, w, eps);
 }
 
@@ -200,6 +249,7 @@ Status Backend::linear(const Tensor& x, const Tensor& w, Tensor& out, const Tens
     return fail(op, "w", "have K = " + std::to_string(x.cols()) + " columns, like x" + got(w));
   MOEPROF_RETURN_IF_ERROR(need_dtype(op, "out", out, DType::kBF16, DType::kF32));
   MOEPROF_RETURN_IF_ERROR(need_dims(op, "out", out, x.rows(), w.rows()));
+  OpTimer timer(op_timer_target(), op, OpCost{2.0 * x.rows() * w.rows() * x.cols(), tb(x) + tb(w) + tb(out)});
   return do_linear(x, w, out, workspace);
 }
 
@@ -221,6 +271,7 @@ Status Backend::rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t ro
   MOEPROF_RETURN_IF_ERROR(need_dtype(op, "cos_sin", cos_sin, DType::kF32));
   if (cos_sin.cols() != rot_dim)
     return fail(op, "cos_sin", "have rot_dim = " + std::to_string(rot_dim) + " columns" + got(cos_sin));
+  OpTimer timer(op_timer_target(), op, OpCost{0, 2.0 * x.rows() * n_heads * rot_dim * dtype_size(DType::kBF16) + tb(positions) + tb(cos_sin)});
   return do_rope(x, n_heads, head_stride, rot_offset, rot_dim, positions, cos_sin);
 }
 
@@ -238,6 +289,7 @@ Status Backend::mla_build_k(const Tensor& kv, int64_t n_heads, int64_t kv_head_s
   MOEPROF_RETURN_IF_ERROR(need_dtype(op, "k_pe", k_pe, DType::kBF16));
   if (k_pe.rows() != kv.rows()) return fail(op, "k_pe", "have kv's " + std::to_string(kv.rows()) + " rows" + got(k_pe));
   MOEPROF_RETURN_IF_ERROR(need_shape(op, "k", k, DType::kBF16, kv.rows(), n_heads * (nope + k_pe.cols())));
+  OpTimer timer(op_timer_target(), op, OpCost{0, 2 * tb(k)});
   return do_mla_build_k(kv, n_heads, kv_head_stride, nope, k_pe, k);
 }
 
@@ -254,6 +306,7 @@ Status Backend::kv_cache_write(const Tensor& latent, const Tensor& k_pe, Tensor&
   if (slot0 < 0 || slot0 + T > cache.rows())
     return fail(op, "slot0", "be in [0, " + std::to_string(cache.rows() - T) + "] so that " + std::to_string(T) +
                                  " rows fit the cache's " + std::to_string(cache.rows()) + got(slot0));
+  OpTimer timer(op_timer_target(), op, OpCost{0, tb(latent) + tb(k_pe) + static_cast<double>(latent.rows()) * cache.cols() * dtype_size(DType::kBF16)});
   return do_kv_cache_write(latent, k_pe, cache, slot0);
 }
 
@@ -280,6 +333,7 @@ Status Backend::causal_attention(const Tensor& q, const Tensor& k, const Tensor&
     return fail(op, "v", "have q's " + std::to_string(T) + " rows and at least v_offset + (n_heads - 1) * " +
                              "v_head_stride + v_dim = " + std::to_string(v_span) + " columns" + got(v));
   MOEPROF_RETURN_IF_ERROR(need_shape(op, "out", out, DType::kBF16, T, n_heads * v_dim));
+  OpTimer timer(op_timer_target(), op, attention_cost(q.rows(), n_heads, qk_dim, v_dim));
   return do_causal_attention(q, k, v, n_heads, qk_dim, v_dim, v_offset, v_head_stride, scale, out);
 }
 
@@ -288,6 +342,7 @@ Status Backend::silu_and_mul(const Tensor& x, Tensor& out) {
   MOEPROF_RETURN_IF_ERROR(need_dtype(op, "x", x, DType::kBF16));
   if (x.cols() % 2 != 0) return fail(op, "x", "have an even number of columns [gate | up]" + got(x));
   MOEPROF_RETURN_IF_ERROR(need_shape(op, "out", out, DType::kBF16, x.rows(), x.cols() / 2));
+  OpTimer timer(op_timer_target(), op, OpCost{0, tb(x) + tb(out)});
   return do_silu_and_mul(x, out);
 }
 
@@ -295,12 +350,14 @@ Status Backend::add_inplace(Tensor& dst, const Tensor& src) {
   const char* op = "add_inplace";
   MOEPROF_RETURN_IF_ERROR(need_dtype(op, "dst", dst, DType::kBF16));
   MOEPROF_RETURN_IF_ERROR(need_shape(op, "src", src, DType::kBF16, dst.rows(), dst.cols()));
+  OpTimer timer(op_timer_target(), op, OpCost{0, 2 * tb(dst) + tb(src)});
   return do_add_inplace(dst, src);
 }
 
 Status Backend::all_reduce(Tensor& t) {
   MOEPROF_RETURN_IF_ERROR(need_dtype("all_reduce", "t", t, DType::kBF16, DType::kF32));
   MOEPROF_RETURN_IF_ERROR(need_contiguous("all_reduce", "t", t));
+  OpTimer timer(op_timer_target(), "all_reduce", OpCost{0, 2 * tb(t)});
   return do_all_reduce(t);
 }
 
@@ -327,6 +384,7 @@ Status Backend::router_topk(const Tensor& logits, const Tensor& bias, const Rout
   if (p.method == TopkMethod::kNoauxTc) MOEPROF_RETURN_IF_ERROR(need_vector(op, "bias", bias, DType::kF32, E));
   MOEPROF_RETURN_IF_ERROR(need_shape(op, "topk_ids", topk_ids, DType::kI32, T, p.top_k));
   MOEPROF_RETURN_IF_ERROR(need_shape(op, "topk_weights", topk_weights, DType::kF32, T, p.top_k));
+  OpTimer timer(op_timer_target(), op, OpCost{0, tb(logits) + tb(bias) + tb(topk_ids) + tb(topk_weights)});
   return do_router_topk(logits, bias, p, topk_ids, topk_weights);
 }
 
@@ -336,6 +394,7 @@ Status Backend::fp4_quantize(const Tensor& x, float global_scale, Tensor& out, T
   if (x.cols() % 16 != 0) return fail(op, "x", "have K columns with K a multiple of 16" + got(x));
   MOEPROF_RETURN_IF_ERROR(need_shape(op, "out", out, DType::kFP4x2, x.rows(), x.cols() / 2));
   MOEPROF_RETURN_IF_ERROR(need_shape(op, "scales", scales, DType::kE4M3, x.rows(), x.cols() / 16));
+  OpTimer timer(op_timer_target(), op, OpCost{0, tb(x) + tb(out) + tb(scales)});
   return do_fp4_quantize(x, global_scale, out, scales);
 }
 
@@ -356,6 +415,8 @@ Status Backend::moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t
   if (have < need)
     return fail(op, "workspace", "hold at least moe_permute_workspace_bytes(T, k, E) = " + std::to_string(need) +
                                      " bytes (got " + std::to_string(have) + ")");
+  moe_rows_ = T * k;
+  OpTimer timer(op_timer_target(), op, OpCost{0, tb(topk_ids) + tb(offsets) + tb(permuted_to_token) + tb(expanded_to_permuted)});
   return do_moe_permute(topk_ids, num_experts, tile, offsets, permuted_to_token, expanded_to_permuted, workspace);
 }
 
@@ -377,6 +438,7 @@ Status Backend::moe_gemm1_fp4(const Tensor& a, const Tensor& a_scales, float a_g
   MOEPROF_RETURN_IF_ERROR(need_aligned_rows(op, "w13", w13));
   MOEPROF_RETURN_IF_ERROR(need_shape(op, "w13_scales", w13_scales, DType::kE4M3, E * 2 * I, H / 16));
   MOEPROF_RETURN_IF_ERROR(need_vector(op, "w13_gs", w13_gs, DType::kF32, E));
+  OpTimer timer(op_timer_target(), op, gemm1_cost(a, a_scales, w13, w13_scales, out, out_scales, moe_rows_));
   return do_moe_gemm1_fp4(a, a_scales, a_gs, w13, w13_scales, w13_gs, offsets, permuted_to_token, out_gs, out,
                           out_scales);
 }
@@ -400,6 +462,7 @@ Status Backend::moe_gemm2_fp4(const Tensor& h, const Tensor& h_scales, float h_g
   MOEPROF_RETURN_IF_ERROR(need_aligned_rows(op, "w2", w2));
   MOEPROF_RETURN_IF_ERROR(need_shape(op, "w2_scales", w2_scales, DType::kE4M3, E * H, I / 16));
   MOEPROF_RETURN_IF_ERROR(need_vector(op, "w2_gs", w2_gs, DType::kF32, E));
+  OpTimer timer(op_timer_target(), op, gemm2_cost(h, h_scales, w2, w2_scales, out, moe_rows_));
   return do_moe_gemm2_fp4(h, h_scales, h_gs, w2, w2_scales, w2_gs, offsets, permuted_to_token, out);
 }
 
@@ -419,6 +482,7 @@ Status Backend::moe_combine(const Tensor& gemm2_out, const Tensor& expanded_to_p
                                         got(topk_weights));
   MOEPROF_RETURN_IF_ERROR(need_vector(op, "expanded_to_permuted", expanded_to_permuted, DType::kI32, T * k));
   if (shared.defined()) MOEPROF_RETURN_IF_ERROR(need_shape(op, "shared", shared, DType::kBF16, T, H));
+  OpTimer timer(op_timer_target(), op, OpCost{0, static_cast<double>(expanded_to_permuted.numel()) * gemm2_out.cols() * dtype_size(DType::kBF16) + tb(expanded_to_permuted) + tb(topk_weights) + tb(shared) + tb(out)});
   return do_moe_combine(gemm2_out, expanded_to_permuted, topk_weights, shared, out);
 }
 

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <memory>
+#include <vector>
 
 #include "executor/backends.h"
 #include "executor/cuda_check.h"
@@ -308,6 +310,44 @@ Status CudaBackend::attach_nccl(void* comm, int rank, int size) {
   nccl_size_ = size;
   return Status::ok();
 }
+
+namespace {
+
+// One event per mark, created as needed and destroyed with the clock.
+class CudaOpClock final : public OpClock {
+ public:
+  CudaOpClock(int device, cudaStream_t stream) : device_(device), stream_(stream) {}
+  ~CudaOpClock() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  std::string name() const override { return "cuda events"; }
+  Result<int64_t> mark() override {
+    const char* op = "op timing";
+    MOEPROF_CUDA_CHECK(op, cudaSetDevice(device_));
+    cudaEvent_t e = nullptr;
+    MOEPROF_CUDA_CHECK(op, cudaEventCreate(&e));
+    events_.push_back(e);
+    MOEPROF_CUDA_CHECK(op, cudaEventRecord(e, stream_));
+    return static_cast<int64_t>(events_.size()) - 1;
+  }
+  Result<double> seconds(int64_t a, int64_t b) override {
+    const char* op = "op timing";
+    if (a < 0 || b <= a || b >= static_cast<int64_t>(events_.size()))
+      return Status::run_failure("op timing: marks " + std::to_string(a) + ", " + std::to_string(b) + " out of range");
+    float ms = 0;
+    MOEPROF_CUDA_CHECK(op, cudaEventElapsedTime(&ms, events_[a], events_[b]));
+    return static_cast<double>(ms) * 1e-3;
+  }
+
+ private:
+  int device_;
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+};
+
+}  // namespace
+
+std::unique_ptr<OpClock> CudaBackend::make_op_clock() { return std::make_unique<CudaOpClock>(device_, stream_); }
 
 void CudaBackend::announce_pools() {
   if (symm_pool_ != nullptr) notify_pool(symm_pool_->base(), symm_pool_->capacity(), MemKind::kSymmetric, "nccl_symmetric_pool");

@@ -63,6 +63,8 @@ class CudaBackend : public Backend {
 
  protected:
   Result<void*> do_allocate(size_t bytes, MemKind kind, const AllocTag& tag) override;
+  // CUDA events recorded on the backend's stream (op times are GPU times, in stream order).
+  std::unique_ptr<OpClock> make_op_clock() override;
   void do_free(void* ptr, size_t bytes, MemKind kind) override;
 
   // cuda_backend.cpp

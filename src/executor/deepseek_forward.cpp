@@ -1,7 +1,8 @@
 // The DeepSeek-V2-family prefill forward, written once against the Backend op contract, in the
 // two memory modes (baseline / reuse); see executor/deepseek_model.h.
-#include <cstring>
+#include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "executor/deepseek_weights.h"
 
@@ -34,6 +35,7 @@ const Tensor* MoeOutputBufferScope::current() { return t_moe_output_buffer; }
 
 Result<ForwardOutput> DeepseekModel::forward() {
   const int64_t T = shape_.tokens, H = cfg_.hidden_size;
+  const auto t0 = std::chrono::steady_clock::now();
   ForwardOutput out;
   be_.marker("prefill", true);
   MOEPROF_ASSIGN_OR_RETURN(Tensor ids, act(DType::kI32, 1, T, "input_ids", "model/input"));
@@ -69,6 +71,9 @@ Result<ForwardOutput> DeepseekModel::forward() {
   MOEPROF_RETURN_IF_ERROR(op("lm_head", be_.linear(last, w_->lm_head, logits, w_->workspace), {&hidden}, {&logits}));
   out.logits.resize(shape_.vocab);
   MOEPROF_RETURN_IF_ERROR(be_.copy_to_host(logits, out.logits.data()));
+  out.prefill_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // What follows checks the outputs; op timing (--op-times) leaves it out like the prefill time.
+  Backend::OpProfilePause pause(be_);
   {
     uint64_t lh = 1469598103934665603ull;
     for (float v : out.logits) {

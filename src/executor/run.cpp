@@ -101,10 +101,19 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
       }
       if (plan.log && opt.log_weights_note && !mr.weights_note.empty())
         std::fprintf(plan.log, "moeprof: %s\n", mr.weights_note.c_str());
+      if (plan.op_times) backend.start_op_profile();
       const auto f0 = std::chrono::steady_clock::now();
       auto out = model.value()->forward();
       mr.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
+      if (plan.op_times) {
+        auto ops = backend.take_op_profile();
+        if (ops.is_ok())
+          mr.ops = std::move(ops).value();
+        else if (out.is_ok())
+          st = ops.status();
+      }
       if (out.is_ok()) {
+        mr.forward_seconds = out.value().prefill_seconds;  // without the hashing of the outputs
         mr.output = std::move(out).value();
         mr.moe = mr.output.moe;
       } else {

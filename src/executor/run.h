@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,8 @@ struct RunPlan {
   uint64_t symm_pool_bytes = 0;               // 0: symmetric_pool_bytes(shape)
   std::vector<int64_t> symm_outside_layers;  // testing (ModelOptions::symm_outside_layers)
   bool progress = false;       // "layer k of n" on stderr (terminal)
+  // `--op-times`: time every op of the forward by family (op_profile.h) into ModeResult::ops.
+  bool op_times = false;
   std::FILE* log = nullptr;    // one-line notes (weights choice); null = silent
   // Called around each mode's run, e.g. to start and stop a CUPTI tracer: before_mode right
   // after the trace is opened, after_mode once the model is torn down and the device is idle.
@@ -45,6 +48,7 @@ struct ModeResult {
   CategoryCounters accounting;  // the executor's own count of the bytes it asked for
   ForwardOutput output;
   bool weights_shared = false;  // this run's model aliased the first MoE layer's expert weights
+  std::optional<OpProfile> ops;  // with RunPlan::op_times: the forward's ops by family
   std::string weights_note;
 };
 

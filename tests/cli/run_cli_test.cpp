@@ -132,3 +132,40 @@ TEST_CASE("moeprof run: header first, progress on a terminal, forward and total 
   CHECK(plain.err.find("] weights: layer") == std::string::npos);
   CHECK(plain.err.find("\r") == std::string::npos);
 }
+
+TEST_CASE("moeprof run --op-times prints and writes each mode's ops by family", "[cli][run][op_times]") {
+  const fs::path dir = moeprof::testing::temp_dir("run_cli_op_times");
+  auto r = run_moeprof("run --backend cpu --model tiny --tokens 23 --quiet --op-times --peak-tflops 2 --peak-gbps 50 --out '" +
+                       dir.string() + "'");
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("op times (baseline,") != std::string::npos);
+  CHECK(r.out.find("op times (reuse,") != std::string::npos);
+  CHECK(r.out.find("peaks: 2.0 TFLOP/s bf16 dense, 50 GB/s (given on the command line)") != std::string::npos);
+  for (const char* mode : {"baseline", "reuse"}) {
+    std::ifstream in(dir / (std::string(mode) + ".ops.json"));
+    REQUIRE(in.good());
+    auto j = nlohmann::json::parse(in);
+    CHECK(j["mode"] == mode);
+    CHECK(j["clock"] == "host steady_clock");
+    CHECK(j["peak_flops_per_s"].get<double>() == 2e12);
+    double sum = 0, floors = 0;
+    bool has_attention = false;
+    for (const auto& f : j["families"]) {
+      sum += f["seconds"].get<double>();
+      floors += std::max(f["flop_floor_seconds"].get<double>(), f["byte_floor_seconds"].get<double>());
+      has_attention = has_attention || f["op"] == "causal_attention";
+    }
+    CHECK(has_attention);
+    CHECK(sum == Approx(j["op_seconds"].get<double>()).epsilon(1e-9));
+    CHECK(floors == Approx(j["floor_seconds"].get<double>()).epsilon(1e-9));
+    CHECK(j["op_seconds"].get<double>() <= j["forward_seconds"].get<double>());
+  }
+  // A second run into the same folder without --op-times removes the stale files.
+  auto again = run_moeprof("run --backend cpu --model tiny --tokens 23 --quiet --out '" + dir.string() + "'");
+  REQUIRE(again.rc == 0);
+  CHECK_FALSE(fs::exists(dir / "baseline.ops.json"));
+  auto multi = run_moeprof("run --backend cpu --op-times --gpus 2 --quiet --out '" + dir.string() + "'");
+  CHECK(multi.rc == 2);
+  CHECK(multi.err.find("--op-times") != std::string::npos);
+}

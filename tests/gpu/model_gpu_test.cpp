@@ -9,6 +9,10 @@
 #include "executor/backends.h"
 #include "executor/recorder.h"
 #include "executor/deepseek_model.h"
+#include "executor/run.h"
+
+#include <filesystem>
+#include <unistd.h>
 
 using namespace moeprof;
 
@@ -95,4 +99,44 @@ TEST_CASE("tiny model: GPU logits match the CPU reference; modes and repeats are
       CHECK(gb.acc.allocated[i] == c.acc.allocated[i]);
     }
   }
+}
+
+TEST_CASE("tiny model: op times on the GPU come from CUDA events and charge the same work as on the CPU", "[gpu][model][op_times]") {
+  auto g = make_cuda_backend(0);
+  if (!g.is_ok()) {
+    WARN("skipping: no usable GPU (" << g.status().message() << ")");
+    return;
+  }
+  const auto dir = std::filesystem::temp_directory_path() / ("moeprof_gpu_op_times_" + std::to_string(::getpid()));
+  RunPlan plan;
+  plan.model = "tiny";
+  plan.tokens = 129;
+  plan.out_dir = dir.string();
+  plan.modes = {MemoryMode::kBaseline};
+  plan.op_times = true;
+  auto cpu = make_cpu_backend();
+  auto rg = execute_run_plan(*g.value(), plan);
+  REQUIRE(rg.is_ok());
+  auto rc = execute_run_plan(*cpu, plan);
+  REQUIRE(rc.is_ok());
+  const OpProfile& pg = *rg->modes[0].ops;
+  const OpProfile& pc = *rc->modes[0].ops;
+  CHECK(pg.clock == "cuda events");
+  CHECK(pg.calls == pc.calls);
+  REQUIRE(pg.families.size() == pc.families.size());
+  for (const auto& f : pg.families) {
+    INFO(f.op);
+    const OpFamilyStats* c = nullptr;
+    for (const auto& x : pc.families)
+      if (x.op == f.op) c = &x;
+    REQUIRE(c != nullptr);
+    CHECK(f.calls == c->calls);
+    CHECK(f.flops == c->flops);
+    CHECK(f.bytes == c->bytes);
+    CHECK(f.seconds >= 0);  // events resolve about 0.5 us
+  }
+  CHECK(pg.op_seconds > 0);
+  CHECK(pg.op_seconds <= rg->modes[0].forward_seconds);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
