@@ -80,5 +80,22 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return static_cast<uint32_t>(f32_to_bf16(lo)) | (static_cast<uint32_t>(f32_to_bf16(hi)) << 16);
 }
 
+// Eight bf16 in one 16-byte word (element i at bits 16*(i%2) of word i/2, i.e. memory order).
+__device__ __forceinline__ void bf16x8_unpack(const uint4& v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  }
+}
+__device__ __forceinline__ uint4 bf16x8_pack(const float (&f)[8]) {
+  return make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
+}
+// True when p is 16-byte aligned and a row stride of ld elements keeps every row so.
+inline bool aligned16(const void* p, int64_t ld_elems, int elem_bytes) {
+  return (reinterpret_cast<uintptr_t>(p) % 16 == 0) && ((ld_elems * elem_bytes) % 16 == 0);
+}
+
 }  // namespace moeprof::kern
 #endif

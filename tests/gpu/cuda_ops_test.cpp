@@ -293,6 +293,66 @@ TEST_CASE("cuda rmsnorm and fused_add_rmsnorm", "[gpu]") {
   }
 }
 
+// The memory-bound ops have a 16-byte vector path (width a multiple of 8, 16-byte aligned rows;
+// rmsnorm also H <= 8192, with 32, 64 or 128 threads per row) and an element fallback. Both must
+// give the CPU's results: odd widths, widths on each side of the limits, and column views whose
+// offset keeps (8 columns) or breaks (4 columns) the alignment.
+TEST_CASE("cuda rmsnorm, add_inplace, moe_combine: vector and fallback paths", "[gpu]") {
+  REQUIRE_GPU();
+  auto& c = *env().cpu;
+  auto& g = *env().gpu;
+  struct Shape { int64_t T, H, off; };  // off: columns of a wider tensor before the view
+  for (const Shape q : {Shape{5, 100, 0}, Shape{33, 1536, 0}, Shape{17, 520, 0}, Shape{7, 4096, 0}, Shape{9, 9000, 0},
+                        Shape{11, 512, 8}, Shape{11, 512, 4}, Shape{3, 8, 0}}) {
+    INFO("T=" << q.T << " H=" << q.H << " offset=" << q.off);
+    const int64_t W = q.H + 2 * q.off + 8;  // the wide tensor's columns
+    Both xw = both(DType::kBF16, q.T, W, rand_bf16(q.T * W, 300 + q.H + q.off, 3.0f), "x");
+    Both rw = both(DType::kBF16, q.T, W, rand_bf16(q.T * W, 400 + q.H + q.off, 3.0f), "res");
+    Both x{xw.c.cols_view(q.off, q.H), xw.g.cols_view(q.off, q.H)};
+    Both r{rw.c.cols_view(q.off, q.H), rw.g.cols_view(q.off, q.H)};
+    Both w = both(DType::kBF16, 1, q.H, rand_bf16(q.H, 500 + q.H, 1.5f), "w");
+    Both o = out(DType::kBF16, q.T, q.H, "o");
+    REQUIRE(c.rmsnorm(x.c, w.c, 1e-6f, o.c).is_ok());
+    REQUIRE(g.rmsnorm(x.g, w.g, 1e-6f, o.g).is_ok());
+    auto [a, b] = fetch2<uint16_t>(o);
+    require_close_elem(as_f64_bf16(a), as_f64_bf16(b), 1.0 / 128, 1e-6, "rmsnorm");
+    // In place (out aliases x) on a copy.
+    Both xi = both(DType::kBF16, q.T, q.H, rand_bf16(q.T * q.H, 600 + q.H, 3.0f), "xi");
+    REQUIRE(c.rmsnorm(xi.c, w.c, 1e-6f, xi.c).is_ok());
+    REQUIRE(g.rmsnorm(xi.g, w.g, 1e-6f, xi.g).is_ok());
+    auto [ia, ib] = fetch2<uint16_t>(xi);
+    require_close_elem(as_f64_bf16(ia), as_f64_bf16(ib), 1.0 / 128, 1e-6, "rmsnorm in place");
+
+    REQUIRE(c.fused_add_rmsnorm(x.c, r.c, w.c, 1e-5f).is_ok());
+    REQUIRE(g.fused_add_rmsnorm(x.g, r.g, w.g, 1e-5f).is_ok());
+    auto [rc, rg] = fetch2<uint16_t>(rw);
+    require_equal(rc, rg, "fused_add_rmsnorm residual (columns outside the view untouched)");
+    auto [xc, xg] = fetch2<uint16_t>(xw);
+    require_close_elem(as_f64_bf16(xc), as_f64_bf16(xg), 1.0 / 128, 1e-6, "fused_add_rmsnorm x");
+
+    Both d = both(DType::kBF16, q.T, W, rand_bf16(q.T * W, 700 + q.H, 2.0f), "dst");
+    Both dv{d.c.cols_view(q.off, q.H), d.g.cols_view(q.off, q.H)};
+    REQUIRE(c.add_inplace(dv.c, r.c).is_ok());  // r: equal on both sides (x is not, after the norm)
+    REQUIRE(g.add_inplace(dv.g, r.g).is_ok());
+    auto [da, db] = fetch2<uint16_t>(d);
+    require_equal(da, db, "add_inplace");
+
+    // combine: k = 3 gathered rows of a [P, H] view per token, with and without a shared input.
+    const int64_t k = 3, P = q.T * k + 5;
+    Both g2w = both(DType::kBF16, P, W, rand_bf16(P * W, 800 + q.H, 1.0f), "g2");
+    Both g2{g2w.c.cols_view(q.off, q.H), g2w.g.cols_view(q.off, q.H)};
+    Both e2p = both(DType::kI32, 1, q.T * k, rand_ints(q.T * k, 900 + q.H, 0, static_cast<int32_t>(P)), "e2p");
+    Both tw = both(DType::kF32, q.T, k, rand_f32(q.T * k, 901 + q.H, 0.01f, 1.0f), "tw");
+    for (bool with_shared : {true, false}) {
+      Both mo = out(DType::kBF16, q.T, q.H, "moe_out");
+      REQUIRE(c.moe_combine(g2.c, e2p.c, tw.c, with_shared ? r.c : Tensor(), mo.c).is_ok());
+      REQUIRE(g.moe_combine(g2.g, e2p.g, tw.g, with_shared ? r.g : Tensor(), mo.g).is_ok());
+      auto [ma, mb] = fetch2<uint16_t>(mo);
+      require_equal(ma, mb, with_shared ? "combine (shared)" : "combine");
+    }
+  }
+}
+
 TEST_CASE("cuda linear (cuBLASLt) bf16 and f32 outputs", "[gpu]") {
   REQUIRE_GPU();
   auto& c = *env().cpu;
