@@ -249,7 +249,11 @@ Status Backend::linear(const Tensor& x, const Tensor& w, Tensor& out, const Tens
     return fail(op, "w", "have K = " + std::to_string(x.cols()) + " columns, like x" + got(w));
   MOEPROF_RETURN_IF_ERROR(need_dtype(op, "out", out, DType::kBF16, DType::kF32));
   MOEPROF_RETURN_IF_ERROR(need_dims(op, "out", out, x.rows(), w.rows()));
-  OpTimer timer(op_timer_target(), op, OpCost{2.0 * x.rows() * w.rows() * x.cols(), tb(x) + tb(w) + tb(out)});
+  OpTimer timer(op_timer_target(), op, OpCost{2.0 * x.rows() * w.rows() * x.cols(), tb(x) + tb(w) + tb(out),
+                                                 op_profiling() ? std::to_string(x.rows()) + " x " + std::to_string(w.rows()) +
+                                                                      " x " + std::to_string(x.cols()) +
+                                                                      (out.dtype() == DType::kF32 ? " -> f32" : "")
+                                                               : std::string()});
   return do_linear(x, w, out, workspace);
 }
 

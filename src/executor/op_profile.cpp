@@ -93,20 +93,28 @@ Result<OpProfile> OpProfiler::finish() {
   OpProfile p;
   p.clock = clock_->name();
   std::map<std::string, OpFamilyStats> by_op;
-  for (const Call& c : calls_) {
-    MOEPROF_ASSIGN_OR_RETURN(double s, clock_->seconds(c.a, c.b));
-    OpFamilyStats& f = by_op[c.op];
-    f.op = c.op;
+  std::map<std::string, std::map<std::string, OpFamilyStats>> by_detail;
+  auto add = [](OpFamilyStats& f, const std::string& name, double s, const OpCost& c) {
+    f.op = name;
     ++f.calls;
     f.seconds += s;
-    f.flops += c.cost.flops;
-    f.bytes += c.cost.bytes;
+    f.flops += c.flops;
+    f.bytes += c.bytes;
+  };
+  for (const Call& c : calls_) {
+    MOEPROF_ASSIGN_OR_RETURN(double s, clock_->seconds(c.a, c.b));
+    add(by_op[c.op], c.op, s, c.cost);
+    if (!c.cost.detail.empty()) add(by_detail[c.op][c.cost.detail], c.cost.detail, s, c.cost);
     p.op_seconds += s;
     ++p.calls;
   }
-  for (auto& [name, f] : by_op) p.families.push_back(f);
-  std::stable_sort(p.families.begin(), p.families.end(),
-                   [](const OpFamilyStats& a, const OpFamilyStats& b) { return a.seconds > b.seconds; });
+  auto by_time = [](const OpFamilyStats& a, const OpFamilyStats& b) { return a.seconds > b.seconds; };
+  for (auto& [name, f] : by_op) {
+    for (auto& [d, part] : by_detail[name]) f.parts.push_back(part);
+    std::stable_sort(f.parts.begin(), f.parts.end(), by_time);
+    p.families.push_back(f);
+  }
+  std::stable_sort(p.families.begin(), p.families.end(), by_time);
   return p;
 }
 

@@ -20,6 +20,7 @@ namespace moeprof {
 struct OpCost {
   double flops = 0;
   double bytes = 0;
+  std::string detail;  // optional sub-family, e.g. a GEMM's "N x K -> dtype" (OpFamilyStats::parts)
 };
 
 // A clock whose marks are ordered with the ops (stream-ordered on a GPU). mark() returns an
@@ -41,6 +42,7 @@ struct OpFamilyStats {
   double seconds = 0;
   double flops = 0;
   double bytes = 0;
+  std::vector<OpFamilyStats> parts;  // by OpCost::detail (op = the detail), largest time first
 };
 
 // Peak rates of a device: the bf16 dense tensor-core rate and the memory bandwidth.

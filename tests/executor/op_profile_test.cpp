@@ -67,6 +67,12 @@ TEST_CASE("op timing charges each op once with its exact FLOPs and bytes", "[cpu
   CHECK(lin->calls == 2);
   CHECK(lin->flops == 2.0 * 2 * T * N * K);
   CHECK(lin->bytes == 2.0 * 2 * (T * K + N * K + T * N));
+  // Its parts: one shape, M x N x K.
+  REQUIRE(lin->parts.size() == 1);
+  CHECK(lin->parts[0].op == "37 x 29 x 53");
+  CHECK(lin->parts[0].calls == 2);
+  CHECK(lin->parts[0].flops == lin->flops);
+  CHECK(lin->parts[0].seconds == lin->seconds);
   const OpFamilyStats* att = family(*p, "causal_attention");
   REQUIRE(att != nullptr);
   CHECK(att->calls == 1);
