@@ -135,6 +135,12 @@ class Backend {
   // undefined when linear_workspace_bytes() is 0.
   size_t linear_workspace_bytes(int64_t T, int64_t N, int64_t K) const { return do_linear_workspace_bytes(T, N, K); }
   Status linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& workspace);
+  // Before the first linear of a shape (x [rows, k] contiguous, w [n, k], out [rows, n] of
+  // out_dtype, a workspace of workspace_bytes): lets the backend choose its algorithm ahead of
+  // time, e.g. by timing candidates on scratch operands it allocates (tagged workspace,
+  // "model/prepare") and frees before returning. Computes nothing the caller sees; a no-op on the
+  // CPU reference and the meta backend.
+  Status prepare_linear(int64_t rows, int64_t n, int64_t k, DType out_dtype, size_t workspace_bytes);
   // Interleaved rotary embedding on `rot_dim` columns starting at `rot_offset` inside each of
   // `n_heads` heads of `head_stride` columns: (x[2i], x[2i+1]) rotated by angle of pair i at
   // position pos[t]; cos_sin [max_pos, rot_dim] f32 holds cos (first rot_dim/2) then sin.
@@ -220,6 +226,10 @@ class Backend {
   virtual Status do_fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps) = 0;
   virtual size_t do_linear_workspace_bytes(int64_t /*T*/, int64_t /*N*/, int64_t /*K*/) const { return 0; }
   virtual Status do_linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& workspace) = 0;
+  virtual Status do_prepare_linear(int64_t /*rows*/, int64_t /*n*/, int64_t /*k*/, DType /*out_dtype*/,
+                                   size_t /*workspace_bytes*/) {
+    return Status::ok();
+  }
   virtual Status do_rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t rot_offset, int64_t rot_dim,
                          const Tensor& positions, const Tensor& cos_sin) = 0;
   virtual Status do_mla_build_k(const Tensor& kv, int64_t n_heads, int64_t kv_head_stride, int64_t nope,

@@ -257,6 +257,16 @@ Status Backend::linear(const Tensor& x, const Tensor& w, Tensor& out, const Tens
   return do_linear(x, w, out, workspace);
 }
 
+Status Backend::prepare_linear(int64_t rows, int64_t n, int64_t k, DType out_dtype, size_t workspace_bytes) {
+  const char* op = "prepare_linear";
+  MOEPROF_RETURN_IF_ERROR(need_non_negative(op, "rows", rows));
+  MOEPROF_RETURN_IF_ERROR(need_non_negative(op, "n", n));
+  MOEPROF_RETURN_IF_ERROR(need_non_negative(op, "k", k));
+  if (out_dtype != DType::kBF16 && out_dtype != DType::kF32)
+    return fail(op, "out_dtype", std::string("be bf16 or f32 (got ") + std::string(dtype_name(out_dtype)) + ")");
+  return do_prepare_linear(rows, n, k, out_dtype, workspace_bytes);
+}
+
 Status Backend::rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t rot_offset, int64_t rot_dim,
                      const Tensor& positions, const Tensor& cos_sin) {
   const char* op = "rope";

@@ -15,12 +15,14 @@
 // (the 256-byte alignment of the permutation workspace, for CUB).
 #pragma once
 
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "executor/backend.h"
 
@@ -92,6 +94,11 @@ class CudaBackend : public Backend {
   // cuda_linear.cpp
   size_t do_linear_workspace_bytes(int64_t T, int64_t N, int64_t K) const override;
   Status do_linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& workspace) override;
+  // Times up to kLinearTuneCandidates of cuBLASLt's heuristic algorithms for the shape (each
+  // kLinearTuneRepeats times after one warm-up run) on scratch operands and keeps the fastest.
+  Status do_prepare_linear(int64_t T, int64_t N, int64_t K, DType out_dtype, size_t ws_bytes) override;
+  static constexpr int kLinearTuneCandidates = 16;
+  static constexpr int kLinearTuneRepeats = 3;
 
   // cuda_moe.cpp
   Status do_router_topk(const Tensor& logits, const Tensor& bias, const RouterParams& p, Tensor& topk_ids,
@@ -117,13 +124,17 @@ class CudaBackend : public Backend {
   };
   Status init_cublaslt();
   void destroy_cublaslt();  // the plans, then the handle
-  Result<LinearPlan*> linear_plan(const Tensor& x, const Tensor& w, const Tensor& out, size_t ws_bytes);
+  // The cached plan of the call; with `candidates`, a fresh plan (replacing the cached one) and
+  // every algorithm cuBLASLt's heuristic offers for it, the best first.
+  Result<LinearPlan*> linear_plan(const Tensor& x, const Tensor& w, const Tensor& out, size_t ws_bytes,
+                                  std::vector<cublasLtMatmulAlgo_t>* candidates = nullptr);
 
   int device_;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   void* lt_handle_ = nullptr;  // cublasLtHandle_t
   std::map<std::string, std::unique_ptr<LinearPlan, LinearPlanDeleter>> linear_plans_;
+  std::map<std::string, cublasLtMatmulAlgo_t> tuned_algos_;  // by T, N, K, output dtype, workspace
   void* nccl_comm_ = nullptr;  // ncclComm_t when attached (real TP)
   int nccl_rank_ = 0;
   int nccl_size_ = 1;

@@ -1,10 +1,16 @@
 // CudaBackend::do_linear: out[T, N] = x[T, K] @ w[N, K]^T with cuBLASLt (bf16 inputs, fp32 compute,
-// bf16 or f32 output). The matmul descriptors, layouts and the heuristic's algorithm are cached
-// per shape, strides, output dtype, pointer alignments and workspace size (linear_plans_).
+// bf16 or f32 output). The matmul descriptors, layouts and the algorithm are cached per shape,
+// strides, output dtype, pointer alignments and workspace size (linear_plans_). The algorithm is
+// cuBLASLt's first heuristic choice, unless do_prepare_linear timed the candidates for the shape
+// beforehand (tuned_algos_): then the fastest one that cuBLASLt accepts for the call's layouts.
 #include <cublasLt.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "executor/cuda_backend.h"
 #include "executor/cuda_check.h"
@@ -18,6 +24,7 @@ struct CudaBackend::LinearPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  std::string tuned_key;  // the shape part of the key (tuned_algos_)
   ~LinearPlan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -43,8 +50,18 @@ void CudaBackend::destroy_cublaslt() {
 
 size_t CudaBackend::do_linear_workspace_bytes(int64_t, int64_t, int64_t) const { return 32u << 20; }
 
+namespace {
+
+// The shape part of a plan's key: what a tuned algorithm is chosen for.
+std::string tuned_key(int64_t T, int64_t N, int64_t K, bool f32_out, size_t ws_bytes) {
+  return std::to_string(T) + "," + std::to_string(N) + "," + std::to_string(K) + "," + (f32_out ? "f" : "b") + "," +
+         std::to_string(ws_bytes);
+}
+
+}  // namespace
+
 Result<CudaBackend::LinearPlan*> CudaBackend::linear_plan(const Tensor& x, const Tensor& w, const Tensor& out,
-                                                          size_t ws_bytes) {
+                                                          size_t ws_bytes, std::vector<cublasLtMatmulAlgo_t>* candidates) {
   const char* op = "linear";
   const int64_t T = x.rows(), K = x.cols(), N = w.rows();
   const uint32_t al_a = alignment_of(w.raw()), al_b = alignment_of(x.raw()), al_c = alignment_of(out.raw());
@@ -54,7 +71,7 @@ Result<CudaBackend::LinearPlan*> CudaBackend::linear_plan(const Tensor& x, const
                           (f32_out ? "f" : "b") + "," + std::to_string(al_a) + "," + std::to_string(al_b) + "," +
                           std::to_string(al_c) + "," + std::to_string(ws_bytes);
   auto it = linear_plans_.find(key);
-  if (it != linear_plans_.end()) return it->second.get();
+  if (it != linear_plans_.end() && candidates == nullptr) return it->second.get();
 
   std::unique_ptr<LinearPlan, LinearPlanDeleter> plan(new LinearPlan());
   MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -77,17 +94,92 @@ Result<CudaBackend::LinearPlan*> CudaBackend::linear_plan(const Tensor& x, const
   MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
   MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
   MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
-  cublasLtMatmulHeuristicResult_t result{};
+  const auto lt = static_cast<cublasLtHandle_t>(lt_handle_);
+  std::vector<cublasLtMatmulHeuristicResult_t> results(candidates ? kLinearTuneCandidates : 1);
   int found = 0;
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_handle_), plan->desc,
-                                                           plan->a, plan->b, plan->c, plan->c, pref, 1, &result, &found);
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, plan->desc, plan->a, plan->b, plan->c, plan->c, pref,
+                                                           static_cast<int>(results.size()), results.data(), &found);
   if (hs != CUBLAS_STATUS_SUCCESS || found == 0)
     return Status::run_failure("cuda linear: no cuBLASLt algorithm for x " + shape(x) + " w " + shape(w) + " out " +
                                shape(out) + " (status " + std::to_string(int(hs)) + ")");
-  plan->algo = result.algo;
+  plan->algo = results[0].algo;
+  plan->tuned_key = tuned_key(T, N, K, f32_out, ws_bytes);
+  if (candidates) {
+    for (int i = 0; i < found; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) candidates->push_back(results[i].algo);
+  } else if (auto t = tuned_algos_.find(tuned_key(T, N, K, f32_out, ws_bytes)); t != tuned_algos_.end()) {
+    // The timed choice for this shape, where cuBLASLt accepts it for these layouts and alignments.
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(lt, plan->desc, plan->a, plan->b, plan->c, plan->c, &t->second, &check) ==
+            CUBLAS_STATUS_SUCCESS &&
+        check.workspaceSize <= ws_bytes)
+      plan->algo = t->second;
+  }
   LinearPlan* raw = plan.get();
-  linear_plans_.emplace(key, std::move(plan));
+  linear_plans_[key] = std::move(plan);
   return raw;
+}
+
+Status CudaBackend::do_prepare_linear(int64_t T, int64_t N, int64_t K, DType out_dtype, size_t ws_bytes) {
+  const char* op = "prepare_linear";
+  const bool f32_out = out_dtype == DType::kF32;
+  const std::string tkey = tuned_key(T, N, K, f32_out, ws_bytes);
+  if (T == 0 || N == 0 || K == 0 || tuned_algos_.count(tkey)) return Status::ok();
+  // Scratch operands of the call's shape, through the backend (tagged workspace, freed on
+  // return), random so that the timed kernels see data like the real call's.
+  auto tag = [](const char* name) { return AllocTag{name, "model/prepare", Category::kWorkspace}; };
+  MOEPROF_ASSIGN_OR_RETURN(Tensor x, empty(DType::kBF16, T, K, tag("linear_tune_x")));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor w, empty(DType::kBF16, N, K, tag("linear_tune_w")));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor out, empty(out_dtype, T, N, tag("linear_tune_out")));
+  Tensor workspace;
+  if (ws_bytes > 0) {
+    MOEPROF_ASSIGN_OR_RETURN(workspace, empty(DType::kU8, 1, static_cast<int64_t>(ws_bytes), tag("linear_tune_workspace")));
+  }
+  MOEPROF_RETURN_IF_ERROR(do_init_uniform(x, 0x7A11ull + static_cast<uint64_t>(K), 1.0f));
+  MOEPROF_RETURN_IF_ERROR(do_init_uniform(w, 0x7A12ull + static_cast<uint64_t>(N), std::sqrt(3.0f / static_cast<float>(K))));
+  std::vector<cublasLtMatmulAlgo_t> cands;
+  MOEPROF_ASSIGN_OR_RETURN(LinearPlan * plan, linear_plan(x, w, out, ws_bytes, &cands));
+  const auto lt = static_cast<cublasLtHandle_t>(lt_handle_);
+  const float alpha = 1.0f, beta = 0.0f;
+  cudaEvent_t ev[2] = {nullptr, nullptr};
+  MOEPROF_CUDA_CHECK(op, cudaEventCreate(&ev[0]));
+  MOEPROF_CUDA_CHECK(op, cudaEventCreate(&ev[1]));
+  struct EventGuard {
+    cudaEvent_t* e;
+    ~EventGuard() {
+      cudaEventDestroy(e[0]);
+      cudaEventDestroy(e[1]);
+    }
+  } guard{ev};
+  float best_ms = 0;
+  int best = -1;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    auto run = [&] {
+      return cublasLtMatmul(lt, plan->desc, &alpha, w.raw(), plan->a, x.raw(), plan->b, &beta, out.raw(), plan->c,
+                            out.raw(), plan->c, &cands[i], ws_bytes ? workspace.raw() : nullptr, ws_bytes, stream_);
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that cannot run here is skipped
+    float ms = 0;
+    MOEPROF_CUDA_CHECK(op, cudaEventRecord(ev[0], stream_));
+    bool ok = true;
+    for (int r = 0; r < kLinearTuneRepeats && ok; ++r) ok = run() == CUBLAS_STATUS_SUCCESS;
+    MOEPROF_CUDA_CHECK(op, cudaEventRecord(ev[1], stream_));
+    MOEPROF_CUDA_CHECK(op, cudaEventSynchronize(ev[1]));
+    MOEPROF_CUDA_CHECK(op, cudaEventElapsedTime(&ms, ev[0], ev[1]));
+    if (ok && (best < 0 || ms < best_ms)) {
+      best = static_cast<int>(i);
+      best_ms = ms;
+    }
+  }
+  MOEPROF_CUDA_CHECK(op, cudaStreamSynchronize(stream_));
+  if (best >= 0) {
+    plan->algo = cands[static_cast<size_t>(best)];
+    tuned_algos_[tkey] = plan->algo;
+    // Plans of this shape made before (other strides or alignments) are rebuilt on next use.
+    for (auto it = linear_plans_.begin(); it != linear_plans_.end();)
+      it = it->second.get() != plan && it->second->tuned_key == tkey ? linear_plans_.erase(it) : std::next(it);
+  }
+  return Status::ok();
 }
 
 Status CudaBackend::do_linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& workspace) {

@@ -95,6 +95,21 @@ struct ForwardOutput {
   double prefill_seconds = 0;
 };
 
+// One dense projection the forward runs: x [rows, k] @ w [n, k]^T -> [rows, n] of `out`.
+struct LinearShape {
+  std::string name;  // the weight's name in the trace
+  int64_t rows = 0, n = 0, k = 0;
+  DType out = DType::kBF16;
+};
+// Every distinct linear shape of one rank's forward (the weights init_weights allocates), and the
+// one workspace size they share (the largest Backend::linear_workspace_bytes among them).
+std::vector<LinearShape> model_linear_shapes(const ModelConfig& cfg, const RankShape& shape);
+size_t model_linear_workspace_bytes(const Backend& backend, const ModelConfig& cfg, const RankShape& shape);
+// Backend::prepare_linear for each of them (the CUDA backend times its cuBLASLt candidates once per
+// shape). The run drivers call it before a mode's trace opens, so no mode's trace or prefill time
+// holds the tuning, and every mode runs the same algorithms.
+Status prepare_model_linears(Backend& backend, const ModelConfig& cfg, const RankShape& shape);
+
 class DeepseekModel {
  public:
   // Allocates the weights (deterministic from opt.seed) and the KV cache.

@@ -144,6 +144,56 @@ Result<std::unique_ptr<DeepseekModel>> DeepseekModel::create(Backend& backend, c
   return m;
 }
 
+std::vector<LinearShape> model_linear_shapes(const ModelConfig& cfg, const RankShape& shape) {
+  const int64_t T = shape.tokens, H = cfg.hidden_size, h = shape.heads, qk = cfg.qk_head_dim(),
+                nope = cfg.qk_nope_head_dim, vd = cfg.v_head_dim, kvl = cfg.kv_lora_rank, rope = cfg.qk_rope_head_dim,
+                ql = cfg.q_lora_rank;
+  std::vector<LinearShape> v;
+  auto add = [&](const char* name, int64_t rows, int64_t n, int64_t k, DType out = DType::kBF16) {
+    for (const LinearShape& s : v)
+      if (s.rows == rows && s.n == n && s.k == k && s.out == out) return;
+    v.push_back(LinearShape{name, rows, n, k, out});
+  };
+  if (ql > 0) {
+    add("fused_qkv_a_proj_with_mqa", T, cfg.latent_dim(), H);
+    add("q_b_proj", T, h * qk, ql);
+  } else {
+    add("q_proj", T, h * qk, H);
+    add("kv_a_proj_with_mqa", T, kvl + rope, H);
+  }
+  add("kv_b_proj", T, h * (nope + vd), kvl);
+  add("o_proj", T, H, h * vd);
+  bool dense = false, moe = false;
+  for (int64_t l = 0; l < shape.layers; ++l) (cfg.is_moe_layer(l) ? moe : dense) = true;
+  if (dense) {
+    add("gate_up_proj", T, 2 * shape.dense_inter, H);
+    add("down_proj", T, H, shape.dense_inter);
+  }
+  if (moe) {
+    add("gate", T, cfg.n_routed_experts, H, DType::kF32);
+    if (shape.shared_inter > 0) {
+      add("shared_experts.gate_up_proj", T, 2 * shape.shared_inter, H);
+      add("shared_experts.down_proj", T, H, shape.shared_inter);
+    }
+  }
+  add("lm_head", 1, shape.vocab, H, DType::kF32);  // the last token only
+  return v;
+}
+
+size_t model_linear_workspace_bytes(const Backend& backend, const ModelConfig& cfg, const RankShape& shape) {
+  size_t ws = 0;
+  for (const LinearShape& s : model_linear_shapes(cfg, shape))
+    ws = std::max(ws, backend.linear_workspace_bytes(s.rows, s.n, s.k));
+  return ws;
+}
+
+Status prepare_model_linears(Backend& backend, const ModelConfig& cfg, const RankShape& shape) {
+  const size_t ws = model_linear_workspace_bytes(backend, cfg, shape);
+  for (const LinearShape& s : model_linear_shapes(cfg, shape))
+    MOEPROF_RETURN_IF_ERROR(backend.prepare_linear(s.rows, s.n, s.k, s.out, ws).with_context("preparing " + s.name));
+  return Status::ok();
+}
+
 Result<Tensor> DeepseekModel::act(DType dt, int64_t rows, int64_t cols, const std::string& name,
                                   const std::string& scope, Category cat) {
   return be_.empty(dt, rows, cols, AllocTag{name, scope, cat});
@@ -205,13 +255,7 @@ Status DeepseekModel::init_weights() {
     MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(W.cos_sin, table.data()));
   }
   // One cuBLASLt-style workspace for all dense projections (0 bytes on the CPU backend).
-  size_t ws = 0;
-  const int64_t T = shape_.tokens;
-  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{
-           {cfg_.latent_dim(), H}, {h * qk, std::max<int64_t>(ql, H)}, {h * (nope + vd), kvl}, {H, h * vd},
-           {2 * shape_.dense_inter, H}, {H, shape_.dense_inter}, {2 * std::max<int64_t>(shape_.shared_inter, 1), H},
-           {H, std::max<int64_t>(shape_.shared_inter, 1)}, {cfg_.n_routed_experts, H}, {shape_.vocab, H}})
-    ws = std::max(ws, be_.linear_workspace_bytes(T, n, k));
+  const size_t ws = model_linear_workspace_bytes(be_, cfg_, shape_);
   if (ws > 0) {
     MOEPROF_ASSIGN_OR_RETURN(W.workspace, alloc(DType::kU8, 1, static_cast<int64_t>(ws), "linear_workspace",
                                                 "model/workspace", Category::kWorkspace));

@@ -31,6 +31,10 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
   ModeResult mr;
   mr.mode = std::string(memory_mode_name(mode));
   mr.trace_path = opt.trace_path;
+  // Algorithm choices (cuBLASLt timing on the CUDA backend) before the trace opens: once per
+  // backend and shape, so the first mode's trace and time hold no tuning and all modes run the
+  // same algorithms (their outputs stay comparable bit for bit).
+  MOEPROF_RETURN_IF_ERROR(prepare_model_linears(backend, cfg, shape).with_context(mr.mode + " run"));
   RunMeta meta;
   meta.name = mr.mode;
   meta.model = cfg.name;

@@ -269,3 +269,49 @@ TEST_CASE("peak savings scale linearly with tokens as the formula says", "[model
     CHECK(b.baseline.peak_activation_bytes - b.reuse.peak_activation_bytes == per_token * T);
   }
 }
+
+// model_linear_shapes (the cuBLASLt tuning list) must name exactly the linear weights the model
+// allocates: every bf16 [n, k] weight the forward multiplies by appears with its shape, and
+// every listed shape belongs to some weight. Meta backend: every built-in model at full size.
+TEST_CASE("model_linear_shapes lists exactly the dense projections of every built-in model", "[model]") {
+  struct Weights : AllocationObserver {
+    std::set<std::pair<std::string, std::string>> seen;  // (weight name, "NxK")
+    void on_alloc(const Storage& s, const AllocTag& tag, DType dtype, const std::string& shape) override {
+      if (s.category() == Category::kWeights && dtype == DType::kBF16 && tag.name != "embed_tokens" &&
+          shape.find('x') != std::string::npos && shape.rfind("1x", 0) != 0)
+        seen.insert({tag.name, shape});
+    }
+    void on_free(const Storage&) override {}
+  };
+  for (const std::string& name : builtin_model_names()) {
+    for (int tp : {1, 4}) {
+      auto cfg = resolve_model_config(name);
+      REQUIRE(cfg.is_ok());
+      auto shape = make_rank_shape(*cfg, 257, tp, 0, 0);
+      if (!shape.is_ok()) continue;  // TP=4 does not divide some model's heads
+      INFO(name << " TP=" << tp);
+      auto be = make_meta_backend();
+      Weights w;
+      be->add_observer(&w);
+      {
+        auto m = DeepseekModel::create(*be, *cfg, *shape, MemoryMode::kBaseline, ModelOptions{});
+        REQUIRE(m.is_ok());
+      }
+      be->remove_observer(&w);
+      // Shapes only: the list names one weight per distinct shape (o_proj and a shared down
+      // projection can coincide).
+      std::set<std::string> listed, allocated;
+      for (const LinearShape& s : model_linear_shapes(*cfg, *shape)) {
+        CHECK(s.rows == (s.name == "lm_head" ? 1 : 257));
+        CHECK(s.out == (s.name == "gate" || s.name == "lm_head" ? DType::kF32 : DType::kBF16));
+        CHECK(listed.insert(std::to_string(s.n) + "x" + std::to_string(s.k)).second);  // each shape once
+      }
+      for (const auto& [n, sh] : w.seen) {
+        INFO("allocated, not listed: " << n << " " << sh);
+        CHECK(listed.count(sh) == 1);
+        allocated.insert(sh);
+      }
+      CHECK(allocated == listed);
+    }
+  }
+}
