@@ -1,5 +1,5 @@
-// Causal MLA attention on Hopper warpgroup MMA (wgmma, sm_90a): AttentionArgs::path 6, 7 and 8
-// (8 is the default where it applies). This translation unit is compiled for sm_90a only
+// Causal MLA attention on Hopper warpgroup MMA (wgmma, sm_90a): AttentionArgs::path 6 to 10
+// (10 is the default where it applies). This translation unit is compiled for sm_90a only
 // (kernels/CMakeLists.txt); see docs/kernels.md "Causal attention".
 //
 // CTA: 2 warpgroups (256 threads), 128 queries of one head; warpgroup w owns query rows
@@ -18,7 +18,9 @@
 //    MN-major (V rows are keys, d contiguous: imm-trans-b = 1; leading byte offset = the distance
 //    between the two 64-wide d blocks, stride byte offset 1024 = 8 keys).
 //  - Paths 6 / 7 wait for each product before the next step; path 8 overlaps the softmax of tile j
-//    with the P.V product of tile j-1 (see attention_wgmma_pipe_kernel).
+//    with the P.V product of tile j-1 (see attention_wgmma_pipe_kernel); path 9 is path 8 with Q in
+//    registers; path 10 adds a copier warpgroup, mbarrier hand-offs instead of CTA barriers, and
+//    ping-pong turns between the two computing warpgroups (attention_wgmma_ws_kernel).
 #include <cmath>
 
 #include "kernels/mla_attention.cuh"
@@ -73,6 +75,38 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr)
                : "memory");
+}
+// mbarrier / named-barrier helpers (path 10).
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// Arrives on `bar` once every cp.async this thread issued so far has landed (count not raised).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 // Shared-memory matrix descriptor, 128-byte swizzle: start address, leading / stride byte offsets.
 __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
@@ -211,7 +245,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(AttentionA
     const bool ok = row < T;
     const uint16_t* src = ok ? qg + static_cast<int64_t>(row) * a.ld_q + cc * 8 : a.q;
 #pragma unroll
-    for (int blk = 0; blk < D / 64; ++blk) cp_async16(sQ + blk * BM * 128 + i * 4096 + sw, ok ? src + blk * 64 : src, ok);
+    for (int blk = 0; blk < D / 64; ++blk)
+      cp_async16(sQ + blk * BM * 128 + i * 4096 + sw, ok ? src + blk * 64 : src, ok);
   }
   auto load_kv = [&](int kb, int stage) {
     const uint32_t kd = sKV + stage * C::kStageBytes + sw, vd = kd + C::kKBytes;
@@ -398,7 +433,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_pipe_kernel(Atten
     const bool ok = row < T;
     const uint16_t* src = ok ? qg + static_cast<int64_t>(row) * a.ld_q + cc * 8 : a.q;
 #pragma unroll
-    for (int blk = 0; blk < D / 64; ++blk) cp_async16(sQ + blk * BM * 128 + i * 4096 + sw, ok ? src + blk * 64 : src, ok);
+    for (int blk = 0; blk < D / 64; ++blk)
+      cp_async16(sQ + blk * BM * 128 + i * 4096 + sw, ok ? src + blk * 64 : src, ok);
   }
   // Tile it (0 = diagonal) is key block n_kb-1-it.
   auto load_k = [&](int it) {
@@ -573,8 +609,262 @@ cudaError_t launch_pipe(const AttentionArgs& a, cudaStream_t stream) {
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   const int64_t qblocks = (a.T + BM - 1) / BM;
-  attention_wgmma_pipe_kernel<kQRegs><<<dim3(static_cast<unsigned>(a.n_heads), static_cast<unsigned>(qblocks)), kThreads, smem,
-                                stream>>>(a);
+  attention_wgmma_pipe_kernel<kQRegs>
+      <<<dim3(static_cast<unsigned>(a.n_heads), static_cast<unsigned>(qblocks)), kThreads, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// ---- path 10: warp-specialized, ping-pong (FA3's schedule, on cp.async instead of TMA) ----
+// 384 threads: warpgroups 0 and 1 compute (64 query rows each, as path 8), warpgroup 2 only copies
+// (setmaxnreg: 40 registers for the copier, 232 for the two computing warpgroups). The copier streams
+// K_0, K_1, V_0, K_2, V_1, ... into the two K and two V buffers with cp.async, each buffer's "full"
+// mbarrier completing when its copies have landed (cp.async.mbarrier.arrive.noinc, 128 arrivals);
+// the consumers release a buffer on its "empty" mbarrier (256 arrivals) once their wgmma reading it
+// has completed. No CTA-wide barrier in the key loop: the two warpgroups take turns issuing their
+// products (named barriers 1 and 2), so one's softmax runs while the other's S = Q K^T and P.V
+// occupy the tensor cores. Turn j of a warpgroup issues S_j (j < n) and P_{j-1} V_{j-1} (j > 0);
+// there are n + 1 turns.
+constexpr int kWsThreads = 384;
+__global__ void __launch_bounds__(kWsThreads, 1) attention_wgmma_ws_kernel(AttentionArgs a) {
+#ifdef MOEPROF_WGMMA_DEVICE
+  constexpr int BN = 128;
+  using C = Cfg<BN>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t raw_u32 = smem_u32(smem_raw);
+  const uint32_t sQ = (raw_u32 + 1023u) & ~1023u;
+  const uint32_t sK = sQ + C::kQBytes;      // 2 x kKBytes
+  const uint32_t sV = sK + 2 * C::kKBytes;  // 2 x kVBytes
+  const uint32_t sBar = sV + 2 * C::kVBytes;
+  // mbarriers (8 bytes each): fullK[2], fullV[2], emptyK[2], emptyV[2]
+  auto full_k = [&](int b) { return sBar + 8u * b; };
+  auto full_v = [&](int b) { return sBar + 16u + 8u * b; };
+  auto empty_k = [&](int b) { return sBar + 32u + 8u * b; };
+  auto empty_v = [&](int b) { return sBar + 48u + 8u * b; };
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t h = blockIdx.x;
+  const int qb = static_cast<int>(gridDim.y) - 1 - static_cast<int>(blockIdx.y);  // longest rows first
+  const int T = static_cast<int>(a.T);
+  const int q0 = qb * BM;
+  const int n_kb = qb + 1;
+  if (tid == 0) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      mbar_init(full_k(b), 128);
+      mbar_init(full_v(b), 128);
+      mbar_init(empty_k(b), 256);
+      mbar_init(empty_v(b), 256);
+    }
+  }
+  __syncthreads();
+
+  if (warp >= 8) {  // copier: thread moves chunk (t & 7) of rows t/8 + 16 i of each 64-column block
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    const int ptid = tid - 256, cr = ptid >> 3, cc = ptid & 7;
+    const uint32_t sw = static_cast<uint32_t>(cr * 128 + ((cc ^ (cr & 7)) << 4));
+    const uint16_t* kg = a.k + h * a.qk_head_stride + cc * 8;
+    const uint16_t* vg = a.v + a.v_offset + h * a.v_head_stride + cc * 8;
+    for (int j = 0; j <= n_kb; ++j) {
+      if (j < n_kb) {
+        if (j >= 2) mbar_wait(empty_k(j & 1), ((j >> 1) - 1) & 1);
+        const uint32_t dst = sK + (j & 1) * C::kKBytes + sw;
+        const int key0 = (n_kb - 1 - j) * BN + cr;
+#pragma unroll
+        for (int i = 0; i < BN / 16; ++i) {
+          const int key = key0 + 16 * i;
+          const bool ok = key < T;
+          const uint16_t* src = ok ? kg + static_cast<int64_t>(key) * a.ld_k : a.k;
+#pragma unroll
+          for (int blk = 0; blk < D / 64; ++blk)
+            cp_async16(dst + blk * BN * 128 + i * 2048, ok ? src + blk * 64 : src, ok);
+        }
+        cp_async_mbar_arrive(full_k(j & 1));
+      }
+      if (j >= 1) {
+        const int t = j - 1;
+        if (t >= 2) mbar_wait(empty_v(t & 1), ((t >> 1) - 1) & 1);
+        const uint32_t dst = sV + (t & 1) * C::kVBytes + sw;
+        const int key0 = (n_kb - 1 - t) * BN + cr;
+#pragma unroll
+        for (int i = 0; i < BN / 16; ++i) {
+          const int key = key0 + 16 * i;
+          const bool ok = key < T;
+          const uint16_t* src = ok ? vg + static_cast<int64_t>(key) * a.ld_v : a.v;
+#pragma unroll
+          for (int blk = 0; blk < DV / 64; ++blk)
+            cp_async16(dst + blk * BN * 128 + i * 2048, ok ? src + blk * 64 : src, ok);
+        }
+        cp_async_mbar_arrive(full_v(t & 1));
+      }
+    }
+    cp_async_wait_all();
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    const int wg = warp >> 2, wq = warp & 3, wtid = tid & 127;
+    const int g = lane >> 2, q4 = lane & 3;
+    {  // this warpgroup's 64 Q rows (rows >= T zero-filled)
+      const int cr = wtid >> 3, cc = wtid & 7;
+      const uint16_t* qg = a.q + h * a.qk_head_stride + cc * 8;
+      const uint32_t sw = static_cast<uint32_t>((wg * 64 + cr) * 128 + ((cc ^ (cr & 7)) << 4));
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = q0 + wg * 64 + cr + 16 * i;
+        const bool ok = row < T;
+        const uint16_t* src = ok ? qg + static_cast<int64_t>(row) * a.ld_q : a.q;
+#pragma unroll
+        for (int blk = 0; blk < D / 64; ++blk)
+          cp_async16(sQ + blk * BM * 128 + i * 2048 + sw, ok ? src + blk * 64 : src, ok);
+      }
+      cp_async_commit();
+      cp_async_wait_all();
+      fence_proxy_async();
+      named_sync(3 + wg, 128);
+    }
+
+    float o[64], s[BN / 2];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+    uint32_t pf[BN / 16][4];
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const float sl2 = a.scale * kLog2e;
+    const int warp_lo = q0 + wg * 64 + wq * 16;
+    const int row_a = warp_lo + g, row_b = row_a + 8;
+    const uint32_t q_desc_base = sQ + wg * 64 * 128;
+    const int my_turn = 1 + wg, other_turn = 2 - wg;
+    if (wg == 1) named_arrive(other_turn, 256);  // warpgroup 0 issues first
+
+    for (int j = 0; j < n_kb; ++j) {
+      const bool has_pv = j > 0;
+      mbar_wait(full_k(j & 1), (j >> 1) & 1);
+      if (has_pv) mbar_wait(full_v((j - 1) & 1), ((j - 1) >> 1) & 1);
+      fence_proxy_async();
+      named_sync(my_turn, 256);
+      wgmma_fence();
+      {
+        const uint32_t kst = sK + (j & 1) * C::kKBytes;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks) {
+          const uint64_t da = make_desc(q_desc_base + (ks >> 2) * BM * 128 + (ks & 3) * 32, 16, 1024);
+          const uint64_t db = make_desc(kst + (ks >> 2) * BN * 128 + (ks & 3) * 32, 16, 1024);
+          wgmma_ss_m64n128(s, da, db, ks > 0 ? 1 : 0);
+        }
+        wgmma_commit();
+      }
+      // (issue, hand over the turn and wait in one branch: no accumulator register moves while the
+      // P.V product is in flight)
+      if (has_pv) {
+        const uint32_t vst = sV + ((j - 1) & 1) * C::kVBytes;
+        wgmma_fence();
+#pragma unroll
+        for (int t = 0; t < BN / 16; ++t) wgmma_rs_m64n128_tb(o, pf[t], make_desc(vst + t * 16 * 128, BN * 128, 1024));
+        wgmma_commit();
+        named_arrive(other_turn, 256);
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+      } else {
+        named_arrive(other_turn, 256);
+        wgmma_wait0();
+      }
+      fence_regs(s);
+      mbar_arrive(empty_k(j & 1));
+
+      const int k0 = (n_kb - 1 - j) * BN;
+      float mx[2] = {-INFINITY, -INFINITY};
+      if (j == 0) {
+#pragma unroll
+        for (int jj = 0; jj < BN / 8; ++jj)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int key = k0 + jj * 8 + 2 * q4 + (c & 1);
+            if (key > ((c < 2) ? row_a : row_b)) s[jj * 4 + c] = -INFINITY;
+          }
+      }
+#pragma unroll
+      for (int jj = 0; jj < BN / 8; ++jj)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) mx[c >> 1] = fmaxf(mx[c >> 1], s[jj * 4 + c]);
+      float alpha[2], mu[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        const float mn = fmaxf(m[r], mx[r]);
+        mu[r] = mn == -INFINITY ? 0.0f : mn * sl2;
+        alpha[r] = fast_exp2(m[r] * sl2 - mu[r]);
+        m[r] = mn;
+      }
+      float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int jj = 0; jj < BN / 8; ++jj)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          s[jj * 4 + c] = fast_exp2(fmaf(s[jj * 4 + c], sl2, -mu[c >> 1]));
+          rs[c >> 1] += s[jj * 4 + c];
+        }
+      l[0] = l[0] * alpha[0] + rs[0];
+      l[1] = l[1] * alpha[1] + rs[1];
+      if (has_pv) {
+        wgmma_wait0();
+        fence_regs(o);
+        mbar_arrive(empty_v((j - 1) & 1));
+        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+          for (int jj = 0; jj < 16; ++jj) {
+            o[jj * 4 + 0] *= alpha[0]; o[jj * 4 + 1] *= alpha[0];
+            o[jj * 4 + 2] *= alpha[1]; o[jj * 4 + 3] *= alpha[1];
+          }
+        }
+      }
+#pragma unroll
+      for (int jj = 0; jj < BN / 8; ++jj) {
+        pf[jj >> 1][(jj & 1) * 2 + 0] = cvt_bf16x2(s[jj * 4 + 0], s[jj * 4 + 1]);
+        pf[jj >> 1][(jj & 1) * 2 + 1] = cvt_bf16x2(s[jj * 4 + 2], s[jj * 4 + 3]);
+      }
+    }
+    {  // turn n: the last P.V
+      mbar_wait(full_v((n_kb - 1) & 1), ((n_kb - 1) >> 1) & 1);
+      fence_proxy_async();
+      named_sync(my_turn, 256);
+      const uint32_t vst = sV + ((n_kb - 1) & 1) * C::kVBytes;
+      wgmma_fence();
+#pragma unroll
+      for (int t = 0; t < BN / 16; ++t) wgmma_rs_m64n128_tb(o, pf[t], make_desc(vst + t * 16 * 128, BN * 128, 1024));
+      wgmma_commit();
+      if (wg == 0) named_arrive(other_turn, 256);
+      wgmma_wait0();
+      fence_regs(o);
+    }
+
+    if (q0 + wg * 64 < T) {  // warpgroup-uniform
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+      }
+      const float inv_a = l[0] > 0.0f ? 1.0f / l[0] : 0.0f, inv_b = l[1] > 0.0f ? 1.0f / l[1] : 0.0f;
+      uint16_t* out_a = a.out + static_cast<int64_t>(row_a) * a.ld_out + h * DV + 2 * q4;
+      uint16_t* out_b = out_a + 8 * a.ld_out;
+#pragma unroll
+      for (int jj = 0; jj < 16; ++jj) {
+        if (row_a < T)
+          *reinterpret_cast<uint32_t*>(out_a + jj * 8) = cvt_bf16x2(o[jj * 4 + 0] * inv_a, o[jj * 4 + 1] * inv_a);
+        if (row_b < T)
+          *reinterpret_cast<uint32_t*>(out_b + jj * 8) = cvt_bf16x2(o[jj * 4 + 2] * inv_b, o[jj * 4 + 3] * inv_b);
+      }
+    }
+  }  // consumers
+#else
+  __trap();
+#endif
+}
+
+cudaError_t launch_ws(const AttentionArgs& a, cudaStream_t stream) {
+  constexpr size_t smem = Cfg<128>::kSmemBytes + 64;  // + 8 mbarriers
+  cudaError_t e = cudaFuncSetAttribute(attention_wgmma_ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem));
+  if (e != cudaSuccess) return e;
+  const int64_t qblocks = (a.T + BM - 1) / BM;
+  attention_wgmma_ws_kernel<<<dim3(static_cast<unsigned>(a.n_heads), static_cast<unsigned>(qblocks)), kWsThreads,
+                              smem, stream>>>(a);
   return cudaGetLastError();
 }
 }  // namespace wgfa
@@ -592,6 +882,7 @@ bool attention_wgmma_applies(const AttentionArgs& a) {
 cudaError_t launch_attention_wgmma(const AttentionArgs& a, int bn, cudaStream_t stream) {
   if (bn == 0) return wgfa::launch_pipe<false>(a, stream);
   if (bn == 1) return wgfa::launch_pipe<true>(a, stream);
+  if (bn == 2) return wgfa::launch_ws(a, stream);
   return bn == 64 ? wgfa::launch<64>(a, stream) : wgfa::launch<128>(a, stream);
 }
 }  // namespace detail

@@ -384,7 +384,7 @@ TEST_CASE("cuda causal attention (flash-style) vs CPU", "[gpu]") {
   }
 }
 
-// Every MLA-shape kernel variant (AttentionArgs::path: FA2 2..5, wgmma 6..9) launched directly on
+// Every MLA-shape kernel variant (AttentionArgs::path: FA2 2..5, wgmma 6..10) launched directly on
 // the backend's tensors, against the CPU reference; T around the 32/48/64/128/256 tile edges.
 TEST_CASE("cuda causal attention: every MLA kernel variant vs CPU", "[gpu]") {
   REQUIRE_GPU();
@@ -400,7 +400,7 @@ TEST_CASE("cuda causal attention: every MLA kernel variant vs CPU", "[gpu]") {
     Both ref = out(DType::kBF16, T, nh * vd, "attn_ref");
     REQUIRE(c.causal_attention(q.c, kk.c, v.c, nh, qk, vd, voff, vstride, scale, ref.c).is_ok());
     const auto want = as_f64_bf16(fetch<uint16_t>(c, ref.c));
-    for (int path : {2, 3, 4, 5, 6, 7, 8, 9}) {
+    for (int path : {2, 3, 4, 5, 6, 7, 8, 9, 10}) {
       Both o = out(DType::kBF16, T, nh * vd, "attn");
       kern::AttentionArgs a{};
       a.q = static_cast<const uint16_t*>(q.g.raw()); a.ld_q = q.g.ld();
