@@ -23,10 +23,12 @@ struct AttentionArgs {
 
 // out[t, h*v_dim + d] = sum_{s<=t} softmax_s(scale * q_t . k_s) v_s[d], fp32 softmax and
 // accumulation, P rounded to bf16 for the P.V tensor-core product. Kernels, first applicable wins:
-//  - FA2-style (MLA shape): qk_dim == 192, v_dim == 128, scale > 0, every pointer 16-byte aligned
-//    and every leading dimension / head stride / v_offset a multiple of 8 elements, ceil(T/256) <=
-//    65535; 8 warps x 32 query rows (256 per block) x 48-key tiles by default, ldmatrix + mma.sync,
-//    cp.async double buffering, exp2 softmax, causal tile skipping;
+//  - wgmma (sm_90a, MLA shape): qk_dim == 192, v_dim == 128, scale > 0, every pointer 16-byte
+//    aligned and every leading dimension / head stride / v_offset a multiple of 8 elements,
+//    ceil(T/128) <= 65535; 128 queries per CTA, two computing warpgroups x 64 rows, 128-key tiles,
+//    a copier warpgroup (cp.async + mbarriers), ping-pong between the computing warpgroups;
+//  - FA2-style (same conditions, ceil(T/256) <= 65535): 8 warps x 32 query rows (256 per block) x
+//    48-key tiles, ldmatrix + mma.sync, cp.async double buffering, exp2 softmax, causal tile skipping;
 //  - generic tensor-core kernel: qk_dim <= 192 and v_dim <= 128 (zero-padded), any strides;
 //  - scalar fallback otherwise.
 cudaError_t launch_causal_attention(const AttentionArgs& a, cudaStream_t stream);
