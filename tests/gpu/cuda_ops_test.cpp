@@ -19,6 +19,7 @@
 #include "executor/backends.h"
 #include "kernels/common/fp_formats.h"
 #include "kernels/common/random.h"
+#include "kernels/mla_attention.cuh"
 #include "tests/executor/op_contract_cases.h"
 
 using namespace moeprof;
@@ -456,6 +457,40 @@ TEST_CASE("cuda causal attention (flash-style) vs CPU", "[gpu]") {
     require_close_norm(as_f64_bf16(a), as_f64_bf16(b), 1e-2, 4e-2,
                        "attention T=" + std::to_string(k.T) + " qk=" + std::to_string(k.qk) +
                            " v_offset=" + std::to_string(voff));
+  }
+}
+
+// Every MLA-shape kernel variant (AttentionArgs::path: FA2 2..5, wgmma 6..10) launched directly on
+// the backend's tensors, against the CPU reference; T around the 32/48/64/128/256 tile edges.
+TEST_CASE("cuda causal attention: every MLA kernel variant vs CPU", "[gpu]") {
+  REQUIRE_GPU();
+  auto& c = *env().cpu;
+  auto& g = *env().gpu;
+  const int64_t qk = 192, vd = 128, vstride = 256, voff = 128;
+  for (int64_t T : {1, 37, 64, 127, 128, 129, 255, 300, 1000}) {
+    const int64_t nh = 2;
+    Both q = both(DType::kBF16, T, nh * qk, rand_bf16(T * nh * qk, 60 + T, 1.0f), "q");
+    Both kk = both(DType::kBF16, T, nh * qk, rand_bf16(T * nh * qk, 61 + T, 1.0f), "k");
+    Both v = both(DType::kBF16, T, nh * vstride, rand_bf16(T * nh * vstride, 62 + T, 1.0f), "kv");
+    const float scale = 2.0f / std::sqrt(static_cast<float>(qk));
+    Both ref = out(DType::kBF16, T, nh * vd, "attn_ref");
+    REQUIRE(c.causal_attention(q.c, kk.c, v.c, nh, qk, vd, voff, vstride, scale, ref.c).is_ok());
+    const auto want = as_f64_bf16(fetch<uint16_t>(c, ref.c));
+    for (int path : {2, 3, 4, 5, 6, 7, 8, 9, 10}) {
+      Both o = out(DType::kBF16, T, nh * vd, "attn");
+      kern::AttentionArgs a{};
+      a.q = static_cast<const uint16_t*>(q.g.raw()); a.ld_q = q.g.ld();
+      a.k = static_cast<const uint16_t*>(kk.g.raw()); a.ld_k = kk.g.ld();
+      a.v = static_cast<const uint16_t*>(v.g.raw()); a.ld_v = v.g.ld();
+      a.out = static_cast<uint16_t*>(o.g.raw()); a.ld_out = o.g.ld();
+      a.T = T; a.n_heads = nh; a.qk_dim = qk; a.v_dim = vd; a.qk_head_stride = qk; a.v_offset = voff;
+      a.v_head_stride = vstride; a.scale = scale; a.path = path;
+      REQUIRE(g.synchronize().is_ok());
+      REQUIRE(kern::launch_causal_attention(a, nullptr) == cudaSuccess);
+      REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+      require_close_norm(want, as_f64_bf16(fetch<uint16_t>(g, o.g)), 1e-2, 4e-2,
+                         "attention path=" + std::to_string(path) + " T=" + std::to_string(T));
+    }
   }
 }
 
