@@ -137,9 +137,9 @@ class Backend {
   Status linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& workspace);
   // Before the first linear of a shape (x [rows, k] contiguous, w [n, k], out [rows, n] of
   // out_dtype, a workspace of workspace_bytes): lets the backend choose its algorithm ahead of
-  // time, e.g. by timing candidates on scratch operands it allocates (tagged workspace,
-  // "model/prepare") and frees before returning. Computes nothing the caller sees; a no-op on the
-  // CPU reference and the meta backend.
+  // time, e.g. by timing candidates on scratch operands that it frees before returning (the CUDA
+  // backend: straight from its pool, not Backend allocations, so no observer sees them). Computes
+  // nothing the caller sees; a no-op on the CPU reference and the meta backend.
   Status prepare_linear(int64_t rows, int64_t n, int64_t k, DType out_dtype, size_t workspace_bytes);
   // Interleaved rotary embedding on `rot_dim` columns starting at `rot_offset` inside each of
   // `n_heads` heads of `head_stride` columns: (x[2i], x[2i+1]) rotated by angle of pair i at

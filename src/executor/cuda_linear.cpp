@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -125,15 +126,30 @@ Status CudaBackend::do_prepare_linear(int64_t T, int64_t N, int64_t K, DType out
   const bool f32_out = out_dtype == DType::kF32;
   const std::string tkey = tuned_key(T, N, K, f32_out, ws_bytes);
   if (T == 0 || N == 0 || K == 0 || tuned_algos_.count(tkey)) return Status::ok();
-  // Scratch operands of the call's shape, through the backend (tagged workspace, freed on
-  // return), random so that the timed kernels see data like the real call's.
-  auto tag = [](const char* name) { return AllocTag{name, "model/prepare", Category::kWorkspace}; };
-  MOEPROF_ASSIGN_OR_RETURN(Tensor x, empty(DType::kBF16, T, K, tag("linear_tune_x")));
-  MOEPROF_ASSIGN_OR_RETURN(Tensor w, empty(DType::kBF16, N, K, tag("linear_tune_w")));
-  MOEPROF_ASSIGN_OR_RETURN(Tensor out, empty(out_dtype, T, N, tag("linear_tune_out")));
+  // Scratch operands of the call's shape, random so that the timed kernels see data like the
+  // real call's. Taken straight from the stream-ordered pool, not through empty(): they are no
+  // Backend allocations (no observer, no NVTX range) and are freed on return. This runs before a
+  // trace opens and before any tracer starts, and NVTX initializes at its first call: an NVTX
+  // range here would leave NVTX without the in-process tracer's injection for the whole run.
+  struct Scratch {
+    void* p = nullptr;
+    cudaStream_t s = nullptr;
+    ~Scratch() {
+      if (p) cudaFreeAsync(p, s);
+    }
+  } sx{nullptr, stream_}, sw{nullptr, stream_}, so{nullptr, stream_}, sws{nullptr, stream_};
+  auto scratch = [&](Scratch& sc, DType dt, int64_t rows, int64_t cols) -> Result<Tensor> {
+    const size_t bytes = static_cast<size_t>(rows * cols) * dtype_size(dt);
+    MOEPROF_CUDA_CHECK(op, cudaMallocAsync(&sc.p, bytes, stream_));
+    return Tensor(std::make_shared<Storage>(nullptr, sc.p, bytes, 0, Category::kWorkspace, MemKind::kStreamOrdered), dt,
+                  rows, cols);
+  };
+  MOEPROF_ASSIGN_OR_RETURN(Tensor x, scratch(sx, DType::kBF16, T, K));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor w, scratch(sw, DType::kBF16, N, K));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor out, scratch(so, out_dtype, T, N));
   Tensor workspace;
   if (ws_bytes > 0) {
-    MOEPROF_ASSIGN_OR_RETURN(workspace, empty(DType::kU8, 1, static_cast<int64_t>(ws_bytes), tag("linear_tune_workspace")));
+    MOEPROF_ASSIGN_OR_RETURN(workspace, scratch(sws, DType::kU8, 1, static_cast<int64_t>(ws_bytes)));
   }
   MOEPROF_RETURN_IF_ERROR(do_init_uniform(x, 0x7A11ull + static_cast<uint64_t>(K), 1.0f));
   MOEPROF_RETURN_IF_ERROR(do_init_uniform(w, 0x7A12ull + static_cast<uint64_t>(N), std::sqrt(3.0f / static_cast<float>(K))));
