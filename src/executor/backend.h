@@ -53,6 +53,9 @@ class Backend {
   virtual std::string name() const = 0;         // "cpu" | "cuda"
   virtual std::string device_name() const = 0;  // "CPU reference" | "NVIDIA H200"
   virtual uint16_t device_index() const { return 0; }
+  // True when all_reduce really communicates (real TP over NCCL); false where it is a no-op (one
+  // rank, emulated TP, the CPU reference): op timing then charges it no bytes.
+  virtual bool collectives_real() const { return false; }
 
   // ---- memory ------------------------------------------------------------------------------
   // Allocates rows x cols of dtype, tagged. `mem_kind` lets weights/KV cache use plain device

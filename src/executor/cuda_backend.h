@@ -50,6 +50,7 @@ class CudaBackend : public Backend {
   void attach_symmetric_pool(SymmetricPool* pool) { symm_pool_ = pool; }
   SymmetricPool* symmetric_pool() const { return symm_pool_; }
   void announce_pools() override;
+  bool collectives_real() const override { return nccl_comm_ != nullptr && nccl_size_ > 1; }
   int nccl_rank() const { return nccl_rank_; }
   int nccl_size() const { return nccl_size_; }
 

@@ -161,6 +161,8 @@ TEST_CASE("op timing of a whole tiny forward matches the work implied by the con
   CHECK(g1->flops == moe_layers * 2.0 * routed * (2 * shape->moe_inter) * cfg->hidden_size);
   CHECK(g2->flops == moe_layers * 2.0 * routed * cfg->hidden_size * shape->moe_inter);
   CHECK(family(p, "moe_permute")->calls == moe_layers);
+  // Emulated TP / one rank: the all-reduces are no-ops and are charged no bytes.
+  if (const OpFamilyStats* ar = family(p, "all_reduce")) CHECK(ar->bytes == 0);
   // Every op of the forward is a Backend op: their times sum to (almost) the forward's wall time
   // and never exceed it.
   CHECK(p.op_seconds <= r->modes[0].forward_seconds);
