@@ -23,6 +23,35 @@ __global__ void fp4_quantize_kernel(const uint16_t* x, int64_t ld_x, int64_t T, 
   }
 }
 
+// The same, with each block's 16 values read as two 16-byte loads and its 8 code bytes written as
+// one 8-byte store (rows 16-byte aligned, code rows 8-byte aligned). Same quantization function.
+__global__ void fp4_quantize_vec_kernel(const uint16_t* x, int64_t ld_x, int64_t T, int64_t K, float gs, uint8_t* out,
+                                        int64_t ld_out, uint8_t* scales, int64_t ld_scales) {
+  const int64_t nb = K / 16;
+  const int64_t n = T * nb;
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < n;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = j / nb, b = j - t * nb;
+    const uint4* src = reinterpret_cast<const uint4*>(x + t * ld_x + b * 16);
+    float v[16], lo[8], hi[8];
+    bf16x8_unpack(src[0], lo);
+    bf16x8_unpack(src[1], hi);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      v[i] = lo[i];
+      v[8 + i] = hi[i];
+    }
+    uint8_t packed[8];
+    scales[t * ld_scales + b] = nvfp4_quantize16(v, gs, packed);
+    uint2 word;
+    word.x = static_cast<uint32_t>(packed[0]) | (static_cast<uint32_t>(packed[1]) << 8) |
+             (static_cast<uint32_t>(packed[2]) << 16) | (static_cast<uint32_t>(packed[3]) << 24);
+    word.y = static_cast<uint32_t>(packed[4]) | (static_cast<uint32_t>(packed[5]) << 8) |
+             (static_cast<uint32_t>(packed[6]) << 16) | (static_cast<uint32_t>(packed[7]) << 24);
+    *reinterpret_cast<uint2*>(out + t * ld_out + b * 8) = word;
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_fp4_quantize(const uint16_t* x, int64_t ld_x, int64_t T, int64_t K, float global_scale, uint8_t* out,
@@ -32,8 +61,13 @@ cudaError_t launch_fp4_quantize(const uint16_t* x, int64_t ld_x, int64_t T, int6
   if (n <= 0) return cudaSuccess;
   int64_t blocks = (n + 255) / 256;
   if (blocks > 65536) blocks = 65536;
-  fp4_quantize_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, ld_x, T, K, global_scale, out, ld_out, scales,
-                                                                         ld_scales);
+  const bool vec = aligned16(x, ld_x, 2) && reinterpret_cast<uintptr_t>(out) % 8 == 0 && ld_out % 8 == 0;
+  if (vec)
+    fp4_quantize_vec_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, ld_x, T, K, global_scale, out, ld_out,
+                                                                               scales, ld_scales);
+  else
+    fp4_quantize_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, ld_x, T, K, global_scale, out, ld_out,
+                                                                           scales, ld_scales);
   return last_launch_error();
 }
 

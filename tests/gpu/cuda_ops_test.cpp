@@ -251,15 +251,16 @@ TEST_CASE("cuda embedding, kv_cache_write, mla_build_k, add_inplace are exact", 
     auto [x, y] = fetch2<uint16_t>(cache);
     require_equal(x, y, "kv_cache_write");
   }
-  {
-    const int64_t nh = 3, nope = 128, R = 64, stride = 256;
-    Both kv = both(DType::kBF16, T, nh * stride, rand_bf16(T * nh * stride, 6, 1.0f), "kv");
+  // 16-byte path (multiples of 8) and the element path (nope 100).
+  for (auto [nope, stride] : {std::pair<int64_t, int64_t>{128, 256}, {100, 228}}) {
+    const int64_t nh = 3, R = 64;
+    Both kv = both(DType::kBF16, T, nh * stride, rand_bf16(T * nh * stride, 6 + nope, 1.0f), "kv");
     Both kpe = both(DType::kBF16, T, R, rand_bf16(T * R, 7, 1.0f), "kpe");
     Both k = out(DType::kBF16, T, nh * (nope + R), "k");
     REQUIRE(c.mla_build_k(kv.c, nh, stride, nope, kpe.c, k.c).is_ok());
     REQUIRE(g.mla_build_k(kv.g, nh, stride, nope, kpe.g, k.g).is_ok());
     auto [x, y] = fetch2<uint16_t>(k);
-    require_equal(x, y, "mla_build_k");
+    require_equal(x, y, "mla_build_k nope=" + std::to_string(nope));
   }
   {
     Both d = both(DType::kBF16, T, H, rand_bf16(T * H, 8, 2.0f), "dst");
@@ -420,13 +421,14 @@ TEST_CASE("cuda rope and silu_and_mul", "[gpu]") {
   auto [a, b] = fetch2<uint16_t>(x);
   require_close_elem(as_f64_bf16(a), as_f64_bf16(b), 1.0 / 128, 1e-6, "rope");
 
-  const int64_t I = 272;
-  Both h = both(DType::kBF16, T, 2 * I, rand_bf16(T * 2 * I, 42, 4.0f), "gu");
-  Both o = out(DType::kBF16, T, I, "act");
-  REQUIRE(c.silu_and_mul(h.c, o.c).is_ok());
-  REQUIRE(g.silu_and_mul(h.g, o.g).is_ok());
-  auto [p, q] = fetch2<uint16_t>(o);
-  require_close_elem(as_f64_bf16(p), as_f64_bf16(q), 1.0 / 128, 1e-6, "silu_and_mul");
+  for (int64_t I : {272, 100}) {  // 16-byte path, element path
+    Both h = both(DType::kBF16, T, 2 * I, rand_bf16(T * 2 * I, 42 + I, 4.0f), "gu");
+    Both o = out(DType::kBF16, T, I, "act");
+    REQUIRE(c.silu_and_mul(h.c, o.c).is_ok());
+    REQUIRE(g.silu_and_mul(h.g, o.g).is_ok());
+    auto [p, q] = fetch2<uint16_t>(o);
+    require_close_elem(as_f64_bf16(p), as_f64_bf16(q), 1.0 / 128, 1e-6, "silu_and_mul I=" + std::to_string(I));
+  }
 }
 
 TEST_CASE("cuda causal attention (flash-style) vs CPU", "[gpu]") {
@@ -572,10 +574,15 @@ TEST_CASE("cuda fp4_quantize is bit-exact", "[gpu]") {
   REQUIRE_GPU();
   auto& c = *env().cpu;
   auto& g = *env().gpu;
-  for (auto [T, K] : {std::pair<int64_t, int64_t>{129, 7168}, {37, 272}}) {
-    auto xs = rand_bf16(T * K, 70 + K, 3.0f);
-    for (int64_t i = 0; i < 16; ++i) xs[i] = 0;  // one all-zero block: scale 0, codes 0
-    Both x = both(DType::kBF16, T, K, xs, "x");
+  // off: columns of a wider input before the view; 4 columns (8 bytes) takes the element path,
+  // the others the 16-byte one.
+  struct Case { int64_t T, K, off; };
+  for (const Case k : {Case{129, 7168, 0}, Case{37, 272, 0}, Case{37, 272, 4}, Case{5, 48, 8}}) {
+    const int64_t T = k.T, K = k.K, W = K + 2 * k.off;
+    auto xs = rand_bf16(T * W, 70 + K + k.off, 3.0f);
+    for (int64_t i = 0; i < 16; ++i) xs[k.off + i] = 0;  // one all-zero block: scale 0, codes 0
+    Both xw = both(DType::kBF16, T, W, xs, "x");
+    Both x{xw.c.cols_view(k.off, K), xw.g.cols_view(k.off, K)};
     Both q = out(DType::kFP4x2, T, K / 2, "q");
     Both s = out(DType::kE4M3, T, K / 16, "s");
     const float gs = 3.0f / (6.0f * 448.0f) * 4.0f;
