@@ -312,9 +312,21 @@ constexpr int kStageOutBytes = 64 * 64 * 2;              // per warp
 //        The wgmmas of step s run asynchronously while the CTA dequantizes step s + 1 into the other
 //        tile; wait_group 0 before the next barrier. A warpgroup whose 64 rows are all dead skips its
 //        wgmmas. gemm2 stages its bf16 output per warp (16 x 256, chunk ^ (row & 7)) like variant 2.
+//  4 (kWgmmaWs, sm_90a): warp-specialized: 384 threads (<= 168 registers each); warpgroups 0-1 are
+//        consumers (wgmma as in 3, epilogues), warpgroup 2 the producer: it loads the FP4 codes
+//        and scales of step s + 1 into registers (8-/1-byte loads) while dequantizing step s into a
+//        ring of kWsStages fp16 tiles; full/empty mbarriers per tile, no CTA-wide barrier in the K
+//        loop. Consumers keep one wgmma group in flight (wait_group 1) and release a tile when the
+//        wgmmas reading it are done; gemm2's epilogue overlaps the producers' next column tile.
 constexpr int kAlignPad = 1024;                          // wgmma: tiles 1024-byte aligned
+constexpr int kWsStages = 4;                             // kWs fp16 tiles (gemm1; gemm2 uses 3)
+constexpr int kProducers = 128;                          // kWs producer threads (one warpgroup)
+constexpr int kPItems = (kRows * BK / 16) / kProducers;  // 12 16-element items per producer and step
+template <bool kGemm1>
+constexpr int ws_stages() { return kGemm1 ? kWsStages : 3; }
 template <bool kGemm1, int kVar>
 constexpr int smem_bytes() {
+  if (kVar == 4) return ws_stages<kGemm1>() * kBufBytes + (kGemm1 ? 0 : (kThreads / 32) * kStageOutBytes) + kAlignPad;
   return kSmemBytes + ((!kGemm1 && kVar >= 2) ? (kThreads / 32) * kStageOutBytes : 0) + (kVar == 3 ? kAlignPad : 0);
 }
 
@@ -435,14 +447,254 @@ __device__ __forceinline__ void seg_of(const Args& p, int e, int64_t& s, int64_t
   t = b;
 }
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void mbar_init(uint32_t addr, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t addr) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(addr) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t addr, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void bar_consumers() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+
+// Warp-specialized main loop + epilogues of variant 4 (see the comment at kWsStages). Called by all
+// 384 threads after the tile setup; tid < 256: consumers (same fragment/epilogue code as variant 3),
+// tid >= 256: the producer warpgroup.
+template <bool kGemm1>
+__device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, const int32_t* row_src, uint64_t* mbar, int e,
+                                        int64_t r0, int nrows, int nt0, int nt1, bool warp_live) {
+  constexpr int NB = ws_stages<kGemm1>();
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int KT = p.K / BK;
+  const int nsteps = (nt1 - nt0) * KT;
+  const uint32_t full0 = smem_u32(mbar), empty0 = full0 + NB * 8;
+  if (tid == 0) {
+    for (int i = 0; i < NB; ++i) {
+      mbar_init(full0 + i * 8, kProducers);  // producer arrivals
+      mbar_init(empty0 + i * 8, kThreads);   // 256 consumer arrivals
+    }
+  }
+  __syncthreads();
+
+  if (tid >= kThreads) {
+    // ---------------- producers ----------------
+    const int pt = tid - kThreads;
+    const int kb = pt & 3;  // every item of this thread has the same k-block (c & 3 == pt & 3)
+    const uint8_t* code_p[kPItems];
+    const uint8_t* sc_p[kPItems];
+    auto set_ptrs = [&](int nt) {
+#pragma unroll
+      for (int it = 0; it < kPItems; ++it) {
+        const int row = (it * kProducers + pt) >> 2;
+        if (it < kPItems / 3) {
+          const int32_t src = row_src[row];
+          code_p[it] = src >= 0 ? p.a + src * p.ld_a + kb * 8 : nullptr;
+          sc_p[it] = src >= 0 ? p.a_sc + src * p.ld_a_sc + kb : nullptr;
+        } else {
+          const int br = row - BM;
+          int64_t wr;
+          if (kGemm1) {
+            const int half = br >= kCols1 ? 1 : 0;
+            const int n = nt * kCols1 + (br & (kCols1 - 1));
+            wr = n < p.N ? static_cast<int64_t>(e) * 2 * p.N + half * p.N + n : -1;
+          } else {
+            const int n = nt * kCols2 + br;
+            wr = n < p.N ? static_cast<int64_t>(e) * p.N + n : -1;
+          }
+          code_p[it] = wr >= 0 ? p.w + wr * p.ld_w + kb * 8 : nullptr;
+          sc_p[it] = wr >= 0 ? p.w_sc + wr * p.ld_w_sc + kb : nullptr;
+        }
+      }
+    };
+    uint2 cd[kPItems];
+    uint32_t sc[kPItems];
+    auto load = [&](int kt) {
+#pragma unroll
+      for (int it = 0; it < kPItems; ++it) {
+        cd[it] = code_p[it] ? __ldg(reinterpret_cast<const uint2*>(code_p[it] + kt * 32)) : make_uint2(0u, 0u);
+        sc[it] = sc_p[it] ? __ldg(sc_p[it] + kt * 4) : 0u;
+      }
+    };
+    set_ptrs(nt0);
+    load(0);
+    for (int s = 0; s < nsteps; ++s) {
+      uint2 c2[kPItems];
+      uint32_t s2[kPItems];
+#pragma unroll
+      for (int it = 0; it < kPItems; ++it) { c2[it] = cd[it]; s2[it] = sc[it]; }
+      if (s + 1 < nsteps) {
+        const int kt1 = (s + 1) % KT;
+        if (kt1 == 0) set_ptrs(nt0 + (s + 1) / KT);
+        load(kt1);
+      }
+      const int b = s % NB;
+      mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
+      unsigned char* buf = smem + b * kBufBytes;
+#pragma unroll
+      for (int it = 0; it < kPItems; ++it) {
+        const int row = (it * kProducers + pt) >> 2;
+        uint32_t o[8];
+        const uint32_t f = e4m3_to_f16x2_x128(s2[it]);
+        e2m1x8_to_f16x8_fast(c2[it].x, f, o);
+        e2m1x8_to_f16x8_fast(c2[it].y, f, o + 4);
+        unsigned char* rowp = buf + row * 128;
+        *reinterpret_cast<uint4*>(rowp + (((2 * kb) ^ (row & 7)) << 4)) = make_uint4(o[0], o[1], o[2], o[3]);
+        *reinterpret_cast<uint4*>(rowp + (((2 * kb + 1) ^ (row & 7)) << 4)) = make_uint4(o[4], o[5], o[6], o[7]);
+      }
+      fence_proxy_async();
+      mbar_arrive(full0 + b * 8);
+    }
+    return;
+  }
+
+  // ---------------- consumers ----------------
+  const int g = lane >> 2, q = lane & 3;
+  const int wm = warp >> 2, wn = warp & 3;
+  const float gsc = __fmul_rn(p.a_gs, p.w_gs[e]);
+  float acc[4][8][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
+  const uint32_t tiles = smem_u32(smem);
+  for (int s = 0; s < nsteps; ++s) {
+    const int b = s % NB;
+    mbar_wait(full0 + b * 8, (s / NB) & 1);
+    const uint32_t buf = tiles + b * kBufBytes;
+    const uint32_t a_base = buf + wm * 64 * 128, b_base = buf + BM * 128;
+    if (warp_live) {
+      acc_fence(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) wgmma_m64n256k16(acc, wgmma_desc(a_base + kk * 32), wgmma_desc(b_base + kk * 32));
+      wgmma_commit();
+    }
+    wgmma_wait<1>();  // step s - 1's wgmmas are done: its tile goes back to the producers
+    acc_fence(acc);
+    if (s > 0) mbar_arrive(empty0 + ((s - 1) % NB) * 8);
+    if constexpr (!kGemm1) {
+      if (s % KT == KT - 1) {
+        wgmma_wait<0>();
+        acc_fence(acc);
+        const int nt = nt0 + s / KT;
+        unsigned char* stg = smem + NB * kBufBytes + warp * kStageOutBytes;
+        const int row_w = wm * 64 + wn * 16;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int lr = g + hh * 8;
+          const bool live = row_src[row_w + lr] >= 0;
+#pragma unroll
+          for (int j = 0; j < 32; ++j) {
+            const float v0 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh], kUnscale), gsc);
+            const float v1 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh + 1], kUnscale), gsc);
+            *reinterpret_cast<uint32_t*>(stg + lr * 512 + ((j ^ (lr & 7)) << 4) + q * 4) = live ? pack_bf16x2(v0, v1) : 0u;
+          }
+        }
+        __syncwarp();
+        const int col = nt * kCols2 + lane * 8;
+#pragma unroll 4
+        for (int lr = 0; lr < 16; ++lr) {
+          const int row = row_w + lr;
+          if (row >= nrows) break;
+          const uint4 v = *reinterpret_cast<const uint4*>(stg + lr * 512 + ((lane ^ (lr & 7)) << 4));
+          uint16_t* dst = p.out + (r0 + row) * p.ld_out + col;
+          if (p.vec16_out && col + 8 <= p.N) {
+            *reinterpret_cast<uint4*>(dst) = v;
+          } else {
+            const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int c = 0; c < 8; ++c)
+              if (col + c < p.N) dst[c] = static_cast<uint16_t>(w4[c >> 1] >> ((c & 1) * 16));
+          }
+        }
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
+      }
+    }
+  }
+  wgmma_wait<0>();
+  acc_fence(acc);
+  if constexpr (kGemm1) {
+    // Both consumer warpgroups are done with the tiles (Hs aliases them); the producers finished
+    // writing before the last full barrier completed.
+    bar_consumers();
+    float* Hs = reinterpret_cast<float*>(smem);
+    const int row_w = wm * 64 + wn * 16 + g;
+    const int nt = nt0;
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float hv[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float gate = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh + c], kUnscale), gsc);
+          const float up = __fmul_rn(__fmul_rn(acc[(j + 16) >> 3][(j + 16) & 7][2 * hh + c], kUnscale), gsc);
+          const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
+          hv[c] = round_bf16(__fmul_rn(silu, up));
+        }
+        *reinterpret_cast<float2*>(Hs + (row_w + hh * 8) * kHPitch + j * 8 + 2 * q) = make_float2(hv[0], hv[1]);
+      }
+    bar_consumers();
+#pragma unroll 1
+    for (int it = 0; it < (BM * kCols1 / 16) / kThreads; ++it) {
+      const int item = it * kThreads + tid;
+      const int row = item >> 3, blk = item & 7;
+      const int n = nt * kCols1 + blk * 16;
+      if (row >= nrows || n >= p.N) continue;
+      const int64_t r = r0 + row;
+      uint8_t packed[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      uint8_t sq = 0;
+      if (row_src[row] >= 0) {
+        float hv[16];
+#pragma unroll
+        for (int c = 0; c < 16; ++c) hv[c] = Hs[row * kHPitch + blk * 16 + c];
+        sq = nvfp4_quantize16(hv, p.out_gs, packed);
+      }
+      uint8_t* dq = p.out_q + r * p.ld_out_q + n / 2;
+      if (p.q_vec) {
+        uint2 v;
+        v.x = packed[0] | (packed[1] << 8) | (packed[2] << 16) | (static_cast<uint32_t>(packed[3]) << 24);
+        v.y = packed[4] | (packed[5] << 8) | (packed[6] << 16) | (static_cast<uint32_t>(packed[7]) << 24);
+        *reinterpret_cast<uint2*>(dq) = v;
+      } else {
+#pragma unroll
+        for (int c = 0; c < 8; ++c) dq[c] = packed[c];
+      }
+      p.out_sc[r * p.ld_out_sc + n / 16] = sq;
+    }
+  }
+}
+#endif
+
 template <bool kGemm1, int kVar>
-__global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Args p) {
-  constexpr bool kSkip = kVar >= 1, kStaged = !kGemm1 && kVar >= 2, kWg = kVar == 3;
+__global__ void __launch_bounds__(kVar == 4 ? kThreads + kProducers : kThreads, 1) tiled_kernel(Args p) {
+  constexpr bool kSkip = kVar >= 1, kStaged = !kGemm1 && kVar >= 2, kWg = kVar >= 3, kWs = kVar == 4;
+  constexpr int kNT = kWs ? kThreads + kProducers : kThreads;  // kWs: + 1 producer warpgroup
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // kWg: operand tiles 1024-byte aligned (swizzle atoms); the dynamic buffer has kAlignPad spare bytes.
   unsigned char* const smem = kWg ? smem_raw + ((kAlignPad - (smem_u32(smem_raw) & (kAlignPad - 1))) & (kAlignPad - 1)) : smem_raw;
   __shared__ int32_t row_src[BM];
-  __shared__ int32_t warp_tot[kThreads / 32];
+  __shared__ int32_t warp_tot[kNT / 32];
+  __shared__ __align__(8) uint64_t mbar[2 * kWsStages];  // kWs: full[kWsStages], empty[kWsStages]
   __shared__ int64_t info[3];  // expert, first padded row, rows
 
   constexpr int kCols = kGemm1 ? kCols1 : kCols2;
@@ -477,7 +729,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Args p) {
     __syncthreads();
     int base = 0, tot = 0;
 #pragma unroll
-    for (int w = 0; w < kThreads / 32; ++w) {
+    for (int w = 0; w < kNT / 32; ++w) {
       base += w < warp ? warp_tot[w] : 0;
       tot += warp_tot[w];
     }
@@ -513,7 +765,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Args p) {
       const int64_t z1 = z0 + BM < p.P ? z0 + BM : p.P;
       if constexpr (kGemm1) {
         const int cb = (c_hi - c_lo) / 2, sb = (c_hi - c_lo) / 16;
-        for (int64_t idx = tid; idx < (z1 - z0) * (cb + sb); idx += kThreads) {
+        for (int64_t idx = tid; idx < (z1 - z0) * (cb + sb); idx += kNT) {
           const int64_t r = z0 + idx / (cb + sb);
           const int c = static_cast<int>(idx % (cb + sb));
           if (c < cb) p.out_q[r * p.ld_out_q + c_lo / 2 + c] = 0;
@@ -521,7 +773,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Args p) {
         }
       } else {
         const int w = c_hi - c_lo;
-        for (int64_t idx = tid; idx < (z1 - z0) * w; idx += kThreads) {
+        for (int64_t idx = tid; idx < (z1 - z0) * w; idx += kNT) {
           const int64_t r = z0 + idx / w;
           p.out[r * p.ld_out + c_lo + idx % w] = 0;
         }
@@ -546,10 +798,18 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Args p) {
   if constexpr (kSkip) {
     warp_live = false;
 #pragma unroll 8
-    for (int r = 0; r < 64; ++r) warp_live |= row_src[wm * 64 + r] >= 0;
+    for (int r = 0; r < 64; ++r) warp_live |= row_src[(wm & 1) * 64 + r] >= 0;  // (kWs producers: unused)
     // kWg: a vote makes the flag provably warp-uniform (a branch the compiler thinks divergent around
     // wgmma makes ptxas serialize the wgmmas, C7518); it is the same in the whole warpgroup anyway.
     if constexpr (kWg) warp_live = __any_sync(0xffffffffu, warp_live);
+  }
+  if constexpr (kWs) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    ws_body<kGemm1>(p, smem, row_src, mbar, e, r0, nrows, nt0, nt1, warp_live);
+#else
+    __trap();
+#endif
+    return;
   }
 
   // ---- per-thread copy assignments (the same (row, k-block) items are dequantized by this thread)
@@ -947,7 +1207,8 @@ cudaError_t launch(Args p, cudaStream_t stream) {
   if (grid_m * n_groups >= (int64_t{1} << 31)) return cudaErrorInvalidConfiguration;
   p.grid_m = static_cast<int>(grid_m);
   p.n_groups = static_cast<int>(n_groups);
-  tiled_kernel<kGemm1, kVar><<<static_cast<unsigned>(grid_m * n_groups), kThreads, smem_bytes<kGemm1, kVar>(), stream>>>(p);
+  tiled_kernel<kGemm1, kVar><<<static_cast<unsigned>(grid_m * n_groups), kVar == 4 ? kThreads + kProducers : kThreads,
+                               smem_bytes<kGemm1, kVar>(), stream>>>(p);
   return last_launch_error();
 }
 
@@ -977,7 +1238,8 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
     case 0: if (!smem_ok<kGemm1, 0>()) return false; err = launch<kGemm1, 0>(p, stream); return true;
     case 1: if (!smem_ok<kGemm1, 1>()) return false; err = launch<kGemm1, 1>(p, stream); return true;
     case 2: if (!smem_ok<kGemm1, 2>()) return false; err = launch<kGemm1, 2>(p, stream); return true;
-    default: if (!wgmma_ok() || !smem_ok<kGemm1, 3>()) return false; err = launch<kGemm1, 3>(p, stream); return true;
+    case 3: if (!wgmma_ok() || !smem_ok<kGemm1, 3>()) return false; err = launch<kGemm1, 3>(p, stream); return true;
+    default: if (!wgmma_ok() || !smem_ok<kGemm1, 4>()) return false; err = launch<kGemm1, 4>(p, stream); return true;
   }
 }
 
@@ -988,6 +1250,7 @@ int variant_of(Fp4GemmPath path) {
     case Fp4GemmPath::kTiled: return 0;
     case Fp4GemmPath::kTiledSkip: return 1;
     case Fp4GemmPath::kWgmma: return 3;
+    case Fp4GemmPath::kWgmmaWs: return 4;
     default: return 2;
   }
 }

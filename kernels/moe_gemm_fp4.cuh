@@ -21,8 +21,12 @@ namespace moeprof::kern {
 // kWgmma: the kTiledStaged pipeline with Hopper wgmma (m64n256k16, both operands from the swizzled
 // fp16 tiles via descriptors, one warpgroup per 64 rows) instead of ldmatrix + mma.sync; needs the
 // kernels built for sm_90a and a compute capability 9.0 device, else it is not run (forced:
-// cudaErrorInvalidValue; kAuto falls back to kTiledStaged).
-enum class Fp4GemmPath : int { kAuto = 0, kLegacy = 1, kTiled = 2, kTiledSkip = 3, kTiledStaged = 4, kWgmma = 5 };
+// cudaErrorInvalidValue; kAuto falls back to kTiledStaged). kWgmmaWs: the same wgmma tiles,
+// warp-specialized (2 consumer warpgroups issue wgmma and run the epilogues, 2 producer warpgroups
+// load and dequantize into a ring of fp16 tiles, mbarrier handshakes); same preconditions.
+enum class Fp4GemmPath : int {
+  kAuto = 0, kLegacy = 1, kTiled = 2, kTiledSkip = 3, kTiledStaged = 4, kWgmma = 5, kWgmmaWs = 6
+};
 // The tiled variant kAuto runs (the production path). Change this one constant after measuring
 // bench_moe_gemm on the GPU (it times every variant and cross-checks each against kLegacy).
 inline constexpr Fp4GemmPath kDefaultTiledPath = Fp4GemmPath::kTiledStaged;
