@@ -322,11 +322,18 @@ constexpr int kAlignPad = 1024;                          // wgmma: tiles 1024-by
 constexpr int kWsStages = 4;                             // kWs fp16 tiles (gemm1; gemm2 uses 3)
 constexpr int kProducers = 128;                          // kWs producer threads (one warpgroup)
 constexpr int kPItems = (kRows * BK / 16) / kProducers;  // 12 16-element items per producer and step
-template <bool kGemm1>
-constexpr int ws_stages() { return kGemm1 ? kWsStages : 3; }
+// kVar 5 (gemm2 only differs): 4 stages, the bf16 output staged in two 128-column halves (4 KiB per
+// warp) and 7 column tiles per CTA.
+template <bool kGemm1, int kVar>
+constexpr int ws_stages() { return kGemm1 || kVar == 5 ? kWsStages : 3; }
+template <bool kGemm1, int kVar>
+constexpr int ws_stage_out() { return kVar == 5 ? kStageOutBytes / 2 : kStageOutBytes; }
+template <bool kGemm1, int kVar>
+constexpr int n_per() { return kGemm1 ? kNPer1 : (kVar == 5 ? 7 : kNPer2); }
 template <bool kGemm1, int kVar>
 constexpr int smem_bytes() {
-  if (kVar == 4) return ws_stages<kGemm1>() * kBufBytes + (kGemm1 ? 0 : (kThreads / 32) * kStageOutBytes) + kAlignPad;
+  if (kVar >= 4)
+    return ws_stages<kGemm1, kVar>() * kBufBytes + (kGemm1 ? 0 : (kThreads / 32) * ws_stage_out<kGemm1, kVar>()) + kAlignPad;
   return kSmemBytes + ((!kGemm1 && kVar >= 2) ? (kThreads / 32) * kStageOutBytes : 0) + (kVar == 3 ? kAlignPad : 0);
 }
 
@@ -471,10 +478,11 @@ __device__ __forceinline__ void bar_consumers() { asm volatile("bar.sync 1, 256;
 // Warp-specialized main loop + epilogues of variant 4 (see the comment at kWsStages). Called by all
 // 384 threads after the tile setup; tid < 256: consumers (same fragment/epilogue code as variant 3),
 // tid >= 256: the producer warpgroup.
-template <bool kGemm1>
+template <bool kGemm1, int kVar>
 __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, const int32_t* row_src, uint64_t* mbar, int e,
                                         int64_t r0, int nrows, int nt0, int nt1, bool warp_live) {
-  constexpr int NB = ws_stages<kGemm1>();
+  constexpr int NB = ws_stages<kGemm1, kVar>();
+  constexpr bool kHalf = ws_stage_out<kGemm1, kVar>() < kStageOutBytes;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int KT = p.K / BK;
   const int nsteps = (nt1 - nt0) * KT;
@@ -590,8 +598,9 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
         wgmma_wait<0>();
         acc_fence(acc);
         const int nt = nt0 + s / KT;
-        unsigned char* stg = smem + NB * kBufBytes + warp * kStageOutBytes;
         const int row_w = wm * 64 + wn * 16;
+        if constexpr (!kHalf) {
+        unsigned char* stg = smem + NB * kBufBytes + warp * kStageOutBytes;
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const int lr = g + hh * 8;
@@ -619,6 +628,46 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
             for (int c = 0; c < 8; ++c)
               if (col + c < p.N) dst[c] = static_cast<uint16_t>(w4[c >> 1] >> ((c & 1) * 16));
           }
+        }
+        } else {
+        // Two 128-column halves through a 16 x 256-byte staging tile (chunk ^ (row & 7)).
+        unsigned char* stg = smem + NB * kBufBytes + warp * (kStageOutBytes / 2);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int lr = g + hh * 8;
+            const bool live = row_src[row_w + lr] >= 0;
+#pragma unroll
+            for (int jl = 0; jl < 16; ++jl) {
+              const int j = half * 16 + jl;
+              const float v0 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh], kUnscale), gsc);
+              const float v1 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh + 1], kUnscale), gsc);
+              *reinterpret_cast<uint32_t*>(stg + lr * 256 + ((jl ^ (lr & 7)) << 4) + q * 4) = live ? pack_bf16x2(v0, v1) : 0u;
+            }
+          }
+          __syncwarp();
+          // Two rows (256 bytes each) per warp instruction: lane -> row 2 it + lane / 16, chunk lane % 16.
+          const int ch = lane & 15, col = nt * kCols2 + half * 128 + ch * 8;
+#pragma unroll 4
+          for (int it = 0; it < 8; ++it) {
+            const int lr = 2 * it + (lane >> 4);
+            const int row = row_w + lr;
+            if (row < nrows) {
+              const uint4 v = *reinterpret_cast<const uint4*>(stg + lr * 256 + ((ch ^ (lr & 7)) << 4));
+              uint16_t* dst = p.out + (r0 + row) * p.ld_out + col;
+              if (p.vec16_out && col + 8 <= p.N) {
+                *reinterpret_cast<uint4*>(dst) = v;
+              } else {
+                const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int c = 0; c < 8; ++c)
+                  if (col + c < p.N) dst[c] = static_cast<uint16_t>(w4[c >> 1] >> ((c & 1) * 16));
+              }
+            }
+          }
+          __syncwarp();  // staging tile free for the second half
+        }
         }
         __syncwarp();
 #pragma unroll
@@ -685,9 +734,11 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
 }
 #endif
 
+// kWs instantiations return after ws_body: the rest of the body is unreachable there (warning 128).
+#pragma nv_diag_suppress 128
 template <bool kGemm1, int kVar>
-__global__ void __launch_bounds__(kVar == 4 ? kThreads + kProducers : kThreads, 1) tiled_kernel(Args p) {
-  constexpr bool kSkip = kVar >= 1, kStaged = !kGemm1 && kVar >= 2, kWg = kVar >= 3, kWs = kVar == 4;
+__global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 1) tiled_kernel(Args p) {
+  constexpr bool kSkip = kVar >= 1, kStaged = !kGemm1 && kVar >= 2, kWg = kVar >= 3, kWs = kVar >= 4;
   constexpr int kNT = kWs ? kThreads + kProducers : kThreads;  // kWs: + 1 producer warpgroup
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // kWg: operand tiles 1024-byte aligned (swizzle atoms); the dynamic buffer has kAlignPad spare bytes.
@@ -698,7 +749,7 @@ __global__ void __launch_bounds__(kVar == 4 ? kThreads + kProducers : kThreads, 
   __shared__ int64_t info[3];  // expert, first padded row, rows
 
   constexpr int kCols = kGemm1 ? kCols1 : kCols2;
-  constexpr int kNPer = kGemm1 ? kNPer1 : kNPer2;
+  constexpr int kNPer = n_per<kGemm1, kVar>();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, q = lane & 3;
   const int wm = warp >> 2, wn = warp & 3;
@@ -805,7 +856,7 @@ __global__ void __launch_bounds__(kVar == 4 ? kThreads + kProducers : kThreads, 
   }
   if constexpr (kWs) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    ws_body<kGemm1>(p, smem, row_src, mbar, e, r0, nrows, nt0, nt1, warp_live);
+    ws_body<kGemm1, kVar>(p, smem, row_src, mbar, e, r0, nrows, nt0, nt1, warp_live);
 #else
     __trap();
 #endif
@@ -1175,6 +1226,8 @@ __global__ void __launch_bounds__(kVar == 4 ? kThreads + kProducers : kThreads, 
   }
 }
 
+#pragma nv_diag_default 128
+
 bool aligned(const void* ptr, int64_t ld, int a) {
   return (reinterpret_cast<uintptr_t>(ptr) % a == 0) && (ld % a == 0);
 }
@@ -1200,14 +1253,14 @@ template <bool kGemm1, int kVar>
 cudaError_t launch(Args p, cudaStream_t stream) {
   if (p.P <= 0 || p.N <= 0) return cudaSuccess;
   constexpr int kCols = kGemm1 ? kCols1 : kCols2;
-  constexpr int kNPer = kGemm1 ? kNPer1 : kNPer2;
+  constexpr int kNPer = n_per<kGemm1, kVar>();
   const int64_t nt = (p.N + kCols - 1) / kCols;
   const int64_t grid_m = (p.P + BM - 1) / BM + p.E;
   const int64_t n_groups = (nt + kNPer - 1) / kNPer;
   if (grid_m * n_groups >= (int64_t{1} << 31)) return cudaErrorInvalidConfiguration;
   p.grid_m = static_cast<int>(grid_m);
   p.n_groups = static_cast<int>(n_groups);
-  tiled_kernel<kGemm1, kVar><<<static_cast<unsigned>(grid_m * n_groups), kVar == 4 ? kThreads + kProducers : kThreads,
+  tiled_kernel<kGemm1, kVar><<<static_cast<unsigned>(grid_m * n_groups), kVar >= 4 ? kThreads + kProducers : kThreads,
                                smem_bytes<kGemm1, kVar>(), stream>>>(p);
   return last_launch_error();
 }
@@ -1239,7 +1292,8 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
     case 1: if (!smem_ok<kGemm1, 1>()) return false; err = launch<kGemm1, 1>(p, stream); return true;
     case 2: if (!smem_ok<kGemm1, 2>()) return false; err = launch<kGemm1, 2>(p, stream); return true;
     case 3: if (!wgmma_ok() || !smem_ok<kGemm1, 3>()) return false; err = launch<kGemm1, 3>(p, stream); return true;
-    default: if (!wgmma_ok() || !smem_ok<kGemm1, 4>()) return false; err = launch<kGemm1, 4>(p, stream); return true;
+    case 4: if (!wgmma_ok() || !smem_ok<kGemm1, 4>()) return false; err = launch<kGemm1, 4>(p, stream); return true;
+    default: if (!wgmma_ok() || !smem_ok<kGemm1, 5>()) return false; err = launch<kGemm1, 5>(p, stream); return true;
   }
 }
 
@@ -1251,6 +1305,7 @@ int variant_of(Fp4GemmPath path) {
     case Fp4GemmPath::kTiledSkip: return 1;
     case Fp4GemmPath::kWgmma: return 3;
     case Fp4GemmPath::kWgmmaWs: return 4;
+    case Fp4GemmPath::kWgmmaWs2: return 5;
     default: return 2;
   }
 }

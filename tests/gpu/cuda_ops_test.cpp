@@ -618,10 +618,11 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
       REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
       REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess);
       for (Fp4GemmPath path : {Fp4GemmPath::kLegacy, Fp4GemmPath::kTiled, Fp4GemmPath::kTiledSkip,
-                               Fp4GemmPath::kTiledStaged, Fp4GemmPath::kWgmma, Fp4GemmPath::kWgmmaWs}) {
+                               Fp4GemmPath::kTiledStaged, Fp4GemmPath::kWgmma, Fp4GemmPath::kWgmmaWs,
+                               Fp4GemmPath::kWgmmaWs2}) {
         INFO("forced Fp4GemmPath " << static_cast<int>(path));
         const bool tiled = path != Fp4GemmPath::kLegacy;
-        if ((path == Fp4GemmPath::kWgmma || path == Fp4GemmPath::kWgmmaWs) && !(major == 9 && minor == 0)) continue;
+        if (static_cast<int>(path) >= static_cast<int>(Fp4GemmPath::kWgmma) && !(major == 9 && minor == 0)) continue;
         Both hp = out(DType::kFP4x2, r.P, q.I / 2, "h_path");
         Both hsp = out(DType::kE4M3, r.P, q.I / 16, "h_s_path");
         Both op = out(DType::kBF16, r.P, q.H, "gemm2_out_path");
