@@ -304,8 +304,38 @@ constexpr float kUnscale = 16384.0f;                     // 2^14
 //        16-byte row-contiguous stores (4 full 128-byte rows per warp instruction) instead of 4-byte
 //        fragment stores. Same values, same rounding.
 constexpr int kStageOutBytes = 64 * 64 * 2;              // per warp
+//  3 (kWgmma, sm_90a): the same ring, dequantization and fp16 tiles (already the 128-byte-swizzle
+//        K-major layout wgmma reads: 128-byte rows, chunk ^ (row & 7), tiles 1024-byte aligned),
+//        but each warpgroup (warps 4 wg .. 4 wg + 3) multiplies its 64 A rows by all 256 B rows with
+//        4 x wgmma.mma_async m64n256k16 per K step (fp32 accumulators in registers, D fragment =
+//        the m16n8 layout repeated: warp w of the group owns rows 16 w .. 16 w + 15, all 256 columns).
+//        The wgmmas of step s run asynchronously while the CTA dequantizes step s + 1 into the other
+//        tile; wait_group 0 before the next barrier. A warpgroup whose 64 rows are all dead skips its
+//        wgmmas. gemm2 stages its bf16 output per warp (16 x 256, chunk ^ (row & 7)) like variant 2.
+//  4 (kWgmmaWs, sm_90a): warp-specialized: 384 threads (<= 168 registers each); warpgroups 0-1 are
+//        consumers (wgmma as in 3, epilogues), warpgroup 2 the producer: it loads the FP4 codes
+//        and scales of step s + 1 into registers (8-/1-byte loads) while dequantizing step s into a
+//        ring of kWsStages fp16 tiles; full/empty mbarriers per tile, no CTA-wide barrier in the K
+//        loop. Consumers keep one wgmma group in flight (wait_group 1) and release a tile when the
+//        wgmmas reading it are done; gemm2's epilogue overlaps the producers' next column tile.
+constexpr int kAlignPad = 1024;                          // wgmma: tiles 1024-byte aligned
+constexpr int kWsStages = 4;                             // kWs fp16 tiles (gemm1; gemm2 uses 3)
+constexpr int kProducers = 128;                          // kWs producer threads (one warpgroup)
+constexpr int kPItems = (kRows * BK / 16) / kProducers;  // 12 16-element items per producer and step
+// kVar 5 (gemm2 only differs): 4 stages, the bf16 output staged in two 128-column halves (4 KiB per
+// warp) and 7 column tiles per CTA.
 template <bool kGemm1, int kVar>
-constexpr int smem_bytes() { return kSmemBytes + ((!kGemm1 && kVar >= 2) ? (kThreads / 32) * kStageOutBytes : 0); }
+constexpr int ws_stages() { return kGemm1 || kVar == 5 ? kWsStages : 3; }
+template <bool kGemm1, int kVar>
+constexpr int ws_stage_out() { return kVar == 5 ? kStageOutBytes / 2 : kStageOutBytes; }
+template <bool kGemm1, int kVar>
+constexpr int n_per() { return kGemm1 ? kNPer1 : (kVar == 5 ? 7 : kNPer2); }
+template <bool kGemm1, int kVar>
+constexpr int smem_bytes() {
+  if (kVar >= 4)
+    return ws_stages<kGemm1, kVar>() * kBufBytes + (kGemm1 ? 0 : (kThreads / 32) * ws_stage_out<kGemm1, kVar>()) + kAlignPad;
+  return kSmemBytes + ((!kGemm1 && kVar >= 2) ? (kThreads / 32) * kStageOutBytes : 0) + (kVar == 3 ? kAlignPad : 0);
+}
 
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
@@ -336,6 +366,39 @@ __device__ __forceinline__ uint32_t hmul2_f16(uint32_t a, uint32_t b) {
   asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
+// ---- wgmma (sm_90a only; the kWgmma kernel is compiled only where __CUDA_ARCH_FEAT_SM90_ALL) ----
+// Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row atoms of 1024 bytes (SBO), LBO
+// unused (1); start address >> 4 in bits 0..13, swizzle mode 1 (128B) in bits 62..63.
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t saddr) {
+  return static_cast<uint64_t>((saddr & 0x3FFFFu) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
+}
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// D (64 x 256 fp32, 128 registers per thread) += A (64 x 16, smem desc) * B (256 x 16, smem desc)^T,
+// both fp16 K-major; d[jj][j][c] = register 4 * (8 jj + j) + c of the PTX fragment.
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[4][8][4], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0][0]), "+f"(d[0][0][1]), "+f"(d[0][0][2]), "+f"(d[0][0][3]), "+f"(d[0][1][0]), "+f"(d[0][1][1]), "+f"(d[0][1][2]), "+f"(d[0][1][3]), "+f"(d[0][2][0]), "+f"(d[0][2][1]), "+f"(d[0][2][2]), "+f"(d[0][2][3]), "+f"(d[0][3][0]), "+f"(d[0][3][1]), "+f"(d[0][3][2]), "+f"(d[0][3][3]), "+f"(d[0][4][0]), "+f"(d[0][4][1]), "+f"(d[0][4][2]), "+f"(d[0][4][3]), "+f"(d[0][5][0]), "+f"(d[0][5][1]), "+f"(d[0][5][2]), "+f"(d[0][5][3]), "+f"(d[0][6][0]), "+f"(d[0][6][1]), "+f"(d[0][6][2]), "+f"(d[0][6][3]), "+f"(d[0][7][0]), "+f"(d[0][7][1]), "+f"(d[0][7][2]), "+f"(d[0][7][3]), "+f"(d[1][0][0]), "+f"(d[1][0][1]), "+f"(d[1][0][2]), "+f"(d[1][0][3]), "+f"(d[1][1][0]), "+f"(d[1][1][1]), "+f"(d[1][1][2]), "+f"(d[1][1][3]), "+f"(d[1][2][0]), "+f"(d[1][2][1]), "+f"(d[1][2][2]), "+f"(d[1][2][3]), "+f"(d[1][3][0]), "+f"(d[1][3][1]), "+f"(d[1][3][2]), "+f"(d[1][3][3]), "+f"(d[1][4][0]), "+f"(d[1][4][1]), "+f"(d[1][4][2]), "+f"(d[1][4][3]), "+f"(d[1][5][0]), "+f"(d[1][5][1]), "+f"(d[1][5][2]), "+f"(d[1][5][3]), "+f"(d[1][6][0]), "+f"(d[1][6][1]), "+f"(d[1][6][2]), "+f"(d[1][6][3]), "+f"(d[1][7][0]), "+f"(d[1][7][1]), "+f"(d[1][7][2]), "+f"(d[1][7][3]), "+f"(d[2][0][0]), "+f"(d[2][0][1]), "+f"(d[2][0][2]), "+f"(d[2][0][3]), "+f"(d[2][1][0]), "+f"(d[2][1][1]), "+f"(d[2][1][2]), "+f"(d[2][1][3]), "+f"(d[2][2][0]), "+f"(d[2][2][1]), "+f"(d[2][2][2]), "+f"(d[2][2][3]), "+f"(d[2][3][0]), "+f"(d[2][3][1]), "+f"(d[2][3][2]), "+f"(d[2][3][3]), "+f"(d[2][4][0]), "+f"(d[2][4][1]), "+f"(d[2][4][2]), "+f"(d[2][4][3]), "+f"(d[2][5][0]), "+f"(d[2][5][1]), "+f"(d[2][5][2]), "+f"(d[2][5][3]), "+f"(d[2][6][0]), "+f"(d[2][6][1]), "+f"(d[2][6][2]), "+f"(d[2][6][3]), "+f"(d[2][7][0]), "+f"(d[2][7][1]), "+f"(d[2][7][2]), "+f"(d[2][7][3]), "+f"(d[3][0][0]), "+f"(d[3][0][1]), "+f"(d[3][0][2]), "+f"(d[3][0][3]), "+f"(d[3][1][0]), "+f"(d[3][1][1]), "+f"(d[3][1][2]), "+f"(d[3][1][3]), "+f"(d[3][2][0]), "+f"(d[3][2][1]), "+f"(d[3][2][2]), "+f"(d[3][2][3]), "+f"(d[3][3][0]), "+f"(d[3][3][1]), "+f"(d[3][3][2]), "+f"(d[3][3][3]), "+f"(d[3][4][0]), "+f"(d[3][4][1]), "+f"(d[3][4][2]), "+f"(d[3][4][3]), "+f"(d[3][5][0]), "+f"(d[3][5][1]), "+f"(d[3][5][2]), "+f"(d[3][5][3]), "+f"(d[3][6][0]), "+f"(d[3][6][1]), "+f"(d[3][6][2]), "+f"(d[3][6][3]), "+f"(d[3][7][0]), "+f"(d[3][7][1]), "+f"(d[3][7][2]), "+f"(d[3][7][3])
+      : "l"(da), "l"(db), "r"(1));
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Generic-proxy shared stores (the dequantized tiles) made visible to the async proxy (wgmma).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+#endif
+// Keeps the compiler from moving accumulator reads/writes across wgmma issue / wait.
+__device__ __forceinline__ void acc_fence(float (&d)[4][8][4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) asm volatile("" : "+f"(d[i][j][c])::"memory");
+}
+
 // fp16 with the value 2^-14 * e2m1(code) (subnormal for code 1): sign -> bit 15, exponent and
 // mantissa bits -> bits 11..9. Two codes per byte, low nibble first -> one f16x2 word per byte.
 __device__ __forceinline__ void e2m1x8_to_f16x8(uint32_t w, uint32_t s2, uint32_t* o) {
@@ -391,16 +454,302 @@ __device__ __forceinline__ void seg_of(const Args& p, int e, int64_t& s, int64_t
   t = b;
 }
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void mbar_init(uint32_t addr, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t addr) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(addr) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t addr, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void bar_consumers() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+
+// Warp-specialized main loop + epilogues of variant 4 (see the comment at kWsStages). Called by all
+// 384 threads after the tile setup; tid < 256: consumers (same fragment/epilogue code as variant 3),
+// tid >= 256: the producer warpgroup.
 template <bool kGemm1, int kVar>
-__global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Args p) {
-  constexpr bool kSkip = kVar >= 1, kStaged = !kGemm1 && kVar >= 2;
-  extern __shared__ __align__(128) unsigned char smem[];
+__device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, const int32_t* row_src, uint64_t* mbar, int e,
+                                        int64_t r0, int nrows, int nt0, int nt1, bool warp_live) {
+  constexpr int NB = ws_stages<kGemm1, kVar>();
+  constexpr bool kHalf = ws_stage_out<kGemm1, kVar>() < kStageOutBytes;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int KT = p.K / BK;
+  const int nsteps = (nt1 - nt0) * KT;
+  const uint32_t full0 = smem_u32(mbar), empty0 = full0 + NB * 8;
+  if (tid == 0) {
+    for (int i = 0; i < NB; ++i) {
+      mbar_init(full0 + i * 8, kProducers);  // producer arrivals
+      mbar_init(empty0 + i * 8, kThreads);   // 256 consumer arrivals
+    }
+  }
+  __syncthreads();
+
+  if (tid >= kThreads) {
+    // ---------------- producers ----------------
+    const int pt = tid - kThreads;
+    const int kb = pt & 3;  // every item of this thread has the same k-block (c & 3 == pt & 3)
+    const uint8_t* code_p[kPItems];
+    const uint8_t* sc_p[kPItems];
+    auto set_ptrs = [&](int nt) {
+#pragma unroll
+      for (int it = 0; it < kPItems; ++it) {
+        const int row = (it * kProducers + pt) >> 2;
+        if (it < kPItems / 3) {
+          const int32_t src = row_src[row];
+          code_p[it] = src >= 0 ? p.a + src * p.ld_a + kb * 8 : nullptr;
+          sc_p[it] = src >= 0 ? p.a_sc + src * p.ld_a_sc + kb : nullptr;
+        } else {
+          const int br = row - BM;
+          int64_t wr;
+          if (kGemm1) {
+            const int half = br >= kCols1 ? 1 : 0;
+            const int n = nt * kCols1 + (br & (kCols1 - 1));
+            wr = n < p.N ? static_cast<int64_t>(e) * 2 * p.N + half * p.N + n : -1;
+          } else {
+            const int n = nt * kCols2 + br;
+            wr = n < p.N ? static_cast<int64_t>(e) * p.N + n : -1;
+          }
+          code_p[it] = wr >= 0 ? p.w + wr * p.ld_w + kb * 8 : nullptr;
+          sc_p[it] = wr >= 0 ? p.w_sc + wr * p.ld_w_sc + kb : nullptr;
+        }
+      }
+    };
+    uint2 cd[kPItems];
+    uint32_t sc[kPItems];
+    auto load = [&](int kt) {
+#pragma unroll
+      for (int it = 0; it < kPItems; ++it) {
+        cd[it] = code_p[it] ? __ldg(reinterpret_cast<const uint2*>(code_p[it] + kt * 32)) : make_uint2(0u, 0u);
+        sc[it] = sc_p[it] ? __ldg(sc_p[it] + kt * 4) : 0u;
+      }
+    };
+    set_ptrs(nt0);
+    load(0);
+    for (int s = 0; s < nsteps; ++s) {
+      uint2 c2[kPItems];
+      uint32_t s2[kPItems];
+#pragma unroll
+      for (int it = 0; it < kPItems; ++it) { c2[it] = cd[it]; s2[it] = sc[it]; }
+      if (s + 1 < nsteps) {
+        const int kt1 = (s + 1) % KT;
+        if (kt1 == 0) set_ptrs(nt0 + (s + 1) / KT);
+        load(kt1);
+      }
+      const int b = s % NB;
+      mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
+      unsigned char* buf = smem + b * kBufBytes;
+#pragma unroll
+      for (int it = 0; it < kPItems; ++it) {
+        const int row = (it * kProducers + pt) >> 2;
+        uint32_t o[8];
+        const uint32_t f = e4m3_to_f16x2_x128(s2[it]);
+        e2m1x8_to_f16x8_fast(c2[it].x, f, o);
+        e2m1x8_to_f16x8_fast(c2[it].y, f, o + 4);
+        unsigned char* rowp = buf + row * 128;
+        *reinterpret_cast<uint4*>(rowp + (((2 * kb) ^ (row & 7)) << 4)) = make_uint4(o[0], o[1], o[2], o[3]);
+        *reinterpret_cast<uint4*>(rowp + (((2 * kb + 1) ^ (row & 7)) << 4)) = make_uint4(o[4], o[5], o[6], o[7]);
+      }
+      fence_proxy_async();
+      mbar_arrive(full0 + b * 8);
+    }
+    return;
+  }
+
+  // ---------------- consumers ----------------
+  const int g = lane >> 2, q = lane & 3;
+  const int wm = warp >> 2, wn = warp & 3;
+  const float gsc = __fmul_rn(p.a_gs, p.w_gs[e]);
+  float acc[4][8][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
+  const uint32_t tiles = smem_u32(smem);
+  for (int s = 0; s < nsteps; ++s) {
+    const int b = s % NB;
+    mbar_wait(full0 + b * 8, (s / NB) & 1);
+    const uint32_t buf = tiles + b * kBufBytes;
+    const uint32_t a_base = buf + wm * 64 * 128, b_base = buf + BM * 128;
+    if (warp_live) {
+      acc_fence(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) wgmma_m64n256k16(acc, wgmma_desc(a_base + kk * 32), wgmma_desc(b_base + kk * 32));
+      wgmma_commit();
+    }
+    wgmma_wait<1>();  // step s - 1's wgmmas are done: its tile goes back to the producers
+    acc_fence(acc);
+    if (s > 0) mbar_arrive(empty0 + ((s - 1) % NB) * 8);
+    if constexpr (!kGemm1) {
+      if (s % KT == KT - 1) {
+        wgmma_wait<0>();
+        acc_fence(acc);
+        const int nt = nt0 + s / KT;
+        const int row_w = wm * 64 + wn * 16;
+        if constexpr (!kHalf) {
+        unsigned char* stg = smem + NB * kBufBytes + warp * kStageOutBytes;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int lr = g + hh * 8;
+          const bool live = row_src[row_w + lr] >= 0;
+#pragma unroll
+          for (int j = 0; j < 32; ++j) {
+            const float v0 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh], kUnscale), gsc);
+            const float v1 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh + 1], kUnscale), gsc);
+            *reinterpret_cast<uint32_t*>(stg + lr * 512 + ((j ^ (lr & 7)) << 4) + q * 4) = live ? pack_bf16x2(v0, v1) : 0u;
+          }
+        }
+        __syncwarp();
+        const int col = nt * kCols2 + lane * 8;
+#pragma unroll 4
+        for (int lr = 0; lr < 16; ++lr) {
+          const int row = row_w + lr;
+          if (row >= nrows) break;
+          const uint4 v = *reinterpret_cast<const uint4*>(stg + lr * 512 + ((lane ^ (lr & 7)) << 4));
+          uint16_t* dst = p.out + (r0 + row) * p.ld_out + col;
+          if (p.vec16_out && col + 8 <= p.N) {
+            *reinterpret_cast<uint4*>(dst) = v;
+          } else {
+            const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int c = 0; c < 8; ++c)
+              if (col + c < p.N) dst[c] = static_cast<uint16_t>(w4[c >> 1] >> ((c & 1) * 16));
+          }
+        }
+        } else {
+        // Two 128-column halves through a 16 x 256-byte staging tile (chunk ^ (row & 7)).
+        unsigned char* stg = smem + NB * kBufBytes + warp * (kStageOutBytes / 2);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int lr = g + hh * 8;
+            const bool live = row_src[row_w + lr] >= 0;
+#pragma unroll
+            for (int jl = 0; jl < 16; ++jl) {
+              const int j = half * 16 + jl;
+              const float v0 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh], kUnscale), gsc);
+              const float v1 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh + 1], kUnscale), gsc);
+              *reinterpret_cast<uint32_t*>(stg + lr * 256 + ((jl ^ (lr & 7)) << 4) + q * 4) = live ? pack_bf16x2(v0, v1) : 0u;
+            }
+          }
+          __syncwarp();
+          // Two rows (256 bytes each) per warp instruction: lane -> row 2 it + lane / 16, chunk lane % 16.
+          const int ch = lane & 15, col = nt * kCols2 + half * 128 + ch * 8;
+#pragma unroll 4
+          for (int it = 0; it < 8; ++it) {
+            const int lr = 2 * it + (lane >> 4);
+            const int row = row_w + lr;
+            if (row < nrows) {
+              const uint4 v = *reinterpret_cast<const uint4*>(stg + lr * 256 + ((ch ^ (lr & 7)) << 4));
+              uint16_t* dst = p.out + (r0 + row) * p.ld_out + col;
+              if (p.vec16_out && col + 8 <= p.N) {
+                *reinterpret_cast<uint4*>(dst) = v;
+              } else {
+                const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int c = 0; c < 8; ++c)
+                  if (col + c < p.N) dst[c] = static_cast<uint16_t>(w4[c >> 1] >> ((c & 1) * 16));
+              }
+            }
+          }
+          __syncwarp();  // staging tile free for the second half
+        }
+        }
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
+      }
+    }
+  }
+  wgmma_wait<0>();
+  acc_fence(acc);
+  if constexpr (kGemm1) {
+    // Both consumer warpgroups are done with the tiles (Hs aliases them); the producers finished
+    // writing before the last full barrier completed.
+    bar_consumers();
+    float* Hs = reinterpret_cast<float*>(smem);
+    const int row_w = wm * 64 + wn * 16 + g;
+    const int nt = nt0;
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float hv[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float gate = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh + c], kUnscale), gsc);
+          const float up = __fmul_rn(__fmul_rn(acc[(j + 16) >> 3][(j + 16) & 7][2 * hh + c], kUnscale), gsc);
+          const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
+          hv[c] = round_bf16(__fmul_rn(silu, up));
+        }
+        *reinterpret_cast<float2*>(Hs + (row_w + hh * 8) * kHPitch + j * 8 + 2 * q) = make_float2(hv[0], hv[1]);
+      }
+    bar_consumers();
+#pragma unroll 1
+    for (int it = 0; it < (BM * kCols1 / 16) / kThreads; ++it) {
+      const int item = it * kThreads + tid;
+      const int row = item >> 3, blk = item & 7;
+      const int n = nt * kCols1 + blk * 16;
+      if (row >= nrows || n >= p.N) continue;
+      const int64_t r = r0 + row;
+      uint8_t packed[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      uint8_t sq = 0;
+      if (row_src[row] >= 0) {
+        float hv[16];
+#pragma unroll
+        for (int c = 0; c < 16; ++c) hv[c] = Hs[row * kHPitch + blk * 16 + c];
+        sq = nvfp4_quantize16(hv, p.out_gs, packed);
+      }
+      uint8_t* dq = p.out_q + r * p.ld_out_q + n / 2;
+      if (p.q_vec) {
+        uint2 v;
+        v.x = packed[0] | (packed[1] << 8) | (packed[2] << 16) | (static_cast<uint32_t>(packed[3]) << 24);
+        v.y = packed[4] | (packed[5] << 8) | (packed[6] << 16) | (static_cast<uint32_t>(packed[7]) << 24);
+        *reinterpret_cast<uint2*>(dq) = v;
+      } else {
+#pragma unroll
+        for (int c = 0; c < 8; ++c) dq[c] = packed[c];
+      }
+      p.out_sc[r * p.ld_out_sc + n / 16] = sq;
+    }
+  }
+}
+#endif
+
+// kWs instantiations return after ws_body: the rest of the body is unreachable there (warning 128).
+#pragma nv_diag_suppress 128
+template <bool kGemm1, int kVar>
+__global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 1) tiled_kernel(Args p) {
+  constexpr bool kSkip = kVar >= 1, kStaged = !kGemm1 && kVar >= 2, kWg = kVar >= 3, kWs = kVar >= 4;
+  constexpr int kNT = kWs ? kThreads + kProducers : kThreads;  // kWs: + 1 producer warpgroup
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  // kWg: operand tiles 1024-byte aligned (swizzle atoms); the dynamic buffer has kAlignPad spare bytes.
+  unsigned char* const smem = kWg ? smem_raw + ((kAlignPad - (smem_u32(smem_raw) & (kAlignPad - 1))) & (kAlignPad - 1)) : smem_raw;
   __shared__ int32_t row_src[BM];
-  __shared__ int32_t warp_tot[kThreads / 32];
+  __shared__ int32_t warp_tot[kNT / 32];
+  __shared__ __align__(8) uint64_t mbar[2 * kWsStages];  // kWs: full[kWsStages], empty[kWsStages]
   __shared__ int64_t info[3];  // expert, first padded row, rows
 
   constexpr int kCols = kGemm1 ? kCols1 : kCols2;
-  constexpr int kNPer = kGemm1 ? kNPer1 : kNPer2;
+  constexpr int kNPer = n_per<kGemm1, kVar>();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, q = lane & 3;
   const int wm = warp >> 2, wn = warp & 3;
@@ -431,7 +780,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Args p) {
     __syncthreads();
     int base = 0, tot = 0;
 #pragma unroll
-    for (int w = 0; w < kThreads / 32; ++w) {
+    for (int w = 0; w < kNT / 32; ++w) {
       base += w < warp ? warp_tot[w] : 0;
       tot += warp_tot[w];
     }
@@ -467,7 +816,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Args p) {
       const int64_t z1 = z0 + BM < p.P ? z0 + BM : p.P;
       if constexpr (kGemm1) {
         const int cb = (c_hi - c_lo) / 2, sb = (c_hi - c_lo) / 16;
-        for (int64_t idx = tid; idx < (z1 - z0) * (cb + sb); idx += kThreads) {
+        for (int64_t idx = tid; idx < (z1 - z0) * (cb + sb); idx += kNT) {
           const int64_t r = z0 + idx / (cb + sb);
           const int c = static_cast<int>(idx % (cb + sb));
           if (c < cb) p.out_q[r * p.ld_out_q + c_lo / 2 + c] = 0;
@@ -475,7 +824,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Args p) {
         }
       } else {
         const int w = c_hi - c_lo;
-        for (int64_t idx = tid; idx < (z1 - z0) * w; idx += kThreads) {
+        for (int64_t idx = tid; idx < (z1 - z0) * w; idx += kNT) {
           const int64_t r = z0 + idx / w;
           p.out[r * p.ld_out + c_lo + idx % w] = 0;
         }
@@ -500,7 +849,18 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Args p) {
   if constexpr (kSkip) {
     warp_live = false;
 #pragma unroll 8
-    for (int r = 0; r < 64; ++r) warp_live |= row_src[wm * 64 + r] >= 0;
+    for (int r = 0; r < 64; ++r) warp_live |= row_src[(wm & 1) * 64 + r] >= 0;  // (kWs producers: unused)
+    // kWg: a vote makes the flag provably warp-uniform (a branch the compiler thinks divergent around
+    // wgmma makes ptxas serialize the wgmmas, C7518); it is the same in the whole warpgroup anyway.
+    if constexpr (kWg) warp_live = __any_sync(0xffffffffu, warp_live);
+  }
+  if constexpr (kWs) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    ws_body<kGemm1, kVar>(p, smem, row_src, mbar, e, r0, nrows, nt0, nt1, warp_live);
+#else
+    __trap();
+#endif
+    return;
   }
 
   // ---- per-thread copy assignments (the same (row, k-block) items are dequantized by this thread)
@@ -616,6 +976,9 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Args p) {
   __syncthreads();
 #pragma unroll
   for (int it = 0; it < 6; ++it) dequant_item(0, it);
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (kWg) fence_proxy_async();
+#endif
 
   for (int s = 0; s < nsteps; ++s) {
     if (s + kStages - 1 < nsteps) load_stage(s + kStages - 1);
@@ -624,6 +987,29 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Args p) {
     __syncthreads();
     const uint32_t buf = smem_u32(bufs + (s & 1) * kBufBytes);
     const bool next = s + 1 < nsteps;
+    if constexpr (kWg) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+      // This warpgroup's 64 A rows (tile rows 64 wm ..) times all 256 B rows, 4 k16 steps: +32 bytes
+      // of start address per step inside the 128-byte swizzled rows.
+      const uint32_t a_base = buf + wm * 64 * 128, b_base = buf + BM * 128;
+      if (warp_live) {
+        acc_fence(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) wgmma_m64n256k16(acc, wgmma_desc(a_base + kk * 32), wgmma_desc(b_base + kk * 32));
+        wgmma_commit();
+      }
+      if (next) {
+#pragma unroll
+        for (int it = 0; it < 6; ++it) dequant_item(s + 1, it);
+        fence_proxy_async();  // before the next barrier: the next step's wgmmas read these stores
+      }
+      wgmma_wait0();  // unconditional (no-op without pending wgmmas): every path sees the wait
+      acc_fence(acc);
+#else
+      __trap();  // kWgmma needs sm_90a (never launched otherwise: the host checks MOEPROF_HAVE_SM90A)
+#endif
+    } else {
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
       if (!kSkip || warp_live) {
@@ -647,9 +1033,52 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Args p) {
         for (int it = (kk * 6) / 4; it < ((kk + 1) * 6) / 4; ++it) dequant_item(s + 1, it);
       }
     }
+    }
 
     if constexpr (!kGemm1) {
-      if (kStaged && s % KT == KT - 1) {
+      if (kWg && s % KT == KT - 1) {
+        // wgmma fragments: this warp owns tile rows 64 wm + 16 wn + (g, g + 8), columns 8 j + 2 q (+1),
+        // j = 0..31 (acc[j / 8][j % 8]). Staged as 16 rows x 512 bytes, 16-byte chunk ^ (row & 7).
+        const int nt = nt0 + s / KT;
+        unsigned char* stg = smem + kSmemBytes + warp * kStageOutBytes;
+        const int row_w = wm * 64 + wn * 16;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int lr = g + hh * 8;
+          const bool live = row_src[row_w + lr] >= 0;
+#pragma unroll
+          for (int j = 0; j < 32; ++j) {
+            const float v0 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh], kUnscale), gsc);
+            const float v1 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh + 1], kUnscale), gsc);
+            *reinterpret_cast<uint32_t*>(stg + lr * 512 + ((j ^ (lr & 7)) << 4) + q * 4) = live ? pack_bf16x2(v0, v1) : 0u;
+          }
+        }
+        __syncwarp();
+        // One full row (512 bytes = 32 chunks) per warp instruction.
+        const int col = nt * kCols2 + lane * 8;
+#pragma unroll 4
+        for (int lr = 0; lr < 16; ++lr) {
+          const int row = row_w + lr;
+          if (row >= nrows) break;
+          const uint4 v = *reinterpret_cast<const uint4*>(stg + lr * 512 + ((lane ^ (lr & 7)) << 4));
+          uint16_t* dst = p.out + (r0 + row) * p.ld_out + col;
+          if (p.vec16_out && col + 8 <= p.N) {
+            *reinterpret_cast<uint4*>(dst) = v;
+          } else {
+            const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int c = 0; c < 8; ++c)
+              if (col + c < p.N) dst[c] = static_cast<uint16_t>(w4[c >> 1] >> ((c & 1) * 16));
+          }
+        }
+        __syncwarp();  // staging tile free for the next column tile
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
+      } else if (kStaged && s % KT == KT - 1) {
         // Fragments -> this warp's 64 x 64 bf16 staging tile (row pitch 128 B, chunk ^ (row & 7)).
         const int nt = nt0 + s / KT;
         unsigned char* stg = smem + kSmemBytes + warp * kStageOutBytes;
@@ -733,6 +1162,25 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Args p) {
     cp_async_wait<0>();
     __syncthreads();
     float* Hs = reinterpret_cast<float*>(smem);
+    if constexpr (kWg) {
+      // wgmma fragments: rows 64 wm + 16 wn + g (+8), gate column 8 j + 2 q (+1) in acc[j / 8][j % 8],
+      // j = 0..15; the matching up column in j + 16.
+      const int row_w = wm * 64 + wn * 16 + g;
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          float hv[2];
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float gate = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh + c], kUnscale), gsc);
+            const float up = __fmul_rn(__fmul_rn(acc[(j + 16) >> 3][(j + 16) & 7][2 * hh + c], kUnscale), gsc);
+            const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
+            hv[c] = round_bf16(__fmul_rn(silu, up));
+          }
+          *reinterpret_cast<float2*>(Hs + (row_w + hh * 8) * kHPitch + j * 8 + 2 * q) = make_float2(hv[0], hv[1]);
+        }
+    } else {
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -746,6 +1194,7 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Args p) {
           const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
           Hs[row * kHPitch + col] = round_bf16(__fmul_rn(silu, up));
         }
+    }
     __syncthreads();
 #pragma unroll 1
     for (int it = 0; it < (BM * kCols1 / 16) / kThreads; ++it) {
@@ -777,6 +1226,8 @@ __global__ void __launch_bounds__(kThreads, 1) tiled_kernel(Args p) {
   }
 }
 
+#pragma nv_diag_default 128
+
 bool aligned(const void* ptr, int64_t ld, int a) {
   return (reinterpret_cast<uintptr_t>(ptr) % a == 0) && (ld % a == 0);
 }
@@ -802,18 +1253,36 @@ template <bool kGemm1, int kVar>
 cudaError_t launch(Args p, cudaStream_t stream) {
   if (p.P <= 0 || p.N <= 0) return cudaSuccess;
   constexpr int kCols = kGemm1 ? kCols1 : kCols2;
-  constexpr int kNPer = kGemm1 ? kNPer1 : kNPer2;
+  constexpr int kNPer = n_per<kGemm1, kVar>();
   const int64_t nt = (p.N + kCols - 1) / kCols;
   const int64_t grid_m = (p.P + BM - 1) / BM + p.E;
   const int64_t n_groups = (nt + kNPer - 1) / kNPer;
   if (grid_m * n_groups >= (int64_t{1} << 31)) return cudaErrorInvalidConfiguration;
   p.grid_m = static_cast<int>(grid_m);
   p.n_groups = static_cast<int>(n_groups);
-  tiled_kernel<kGemm1, kVar><<<static_cast<unsigned>(grid_m * n_groups), kThreads, smem_bytes<kGemm1, kVar>(), stream>>>(p);
+  tiled_kernel<kGemm1, kVar><<<static_cast<unsigned>(grid_m * n_groups), kVar >= 4 ? kThreads + kProducers : kThreads,
+                               smem_bytes<kGemm1, kVar>(), stream>>>(p);
   return last_launch_error();
 }
 
-// Runs tiled variant `var` (0..2) when its preconditions hold and the shared memory is grantable.
+// kWgmma (variant 3) runs only where the kernels were built for sm_90a (MOEPROF_HAVE_SM90A, set by
+// kernels/CMakeLists.txt) and the current device is compute capability 9.0 exactly (sm_90a code
+// runs nowhere else).
+bool wgmma_ok() {
+#if defined(MOEPROF_HAVE_SM90A)
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return major == 9 && minor == 0;
+#else
+  return false;
+#endif
+}
+
+// Runs tiled variant `var` (0..3) when its preconditions hold and the shared memory is grantable.
 // Returns false (nothing launched) otherwise.
 template <bool kGemm1>
 bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
@@ -821,7 +1290,10 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
   switch (var) {
     case 0: if (!smem_ok<kGemm1, 0>()) return false; err = launch<kGemm1, 0>(p, stream); return true;
     case 1: if (!smem_ok<kGemm1, 1>()) return false; err = launch<kGemm1, 1>(p, stream); return true;
-    default: if (!smem_ok<kGemm1, 2>()) return false; err = launch<kGemm1, 2>(p, stream); return true;
+    case 2: if (!smem_ok<kGemm1, 2>()) return false; err = launch<kGemm1, 2>(p, stream); return true;
+    case 3: if (!wgmma_ok() || !smem_ok<kGemm1, 3>()) return false; err = launch<kGemm1, 3>(p, stream); return true;
+    case 4: if (!wgmma_ok() || !smem_ok<kGemm1, 4>()) return false; err = launch<kGemm1, 4>(p, stream); return true;
+    default: if (!wgmma_ok() || !smem_ok<kGemm1, 5>()) return false; err = launch<kGemm1, 5>(p, stream); return true;
   }
 }
 
@@ -831,6 +1303,9 @@ int variant_of(Fp4GemmPath path) {
   switch (path) {
     case Fp4GemmPath::kTiled: return 0;
     case Fp4GemmPath::kTiledSkip: return 1;
+    case Fp4GemmPath::kWgmma: return 3;
+    case Fp4GemmPath::kWgmmaWs: return 4;
+    case Fp4GemmPath::kWgmmaWs2: return 5;
     default: return 2;
   }
 }
@@ -870,7 +1345,9 @@ cudaError_t launch_moe_gemm1_fp4(const uint8_t* a, int64_t ld_a, const uint8_t* 
     cudaError_t err = cudaSuccess;
     if (v2::try_launch<true>(t, v2::variant_of(path), stream, err)) return err;
     if (path != Fp4GemmPath::kAuto) return cudaErrorInvalidValue;
-    // kAuto: a default that needs more shared memory than granted falls back to kTiled first.
+    // kAuto: a default that cannot run here (no sm_90a, too little shared memory) falls back to
+    // kTiledStaged, then kTiled.
+    if (v2::try_launch<true>(t, 2, stream, err)) return err;
     if (v2::try_launch<true>(t, 0, stream, err)) return err;
   }
   GemmArgs p{};
@@ -901,7 +1378,9 @@ cudaError_t launch_moe_gemm2_fp4(const uint8_t* h, int64_t ld_h, const uint8_t* 
     cudaError_t err = cudaSuccess;
     if (v2::try_launch<false>(t, v2::variant_of(path), stream, err)) return err;
     if (path != Fp4GemmPath::kAuto) return cudaErrorInvalidValue;
-    // kAuto: a default that needs more shared memory than granted falls back to kTiled first.
+    // kAuto: a default that cannot run here (no sm_90a, too little shared memory) falls back to
+    // kTiledStaged, then kTiled.
+    if (v2::try_launch<false>(t, 2, stream, err)) return err;
     if (v2::try_launch<false>(t, 0, stream, err)) return err;
   }
   GemmArgs p{};

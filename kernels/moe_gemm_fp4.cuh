@@ -6,22 +6,33 @@
 
 namespace moeprof::kern {
 
-// Which kernel runs the grouped FP4 GEMMs. kAuto: kTiled when its preconditions hold (K % 64 == 0,
-// code pointers/row strides 8-byte aligned, scale pointers/row strides 4-byte aligned, P < 2^31,
-// 150 KiB of shared memory per block available), else kLegacy. kTiled forced where it cannot run
-// returns cudaErrorInvalidValue. kLegacy: the first 64x128 kernel (any K % 16 == 0).
+// Which kernel runs the grouped FP4 GEMMs. kAuto runs kDefaultTiledPath (below) when its
+// preconditions hold, else kTiledStaged, else kTiled, else kLegacy. Tiled preconditions: K % 64 == 0,
+// code pointers/row strides 8-byte aligned, scale pointers/row strides 4-byte aligned, P < 2^31, the
+// path's dynamic shared memory grantable; the wgmma paths (kWgmma, kWgmmaWs, kWgmmaWs2) also need the
+// kernels built for sm_90a (kernels/CMakeLists.txt does this for the default architecture 90) and a
+// compute capability 9.0 device. Any forced tiled path that cannot run returns cudaErrorInvalidValue.
+// kLegacy: the first 64x128 kernel (any K % 16 == 0).
 // kTiled: 128 x 256 x 64 CTA tiles per expert, FP4 codes + scales through a 4-stage cp.async ring,
 // dequantized (exactly) to fp16 in shared memory one K step ahead of ldmatrix + mma.sync; same
 // epilogues and rounding rules as kLegacy, fp32 accumulation in a different order.
 // kTiledSkip: kTiled, but a warp whose 64 rows are all dead (padding / past the segment) skips its
 // MMAs (bit-identical results). kTiledStaged: kTiledSkip plus, in gemm2, the bf16 output tile staged
 // in shared memory (64 KiB more) and written with 16-byte row-contiguous stores (gemm1: = kTiledSkip).
-// kAuto runs kDefaultTiledPath (below) when the tiled preconditions hold, else kLegacy; any forced
-// tiled path that cannot run returns cudaErrorInvalidValue.
-enum class Fp4GemmPath : int { kAuto = 0, kLegacy = 1, kTiled = 2, kTiledSkip = 3, kTiledStaged = 4 };
+// kWgmma: the kTiledStaged pipeline with Hopper wgmma.mma_async m64n256k16 (both operands from the
+// swizzled fp16 tiles through shared-memory descriptors, one warpgroup per 64 rows, fp32
+// accumulators in registers) instead of ldmatrix + mma.sync.
+// kWgmmaWs: the same wgmma tiles, warp-specialized: 384 threads, 2 consumer warpgroups issue the
+// wgmmas and run the epilogues, 1 producer warpgroup loads the FP4 codes/scales into registers and
+// dequantizes into a ring of fp16 tiles (4 for gemm1, 3 for gemm2), full/empty mbarriers.
+// kWgmmaWs2: kWgmmaWs with gemm2 on 4 fp16 tiles, its output staged in two 128-column halves and 7
+// column tiles per CTA (gemm1 identical to kWgmmaWs). All paths give bit-identical results.
+enum class Fp4GemmPath : int {
+  kAuto = 0, kLegacy = 1, kTiled = 2, kTiledSkip = 3, kTiledStaged = 4, kWgmma = 5, kWgmmaWs = 6, kWgmmaWs2 = 7
+};
 // The tiled variant kAuto runs (the production path). Change this one constant after measuring
 // bench_moe_gemm on the GPU (it times every variant and cross-checks each against kLegacy).
-inline constexpr Fp4GemmPath kDefaultTiledPath = Fp4GemmPath::kTiledStaged;
+inline constexpr Fp4GemmPath kDefaultTiledPath = Fp4GemmPath::kWgmmaWs2;
 
 // gemm1: for padded row r of expert e (offsets[e] <= r < offsets[e+1]) with t = permuted_to_token[r]:
 //   acc[n] = sum_k deq(a[t, k]) * deq(w13[e*2I + n, k]); gate = acc[n] * (a_gs * w13_gs[e]),

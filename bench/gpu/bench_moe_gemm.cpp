@@ -6,7 +6,7 @@
 //              no grouping, best-case weight reuse).
 // TFLOP/s count useful FLOPs only: 2 * (T*k) * N * K (padding rows excluded).
 // The FP4 kernels are timed per path (Fp4GemmPath: the default/auto choice, every tiled variant
-// kTiled / kTiledSkip / kTiledStaged, and kLegacy) and every path is cross-checked against the legacy
+// kTiled / kTiledSkip / kTiledStaged / kWgmma / kWgmmaWs, and kLegacy) and every path is cross-checked against the legacy
 // kernel, here and on small odd shapes (empty experts, moe tiles 8/16/64, I not a multiple of the
 // tile): "CHECK ..." lines, exit 1 on mismatch. kAuto = kDefaultTiledPath (moe_gemm_fp4.cuh).
 // Usage: bench_moe_gemm [T] [E] [k]
@@ -154,7 +154,10 @@ struct Fp4Case {
   int64_t P, E, H, I;
 };
 const std::pair<const char*, Fp4GemmPath> kTiledPaths[] = {
-    {"[tiled]", Fp4GemmPath::kTiled}, {"[tiled_skip]", Fp4GemmPath::kTiledSkip}, {"[tiled_staged]", Fp4GemmPath::kTiledStaged}};
+    {"[tiled]", Fp4GemmPath::kTiled}, {"[tiled_skip]", Fp4GemmPath::kTiledSkip}, {"[tiled_staged]", Fp4GemmPath::kTiledStaged},
+    {"[wgmma]", Fp4GemmPath::kWgmma}, {"[wgmma_ws]", Fp4GemmPath::kWgmmaWs},
+    {"[wgmma_ws2]", Fp4GemmPath::kWgmmaWs2}};
+constexpr int kNumTiled = static_cast<int>(sizeof(kTiledPaths) / sizeof(kTiledPaths[0]));
 
 void cross_check(const std::string& name, const Fp4Case& c, Fp4GemmPath path, cudaStream_t s) {
   const int64_t P = c.P, H = c.H, I = c.I;
@@ -285,6 +288,7 @@ int main(int argc, char** argv) {
   odd_case(37, 2, 5, 2048, 512, 16, 910, s);
   odd_case(129, 4, 16, 1024, 192, 8, 920, s);
   odd_case(300, 8, 64, 512, 1088, 64, 930, s);
+  odd_case(300, 8, 64, 832, 192, 8, 940, s);  // gemm2 N = 832: a partial 256-column tile
   Fp4Case main_case{a, a_s, w13, w13_s, w2, w2_s, gs, offsets, p2t, P, E, H, I};
   for (const auto& [tag, path] : kTiledPaths) cross_check(std::string(tag) + " tiled vs legacy (bench shape)", main_case, path, s);
   cross_check("auto vs legacy (bench shape)", main_case, Fp4GemmPath::kAuto, s);
@@ -303,9 +307,9 @@ int main(int argc, char** argv) {
   };
   const double g1_legacy = g1(Fp4GemmPath::kLegacy), g1_ms = g1(Fp4GemmPath::kAuto);
   const double g2_legacy = g2(Fp4GemmPath::kLegacy), g2_ms = g2(Fp4GemmPath::kAuto);
-  const char* const kVarNames[3] = {"tiled", "tiled_skip", "tiled_staged"};
-  double g1_var[3], g2_var[3];
-  for (int v = 0; v < 3; ++v) {
+  const char* const kVarNames[kNumTiled] = {"tiled", "tiled_skip", "tiled_staged", "wgmma", "wgmma_ws", "wgmma_ws2"};
+  double g1_var[kNumTiled], g2_var[kNumTiled];
+  for (int v = 0; v < kNumTiled; ++v) {
     g1_var[v] = g1(kTiledPaths[v].second);
     g2_var[v] = g2(kTiledPaths[v].second);
   }
@@ -352,10 +356,10 @@ int main(int argc, char** argv) {
   std::printf("RESULT gemm1_fp4_fused ms=%.3f tflops=%.1f\n", g1_ms, tf(f1, g1_ms));
   std::printf("RESULT gemm2_fp4 ms=%.3f tflops=%.1f\n", g2_ms, tf(f2, g2_ms));
   std::printf("INFO default tiled path (kAuto) = Fp4GemmPath %d\n", static_cast<int>(kDefaultTiledPath));
-  for (int v = 0; v < 3; ++v)
+  for (int v = 0; v < kNumTiled; ++v)
     std::printf("RESULT gemm1_fp4_fused_%s ms=%.3f tflops=%.1f\n", kVarNames[v], g1_var[v], tf(f1, g1_var[v]));
   std::printf("RESULT gemm1_fp4_fused_legacy ms=%.3f tflops=%.1f\n", g1_legacy, tf(f1, g1_legacy));
-  for (int v = 0; v < 3; ++v)
+  for (int v = 0; v < kNumTiled; ++v)
     std::printf("RESULT gemm2_fp4_%s ms=%.3f tflops=%.1f\n", kVarNames[v], g2_var[v], tf(f2, g2_var[v]));
   std::printf("RESULT gemm2_fp4_legacy ms=%.3f tflops=%.1f\n", g2_legacy, tf(f2, g2_legacy));
   std::printf("RESULT gemm1_cublas_bf16_grouped ms=%.3f tflops=%.1f\n", c1g, tf(f1, c1g));

@@ -34,6 +34,8 @@ thread_local U3 threadIdx, blockIdx;
 struct uint2 { uint32_t x, y; };
 struct uint4 { uint32_t x, y, z, w; };
 inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return {a, b, c, d}; }
+struct float2 { float x, y; };
+inline float2 make_float2(float a, float b) { return {a, b}; }
 using __half = uint16_t;
 
 namespace emu {
@@ -65,6 +67,9 @@ inline int __shfl_up_sync(unsigned, int v, int o) {
   auto& w = W(); w.u[L()][0] = uint32_t(v); w.bar.arrive_and_wait();
   const int r = L() >= o ? int(w.u[L() - o][0]) : v; w.bar.arrive_and_wait(); return r;
 }
+// Only reached by the wgmma variants (not emulated; their bodies are compiled out on the host).
+inline int __any_sync(unsigned, int) { std::abort(); }
+[[noreturn]] inline void __trap() { std::abort(); }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }

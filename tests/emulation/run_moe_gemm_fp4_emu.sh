@@ -13,9 +13,10 @@ i = s.index('namespace v2 {'); j = s.index('bool aligned(const void* ptr, int64_
 body = s[i:j] + '}  // namespace v2\n'
 a = body.index('__device__ __forceinline__ uint32_t smem_u32'); b = body.index('// fp16 with the value')
 body = body[:a] + body[b:]
-subs = [('extern __shared__ __align__(128) unsigned char smem[];', 'unsigned char* smem = emu::cta_smem;'),
+subs = [('extern __shared__ __align__(128) unsigned char smem_raw[];', 'unsigned char* smem_raw = emu::cta_smem;'),
         ('__shared__ int32_t row_src[BM];', 'int32_t* row_src = emu::row_src;'),
-        ('__shared__ int32_t warp_tot[kThreads / 32];', 'int32_t* warp_tot = emu::warp_tot;'),
+        ('__shared__ int32_t warp_tot[kNT / 32];', 'int32_t* warp_tot = emu::warp_tot;'),
+        ('__shared__ __align__(8) uint64_t mbar[2 * kWsStages];', 'uint64_t* mbar = nullptr;'),
         ('__shared__ int64_t info[3];', 'int64_t* info = emu::info;')]
 for o, n in subs:
     assert o in body, o
@@ -26,7 +27,8 @@ open(sys.argv[3], 'w').write(q[k:l] + body)
 PY
 g++ -std=c++20 -O2 -ffp-contract=off -pthread -w -I"$work" -I"$root" "$root/tests/emulation/moe_gemm_fp4_emu.cpp" -o "$work/moe_gemm_fp4_emu"
 rc=0
-# Tiled variants to run (argv 8 of the emulator): 0 kTiled, 1 kTiledSkip, 2 kTiledStaged.
+# Tiled variants to run (argv 8 of the emulator): 0 kTiled, 1 kTiledSkip, 2 kTiledStaged. The wgmma
+# paths (kWgmma, kWgmmaWs, kWgmmaWs2) are not emulated (their sm_90a code is compiled out here).
 variants="${VARIANTS:-0 1 2}"
 # T k E E_used H I tile
 "$work/moe_gemm_fp4_emu" selftest || rc=1

@@ -20,6 +20,7 @@
 #include "kernels/common/fp_formats.h"
 #include "kernels/common/random.h"
 #include "kernels/mla_attention.cuh"
+#include "kernels/moe_gemm_fp4.cuh"
 #include "tests/executor/op_contract_cases.h"
 
 using namespace moeprof;
@@ -661,7 +662,8 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
   auto& c = *env().cpu;
   auto& g = *env().gpu;
   struct Case { int64_t T, k, E, E_used, H, I, tile; };
-  for (const Case& q : {Case{129, 4, 16, 13, 272, 80, 8}, Case{257, 6, 8, 7, 7168, 256, 64}, Case{37, 2, 5, 4, 2048, 512, 16}}) {
+  for (const Case& q : {Case{129, 4, 16, 13, 272, 80, 8}, Case{257, 6, 8, 7, 7168, 256, 64}, Case{37, 2, 5, 4, 2048, 512, 16},
+                        Case{300, 8, 64, 60, 832, 192, 8}}) {
     INFO("T=" << q.T << " E=" << q.E << " H=" << q.H << " I=" << q.I << " tile=" << q.tile);
     Both ids = both(DType::kI32, q.T, q.k, topk_ids_host(q.T, q.k, q.E_used, 90 + q.T), "ids");
     PermuteOut r = run_permute(ids, q.T, q.k, q.E, q.tile);
@@ -686,21 +688,23 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
     auto st = g.moe_gemm1_fp4(a.g, as.g, a_gs, w13.g, w13s.g, w13gs.g, offsets.g, perm.g, out_gs, h.g, hs.g);
     INFO(st.message());
     REQUIRE(st.is_ok());
-    auto [hc, hg] = fetch2<uint8_t>(h);
-    auto [hsc, hsg] = fetch2<uint8_t>(hs);
-    size_t diff_codes = 0;
-    for (size_t i = 0; i < hc.size(); ++i) diff_codes += (hc[i] & 0xF) != (hg[i] & 0xF);
-    for (size_t i = 0; i < hc.size(); ++i) diff_codes += (hc[i] >> 4) != (hg[i] >> 4);
-    const double frac = static_cast<double>(diff_codes) / (2.0 * hc.size());
-    INFO("gemm1 differing FP4 codes: " << diff_codes << " (" << frac * 100 << "%)");
-    REQUIRE(frac <= 0.02);
-    for (int64_t row = 0; row < r.P; ++row)
-      if (p2t[row] < 0) {
-        for (int64_t j = 0; j < q.I / 2; ++j) REQUIRE(hg[row * (q.I / 2) + j] == 0);
-        for (int64_t j = 0; j < q.I / 16; ++j) REQUIRE(hsg[row * (q.I / 16) + j] == 0);
-      }
-    require_close_norm(dequant_rows(hc, hsc, r.P, q.I, out_gs), dequant_rows(hg, hsg, r.P, q.I, out_gs), 3e-2, 0.35,
-                       "gemm1 dequantized");
+    const std::vector<uint8_t> hc = fetch<uint8_t>(c, h.c), hsc = fetch<uint8_t>(c, hs.c);
+    auto check_gemm1 = [&](const std::vector<uint8_t>& hg, const std::vector<uint8_t>& hsg) {
+      size_t diff_codes = 0;
+      for (size_t i = 0; i < hc.size(); ++i) diff_codes += (hc[i] & 0xF) != (hg[i] & 0xF);
+      for (size_t i = 0; i < hc.size(); ++i) diff_codes += (hc[i] >> 4) != (hg[i] >> 4);
+      const double frac = static_cast<double>(diff_codes) / (2.0 * hc.size());
+      INFO("gemm1 differing FP4 codes: " << diff_codes << " (" << frac * 100 << "%)");
+      REQUIRE(frac <= 0.02);
+      for (int64_t row = 0; row < r.P; ++row)
+        if (p2t[row] < 0) {
+          for (int64_t j = 0; j < q.I / 2; ++j) REQUIRE(hg[row * (q.I / 2) + j] == 0);
+          for (int64_t j = 0; j < q.I / 16; ++j) REQUIRE(hsg[row * (q.I / 16) + j] == 0);
+        }
+      require_close_norm(dequant_rows(hc, hsc, r.P, q.I, out_gs), dequant_rows(hg, hsg, r.P, q.I, out_gs), 3e-2, 0.35,
+                         "gemm1 dequantized");
+    };
+    check_gemm1(fetch<uint8_t>(g, h.g), fetch<uint8_t>(g, hs.g));
 
     // gemm2 on the CPU's gemm1 output.
     Both h2 = both(DType::kFP4x2, r.P, q.I / 2, hc, "h2");
@@ -713,11 +717,51 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
     st = g.moe_gemm2_fp4(h2.g, h2s.g, h_gs, w2.g, w2s.g, w2gs.g, offsets.g, perm.g, o2.g);
     INFO(st.message());
     REQUIRE(st.is_ok());
-    auto [oc, og] = fetch2<uint16_t>(o2);
-    for (int64_t row = 0; row < r.P; ++row)
-      if (p2t[row] < 0)
-        for (int64_t j = 0; j < q.H; ++j) REQUIRE(og[row * q.H + j] == 0);
-    require_close_norm(as_f64_bf16(oc), as_f64_bf16(og), 1e-2, 4e-2, "gemm2");
+    const std::vector<uint16_t> oc = fetch<uint16_t>(c, o2.c);
+    auto check_gemm2 = [&](const std::vector<uint16_t>& og) {
+      for (int64_t row = 0; row < r.P; ++row)
+        if (p2t[row] < 0)
+          for (int64_t j = 0; j < q.H; ++j) REQUIRE(og[row * q.H + j] == 0);
+      require_close_norm(as_f64_bf16(oc), as_f64_bf16(og), 1e-2, 4e-2, "gemm2");
+    };
+    check_gemm2(fetch<uint16_t>(g, o2.g));
+
+    // Every forced kernel path (kernels/moe_gemm_fp4.cuh) against the same CPU results, launched
+    // directly on the default stream. The tiled paths need K % 64 == 0 and refuse otherwise
+    // (cudaErrorInvalidValue); kWgmma also needs an sm_90a build on a compute capability 9.0 GPU.
+    {
+      using kern::Fp4GemmPath;
+      auto cp = [](const Tensor& t) { return static_cast<const uint8_t*>(t.raw()); };
+      int major = 0, minor = 0;
+      REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
+      REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess);
+      for (Fp4GemmPath path : {Fp4GemmPath::kLegacy, Fp4GemmPath::kTiled, Fp4GemmPath::kTiledSkip,
+                               Fp4GemmPath::kTiledStaged, Fp4GemmPath::kWgmma, Fp4GemmPath::kWgmmaWs,
+                               Fp4GemmPath::kWgmmaWs2}) {
+        INFO("forced Fp4GemmPath " << static_cast<int>(path));
+        const bool tiled = path != Fp4GemmPath::kLegacy;
+        if (static_cast<int>(path) >= static_cast<int>(Fp4GemmPath::kWgmma) && !(major == 9 && minor == 0)) continue;
+        Both hp = out(DType::kFP4x2, r.P, q.I / 2, "h_path");
+        Both hsp = out(DType::kE4M3, r.P, q.I / 16, "h_s_path");
+        Both op = out(DType::kBF16, r.P, q.H, "gemm2_out_path");
+        REQUIRE(g.synchronize().is_ok());
+        const cudaError_t e1 = kern::launch_moe_gemm1_fp4(
+            cp(a.g), a.g.ld(), cp(as.g), as.g.ld(), a_gs, cp(w13.g), w13.g.ld(), cp(w13s.g), w13s.g.ld(),
+            static_cast<const float*>(w13gs.g.raw()), static_cast<const int32_t*>(offsets.g.raw()),
+            static_cast<const int32_t*>(perm.g.raw()), r.P, q.E, q.H, q.I, out_gs, static_cast<uint8_t*>(hp.g.raw()),
+            hp.g.ld(), static_cast<uint8_t*>(hsp.g.raw()), hsp.g.ld(), nullptr, path);
+        const cudaError_t e2 = kern::launch_moe_gemm2_fp4(
+            cp(h2.g), h2.g.ld(), cp(h2s.g), h2s.g.ld(), h_gs, cp(w2.g), w2.g.ld(), cp(w2s.g), w2s.g.ld(),
+            static_cast<const float*>(w2gs.g.raw()), static_cast<const int32_t*>(offsets.g.raw()),
+            static_cast<const int32_t*>(perm.g.raw()), r.P, q.E, q.I, q.H, static_cast<uint16_t*>(op.g.raw()), op.g.ld(),
+            nullptr, path);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        REQUIRE(e1 == (tiled && q.H % 64 != 0 ? cudaErrorInvalidValue : cudaSuccess));
+        REQUIRE(e2 == (tiled && q.I % 64 != 0 ? cudaErrorInvalidValue : cudaSuccess));
+        if (e1 == cudaSuccess) check_gemm1(fetch<uint8_t>(g, hp.g), fetch<uint8_t>(g, hsp.g));
+        if (e2 == cudaSuccess) check_gemm2(fetch<uint16_t>(g, op.g));
+      }
+    }
 
     // combine on the CPU's gemm2 output: exact, with and without a shared-expert input.
     Both g2 = both(DType::kBF16, r.P, q.H, oc, "g2");
