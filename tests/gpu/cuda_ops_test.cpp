@@ -241,11 +241,11 @@ TEST_CASE("cuda embedding, kv_cache_write, mla_build_k, add_inplace are exact", 
     auto [x, y] = fetch2<uint16_t>(o);
     require_equal(x, y, "embedding");
   }
-  {
+  for (int64_t col0 : {1536, 1540}) {  // a 16-byte aligned view (vector copy), an unaligned one
     const int64_t L = 512, R = 64, S = 300, slot0 = 17;
-    Both latent_wide = both(DType::kBF16, T, 2112, rand_bf16(T * 2112, 3, 1.0f), "latent");
+    Both latent_wide = both(DType::kBF16, T, 2112, rand_bf16(T * 2112, 3 + col0, 1.0f), "latent");
     Both kpe = both(DType::kBF16, T, R, rand_bf16(T * R, 4, 1.0f), "kpe");
-    Both lat{latent_wide.c.cols_view(1536, L), latent_wide.g.cols_view(1536, L)};
+    Both lat{latent_wide.c.cols_view(col0, L), latent_wide.g.cols_view(col0, L)};
     Both cache = both(DType::kBF16, S, L + R, rand_bf16(S * (L + R), 5, 1.0f), "cache");
     REQUIRE(c.kv_cache_write(lat.c, kpe.c, cache.c, slot0).is_ok());
     REQUIRE(g.kv_cache_write(lat.g, kpe.g, cache.g, slot0).is_ok());
@@ -631,7 +631,8 @@ std::vector<int32_t> topk_ids_host(int64_t T, int64_t k, int64_t E_used, uint64_
 TEST_CASE("cuda moe_permute is exact (stable, padded, zero-token experts)", "[gpu]") {
   REQUIRE_GPU();
   struct Case { int64_t T, k, E, E_used, tile; };
-  for (const Case& q : {Case{1000, 8, 384, 300, 64}, Case{37, 6, 64, 50, 8}, Case{129, 4, 16, 13, 16}}) {
+  for (const Case& q : {Case{1000, 8, 384, 300, 64}, Case{37, 6, 64, 50, 8}, Case{129, 4, 16, 13, 16},
+                        Case{257, 3, 1000, 700, 1}}) {
     Both ids = both(DType::kI32, q.T, q.k, topk_ids_host(q.T, q.k, q.E_used, 80 + q.T), "ids");
     PermuteOut r = run_permute(ids, q.T, q.k, q.E, q.tile);
     auto [oc, og] = fetch2<int32_t>(r.offsets);
