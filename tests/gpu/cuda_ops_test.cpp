@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "executor/backends.h"
@@ -406,21 +407,24 @@ TEST_CASE("cuda rope and silu_and_mul", "[gpu]") {
   REQUIRE_GPU();
   auto& c = *env().cpu;
   auto& g = *env().gpu;
-  const int64_t T = 129, nh = 5, stride = 192, off = 128, rd = 64, maxpos = 4096;
-  Both x = both(DType::kBF16, T, nh * stride, rand_bf16(T * nh * stride, 40, 2.0f), "q");
-  Both pos = both(DType::kI32, T, 1, rand_ints(T, 41, 0, maxpos), "pos");
-  std::vector<float> cs(maxpos * rd);
-  for (int64_t p = 0; p < maxpos; ++p)
-    for (int64_t i = 0; i < rd / 2; ++i) {
-      const double ang = p * std::pow(10000.0, -2.0 * i / rd);
-      cs[p * rd + i] = static_cast<float>(std::cos(ang));
-      cs[p * rd + rd / 2 + i] = static_cast<float>(std::sin(ang));
-    }
-  Both cos_sin = both(DType::kF32, maxpos, rd, cs, "cos_sin");
-  REQUIRE(c.rope(x.c, nh, stride, off, rd, pos.c, cos_sin.c).is_ok());
-  REQUIRE(g.rope(x.g, nh, stride, off, rd, pos.g, cos_sin.g).is_ok());
-  auto [a, b] = fetch2<uint16_t>(x);
-  require_close_elem(as_f64_bf16(a), as_f64_bf16(b), 1.0 / 128, 1e-6, "rope");
+  const int64_t T = 129, nh = 5, maxpos = 4096;
+  // The 16-byte path (MLA's q: stride 192, rotary 64 at offset 128) and the pair path (offset 126).
+  for (auto [stride, off, rd] : {std::tuple<int64_t, int64_t, int64_t>{192, 128, 64}, {192, 126, 64}, {40, 4, 36}}) {
+    Both x = both(DType::kBF16, T, nh * stride, rand_bf16(T * nh * stride, 40 + off, 2.0f), "q");
+    Both pos = both(DType::kI32, T, 1, rand_ints(T, 41, 0, maxpos), "pos");
+    std::vector<float> cs(maxpos * rd);
+    for (int64_t p = 0; p < maxpos; ++p)
+      for (int64_t i = 0; i < rd / 2; ++i) {
+        const double ang = p * std::pow(10000.0, -2.0 * i / rd);
+        cs[p * rd + i] = static_cast<float>(std::cos(ang));
+        cs[p * rd + rd / 2 + i] = static_cast<float>(std::sin(ang));
+      }
+    Both cos_sin = both(DType::kF32, maxpos, rd, cs, "cos_sin");
+    REQUIRE(c.rope(x.c, nh, stride, off, rd, pos.c, cos_sin.c).is_ok());
+    REQUIRE(g.rope(x.g, nh, stride, off, rd, pos.g, cos_sin.g).is_ok());
+    auto [a, b] = fetch2<uint16_t>(x);
+    require_close_elem(as_f64_bf16(a), as_f64_bf16(b), 1.0 / 128, 1e-6, "rope offset " + std::to_string(off));
+  }
 
   for (int64_t I : {272, 100}) {  // 16-byte path, element path
     Both h = both(DType::kBF16, T, 2 * I, rand_bf16(T * 2 * I, 42 + I, 4.0f), "gu");
