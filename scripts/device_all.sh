@@ -65,9 +65,13 @@ PY
       rc=$?; row trace_check "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "see trace_check.log" ;;
     bench)
       step bench_moe_gemm 90 "$B/bench/gpu/bench_moe_gemm"; row bench_moe_gemm "rc=$?" "$(tail -n 3 "$L/bench_moe_gemm.log" | tr '\n' ' ' | head -c 160)"
-      step bench_attention 60 "$B/bench/gpu/bench_attention"; row bench_attention "rc=$?" "$(tail -n 2 "$L/bench_attention.log" | tr '\n' ' ' | head -c 160)" ;;
+      step bench_attention 60 "$B/bench/gpu/bench_attention"; row bench_attention "rc=$?" "$(tail -n 2 "$L/bench_attention.log" | tr '\n' ' ' | head -c 160)"
+      # The references in the same call: PyTorch SDPA (cuDNN) and torch._grouped_mm at the same shapes.
+      step torch_reference 90 python3 bench/gpu/torch_reference.py; row torch_reference "rc=$?" "$(grep -E '^RESULT' "$L/torch_reference.log" | tr -s ' ' | tr '\n' ';' | head -c 200)" ;;
     seed-nocupti)
-      step seed_nocupti 200 "$B/src/cli/moeprof" run --no-cupti --out "$L/seed-nocupti"
+      # The seed case untraced, with the per-op-family times (docs/performance.md, "Where the
+      # prefill's time goes").
+      step seed_nocupti 200 "$B/src/cli/moeprof" run --no-cupti --op-times --out "$L/seed-nocupti"
       rc=$?; row seed_nocupti "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E '^(baseline|reuse) ' "$L/seed_nocupti.log" | tr -s ' ' | tr '\n' ';')" ;;
     models)
       # The other shipped configs on the GPU. Where the peak falls in a MoE layer's expert runner
