@@ -143,3 +143,17 @@ TEST_CASE("cpu backend: index values read on the host are checked before any wri
     CHECK(bytes_of(*b, out) == std::vector<uint8_t>(static_cast<size_t>(kT * kH * 2), 0xFF));
   }
 }
+
+TEST_CASE("op contract: prepare_linear checks its shape and output dtype", "[cpu][contract]") {
+  for (auto make : {make_cpu_backend, make_meta_backend}) {
+    auto b = make();
+    check_rejected(b->prepare_linear(-1, 7, 5, DType::kBF16, 0), "prepare_linear: rows must be non-negative (got -1)");
+    check_rejected(b->prepare_linear(3, -7, 5, DType::kBF16, 0), "prepare_linear: n must be non-negative (got -7)");
+    check_rejected(b->prepare_linear(3, 7, -5, DType::kF32, 0), "prepare_linear: k must be non-negative (got -5)");
+    check_rejected(b->prepare_linear(3, 7, 5, DType::kI32, 0), "prepare_linear: out_dtype must be bf16 or f32 (got i32)");
+    // Valid: nothing to choose on these backends, nothing allocated.
+    const uint64_t before = b->allocation_count();
+    CHECK(b->prepare_linear(3, 7, 5, DType::kF32, 1 << 20).is_ok());
+    CHECK(b->allocation_count() == before);
+  }
+}
