@@ -13,12 +13,21 @@ cudaError_t launch_fp4_quantize(const uint16_t* x, int64_t ld_x, int64_t T, int6
 #if defined(__CUDACC__)
 // Quantizes 16 values (already rounded to what the tensor stores) to 8 packed bytes + a scale.
 // s = e4m3(amax / (6 * gs)); q = e2m1(v / (s * gs)); a zero scale (all-zero block) gives codes 0.
+// The 16 quotients are not computed: their codes come from thresholds of s * gs (same bits).
 __device__ __forceinline__ uint8_t nvfp4_quantize16(const float (&v)[16], float gs, uint8_t (&packed)[8]) {
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(v[i]));
   const uint8_t s = f32_to_e4m3(__fdiv_rn(amax, __fmul_rn(6.0f, gs)));
   const float denom = __fmul_rn(e4m3_to_f32(s), gs);
+  if (e2m1_thresholds_ok(denom)) {
+    // The codes of v / denom from seven thresholds of denom, bit-identical to dividing
+    // (fp_formats.h, e2m1_of_quotient): no division per element.
+    const E2m1Thresholds th = e2m1_thresholds(denom);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) packed[i] = pack_e2m1(e2m1_of_quotient(v[2 * i], th), e2m1_of_quotient(v[2 * i + 1], th));
+    return s;
+  }
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     if (denom == 0.0f) {

@@ -108,6 +108,49 @@ MOEPROF_HD uint8_t f32_to_e2m1(float f) {
   return static_cast<uint8_t>(m | (neg ? 0x8 : 0x0));
 }
 
+// ---- e2m1 code of a quotient, without the division ------------------------------------------
+// f32_to_e2m1(x / d) for a block of values sharing d, computed from seven thresholds of d: the code
+// is the number of e2m1 decision boundaries that fl32(x / d) passes. fl32(q) <= b holds exactly when
+// q <= b+ (b+ the midpoint between b and the next float; at the midpoint round-to-even picks b, whose
+// last mantissa bit is 0 for every boundary here), and fl32(q) < b exactly when q < b- (the
+// midpoint below). With q = |x| / d and d > 0 that is |x| <= d * b+ and |x| < d * b-; b+- have 25
+// significant bits and d 24, so d * b+- is exact in double, and a float a compares with a real B as
+// a > B <=> a > RD32(B) and a >= B <=> a >= RU32(B). Valid for finite d > 0 (e2m1_thresholds_ok);
+// tests/executor/nvfp4_test.cpp checks it against the division for every bf16 x and many d.
+struct E2m1Thresholds {
+  float t[7];  // |x| passes boundary i when |x| > t[i] (i even) or |x| >= t[i] (i odd)
+};
+MOEPROF_HD bool e2m1_thresholds_ok(float d) { return d > 0.0f && d <= 3.4028234663852886e38f; }
+MOEPROF_HD float f64_to_f32_down(double v) {
+#if defined(__CUDA_ARCH__)
+  return __double2float_rd(v);
+#else
+  float f = static_cast<float>(v);
+  if (static_cast<double>(f) > v) f = bits_f32(f > 0.0f ? f32_bits(f) - 1u : (f < 0.0f ? f32_bits(f) + 1u : 0x80000001u));
+  return f;
+#endif
+}
+MOEPROF_HD float f64_to_f32_up(double v) { return -f64_to_f32_down(-v); }
+MOEPROF_HD E2m1Thresholds e2m1_thresholds(float d) {
+  // The boundaries 0.25 (<=), 0.75 (<), 1.25 (<=), 1.75 (<), 2.5 (<=), 3.5 (<), 5 (<=), each moved
+  // by half a float ulp to the midpoint on the side that decides.
+  constexpr double kB[7] = {0.25 + 0x1p-26, 0.75 - 0x1p-25, 1.25 + 0x1p-24, 1.75 - 0x1p-24,
+                            2.5 + 0x1p-23,  3.5 - 0x1p-23,  5.0 + 0x1p-22};
+  E2m1Thresholds th;
+  const double dd = static_cast<double>(d);
+  for (int i = 0; i < 7; ++i) th.t[i] = (i % 2 == 0) ? f64_to_f32_down(kB[i] * dd) : f64_to_f32_up(kB[i] * dd);
+  return th;
+}
+// = f32_to_e2m1(x / d) when e2m1_thresholds_ok(d), th = e2m1_thresholds(d).
+MOEPROF_HD uint8_t e2m1_of_quotient(float x, const E2m1Thresholds& th) {
+  const float a = x < 0.0f ? -x : x;
+  if (!(a == a)) return 0x7;  // NaN, as f32_to_e2m1
+  const int m = (a > th.t[0]) + (a >= th.t[1]) + (a > th.t[2]) + (a >= th.t[3]) + (a > th.t[4]) + (a >= th.t[5]) +
+                (a > th.t[6]);
+  if (m == 0) return 0;
+  return static_cast<uint8_t>(m | (x < 0.0f ? 0x8 : 0x0));
+}
+
 // Packs two codes: element 0 in the low nibble.
 MOEPROF_HD uint8_t pack_e2m1(uint8_t lo, uint8_t hi) { return static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4)); }
 

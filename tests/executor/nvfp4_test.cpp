@@ -83,6 +83,63 @@ TEST_CASE("e2m1: rounding boundaries, ties to even, saturation, sign", "[nvfp4][
   }
 }
 
+// The CUDA quantizers code x / d without dividing (e2m1_of_quotient): it must equal
+// f32_to_e2m1(x / d) for every bf16 x, at the scales the kernels see (e4m3 codes times global
+// scales), at random d of every exponent, and where x / d lies within a few ulps of a decision
+// boundary or of the midpoints round-to-nearest-even decides (d = x / b and its float neighbours).
+TEST_CASE("e2m1 of a quotient without division equals f32_to_e2m1(x / d)", "[nvfp4][e2m1]") {
+  std::vector<float> ds;
+  for (float gs : {1.0f, 12.0f / (6.0f * 448.0f), 4.0f / (6.0f * 448.0f), 3.1e-3f, 0.7f, 1.9e-5f})
+    for (int c = 1; c < 0x7F; ++c) ds.push_back(kern::e4m3_to_f32(static_cast<uint8_t>(c)) * gs);
+  std::mt19937 rng(20261130);
+  std::uniform_int_distribution<uint32_t> bits(1u, 0x7F7FFFFFu);  // positive finite floats, subnormals included
+  for (int i = 0; i < 300; ++i) ds.push_back(f32_from_bits(bits(rng)));
+  for (float d : {std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(), 1.0f,
+                  std::numeric_limits<float>::max()})
+    ds.push_back(d);
+  int64_t checked = 0, mismatched = 0;
+  auto check = [&](float x, float d) {
+    if (!kern::e2m1_thresholds_ok(d)) return;
+    const uint8_t want = kern::f32_to_e2m1(x / d);
+    const uint8_t got = kern::e2m1_of_quotient(x, kern::e2m1_thresholds(d));
+    ++checked;
+    if (want != got && ++mismatched <= 5) FAIL_CHECK("x " << x << " d " << d << ": " << int(got) << " != " << int(want));
+  };
+  for (float d : ds) {
+    const kern::E2m1Thresholds th = kern::e2m1_thresholds(d);
+    for (uint32_t h = 0; h < 0x10000u; ++h) {
+      const float x = kern::bf16_to_f32(static_cast<uint16_t>(h));
+      const uint8_t want = kern::f32_to_e2m1(x / d);
+      ++checked;
+      if (kern::e2m1_of_quotient(x, th) != want && ++mismatched <= 5)
+        FAIL_CHECK("x " << x << " d " << d << ": " << int(kern::e2m1_of_quotient(x, th)) << " != " << int(want));
+    }
+  }
+  // Adversarial: d chosen so that x / d falls on (or a few ulps around) a boundary b or the
+  // float midpoints next to it; bf16 x (what the kernels quantize) and full-precision float x
+  // (which reach the midpoints exactly, e.g. above 0.25, where no bf16 x can).
+  std::vector<float> xs;
+  for (uint32_t h = 1; h < 0x7F80u; h += 3) xs.push_back(kern::bf16_to_f32(static_cast<uint16_t>(h)));
+  std::uniform_int_distribution<uint32_t> mant(0x700000u, 0x7FFFFFu);  // upper part of the binade
+  std::uniform_int_distribution<uint32_t> expo(1u, 250u);
+  for (int i = 0; i < 20000; ++i) xs.push_back(f32_from_bits((expo(rng) << 23) | mant(rng)));
+  for (const float x : xs) {
+    for (double b : {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0}) {
+      const float fb = static_cast<float>(b);
+      for (double target : {b, (b + next_up(fb)) / 2, (b + next_down(fb)) / 2}) {
+        float d = static_cast<float>(static_cast<double>(x) / target);
+        for (int k = 0; k < 3; ++k) d = next_down(d);
+        for (int k = 0; k < 7; ++k, d = next_up(d)) {
+          check(x, d);
+          check(-x, d);
+        }
+      }
+    }
+  }
+  CHECK(mismatched == 0);
+  CHECK(checked > 50'000'000);
+}
+
 TEST_CASE("e2m1: pack puts element 0 in the low nibble", "[nvfp4][e2m1]") {
   for (uint8_t lo = 0; lo < 16; ++lo)
     for (uint8_t hi = 0; hi < 16; ++hi) {
