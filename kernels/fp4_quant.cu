@@ -43,12 +43,7 @@ __global__ void fp4_quantize_vec_kernel(const uint16_t* x, int64_t ld_x, int64_t
     }
     uint8_t packed[8];
     scales[t * ld_scales + b] = nvfp4_quantize16(v, gs, packed);
-    uint2 word;
-    word.x = static_cast<uint32_t>(packed[0]) | (static_cast<uint32_t>(packed[1]) << 8) |
-             (static_cast<uint32_t>(packed[2]) << 16) | (static_cast<uint32_t>(packed[3]) << 24);
-    word.y = static_cast<uint32_t>(packed[4]) | (static_cast<uint32_t>(packed[5]) << 8) |
-             (static_cast<uint32_t>(packed[6]) << 16) | (static_cast<uint32_t>(packed[7]) << 24);
-    *reinterpret_cast<uint2*>(out + t * ld_out + b * 8) = word;
+    *reinterpret_cast<uint2*>(out + t * ld_out + b * 8) = pack_codes8(packed);
   }
 }
 

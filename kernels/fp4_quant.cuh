@@ -38,6 +38,14 @@ __device__ __forceinline__ uint8_t nvfp4_quantize16(const float (&v)[16], float 
   }
   return s;
 }
+
+// The 8 code bytes of a block as one 8-byte word (byte i at the i-th lowest address).
+__device__ __forceinline__ uint2 pack_codes8(const uint8_t (&packed)[8]) {
+  uint2 v;
+  v.x = packed[0] | (packed[1] << 8) | (packed[2] << 16) | (static_cast<uint32_t>(packed[3]) << 24);
+  v.y = packed[4] | (packed[5] << 8) | (packed[6] << 16) | (static_cast<uint32_t>(packed[7]) << 24);
+  return v;
+}
 #endif
 
 }  // namespace moeprof::kern

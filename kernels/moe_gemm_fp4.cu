@@ -446,6 +446,27 @@ struct Args {
   uint16_t* out; int64_t ld_out; bool vec_out; bool vec16_out;                                   // gemm2
 };
 
+// gemm1's requantization of one 16-column block of the bf16-valued h tile (hs: its 16 values)
+// to NVFP4 codes + scale at padded row r, column n; a dead row (padding) gets codes and scale 0.
+__device__ __forceinline__ void store_requant_block(const Args& p, const float* hs, bool live, int64_t r, int n) {
+  uint8_t packed[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  uint8_t sq = 0;
+  if (live) {
+    float hv[16];
+#pragma unroll
+    for (int c = 0; c < 16; ++c) hv[c] = hs[c];
+    sq = nvfp4_quantize16(hv, p.out_gs, packed);
+  }
+  uint8_t* dq = p.out_q + r * p.ld_out_q + n / 2;
+  if (p.q_vec) {
+    *reinterpret_cast<uint2*>(dq) = pack_codes8(packed);
+  } else {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) dq[c] = packed[c];
+  }
+  p.out_sc[r * p.ld_out_sc + n / 16] = sq;
+}
+
 __device__ __forceinline__ void seg_of(const Args& p, int e, int64_t& s, int64_t& t) {
   int64_t a = p.offsets[e], b = p.offsets[e + 1];
   a = a < 0 ? 0 : (a > p.P ? p.P : a);
@@ -709,26 +730,7 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
       const int row = item >> 3, blk = item & 7;
       const int n = nt * kCols1 + blk * 16;
       if (row >= nrows || n >= p.N) continue;
-      const int64_t r = r0 + row;
-      uint8_t packed[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      uint8_t sq = 0;
-      if (row_src[row] >= 0) {
-        float hv[16];
-#pragma unroll
-        for (int c = 0; c < 16; ++c) hv[c] = Hs[row * kHPitch + blk * 16 + c];
-        sq = nvfp4_quantize16(hv, p.out_gs, packed);
-      }
-      uint8_t* dq = p.out_q + r * p.ld_out_q + n / 2;
-      if (p.q_vec) {
-        uint2 v;
-        v.x = packed[0] | (packed[1] << 8) | (packed[2] << 16) | (static_cast<uint32_t>(packed[3]) << 24);
-        v.y = packed[4] | (packed[5] << 8) | (packed[6] << 16) | (static_cast<uint32_t>(packed[7]) << 24);
-        *reinterpret_cast<uint2*>(dq) = v;
-      } else {
-#pragma unroll
-        for (int c = 0; c < 8; ++c) dq[c] = packed[c];
-      }
-      p.out_sc[r * p.ld_out_sc + n / 16] = sq;
+      store_requant_block(p, Hs + row * kHPitch + blk * 16, row_src[row] >= 0, r0 + row, n);
     }
   }
 }
@@ -1202,26 +1204,7 @@ __global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 
       const int row = item >> 3, blk = item & 7;
       const int n = nt0 * kCols1 + blk * 16;
       if (row >= nrows || n >= p.N) continue;
-      const int64_t r = r0 + row;
-      uint8_t packed[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      uint8_t sq = 0;
-      if (row_src[row] >= 0) {
-        float hv[16];
-#pragma unroll
-        for (int c = 0; c < 16; ++c) hv[c] = Hs[row * kHPitch + blk * 16 + c];
-        sq = nvfp4_quantize16(hv, p.out_gs, packed);
-      }
-      uint8_t* dq = p.out_q + r * p.ld_out_q + n / 2;
-      if (p.q_vec) {
-        uint2 v;
-        v.x = packed[0] | (packed[1] << 8) | (packed[2] << 16) | (static_cast<uint32_t>(packed[3]) << 24);
-        v.y = packed[4] | (packed[5] << 8) | (packed[6] << 16) | (static_cast<uint32_t>(packed[7]) << 24);
-        *reinterpret_cast<uint2*>(dq) = v;
-      } else {
-#pragma unroll
-        for (int c = 0; c < 8; ++c) dq[c] = packed[c];
-      }
-      p.out_sc[r * p.ld_out_sc + n / 16] = sq;
+      store_requant_block(p, Hs + row * kHPitch + blk * 16, row_src[row] >= 0, r0 + row, n);
     }
   }
 }
