@@ -10,35 +10,16 @@
 #include "reports/format.h"
 #include "reports/gate.h"
 #include "reports/report_file.h"
+#include "tests/reports/synthetic_run.h"
 
 using namespace moeprof;
 using nlohmann::ordered_json;
 
 namespace {
 
+// Total and churn a fixed distance above the activation peak.
 ordered_json run(const std::string& name, uint64_t act) {
-  ordered_json r;
-  r["name"] = name;
-  r["mode"] = name;
-  r["model"] = "tiny";
-  r["tokens"] = 100;
-  r["layers"] = 4;
-  r["tp_size"] = 1;
-  r["tp_rank"] = 0;
-  r["backend"] = "cpu";
-  r["device_name"] = "cpu";
-  r["peak_activation_bytes"] = act;
-  r["peak_total_bytes"] = act + 1000;
-  r["churn_bytes"] = act + 5000;
-  r["allocations"] = 17;
-  r["peak_by_category"] = ordered_json::object();
-  r["live_at_peak"] = ordered_json::object();
-  r["scopes"] = ordered_json::array();
-  r["anomalies"] = ordered_json::object();
-  r["dropped_records"] = 0;
-  r["truncated"] = false;
-  r["extra"] = ordered_json::object();
-  return r;
+  return moeprof::testing::synthetic_run(name, act, act + 1000, act + 5000);
 }
 
 std::string doc_text(std::vector<ordered_json> runs) {

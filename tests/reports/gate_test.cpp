@@ -6,6 +6,7 @@
 
 #include "reports/gate.h"
 #include "reports/report_file.h"
+#include "tests/reports/synthetic_run.h"
 
 using namespace moeprof;
 using nlohmann::ordered_json;
@@ -13,27 +14,7 @@ using nlohmann::ordered_json;
 namespace {
 
 ordered_json make_run(const std::string& name, uint64_t act, uint64_t total, uint64_t churn) {
-  ordered_json r;
-  r["name"] = name;
-  r["mode"] = name;
-  r["model"] = "m";
-  r["tokens"] = 4096;
-  r["tp_size"] = 4;
-  r["tp_rank"] = 0;
-  r["backend"] = "cpu";
-  r["device_name"] = "cpu";
-  r["peak_activation_bytes"] = act;
-  r["peak_total_bytes"] = total;
-  r["churn_bytes"] = churn;
-  r["allocations"] = 17;
-  r["peak_by_category"] = ordered_json::object();
-  r["live_at_peak"] = ordered_json::object();
-  r["scopes"] = ordered_json::array();
-  r["anomalies"] = ordered_json::object();
-  r["dropped_records"] = 0;
-  r["truncated"] = false;
-  r["extra"] = ordered_json::object();
-  return r;
+  return moeprof::testing::synthetic_run(name, act, total, churn);
 }
 
 reports::ReportFile make_report(std::vector<ordered_json> runs) {
