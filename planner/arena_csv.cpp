@@ -14,9 +14,15 @@ namespace moeprof::planner {
 
 namespace {
 
-std::string_view trim(std::string_view s) {
+std::string_view trim_blanks(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+// A field's text: outer blanks, then one pair of outer quotes, removed.
+std::string_view trim(std::string_view s) {
+  s = trim_blanks(s);
   if (s.size() >= 2 && s.front() == '"' && s.back() == '"') s = s.substr(1, s.size() - 2);
   return s;
 }
@@ -93,7 +99,8 @@ Result<ArenaCsv> parse_arena_csv(std::string_view text, std::string_view name) {
     pos = nl + 1;
     ++line_no;
     if (line_no == 1 && line.size() >= 3 && line.substr(0, 3) == "\xEF\xBB\xBF") line.remove_prefix(3);  // UTF-8 BOM
-    if (trim(line).empty() || trim(line).front() == '#') continue;
+    // Blank lines and comments ('#' first, after blanks only: a quoted "#..." field is data).
+    if (trim_blanks(line).empty() || trim_blanks(line).front() == '#') continue;
     std::vector<std::string_view> f = split(line);
 
     if (!header_done) {
@@ -188,13 +195,24 @@ Result<ArenaCsv> read_arena_csv(const std::string& path) {
   return parse_arena_csv(ss.str(), path);
 }
 
+namespace {
+
+// A field as the reader gets it back: quoted when it would start a comment line ('#') or lose
+// something to trim() (outer blanks, outer quotes).
+std::string field_text(const std::string& f) {
+  if ((!f.empty() && f.front() == '#') || trim(f) != f) return '"' + f + '"';
+  return f;
+}
+
+}  // namespace
+
 std::string arena_csv_with_offsets(const ArenaCsv& csv, const std::vector<uint64_t>& offsets) {
   std::string out;
   out.reserve(csv.rows.size() * 40 + 64);
-  for (const auto& c : csv.columns) out += c + ",";
+  for (const auto& c : csv.columns) out += field_text(c) + ",";
   out += "offset\n";
   for (size_t i = 0; i < csv.rows.size(); ++i) {
-    for (const auto& f : csv.rows[i]) out += f + ",";
+    for (const auto& f : csv.rows[i]) out += field_text(f) + ",";
     out += std::to_string(i < offsets.size() ? offsets[i] : 0);
     out += '\n';
   }
