@@ -5,7 +5,7 @@
 # Binaries come prebuilt in ./build-gpu. Logs are packed into $OUT/logs.tgz; the summary table
 # is printed last and saved as $OUT/summary.txt.
 #   usage: OUT=dir scripts/device_all.sh [steps...]
-#          (steps: ops model seed trace bench seed-nocupti models oom hf snapshot sanitizer tp2 symm)
+#          (steps: ops model seed trace bench seed-nocupti ncu models oom hf snapshot sanitizer tp2 symm)
 set -u
 B=${B:-build-gpu}
 OUT=${OUT:-$PWD/device-logs}
@@ -146,6 +146,26 @@ print(('PASS' if ok else 'FAIL'), f'baseline {b} reuse {c} (pred {pc}) fixes {f}
       else
         row hf_stacks SKIP "no transformers"
       fi ;;
+    ncu)
+      # Nsight Compute on the two expert GEMMs (bench shape, one launch each) and on the
+      # memory-bound ops of a 4-layer seed run: speed of light, warp stalls, and per-SASS-line stall
+      # samples (source page). Clocks are left alone (--clock-control none).
+      NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -n1)
+      SEC="--section SpeedOfLight --section WarpStateStats --section SourceCounters --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --section SchedulerStats --section ComputeWorkloadAnalysis"
+      export MOEPROF_BENCH_PROFILE=1
+      step ncu_gemm 150 "$NCU" --clock-control none $SEC -k regex:tiled_kernel -c 2 -f -o "$L/ncu_gemm" "$B/bench/gpu/bench_moe_gemm"
+      rc=$?; unset MOEPROF_BENCH_PROFILE
+      row ncu_gemm "rc=$rc" "$(grep -cE '==PROF==' "$L/ncu_gemm.log") prof lines"
+      step ncu_ops 150 "$NCU" --clock-control none $SEC -k regex:'fp4_quantize|rmsnorm|moe_combine|add_inplace' --launch-skip 8 -c 8 -f -o "$L/ncu_ops" \
+        "$B/src/cli/moeprof" run --no-cupti --layers 4 --mode baseline --quiet --out "$L/ncu-run"
+      row ncu_ops "rc=$?" ""
+      for r in ncu_gemm ncu_ops; do
+        [ -f "$L/$r.ncu-rep" ] || continue
+        "$NCU" -i "$L/$r.ncu-rep" --page details --print-details all > "$L/$r.details.txt" 2>&1
+        "$NCU" -i "$L/$r.ncu-rep" --page source --csv --print-source sass > "$L/$r.source.csv" 2>&1 || \
+          "$NCU" -i "$L/$r.ncu-rep" --page source --csv > "$L/$r.source.csv" 2>&1
+        cp "$L/$r.ncu-rep" "$L/$r.details.txt" "$L/$r.source.csv" "$OUT/" 2>/dev/null
+      done ;;
     snapshot)
       # Real PyTorch memory snapshots for tests/golden/torch/real (the import test's fixtures).
       if python3 -c "import torch" 2>/dev/null; then

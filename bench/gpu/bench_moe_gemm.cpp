@@ -283,6 +283,17 @@ int main(int argc, char** argv) {
   BENCH_CHECK(launch_init_e4m3(w2_s, E * H, I / 16, I / 16, 6, 0.05f, 1.0f, s));
   BENCH_CHECK(launch_init_uniform(gs, false, 1, E, E, 8, 0.01f, s));
 
+  // MOEPROF_BENCH_PROFILE=1: one launch of each default-path GEMM and nothing else (for ncu:
+  // `ncu -k regex:tiled_kernel -c 2 bench_moe_gemm`, scripts/device_all.sh step ncu).
+  if (const char* prof = std::getenv("MOEPROF_BENCH_PROFILE"); prof && *prof && *prof != '0') {
+    BENCH_CHECK(launch_moe_gemm1_fp4(a, H / 2, a_s, H / 16, 0.05f, w13, H / 2, w13_s, H / 16, gs, offsets, p2t, P, E, H,
+                                     I, 0.02f, h, I / 2, h_s, I / 16, s, Fp4GemmPath::kAuto));
+    BENCH_CHECK(launch_moe_gemm2_fp4(h, I / 2, h_s, I / 16, 0.02f, w2, I / 2, w2_s, I / 16, gs, offsets, p2t, P, E, I, H,
+                                     out, H, s, Fp4GemmPath::kAuto));
+    BENCH_CHECK(cudaStreamSynchronize(s));
+    std::printf("profile launches done\n");
+    return 0;
+  }
   // Correctness first: every path against the legacy kernel, at odd shapes and at the bench shape.
   odd_case(257, 6, 8, 7168, 256, 64, 900, s);
   odd_case(37, 2, 5, 2048, 512, 16, 910, s);
