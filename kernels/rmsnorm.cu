@@ -7,7 +7,8 @@ constexpr int kThreads = 256;
 
 // One block per row. The row is read twice (sum of squares, then normalize); for fused add the
 // bf16-rounded residual is written first and re-read, so the norm sees exactly the stored value.
-// The fallback for rows that are not 16-byte vectors (H % 8 != 0, odd strides, H > 8192).
+// The fallback for rows that are not 16-byte vectors (H % 8 != 0, odd strides, H > 8192). Fused
+// add with out == nullptr writes the norm back into x, else into out.
 template <bool kFusedAdd>
 __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(uint16_t* x, int64_t ld_x, uint16_t* residual, int64_t ld_res,
                                                            const uint16_t* w, int64_t H, float eps, uint16_t* out,
@@ -29,7 +30,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(uint16_t* x, int64_t 
   }
   ss = block_sum(ss, scratch);
   const float r = 1.0f / sqrtf(ss / static_cast<float>(H) + eps);
-  uint16_t* o = kFusedAdd ? xr : out + t * ld_out;
+  uint16_t* o = kFusedAdd && out == nullptr ? xr : out + t * ld_out;
   for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
     const float v = ld_bf16(src + c);
     o[c] = f32_to_bf16(__fmul_rn(__fmul_rn(v, r), ld_bf16(w + c)));
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(kVecThreads) rmsnorm_vec_kernel(uint16_t* x, i
   }
   if (!active) return;
   const float r = 1.0f / sqrtf(ss / static_cast<float>(H) + eps);
-  uint16_t* o = kFusedAdd ? x + t * ld_x : out + t * ld_out;
+  uint16_t* o = kFusedAdd && out == nullptr ? x + t * ld_x : out + t * ld_out;
 #pragma unroll
   for (int i = 0; i < kMaxVec; ++i) {
     const int c = lt + i * kTpr;
@@ -121,7 +122,7 @@ cudaError_t launch_any(uint16_t* x, int64_t ld_x, uint16_t* residual, int64_t ld
                        int64_t H, float eps, uint16_t* out, int64_t ld_out, cudaStream_t stream) {
   const int tpr = vec_threads_per_row(H);
   const bool vec = tpr > 0 && aligned16(x, ld_x, 2) && aligned16(w, 0, 2) &&
-                   (kFusedAdd ? aligned16(residual, ld_res, 2) : aligned16(out, ld_out, 2));
+                   (!kFusedAdd || aligned16(residual, ld_res, 2)) && (out == nullptr || aligned16(out, ld_out, 2));
   if (!vec) {
     rmsnorm_kernel<kFusedAdd><<<static_cast<unsigned>(T), kThreads, 0, stream>>>(x, ld_x, residual, ld_res, w, H, eps, out,
                                                                                 ld_out);
@@ -149,6 +150,13 @@ cudaError_t launch_fused_add_rmsnorm(uint16_t* x, int64_t ld_x, uint16_t* residu
                                      int64_t T, int64_t H, float eps, cudaStream_t stream) {
   if (T <= 0 || H <= 0) return cudaSuccess;
   return launch_any<true>(x, ld_x, residual, ld_res, w, T, H, eps, nullptr, 0, stream);
+}
+
+cudaError_t launch_add_rmsnorm(const uint16_t* x, int64_t ld_x, uint16_t* residual, int64_t ld_res, const uint16_t* w,
+                               int64_t T, int64_t H, float eps, uint16_t* out, int64_t ld_out, cudaStream_t stream) {
+  if (T <= 0 || H <= 0) return cudaSuccess;
+  if (out == nullptr) return cudaErrorInvalidValue;
+  return launch_any<true>(const_cast<uint16_t*>(x), ld_x, residual, ld_res, w, T, H, eps, out, ld_out, stream);
 }
 
 }  // namespace moeprof::kern

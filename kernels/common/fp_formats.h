@@ -115,12 +115,16 @@ MOEPROF_HD uint8_t f32_to_e2m1(float f) {
 // last mantissa bit is 0 for every boundary here), and fl32(q) < b exactly when q < b- (the
 // midpoint below). With q = |x| / d and d > 0 that is |x| <= d * b+ and |x| < d * b-; b+- have 25
 // significant bits and d 24, so d * b+- is exact in double, and a float a compares with a real B as
-// a > B <=> a > RD32(B) and a >= B <=> a >= RU32(B). Valid for finite d > 0 (e2m1_thresholds_ok);
-// tests/executor/nvfp4_test.cpp checks it against the division for every bf16 x and many d.
+// a > B <=> a > RD32(B) and a >= B <=> a >= RU32(B). The code is found by a binary search over the
+// seven thresholds (three compares), which needs them strictly increasing: true for 2^-100 <= d <=
+// 2^100 (e2m1_thresholds_ok; every product is then a normal float and neighbouring boundaries are
+// at least 1.4x apart), which covers every e4m3 scale times any global scale the model uses; other
+// d take the division. tests/executor/nvfp4_test.cpp checks it against the division for every bf16
+// x and many d.
 struct E2m1Thresholds {
   float t[7];  // |x| passes boundary i when |x| > t[i] (i even) or |x| >= t[i] (i odd)
 };
-MOEPROF_HD bool e2m1_thresholds_ok(float d) { return d > 0.0f && d <= 3.4028234663852886e38f; }
+MOEPROF_HD bool e2m1_thresholds_ok(float d) { return d >= 0x1p-100f && d <= 0x1p100f; }
 MOEPROF_HD float f64_to_f32_down(double v) {
 #if defined(__CUDA_ARCH__)
   return __double2float_rd(v);
@@ -141,14 +145,17 @@ MOEPROF_HD E2m1Thresholds e2m1_thresholds(float d) {
   for (int i = 0; i < 7; ++i) th.t[i] = (i % 2 == 0) ? f64_to_f32_down(kB[i] * dd) : f64_to_f32_up(kB[i] * dd);
   return th;
 }
-// = f32_to_e2m1(x / d) when e2m1_thresholds_ok(d), th = e2m1_thresholds(d).
+// = f32_to_e2m1(x / d) when e2m1_thresholds_ok(d), th = e2m1_thresholds(d). Branch-free: passing
+// boundary 3 decides m >= 4, then boundary 5 or 1 decides bit 1, then boundary 6, 4, 2 or 0 bit 0
+// (the passes are monotone in i because the thresholds increase).
 MOEPROF_HD uint8_t e2m1_of_quotient(float x, const E2m1Thresholds& th) {
   const float a = x < 0.0f ? -x : x;
-  if (!(a == a)) return 0x7;  // NaN, as f32_to_e2m1
-  const int m = (a > th.t[0]) + (a >= th.t[1]) + (a > th.t[2]) + (a >= th.t[3]) + (a > th.t[4]) + (a >= th.t[5]) +
-                (a > th.t[6]);
-  if (m == 0) return 0;
-  return static_cast<uint8_t>(m | (x < 0.0f ? 0x8 : 0x0));
+  const bool b2 = a >= th.t[3];
+  const bool b1 = a >= (b2 ? th.t[5] : th.t[1]);
+  const bool b0 = a > (b2 ? (b1 ? th.t[6] : th.t[4]) : (b1 ? th.t[2] : th.t[0]));
+  const uint32_t m = (b2 ? 4u : 0u) | (b1 ? 2u : 0u) | (b0 ? 1u : 0u);
+  const uint32_t code = m | (x < 0.0f && m != 0u ? 0x8u : 0u);  // -0 codes as 0
+  return static_cast<uint8_t>(a == a ? code : 0x7u);                // NaN, as f32_to_e2m1
 }
 
 // Packs two codes: element 0 in the low nibble.

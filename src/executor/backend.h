@@ -134,6 +134,10 @@ class Backend {
   Status rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out);
   // residual = bf16(x + residual); x = rmsnorm(residual) (both in place).
   Status fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps);
+  // residual = bf16(x + residual); out = rmsnorm(residual); x is only read. Each element as
+  // add_inplace(residual, x) followed by rmsnorm(residual, w, eps, out), in one pass. out must not
+  // overlap x or residual.
+  Status add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out);
   // out[T, N] = x[T, K] @ w[N, K]^T, fp32 accumulation; out dtype bf16 or f32. `workspace` may be
   // undefined when linear_workspace_bytes() is 0.
   size_t linear_workspace_bytes(int64_t T, int64_t N, int64_t K) const { return do_linear_workspace_bytes(T, N, K); }
@@ -227,6 +231,7 @@ class Backend {
   virtual Status do_embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) = 0;
   virtual Status do_rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
   virtual Status do_fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps) = 0;
+  virtual Status do_add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) = 0;
   virtual size_t do_linear_workspace_bytes(int64_t /*T*/, int64_t /*N*/, int64_t /*K*/) const { return 0; }
   virtual Status do_linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& workspace) = 0;
   virtual Status do_prepare_linear(int64_t /*rows*/, int64_t /*n*/, int64_t /*k*/, DType /*out_dtype*/,

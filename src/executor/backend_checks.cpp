@@ -241,6 +241,16 @@ Status Backend::fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, 
   return do_fused_add_rmsnorm(x, residual, w, eps);
 }
 
+Status Backend::add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) {
+  const char* op = "add_rmsnorm";
+  MOEPROF_RETURN_IF_ERROR(need_dtype(op, "x", x, DType::kBF16));
+  MOEPROF_RETURN_IF_ERROR(need_shape(op, "residual", residual, DType::kBF16, x.rows(), x.cols()));
+  MOEPROF_RETURN_IF_ERROR(need_vector(op, "w", w, DType::kBF16, x.cols()));
+  MOEPROF_RETURN_IF_ERROR(need_shape(op, "out", out, DType::kBF16, x.rows(), x.cols()));
+  OpTimer timer(op_timer_target(), op, OpCost{0, tb(x) + 2 * tb(residual) + tb(w) + tb(out)});
+  return do_add_rmsnorm(x, residual, w, eps, out);
+}
+
 Status Backend::linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& workspace) {
   const char* op = "linear";
   MOEPROF_RETURN_IF_ERROR(need_dtype(op, "x", x, DType::kBF16));

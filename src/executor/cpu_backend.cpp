@@ -284,13 +284,15 @@ Status CpuBackend::do_rmsnorm(const Tensor& x, const Tensor& w, float eps, Tenso
   return Status::ok();
 }
 
-Status CpuBackend::do_fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps) {
+namespace {
+// residual = bf16(x + residual); out = rmsnorm(residual) per row (out may be x).
+void add_rmsnorm_rows(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out, int threads) {
   const int64_t H = x.cols();
   std::vector<float> wf(static_cast<size_t>(H));
   for (int64_t i = 0; i < H; ++i) wf[static_cast<size_t>(i)] = bf(w.data<uint16_t>()[vec_index(w, i)]);
-  for_rows(x.rows(), H, num_threads_, [&](int64_t t) {
+  for_rows(x.rows(), H, threads, [&](int64_t t) {
     std::vector<float> rf(static_cast<size_t>(H));
-    uint16_t* xr = row_ptr<uint16_t>(x, t);
+    const uint16_t* xr = row_ptr<uint16_t>(x, t);
     uint16_t* rr = row_ptr<uint16_t>(residual, t);
     for (int64_t i = 0; i < H; ++i) {
       const uint16_t s = to_bf(bf(xr[i]) + bf(rr[i]));
@@ -298,8 +300,19 @@ Status CpuBackend::do_fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tenso
       rf[static_cast<size_t>(i)] = bf(s);  // the norm sees the stored (bf16) residual
     }
     const float r = inv_rms(rf.data(), H, eps);
-    for (int64_t i = 0; i < H; ++i) xr[i] = to_bf(rf[static_cast<size_t>(i)] * r * wf[static_cast<size_t>(i)]);
+    uint16_t* o = row_ptr<uint16_t>(out, t);
+    for (int64_t i = 0; i < H; ++i) o[i] = to_bf(rf[static_cast<size_t>(i)] * r * wf[static_cast<size_t>(i)]);
   });
+}
+}  // namespace
+
+Status CpuBackend::do_fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps) {
+  add_rmsnorm_rows(x, residual, w, eps, x, num_threads_);
+  return Status::ok();
+}
+
+Status CpuBackend::do_add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) {
+  add_rmsnorm_rows(x, residual, w, eps, out, num_threads_);
   return Status::ok();
 }
 

@@ -49,6 +49,7 @@ class CpuBackend final : public Backend {
   Status do_embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) override;
   Status do_rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   Status do_fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps) override;
+  Status do_add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) override;
   Status do_linear(const Tensor& x, const Tensor& w, Tensor& out, const Tensor& workspace) override;
   Status do_rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t rot_offset, int64_t rot_dim,
                  const Tensor& positions, const Tensor& cos_sin) override;

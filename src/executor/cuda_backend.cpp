@@ -243,6 +243,12 @@ Status CudaBackend::do_fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tens
   return Status::ok();
 }
 
+Status CudaBackend::do_add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) {
+  MOEPROF_CUDA_CHECK("add_rmsnorm", kern::launch_add_rmsnorm(bf16p(x), x.ld(), bf16p(residual), residual.ld(), bf16p(w),
+                                                             x.rows(), x.cols(), eps, bf16p(out), out.ld(), stream_));
+  return Status::ok();
+}
+
 Status CudaBackend::do_rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t rot_offset, int64_t rot_dim,
                             const Tensor& positions, const Tensor& cos_sin) {
   // positions are not range-checked on the device: the kernel reads cos_sin row positions[t].

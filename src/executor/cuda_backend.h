@@ -81,6 +81,7 @@ class CudaBackend : public Backend {
   Status do_embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) override;
   Status do_rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   Status do_fused_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& w, float eps) override;
+  Status do_add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) override;
   Status do_rope(Tensor& x, int64_t n_heads, int64_t head_stride, int64_t rot_offset, int64_t rot_dim,
                  const Tensor& positions, const Tensor& cos_sin) override;
   Status do_mla_build_k(const Tensor& kv, int64_t n_heads, int64_t kv_head_stride, int64_t nope, const Tensor& k_pe,

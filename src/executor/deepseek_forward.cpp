@@ -116,8 +116,9 @@ Status DeepseekModel::layer_forward(int64_t l, Tensor& hidden, Tensor& residual,
       residual = x;
       MOEPROF_RETURN_IF_ERROR(op("input_layernorm", be_.rmsnorm(x, L.input_norm, eps, post_norm), {&x}, {&post_norm}));
     } else {
-      MOEPROF_RETURN_IF_ERROR(op("residual_add", be_.add_inplace(residual, x), {&x, &residual}, {&residual}));
-      MOEPROF_RETURN_IF_ERROR(op("input_layernorm", be_.rmsnorm(residual, L.input_norm, eps, post_norm), {&residual}, {&post_norm}));
+      // residual += x, then the norm of the sum, in one pass (x, the layer's input, is only read).
+      MOEPROF_RETURN_IF_ERROR(op("input_layernorm", be_.add_rmsnorm(x, residual, L.input_norm, eps, post_norm),
+                                 {&x, &residual}, {&residual, &post_norm}));
     }
     attn_inputs_.latent.reset();
     attn_inputs_.post_norm = std::move(post_norm);

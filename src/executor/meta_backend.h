@@ -36,6 +36,7 @@ class MetaBackend final : public Backend {
   Status do_embedding(const Tensor&, const Tensor&, int64_t, Tensor&) override { return Status::ok(); }
   Status do_rmsnorm(const Tensor&, const Tensor&, float, Tensor&) override { return Status::ok(); }
   Status do_fused_add_rmsnorm(Tensor&, Tensor&, const Tensor&, float) override { return Status::ok(); }
+  Status do_add_rmsnorm(const Tensor&, Tensor&, const Tensor&, float, Tensor&) override { return Status::ok(); }
   Status do_linear(const Tensor&, const Tensor&, Tensor&, const Tensor&) override { return Status::ok(); }
   Status do_rope(Tensor&, int64_t, int64_t, int64_t, int64_t, const Tensor&, const Tensor&) override { return Status::ok(); }
   Status do_mla_build_k(const Tensor&, int64_t, int64_t, int64_t, const Tensor&, Tensor&) override { return Status::ok(); }

@@ -220,6 +220,35 @@ TEST_CASE("fused_add_rmsnorm: residual = bf16(x + residual), x = rmsnorm(residua
   for (size_t i = 0; i < o.size(); ++i) REQUIRE(close_bf16(o[i], ref[i], 0));
 }
 
+TEST_CASE("add_rmsnorm: residual = bf16(x + residual), out = rmsnorm(residual), x unchanged", "[cpu][dense]") {
+  auto bp = make_cpu_backend();
+  Backend& b = *bp;
+  std::mt19937_64 rng(31);
+  const int64_t T = 29, H = 152;
+  const float eps = 1e-6f;
+  const auto xh = random_bf16(rng, static_cast<size_t>(T * H), 3.0), rh = random_bf16(rng, static_cast<size_t>(T * H), 5.0);
+  const auto wh = random_bf16(rng, static_cast<size_t>(H), 1.5);
+  Tensor x = upload(b, DType::kBF16, T, H, xh), res = upload(b, DType::kBF16, T, H, rh), w = upload(b, DType::kBF16, H, 1, wh);
+  Tensor out = upload(b, DType::kBF16, T, H, random_bf16(rng, static_cast<size_t>(T * H), 1.0));
+  REQUIRE(b.add_rmsnorm(x, res, w, eps, out).is_ok());
+  CHECK(download<uint16_t>(b, x) == xh);
+  const auto res_got = to_double(download<uint16_t>(b, res));
+  std::vector<double> sum(res_got.size());
+  for (size_t i = 0; i < sum.size(); ++i) {
+    sum[i] = round_bf16(static_cast<float>(bf16_value(xh[i]) + bf16_value(rh[i])));
+    REQUIRE(res_got[i] == sum[i]);
+  }
+  const auto ref = rmsnorm_ref(sum, to_double(wh), T, H, eps);
+  const auto o = to_double(download<uint16_t>(b, out));
+  for (size_t i = 0; i < o.size(); ++i) REQUIRE(close_bf16(o[i], ref[i], 0));
+  // The same bits as add_inplace then rmsnorm (what the executor ran before the fusion).
+  Tensor res2 = upload(b, DType::kBF16, T, H, rh), out2 = upload(b, DType::kBF16, T, H, xh);
+  REQUIRE(b.add_inplace(res2, x).is_ok());
+  REQUIRE(b.rmsnorm(res2, w, eps, out2).is_ok());
+  CHECK(download<uint16_t>(b, res2) == download<uint16_t>(b, res));
+  CHECK(download<uint16_t>(b, out2) == download<uint16_t>(b, out));
+}
+
 TEST_CASE("linear: bf16 and f32 outputs, strided views", "[cpu][dense]") {
   auto bp = make_cpu_backend();
   Backend& b = *bp;

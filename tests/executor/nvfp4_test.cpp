@@ -106,6 +106,7 @@ TEST_CASE("e2m1 of a quotient without division equals f32_to_e2m1(x / d)", "[nvf
     if (want != got && ++mismatched <= 5) FAIL_CHECK("x " << x << " d " << d << ": " << int(got) << " != " << int(want));
   };
   for (float d : ds) {
+    if (!kern::e2m1_thresholds_ok(d)) continue;  // the quantizers divide there
     const kern::E2m1Thresholds th = kern::e2m1_thresholds(d);
     for (uint32_t h = 0; h < 0x10000u; ++h) {
       const float x = kern::bf16_to_f32(static_cast<uint16_t>(h));
@@ -138,6 +139,23 @@ TEST_CASE("e2m1 of a quotient without division equals f32_to_e2m1(x / d)", "[nvf
   }
   CHECK(mismatched == 0);
   CHECK(checked > 50'000'000);
+}
+
+// The fast path covers what the kernels see: every nonzero finite e4m3 scale times global scales
+// from 2^-40 to 2^40 (the seed model's are near 1e-2 .. 1e-5), and its thresholds increase.
+TEST_CASE("e2m1 thresholds: the fast path covers every e4m3 scale and its thresholds increase", "[nvfp4][e2m1]") {
+  for (int c = 1; c < 0x7F; ++c)
+    for (int ex = -40; ex <= 40; ex += 5) {
+      const float d = kern::e4m3_to_f32(static_cast<uint8_t>(c)) * std::ldexp(1.0f, ex);
+      INFO("code " << c << " gs 2^" << ex);
+      REQUIRE(kern::e2m1_thresholds_ok(d));
+      const kern::E2m1Thresholds th = kern::e2m1_thresholds(d);
+      for (int i = 0; i + 1 < 7; ++i) REQUIRE(th.t[i] < th.t[i + 1]);
+    }
+  CHECK_FALSE(kern::e2m1_thresholds_ok(0.0f));
+  CHECK_FALSE(kern::e2m1_thresholds_ok(std::numeric_limits<float>::denorm_min()));
+  CHECK_FALSE(kern::e2m1_thresholds_ok(std::numeric_limits<float>::infinity()));
+  CHECK_FALSE(kern::e2m1_thresholds_ok(std::numeric_limits<float>::quiet_NaN()));
 }
 
 TEST_CASE("e2m1: pack puts element 0 in the low nibble", "[nvfp4][e2m1]") {

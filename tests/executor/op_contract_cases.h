@@ -168,6 +168,21 @@ inline std::vector<ContractOp> contract_ops() {
        {"w", "fused_add_rmsnorm: w must be contiguous (got bf16 2x16 with row stride 32)",
         [](const Mk& m, Fused& a) { a.w = m.view(D::kBF16, 2, 32, 0, 16); }}}));
 
+  struct AddNorm { Tensor x, residual, w, out; };
+  ops.push_back(contract_op<AddNorm>(
+      "add_rmsnorm",
+      [](const Mk& m) {
+        return AddNorm{m.uniform(D::kBF16, kT, kH, 41), m.uniform(D::kBF16, kT, kH, 42), m.uniform(D::kBF16, 1, kH, 43),
+                       m.t(D::kBF16, kT, kH)};
+      },
+      [](Backend& b, AddNorm& a) { return b.add_rmsnorm(a.x, a.residual, a.w, 1e-6f, a.out); },
+      [](AddNorm& a) { return std::vector<Tensor*>{&a.residual, &a.out}; },
+      {{"x", "add_rmsnorm: x must be bf16 (got f32 4x32)", [](const Mk& m, AddNorm& a) { a.x = m.t(D::kF32, kT, kH); }},
+       {"residual", "add_rmsnorm: residual must be bf16 4x32 (got bf16 4x31)",
+        [](const Mk& m, AddNorm& a) { a.residual = m.t(D::kBF16, kT, 31); }},
+       {"w", "add_rmsnorm: w must have 32 elements (got bf16 1x16)", [](const Mk& m, AddNorm& a) { a.w = m.t(D::kBF16, 1, 16); }},
+       {"out", "add_rmsnorm: out must be bf16 (got f32 4x32)", [](const Mk& m, AddNorm& a) { a.out = m.t(D::kF32, kT, kH); }}}));
+
   struct Lin { Tensor x, w, out, ws; };
   ops.push_back(contract_op<Lin>(
       "linear",

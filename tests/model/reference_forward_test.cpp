@@ -653,7 +653,7 @@ void run_case(int64_t T) {
   std::vector<LayerIo> io(static_cast<size_t>(shape.layers));
   for (int64_t l = 0; l < shape.layers; ++l) {
     LayerIo& x = io[static_cast<size_t>(l)];
-    x.residual_in = l == 0 ? cap.bf16(-1, "embedding", 0, T * H) : cap.bf16(l, "residual_add", 0, T * H);
+    x.residual_in = l == 0 ? cap.bf16(-1, "embedding", 0, T * H) : cap.bf16(l, "input_layernorm", 0, T * H);
     x.mlp_in = cap.bf16(l, "post_attention_layernorm", 0, T * H);        // fused_add_rmsnorm writes x,
     x.residual_mid = cap.bf16(l, "post_attention_layernorm", 1, T * H);  // then the residual
     x.mlp_out = cap.bf16(l, cfg.is_moe_layer(l) ? "moe_all_reduce" : "mlp_all_reduce", 0, T * H);
