@@ -59,7 +59,11 @@ print(("PASS " if ok else "FAIL ") + "; ".join(parts))
 PY
 )
       [ $rc -ne 0 ] && res="FAIL exit $rc"
-      row seed "${res%% *}" "${res#* }" ;;
+      row seed "${res%% *}" "${res#* }"
+      # The outputs' hashes (equal across modes; unchanged by kernel changes that keep the bits).
+      for m in baseline reuse fixes; do
+        row "seed_hash_$m" INFO "$(strings "$L/seed/$m.mtrace" 2>/dev/null | grep -o 'output\.[a-z]*_hash":"[0-9]*' | sort -u | tr '\n' ' ')"
+      done ;;
     trace)
       OUT="$L/trace" step trace_check 200 bash scripts/gpu_trace_check.sh "$B"
       rc=$?; row trace_check "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "see trace_check.log" ;;
@@ -156,7 +160,7 @@ print(('PASS' if ok else 'FAIL'), f'baseline {b} reuse {c} (pred {pc}) fixes {f}
       step ncu_gemm 150 "$NCU" --clock-control none $SEC -k regex:tiled_kernel -c 2 -f -o "$L/ncu_gemm" "$B/bench/gpu/bench_moe_gemm"
       rc=$?; unset MOEPROF_BENCH_PROFILE
       row ncu_gemm "rc=$rc" "$(grep -cE '==PROF==' "$L/ncu_gemm.log") prof lines"
-      step ncu_ops 150 "$NCU" --clock-control none $SEC -k regex:'fp4_quantize|rmsnorm|moe_combine|add_inplace' --launch-skip 8 -c 8 -f -o "$L/ncu_ops" \
+      step ncu_ops 150 "$NCU" --clock-control none $SEC -k regex:'fp4_quantize|rmsnorm|moe_combine|router|rope|silu|kv_cache|mla_build_k' --launch-skip 10 -c 12 -f -o "$L/ncu_ops" \
         "$B/src/cli/moeprof" run --no-cupti --layers 4 --mode baseline --quiet --out "$L/ncu-run"
       row ncu_ops "rc=$?" ""
       for r in ncu_gemm ncu_ops; do

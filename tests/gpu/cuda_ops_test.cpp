@@ -296,18 +296,20 @@ TEST_CASE("cuda rmsnorm and fused_add_rmsnorm", "[gpu]") {
     require_close_elem(as_f64_bf16(xc), as_f64_bf16(xg), 1.0 / 128, 1e-6, "fused_add_rmsnorm x");
 
     // add_rmsnorm: the CPU's residual exactly, its norm within rounding, and on the GPU the bits of
-    // add_inplace then rmsnorm (the executor's input norm before the fusion; same hashes).
+    // add_inplace then rmsnorm (the executor's input norm before the fusion; same hashes). Fresh
+    // inputs: x above now holds each side's own norm, which differ within rounding.
+    Both x2 = both(DType::kBF16, T, H, rand_bf16(T * H, 23 + H, 3.0f), "x2");
     Both r2 = both(DType::kBF16, T, H, rand_bf16(T * H, 24 + H, 3.0f), "res2");
     Both r3 = both(DType::kBF16, T, H, rand_bf16(T * H, 24 + H, 3.0f), "res3");
     Both o2 = out(DType::kBF16, T, H, "o2");
     Both o3 = out(DType::kBF16, T, H, "o3");
-    REQUIRE(c.add_rmsnorm(x.c, r2.c, w.c, 1e-6f, o2.c).is_ok());
-    REQUIRE(g.add_rmsnorm(x.g, r2.g, w.g, 1e-6f, o2.g).is_ok());
+    REQUIRE(c.add_rmsnorm(x2.c, r2.c, w.c, 1e-6f, o2.c).is_ok());
+    REQUIRE(g.add_rmsnorm(x2.g, r2.g, w.g, 1e-6f, o2.g).is_ok());
     auto [r2c, r2g] = fetch2<uint16_t>(r2);
     require_equal(r2c, r2g, "add_rmsnorm residual");
     auto [o2c, o2g] = fetch2<uint16_t>(o2);
     require_close_elem(as_f64_bf16(o2c), as_f64_bf16(o2g), 1.0 / 128, 1e-6, "add_rmsnorm out");
-    REQUIRE(g.add_inplace(r3.g, x.g).is_ok());
+    REQUIRE(g.add_inplace(r3.g, x2.g).is_ok());
     REQUIRE(g.rmsnorm(r3.g, w.g, 1e-6f, o3.g).is_ok());
     REQUIRE(g.synchronize().is_ok());
     require_equal(r2g, fetch2<uint16_t>(r3).second, "add_rmsnorm residual = add_inplace");
@@ -352,12 +354,13 @@ TEST_CASE("cuda rmsnorm, add_inplace, moe_combine: vector and fallback paths", "
     auto [xc, xg] = fetch2<uint16_t>(xw);
     require_close_elem(as_f64_bf16(xc), as_f64_bf16(xg), 1.0 / 128, 1e-6, "fused_add_rmsnorm x");
 
-    // add_rmsnorm on the views (x only read; out a separate tensor).
+    // add_rmsnorm on the views (x only read; out a separate tensor). Its x is the view r, equal on
+    // both sides (x above holds each side's own norm now).
     Both aw = both(DType::kBF16, q.T, W, rand_bf16(q.T * W, 450 + q.H + q.off, 3.0f), "res_an");
     Both av{aw.c.cols_view(q.off, q.H), aw.g.cols_view(q.off, q.H)};
     Both ao = out(DType::kBF16, q.T, q.H, "o_an");
-    REQUIRE(c.add_rmsnorm(x.c, av.c, w.c, 1e-6f, ao.c).is_ok());
-    REQUIRE(g.add_rmsnorm(x.g, av.g, w.g, 1e-6f, ao.g).is_ok());
+    REQUIRE(c.add_rmsnorm(r.c, av.c, w.c, 1e-6f, ao.c).is_ok());
+    REQUIRE(g.add_rmsnorm(r.g, av.g, w.g, 1e-6f, ao.g).is_ok());
     auto [ac, ag] = fetch2<uint16_t>(aw);
     require_equal(ac, ag, "add_rmsnorm residual (columns outside the view untouched)");
     auto [aoc, aog] = fetch2<uint16_t>(ao);
