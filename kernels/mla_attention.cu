@@ -473,11 +473,10 @@ constexpr int kDefaultPath = 10, kDefaultFa2Path = 4;
 
 cudaError_t launch_causal_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.T <= 0 || a.n_heads <= 0) return cudaSuccess;
-  if (a.qk_dim <= 0 || a.v_dim <= 0) return cudaErrorInvalidValue;
+  if (a.qk_dim <= 0 || a.v_dim <= 0 || (a.path >= 6 && a.path <= 9)) return cudaErrorInvalidValue;
   if (a.path == 0 || (a.path >= 2 && a.path <= 10)) {
     int variant = a.path == 0 ? kDefaultPath : a.path;
-    if (variant >= 6 && variant <= 10 && detail::attention_wgmma_applies(a))
-      return detail::launch_attention_wgmma(a, variant == 6 ? 128 : variant == 7 ? 64 : variant - 8, stream);
+    if (variant == 10 && detail::attention_wgmma_applies(a)) return detail::launch_attention_wgmma(a, stream);
     if (a.path == 0) variant = kDefaultFa2Path;
     if (variant == 2 && fa2_applies<1, 64>(a)) return launch_fa2<1, 64>(a, stream);
     if (variant == 3 && fa2_applies<2, 64>(a)) return launch_fa2<2, 64>(a, stream);

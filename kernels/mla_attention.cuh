@@ -14,10 +14,10 @@ struct AttentionArgs {
   float scale;
   // Kernel choice, for cross-checks and benchmarks: 0 the default (see kDefaultPath in the .cu);
   // 1 the generic kernels; 2..5 one FA2 variant (2: 16 query rows per warp, 64-key tiles; 3: 32 rows,
-  // 64 keys; 4: 32 rows, 48 keys; 5: 32 rows, 32 keys); 6, 7 the wgmma (sm_90a) kernel with 128- or
-  // 64-key tiles; 8 the wgmma kernel with softmax / P.V overlap (128-key tiles), 9 the same with Q
-  // in registers, 10 warp-specialized (copier warpgroup, mbarriers, ping-pong between the two
-  // computing warpgroups); the generic kernels where the chosen one does not apply.
+  // 64 keys; 4: 32 rows, 48 keys; 5: 32 rows, 32 keys); 10 the warp-specialized wgmma (sm_90a)
+  // kernel (copier warpgroup, mbarriers, ping-pong between the two computing warpgroups); the
+  // generic kernels where the chosen one does not apply. 6 to 9 (earlier wgmma variants, removed)
+  // are refused with cudaErrorInvalidValue.
   int path = 0;
 };
 
@@ -34,11 +34,10 @@ struct AttentionArgs {
 cudaError_t launch_causal_attention(const AttentionArgs& a, cudaStream_t stream);
 
 namespace detail {
-// The wgmma kernel (kernels/mla_attention_wgmma.cu, built for sm_90a): same shape conditions as the
-// FA2 kernel; bn = 128 or 64 keys per tile (paths 6, 7), 0 the pipelined 128-key kernel (path 8),
-// 1 the same with Q held in registers (path 9), 2 the warp-specialized ping-pong kernel (path 10).
+// The warp-specialized wgmma kernel (path 10; kernels/mla_attention_wgmma.cu, built for sm_90a):
+// same shape conditions as the FA2 kernel.
 bool attention_wgmma_applies(const AttentionArgs& a);
-cudaError_t launch_attention_wgmma(const AttentionArgs& a, int bn, cudaStream_t stream);
+cudaError_t launch_attention_wgmma(const AttentionArgs& a, cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace moeprof::kern

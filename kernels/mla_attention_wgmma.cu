@@ -1,14 +1,14 @@
-// Causal MLA attention on Hopper warpgroup MMA (wgmma, sm_90a): AttentionArgs::path 6 to 10
-// (10 is the default where it applies). This translation unit is compiled for sm_90a only
-// (kernels/CMakeLists.txt); see docs/kernels.md "Causal attention".
+// Causal MLA attention on Hopper warpgroup MMA (wgmma, sm_90a): AttentionArgs::path 10, the default
+// where it applies. This translation unit is compiled for sm_90a only (kernels/CMakeLists.txt); see
+// docs/kernels.md "Causal attention".
 //
-// CTA: 2 warpgroups (256 threads), 128 queries of one head; warpgroup w owns query rows
-// 64w .. 64w+63. Key/value tiles of BN rows (128: paths 6 and 8, 64: path 7), double-buffered with
-// cp.async (16-byte copies, rows >= T zero-filled). Q, K and V live in shared memory in the
-// 128-byte-swizzled layout that wgmma reads through matrix descriptors: a tile of R rows x C columns
-// is stored as C/64 column blocks of R rows x 128 bytes, 16-byte chunk c of row r at chunk position
-// c ^ (r & 7) (1024-byte aligned 8-row atoms).
-//  - S = Q K^T: wgmma m64nBNk16, A = Q and B = K both K-major from shared memory (SS form),
+// CTA: 3 warpgroups (384 threads), 128 queries of one head; computing warpgroup w (0, 1) owns query
+// rows 64w .. 64w+63, warpgroup 2 copies. Key/value tiles of BN = 128 rows, two K and two V buffers
+// filled with cp.async (16-byte copies, rows >= T zero-filled). Q, K and V live in shared memory in
+// the 128-byte-swizzled layout that wgmma reads through matrix descriptors: a tile of R rows x C
+// columns is stored as C/64 column blocks of R rows x 128 bytes, 16-byte chunk c of row r at chunk
+// position c ^ (r & 7) (1024-byte aligned 8-row atoms).
+//  - S = Q K^T: wgmma m64n128k16, A = Q and B = K both K-major from shared memory (SS form),
 //    12 k-steps over the 192 qk columns (descriptor start +32 bytes per k-step inside a 64-column
 //    block; stride byte offset 1024 = one 8-row atom).
 //  - Online softmax in registers (the accumulator fragment of m64nN is the mma.sync m16n8 one per
@@ -17,10 +17,10 @@
 //    layout is the A fragment layout, so P needs no shuffles) and B = V from shared memory,
 //    MN-major (V rows are keys, d contiguous: imm-trans-b = 1; leading byte offset = the distance
 //    between the two 64-wide d blocks, stride byte offset 1024 = 8 keys).
-//  - Paths 6 / 7 wait for each product before the next step; path 8 overlaps the softmax of tile j
-//    with the P.V product of tile j-1 (see attention_wgmma_pipe_kernel); path 9 is path 8 with Q in
-//    registers; path 10 adds a copier warpgroup, mbarrier hand-offs instead of CTA barriers, and
-//    ping-pong turns between the two computing warpgroups (attention_wgmma_ws_kernel).
+//  - The softmax of tile j overlaps the P.V product of tile j-1, a copier warpgroup hands tiles over
+//    with mbarriers instead of CTA barriers, and the two computing warpgroups take ping-pong turns
+//    at the tensor cores (attention_wgmma_ws_kernel). Paths 6 to 9, measured variants of this kernel
+//    without some of these steps (docs/performance.md, "MLA attention on wgmma"), were removed.
 #include <cmath>
 
 #include "kernels/attention_ptx.cuh"
@@ -30,16 +30,15 @@ namespace moeprof::kern {
 namespace wgfa {
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int D = 192, DV = 128, kThreads = 256, BM = 128;
+constexpr int D = 192, DV = 128, BM = 128;
 
-template <int BN>
+constexpr int BN = 128;  // keys per tile
 struct Cfg {
   static constexpr int kQBytes = BM * D * 2;  // [3][BM][64]
   static constexpr int kKBytes = BN * D * 2;  // [3][BN][64]
   static constexpr int kVBytes = BN * DV * 2; // [2][BN][64]
   static constexpr int kStageBytes = kKBytes + kVBytes;
   static constexpr size_t kSmemBytes = static_cast<size_t>(kQBytes + 2 * kStageBytes) + 1024;  // + alignment
-  static_assert(BN == 64 || BN == 128, "tile");
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -90,21 +89,6 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
          (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
 // ---- wgmma wrappers (D: the m64nN f32 accumulator fragment of this thread) ----
-__device__ __forceinline__ void wgmma_ss_m64n64(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(da), "l"(db), "r"(scale_d));
-}
 __device__ __forceinline__ void wgmma_ss_m64n128(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\n"
@@ -150,29 +134,6 @@ __device__ __forceinline__ void wgmma_rs_m64n128_tb(float (&d)[64], const uint32
 }
 
 
-// B from shared memory, K-major (imm-trans-b = 0); D = A * B (+ D where scale_d != 0).
-__device__ __forceinline__ void wgmma_rs_m64n128_kb(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
-}
-
 // Register "fence": keeps the compiler from moving reads / writes of wgmma accumulator registers
 // across a wgmma wait (the asm statements' outputs say nothing about when the async MMA finishes).
 template <int N>
@@ -181,417 +142,10 @@ __device__ __forceinline__ void fence_regs(float (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
-template <int BN>
-__device__ __forceinline__ void wgmma_s(float (&s)[BN / 2], uint64_t da, uint64_t db, int scale_d) {
-  if constexpr (BN == 128) wgmma_ss_m64n128(s, da, db, scale_d);
-  else wgmma_ss_m64n64(s, da, db, scale_d);
-}
 #endif  // MOEPROF_WGMMA_DEVICE
 
-template <int BN>
-__global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(AttentionArgs a) {
-#ifdef MOEPROF_WGMMA_DEVICE
-  using C = Cfg<BN>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  const uint32_t raw_u32 = smem_u32(smem_raw);
-  const uint32_t sQ = (raw_u32 + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
-  unsigned char* smem = smem_raw + (sQ - raw_u32);
-  const uint32_t sKV = sQ + C::kQBytes;  // stage s: K at sKV + s*kStageBytes, V after K
-
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wq = warp & 3;
-  const int g = lane >> 2, q4 = lane & 3;
-  const int64_t h = blockIdx.x;
-  const int qb = static_cast<int>(gridDim.y) - 1 - static_cast<int>(blockIdx.y);  // longest rows first
-  const int T = static_cast<int>(a.T);
-  const int q0 = qb * BM;
-  const int q_end = q0 + BM < T ? q0 + BM : T;
-  const int n_kb = (q_end + BN - 1) / BN;
-  const uint16_t* qg = a.q + h * a.qk_head_stride;
-  const uint16_t* kg = a.k + h * a.qk_head_stride;
-  const uint16_t* vg = a.v + a.v_offset + h * a.v_head_stride;
-  (void)smem;
-
-  // Copies: thread t moves 16-byte chunk (t & 7) of each 64-column block of rows t/8 + 32 i (rows
-  // >= T zero-filled); those rows share r & 7, so the swizzled chunk position is a per-thread constant.
-  const int cr = tid >> 3, cc = tid & 7;
-  const uint32_t sw = static_cast<uint32_t>(cr * 128 + ((cc ^ (cr & 7)) << 4));
-#pragma unroll
-  for (int i = 0; i < BM / 32; ++i) {
-    const int row = q0 + cr + 32 * i;
-    const bool ok = row < T;
-    const uint16_t* src = ok ? qg + static_cast<int64_t>(row) * a.ld_q + cc * 8 : a.q;
-#pragma unroll
-    for (int blk = 0; blk < D / 64; ++blk)
-      cp_async16(sQ + blk * BM * 128 + i * 4096 + sw, ok ? src + blk * 64 : src, ok);
-  }
-  auto load_kv = [&](int kb, int stage) {
-    const uint32_t kd = sKV + stage * C::kStageBytes + sw, vd = kd + C::kKBytes;
-#pragma unroll
-    for (int i = 0; i < BN / 32; ++i) {
-      const int key = kb * BN + cr + 32 * i;
-      const bool ok = key < T;
-      const uint16_t* ks = ok ? kg + static_cast<int64_t>(key) * a.ld_k + cc * 8 : a.k;
-      const uint16_t* vs = ok ? vg + static_cast<int64_t>(key) * a.ld_v + cc * 8 : a.v;
-#pragma unroll
-      for (int blk = 0; blk < D / 64; ++blk) cp_async16(kd + blk * BN * 128 + i * 4096, ok ? ks + blk * 64 : ks, ok);
-#pragma unroll
-      for (int blk = 0; blk < DV / 64; ++blk) cp_async16(vd + blk * BN * 128 + i * 4096, ok ? vs + blk * 64 : vs, ok);
-    }
-  };
-  load_kv(n_kb - 1, 0);
-  cp_async_commit();
-  cp_async_wait_all();
-  fence_proxy_async();
-  __syncthreads();
-
-  float o[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const float sl2 = a.scale * kLog2e;
-  const int wg_lo = q0 + wg * 64, wg_hi = wg_lo + 63;
-  const int warp_lo = wg_lo + wq * 16;
-  const int row_a = warp_lo + g, row_b = row_a + 8;
-  const bool wg_live = wg_lo < T;
-  const uint32_t q_desc_base = sQ + wg * 64 * 128;
-
-  for (int it = 0; it < n_kb; ++it) {
-    const int kb = n_kb - 1 - it, stage = it & 1;
-    if (it + 1 < n_kb) {
-      load_kv(kb - 1, stage ^ 1);
-      cp_async_commit();
-    }
-    const int k0 = kb * BN;
-    if (wg_live && k0 <= wg_hi) {  // warpgroup-uniform
-      const uint32_t kst = sKV + stage * C::kStageBytes, vst = kst + C::kKBytes;
-      float s[BN / 2];
-      wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        const uint64_t da = make_desc(q_desc_base + (ks >> 2) * BM * 128 + (ks & 3) * 32, 16, 1024);
-        const uint64_t db = make_desc(kst + (ks >> 2) * BN * 128 + (ks & 3) * 32, 16, 1024);
-        wgmma_s<BN>(s, da, db, ks > 0 ? 1 : 0);
-      }
-      wgmma_commit();
-      wgmma_wait0();
-      fence_regs(s);
-      fence_regs(o);
-
-      const bool need_mask = k0 + BN - 1 > warp_lo;
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          if (need_mask) {
-            const int key = k0 + j * 8 + 2 * q4 + (c & 1);
-            if (key > ((c < 2) ? row_a : row_b)) s[j * 4 + c] = -INFINITY;
-          }
-          mx[c >> 1] = fmaxf(mx[c >> 1], s[j * 4 + c]);
-        }
-      }
-      float alpha[2], mu[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        const float mn = fmaxf(m[r], mx[r]);
-        mu[r] = mn == -INFINITY ? 0.0f : mn * sl2;
-        alpha[r] = fast_exp2(m[r] * sl2 - mu[r]);
-        m[r] = mn;
-        l[r] *= alpha[r];
-      }
-      // Skip the O rescale when no row max of the warp moved (alpha == 1 exactly).
-      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          o[j * 4 + 0] *= alpha[0]; o[j * 4 + 1] *= alpha[0];
-          o[j * 4 + 2] *= alpha[1]; o[j * 4 + 3] *= alpha[1];
-        }
-      }
-      uint32_t pf[BN / 16][4];
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        float p[4];
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          p[c] = fast_exp2(fmaf(s[j * 4 + c], sl2, -mu[c >> 1]));
-          l[c >> 1] += p[c];
-        }
-        pf[j >> 1][(j & 1) * 2 + 0] = cvt_bf16x2(p[0], p[1]);
-        pf[j >> 1][(j & 1) * 2 + 1] = cvt_bf16x2(p[2], p[3]);
-      }
-      wgmma_fence();
-#pragma unroll
-      for (int t = 0; t < BN / 16; ++t) {
-        // V k-step t: keys 16t .. 16t+15; LBO = distance between the two 64-wide d blocks.
-        const uint64_t dv = make_desc(vst + t * 16 * 128, BN * 128, 1024);
-        wgmma_rs_m64n128_tb(o, pf[t], dv);
-      }
-      wgmma_commit();
-      wgmma_wait0();
-      fence_regs(o);
-    }
-    cp_async_wait_all();
-    fence_proxy_async();
-    __syncthreads();
-  }
-
-  if (!wg_live) return;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
-  const float inv_a = l[0] > 0.0f ? 1.0f / l[0] : 0.0f, inv_b = l[1] > 0.0f ? 1.0f / l[1] : 0.0f;
-  uint16_t* out_a = a.out + static_cast<int64_t>(row_a) * a.ld_out + h * DV + 2 * q4;
-  uint16_t* out_b = out_a + 8 * a.ld_out;
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    if (row_a < T) *reinterpret_cast<uint32_t*>(out_a + j * 8) = cvt_bf16x2(o[j * 4 + 0] * inv_a, o[j * 4 + 1] * inv_a);
-    if (row_b < T) *reinterpret_cast<uint32_t*>(out_b + j * 8) = cvt_bf16x2(o[j * 4 + 2] * inv_b, o[j * 4 + 3] * inv_b);
-  }
-#else
-  __trap();
-#endif
-}
-
-template <int BN>
-cudaError_t launch(const AttentionArgs& a, cudaStream_t stream) {
-  constexpr size_t smem = Cfg<BN>::kSmemBytes;
-  cudaError_t e = cudaFuncSetAttribute(attention_wgmma_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem));
-  if (e != cudaSuccess) return e;
-  const int64_t qblocks = (a.T + BM - 1) / BM;
-  attention_wgmma_kernel<BN>
-      <<<dim3(static_cast<unsigned>(a.n_heads), static_cast<unsigned>(qblocks)), kThreads, smem, stream>>>(a);
-  return cudaGetLastError();
-}
-
-
-// ---- path 8: the same CTA / tiles (BN = 128 = BM) with the softmax of tile j overlapping the
-// P.V product of tile j-1 inside each warpgroup (FA3's intra-warpgroup pipelining):
-//   issue S_j = Q K_j^T; issue O += P_{j-1} V_{j-1}; wait S_j; softmax(S_j) in place (fp32 P);
-//   wait P.V; O *= alpha_j; P_j -> bf16 A fragments (the registers the in-flight P.V read).
-// V therefore trails K by a tile: at the start of tile j the CTA loads K_{j+1} and V_j (ring of two
-// K and two V buffers; one cp.async group per tile, waited at the end of the tile). With BM = BN
-// and both multiples of 128 the first (diagonal) tile is the only one that needs the causal mask and
-// no warpgroup ever skips a tile (a warpgroup wholly past T computes finite garbage it never stores).
-template <bool kQRegs>
-__global__ void __launch_bounds__(kThreads, 1) attention_wgmma_pipe_kernel(AttentionArgs a) {
-#ifdef MOEPROF_WGMMA_DEVICE
-  constexpr int BN = 128;
-  using C = Cfg<BN>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  const uint32_t raw_u32 = smem_u32(smem_raw);
-  const uint32_t sQ = (raw_u32 + 1023u) & ~1023u;
-  const uint32_t sK = sQ + C::kQBytes;        // 2 x kKBytes
-  const uint32_t sV = sK + 2 * C::kKBytes;    // 2 x kVBytes
-
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wq = warp & 3;
-  const int g = lane >> 2, q4 = lane & 3;
-  const int64_t h = blockIdx.x;
-  const int qb = static_cast<int>(gridDim.y) - 1 - static_cast<int>(blockIdx.y);  // longest rows first
-  const int T = static_cast<int>(a.T);
-  const int q0 = qb * BM;
-  const int n_kb = qb + 1;  // BN == BM: key tiles 0 .. qb
-  const uint16_t* qg = a.q + h * a.qk_head_stride;
-  const uint16_t* kg = a.k + h * a.qk_head_stride;
-  const uint16_t* vg = a.v + a.v_offset + h * a.v_head_stride;
-
-  // Copies: thread t moves 16-byte chunk (t & 7) of each 64-column block of rows t/8 + 32 i; those
-  // rows share r & 7, so the swizzled destination chunk is one per-thread constant.
-  const int cr = tid >> 3, cc = tid & 7;
-  const uint32_t sw = static_cast<uint32_t>(cr * 128 + ((cc ^ (cr & 7)) << 4));
-#pragma unroll
-  for (int i = 0; i < BM / 32; ++i) {
-    const int row = q0 + cr + 32 * i;
-    const bool ok = row < T;
-    const uint16_t* src = ok ? qg + static_cast<int64_t>(row) * a.ld_q + cc * 8 : a.q;
-#pragma unroll
-    for (int blk = 0; blk < D / 64; ++blk)
-      cp_async16(sQ + blk * BM * 128 + i * 4096 + sw, ok ? src + blk * 64 : src, ok);
-  }
-  // Tile it (0 = diagonal) is key block n_kb-1-it.
-  auto load_k = [&](int it) {
-    const uint32_t kd = sK + (it & 1) * C::kKBytes + sw;
-    const int key0 = (n_kb - 1 - it) * BN + cr;
-#pragma unroll
-    for (int i = 0; i < BN / 32; ++i) {
-      const int key = key0 + 32 * i;
-      const bool ok = key < T;
-      const uint16_t* src = ok ? kg + static_cast<int64_t>(key) * a.ld_k + cc * 8 : a.k;
-#pragma unroll
-      for (int blk = 0; blk < D / 64; ++blk) cp_async16(kd + blk * BN * 128 + i * 4096, ok ? src + blk * 64 : src, ok);
-    }
-  };
-  auto load_v = [&](int it) {
-    const uint32_t vd = sV + (it & 1) * C::kVBytes + sw;
-    const int key0 = (n_kb - 1 - it) * BN + cr;
-#pragma unroll
-    for (int i = 0; i < BN / 32; ++i) {
-      const int key = key0 + 32 * i;
-      const bool ok = key < T;
-      const uint16_t* src = ok ? vg + static_cast<int64_t>(key) * a.ld_v + cc * 8 : a.v;
-#pragma unroll
-      for (int blk = 0; blk < DV / 64; ++blk) cp_async16(vd + blk * BN * 128 + i * 4096, ok ? src + blk * 64 : src, ok);
-    }
-  };
-  load_k(0);
-  cp_async_commit();
-  cp_async_wait_all();
-  fence_proxy_async();
-  __syncthreads();
-
-  float o[64], s[BN / 2];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
-  uint32_t pf[BN / 16][4];
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const float sl2 = a.scale * kLog2e;
-  const int warp_lo = q0 + wg * 64 + wq * 16;
-  const int row_a = warp_lo + g, row_b = row_a + 8;
-  const uint32_t q_desc_base = sQ + wg * 64 * 128;
-  // kQRegs: this warp's Q rows as wgmma A fragments (the mma.sync m16k16 layout) for all 12
-  // k-steps, loaded once; S = Q K^T then reads only K from shared memory (RS form).
-  uint32_t qf[kQRegs ? D / 16 : 1][4];
-  if constexpr (kQRegs) {
-    const int r = lane & 15;  // row in the warp's 16; lanes 16-31 take the upper 8 columns
-    const uint32_t rowaddr = sQ + (wg * 64 + wq * 16 + r) * 128;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const int chunk = (ks & 3) * 2 + (lane >> 4);
-      ldsm_x4(qf[ks], rowaddr + (ks >> 2) * BM * 128 + ((chunk ^ (r & 7)) << 4));
-    }
-  }
-
-  for (int it = 0; it < n_kb; ++it) {
-    if (it + 1 < n_kb) load_k(it + 1);
-    load_v(it);
-    cp_async_commit();
-    const int k0 = (n_kb - 1 - it) * BN;
-    const uint32_t kst = sK + (it & 1) * C::kKBytes;
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const uint64_t db = make_desc(kst + (ks >> 2) * BN * 128 + (ks & 3) * 32, 16, 1024);
-      if constexpr (kQRegs) {
-        wgmma_rs_m64n128_kb(s, qf[ks], db, ks > 0 ? 1 : 0);
-      } else {
-        const uint64_t da = make_desc(q_desc_base + (ks >> 2) * BM * 128 + (ks & 3) * 32, 16, 1024);
-        wgmma_ss_m64n128(s, da, db, ks > 0 ? 1 : 0);
-      }
-    }
-    wgmma_commit();
-    if (it > 0) {
-      const uint32_t vst = sV + ((it - 1) & 1) * C::kVBytes;
-      wgmma_fence();
-#pragma unroll
-      for (int t = 0; t < BN / 16; ++t) wgmma_rs_m64n128_tb(o, pf[t], make_desc(vst + t * 16 * 128, BN * 128, 1024));
-      wgmma_commit();
-      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-    } else {
-      wgmma_wait0();
-    }
-    fence_regs(s);
-
-    float mx[2] = {-INFINITY, -INFINITY};
-    if (it == 0) {  // the diagonal tile (keys >= T lie after every valid row too)
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int key = k0 + j * 8 + 2 * q4 + (c & 1);
-          if (key > ((c < 2) ? row_a : row_b)) s[j * 4 + c] = -INFINITY;
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) mx[c >> 1] = fmaxf(mx[c >> 1], s[j * 4 + c]);
-    float alpha[2], mu[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      const float mn = fmaxf(m[r], mx[r]);
-      mu[r] = mn == -INFINITY ? 0.0f : mn * sl2;
-      alpha[r] = fast_exp2(m[r] * sl2 - mu[r]);
-      m[r] = mn;
-    }
-    float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        s[j * 4 + c] = fast_exp2(fmaf(s[j * 4 + c], sl2, -mu[c >> 1]));
-        rs[c >> 1] += s[j * 4 + c];
-      }
-    l[0] = l[0] * alpha[0] + rs[0];
-    l[1] = l[1] * alpha[1] + rs[1];
-    if (it > 0) {
-      wgmma_wait0();
-      fence_regs(o);
-      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          o[j * 4 + 0] *= alpha[0]; o[j * 4 + 1] *= alpha[0];
-          o[j * 4 + 2] *= alpha[1]; o[j * 4 + 3] *= alpha[1];
-        }
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      pf[j >> 1][(j & 1) * 2 + 0] = cvt_bf16x2(s[j * 4 + 0], s[j * 4 + 1]);
-      pf[j >> 1][(j & 1) * 2 + 1] = cvt_bf16x2(s[j * 4 + 2], s[j * 4 + 3]);
-    }
-    cp_async_wait_all();  // K_{it+1} and V_it
-    fence_proxy_async();
-    __syncthreads();
-  }
-  {  // the last tile's P.V
-    const uint32_t vst = sV + ((n_kb - 1) & 1) * C::kVBytes;
-    wgmma_fence();
-#pragma unroll
-    for (int t = 0; t < BN / 16; ++t) wgmma_rs_m64n128_tb(o, pf[t], make_desc(vst + t * 16 * 128, BN * 128, 1024));
-    wgmma_commit();
-    wgmma_wait0();
-    fence_regs(o);
-  }
-
-  if (q0 + wg * 64 >= T) return;  // warpgroup-uniform
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
-  const float inv_a = l[0] > 0.0f ? 1.0f / l[0] : 0.0f, inv_b = l[1] > 0.0f ? 1.0f / l[1] : 0.0f;
-  uint16_t* out_a = a.out + static_cast<int64_t>(row_a) * a.ld_out + h * DV + 2 * q4;
-  uint16_t* out_b = out_a + 8 * a.ld_out;
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    if (row_a < T) *reinterpret_cast<uint32_t*>(out_a + j * 8) = cvt_bf16x2(o[j * 4 + 0] * inv_a, o[j * 4 + 1] * inv_a);
-    if (row_b < T) *reinterpret_cast<uint32_t*>(out_b + j * 8) = cvt_bf16x2(o[j * 4 + 2] * inv_b, o[j * 4 + 3] * inv_b);
-  }
-#else
-  __trap();
-#endif
-}
-
-template <bool kQRegs>
-cudaError_t launch_pipe(const AttentionArgs& a, cudaStream_t stream) {
-  constexpr size_t smem = Cfg<128>::kSmemBytes;
-  cudaError_t e = cudaFuncSetAttribute(attention_wgmma_pipe_kernel<kQRegs>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e != cudaSuccess) return e;
-  const int64_t qblocks = (a.T + BM - 1) / BM;
-  attention_wgmma_pipe_kernel<kQRegs>
-      <<<dim3(static_cast<unsigned>(a.n_heads), static_cast<unsigned>(qblocks)), kThreads, smem, stream>>>(a);
-  return cudaGetLastError();
-}
-
 // ---- path 10: warp-specialized, ping-pong (FA3's schedule, on cp.async instead of TMA) ----
-// 384 threads: warpgroups 0 and 1 compute (64 query rows each, as path 8), warpgroup 2 only copies
+// 384 threads: warpgroups 0 and 1 compute (64 query rows each), warpgroup 2 only copies
 // (setmaxnreg: 40 registers for the copier, 232 for the two computing warpgroups). The copier streams
 // K_0, K_1, V_0, K_2, V_1, ... into the two K and two V buffers with cp.async, each buffer's "full"
 // mbarrier completing when its copies have landed (cp.async.mbarrier.arrive.noinc, 128 arrivals);
@@ -603,8 +157,7 @@ cudaError_t launch_pipe(const AttentionArgs& a, cudaStream_t stream) {
 constexpr int kWsThreads = 384;
 __global__ void __launch_bounds__(kWsThreads, 1) attention_wgmma_ws_kernel(AttentionArgs a) {
 #ifdef MOEPROF_WGMMA_DEVICE
-  constexpr int BN = 128;
-  using C = Cfg<BN>;
+  using C = Cfg;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw_u32 = smem_u32(smem_raw);
   const uint32_t sQ = (raw_u32 + 1023u) & ~1023u;
@@ -834,7 +387,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_wgmma_ws_kernel(Atten
 }
 
 cudaError_t launch_ws(const AttentionArgs& a, cudaStream_t stream) {
-  constexpr size_t smem = Cfg<128>::kSmemBytes + 64;  // + 8 mbarriers
+  constexpr size_t smem = Cfg::kSmemBytes + 64;  // + 8 mbarriers
   cudaError_t e = cudaFuncSetAttribute(attention_wgmma_ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem));
   if (e != cudaSuccess) return e;
@@ -855,12 +408,7 @@ bool attention_wgmma_applies(const AttentionArgs& a) {
          a.T <= 0x7fffffff - 256 && (a.T + wgfa::BM - 1) / wgfa::BM <= 65535 && a.n_heads <= 0x7fffffff &&
          a.scale > 0.0f && std::isfinite(a.scale * wgfa::kLog2e);
 }
-cudaError_t launch_attention_wgmma(const AttentionArgs& a, int bn, cudaStream_t stream) {
-  if (bn == 0) return wgfa::launch_pipe<false>(a, stream);
-  if (bn == 1) return wgfa::launch_pipe<true>(a, stream);
-  if (bn == 2) return wgfa::launch_ws(a, stream);
-  return bn == 64 ? wgfa::launch<64>(a, stream) : wgfa::launch<128>(a, stream);
-}
+cudaError_t launch_attention_wgmma(const AttentionArgs& a, cudaStream_t stream) { return wgfa::launch_ws(a, stream); }
 }  // namespace detail
 
 }  // namespace moeprof::kern
