@@ -92,6 +92,27 @@ __device__ __forceinline__ void bf16x8_unpack(const uint4& v, float (&f)[8]) {
 __device__ __forceinline__ uint4 bf16x8_pack(const float (&f)[8]) {
   return make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
 }
+// W consecutive bf16 at p: one 16-byte access for W == 8 (p 16-byte aligned), else element by
+// element. The element kernels of the memory-bound ops are their W = 1 instances, the 16-byte
+// paths W = 8: the same arithmetic per element either way.
+template <int W>
+__device__ __forceinline__ void load_bf16(const uint16_t* p, float (&f)[W]) {
+  if constexpr (W == 8) {
+    bf16x8_unpack(*reinterpret_cast<const uint4*>(p), f);
+  } else {
+#pragma unroll
+    for (int i = 0; i < W; ++i) f[i] = bf16_to_f32(p[i]);
+  }
+}
+template <int W>
+__device__ __forceinline__ void store_bf16(uint16_t* p, const float (&f)[W]) {
+  if constexpr (W == 8) {
+    *reinterpret_cast<uint4*>(p) = bf16x8_pack(f);
+  } else {
+#pragma unroll
+    for (int i = 0; i < W; ++i) p[i] = f32_to_bf16(f[i]);
+  }
+}
 // True when p is 16-byte aligned and a row stride of ld elements keeps every row so.
 inline bool aligned16(const void* p, int64_t ld_elems, int elem_bytes) {
   return (reinterpret_cast<uintptr_t>(p) % 16 == 0) && ((ld_elems * elem_bytes) % 16 == 0);

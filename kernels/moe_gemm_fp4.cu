@@ -446,6 +446,44 @@ struct Args {
   uint16_t* out; int64_t ld_out; bool vec_out; bool vec16_out;                                   // gemm2
 };
 
+// gemm2's output tile from wgmma fragments (kWgmma, and kWgmmaWs without the half staging): this
+// warp owns tile rows row_w + (g, g + 8), columns 8 j + 2 q (+1), j = 0..31 (acc[j / 8][j % 8]),
+// staged as 16 rows x 512 bytes in `stg` (16-byte chunk ^ (row & 7)), then stored one full row
+// (32 chunks) per warp instruction; dead rows get zeros.
+__device__ __forceinline__ void store_out_tile_staged(const Args& p, const float (&acc)[4][8][4], unsigned char* stg,
+                                                      const int32_t* row_src, int row_w, int nt, int nrows, int64_t r0,
+                                                      float gsc, int lane) {
+  const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int lr = g + hh * 8;
+    const bool live = row_src[row_w + lr] >= 0;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const float v0 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh], kUnscale), gsc);
+      const float v1 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh + 1], kUnscale), gsc);
+      *reinterpret_cast<uint32_t*>(stg + lr * 512 + ((j ^ (lr & 7)) << 4) + q * 4) = live ? pack_bf16x2(v0, v1) : 0u;
+    }
+  }
+  __syncwarp();
+  const int col = nt * kCols2 + lane * 8;
+#pragma unroll 4
+  for (int lr = 0; lr < 16; ++lr) {
+    const int row = row_w + lr;
+    if (row >= nrows) break;
+    const uint4 v = *reinterpret_cast<const uint4*>(stg + lr * 512 + ((lane ^ (lr & 7)) << 4));
+    uint16_t* dst = p.out + (r0 + row) * p.ld_out + col;
+    if (p.vec16_out && col + 8 <= p.N) {
+      *reinterpret_cast<uint4*>(dst) = v;
+    } else {
+      const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+        if (col + c < p.N) dst[c] = static_cast<uint16_t>(w4[c >> 1] >> ((c & 1) * 16));
+    }
+  }
+}
+
 // gemm1's requantization of one 16-column block of the bf16-valued h tile (hs: its 16 values)
 // to NVFP4 codes + scale at padded row r, column n; a dead row (padding) gets codes and scale 0.
 __device__ __forceinline__ void store_requant_block(const Args& p, const float* hs, bool live, int64_t r, int n) {
@@ -621,35 +659,8 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
         const int nt = nt0 + s / KT;
         const int row_w = wm * 64 + wn * 16;
         if constexpr (!kHalf) {
-        unsigned char* stg = smem + NB * kBufBytes + warp * kStageOutBytes;
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int lr = g + hh * 8;
-          const bool live = row_src[row_w + lr] >= 0;
-#pragma unroll
-          for (int j = 0; j < 32; ++j) {
-            const float v0 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh], kUnscale), gsc);
-            const float v1 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh + 1], kUnscale), gsc);
-            *reinterpret_cast<uint32_t*>(stg + lr * 512 + ((j ^ (lr & 7)) << 4) + q * 4) = live ? pack_bf16x2(v0, v1) : 0u;
-          }
-        }
-        __syncwarp();
-        const int col = nt * kCols2 + lane * 8;
-#pragma unroll 4
-        for (int lr = 0; lr < 16; ++lr) {
-          const int row = row_w + lr;
-          if (row >= nrows) break;
-          const uint4 v = *reinterpret_cast<const uint4*>(stg + lr * 512 + ((lane ^ (lr & 7)) << 4));
-          uint16_t* dst = p.out + (r0 + row) * p.ld_out + col;
-          if (p.vec16_out && col + 8 <= p.N) {
-            *reinterpret_cast<uint4*>(dst) = v;
-          } else {
-            const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (int c = 0; c < 8; ++c)
-              if (col + c < p.N) dst[c] = static_cast<uint16_t>(w4[c >> 1] >> ((c & 1) * 16));
-          }
-        }
+        store_out_tile_staged(p, acc, smem + NB * kBufBytes + warp * kStageOutBytes, row_src, row_w, nt, nrows, r0,
+                              gsc, lane);
         } else {
         // Two 128-column halves through a 16 x 256-byte staging tile (chunk ^ (row & 7)).
         unsigned char* stg = smem + NB * kBufBytes + warp * (kStageOutBytes / 2);
@@ -1039,40 +1050,9 @@ __global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 
 
     if constexpr (!kGemm1) {
       if (kWg && s % KT == KT - 1) {
-        // wgmma fragments: this warp owns tile rows 64 wm + 16 wn + (g, g + 8), columns 8 j + 2 q (+1),
-        // j = 0..31 (acc[j / 8][j % 8]). Staged as 16 rows x 512 bytes, 16-byte chunk ^ (row & 7).
         const int nt = nt0 + s / KT;
-        unsigned char* stg = smem + kSmemBytes + warp * kStageOutBytes;
         const int row_w = wm * 64 + wn * 16;
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int lr = g + hh * 8;
-          const bool live = row_src[row_w + lr] >= 0;
-#pragma unroll
-          for (int j = 0; j < 32; ++j) {
-            const float v0 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh], kUnscale), gsc);
-            const float v1 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh + 1], kUnscale), gsc);
-            *reinterpret_cast<uint32_t*>(stg + lr * 512 + ((j ^ (lr & 7)) << 4) + q * 4) = live ? pack_bf16x2(v0, v1) : 0u;
-          }
-        }
-        __syncwarp();
-        // One full row (512 bytes = 32 chunks) per warp instruction.
-        const int col = nt * kCols2 + lane * 8;
-#pragma unroll 4
-        for (int lr = 0; lr < 16; ++lr) {
-          const int row = row_w + lr;
-          if (row >= nrows) break;
-          const uint4 v = *reinterpret_cast<const uint4*>(stg + lr * 512 + ((lane ^ (lr & 7)) << 4));
-          uint16_t* dst = p.out + (r0 + row) * p.ld_out + col;
-          if (p.vec16_out && col + 8 <= p.N) {
-            *reinterpret_cast<uint4*>(dst) = v;
-          } else {
-            const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (int c = 0; c < 8; ++c)
-              if (col + c < p.N) dst[c] = static_cast<uint16_t>(w4[c >> 1] >> ((c & 1) * 16));
-          }
-        }
+        store_out_tile_staged(p, acc, smem + kSmemBytes + warp * kStageOutBytes, row_src, row_w, nt, nrows, r0, gsc, lane);
         __syncwarp();  // staging tile free for the next column tile
 #pragma unroll
         for (int i = 0; i < 4; ++i)
