@@ -199,6 +199,23 @@ TEST_CASE("rmsnorm: float64 reference, in place, strided view", "[cpu][dense]") 
     for (int64_t c = 0; c < 5; ++c) CHECK(after[static_cast<size_t>(t * (H + 5) + c)] == before[static_cast<size_t>(t * (H + 5) + c)]);
 }
 
+namespace {
+// The residual is bf16(x + residual) exactly and the norm is the float64 RMSNorm of it (within
+// bf16 rounding): what fused_add_rmsnorm and add_rmsnorm both promise.
+void check_add_norm(const std::vector<uint16_t>& res_got, const std::vector<uint16_t>& norm_got,
+                    const std::vector<uint16_t>& xh, const std::vector<uint16_t>& rh, const std::vector<uint16_t>& wh,
+                    int64_t T, int64_t H, float eps) {
+  std::vector<double> sum(res_got.size());
+  for (size_t i = 0; i < sum.size(); ++i) {
+    sum[i] = round_bf16(static_cast<float>(bf16_value(xh[i]) + bf16_value(rh[i])));
+    REQUIRE(bf16_value(res_got[i]) == sum[i]);
+  }
+  const auto ref = rmsnorm_ref(sum, to_double(wh), T, H, eps);
+  const auto o = to_double(norm_got);
+  for (size_t i = 0; i < o.size(); ++i) REQUIRE(close_bf16(o[i], ref[i], 0));
+}
+}  // namespace
+
 TEST_CASE("fused_add_rmsnorm: residual = bf16(x + residual), x = rmsnorm(residual)", "[cpu][dense]") {
   auto bp = make_cpu_backend();
   Backend& b = *bp;
@@ -209,15 +226,7 @@ TEST_CASE("fused_add_rmsnorm: residual = bf16(x + residual), x = rmsnorm(residua
   const auto wh = random_bf16(rng, static_cast<size_t>(H), 1.0);
   Tensor x = upload(b, DType::kBF16, T, H, xh), res = upload(b, DType::kBF16, T, H, rh), w = upload(b, DType::kBF16, H, 1, wh);
   REQUIRE(b.fused_add_rmsnorm(x, res, w, eps).is_ok());
-  const auto res_got = to_double(download<uint16_t>(b, res));
-  std::vector<double> sum(res_got.size());
-  for (size_t i = 0; i < sum.size(); ++i) {
-    sum[i] = round_bf16(static_cast<float>(bf16_value(xh[i]) + bf16_value(rh[i])));
-    REQUIRE(res_got[i] == sum[i]);
-  }
-  const auto ref = rmsnorm_ref(sum, to_double(wh), T, H, eps);
-  const auto o = to_double(download<uint16_t>(b, x));
-  for (size_t i = 0; i < o.size(); ++i) REQUIRE(close_bf16(o[i], ref[i], 0));
+  check_add_norm(download<uint16_t>(b, res), download<uint16_t>(b, x), xh, rh, wh, T, H, eps);
 }
 
 TEST_CASE("add_rmsnorm: residual = bf16(x + residual), out = rmsnorm(residual), x unchanged", "[cpu][dense]") {
@@ -232,15 +241,7 @@ TEST_CASE("add_rmsnorm: residual = bf16(x + residual), out = rmsnorm(residual), 
   Tensor out = upload(b, DType::kBF16, T, H, random_bf16(rng, static_cast<size_t>(T * H), 1.0));
   REQUIRE(b.add_rmsnorm(x, res, w, eps, out).is_ok());
   CHECK(download<uint16_t>(b, x) == xh);
-  const auto res_got = to_double(download<uint16_t>(b, res));
-  std::vector<double> sum(res_got.size());
-  for (size_t i = 0; i < sum.size(); ++i) {
-    sum[i] = round_bf16(static_cast<float>(bf16_value(xh[i]) + bf16_value(rh[i])));
-    REQUIRE(res_got[i] == sum[i]);
-  }
-  const auto ref = rmsnorm_ref(sum, to_double(wh), T, H, eps);
-  const auto o = to_double(download<uint16_t>(b, out));
-  for (size_t i = 0; i < o.size(); ++i) REQUIRE(close_bf16(o[i], ref[i], 0));
+  check_add_norm(download<uint16_t>(b, res), download<uint16_t>(b, out), xh, rh, wh, T, H, eps);
   // The same bits as add_inplace then rmsnorm (what the executor ran before the fusion).
   Tensor res2 = upload(b, DType::kBF16, T, H, rh), out2 = upload(b, DType::kBF16, T, H, xh);
   REQUIRE(b.add_inplace(res2, x).is_ok());
