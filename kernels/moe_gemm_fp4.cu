@@ -484,6 +484,52 @@ __device__ __forceinline__ void store_out_tile_staged(const Args& p, const float
   }
 }
 
+// gemm2's output tile in two 128-column halves through a 16 x 256-byte staging tile per warp
+// (`stg`, 4 KiB, chunk ^ (row & 7)): this warp owns tile rows row_w .. row_w + 15 as in
+// store_out_tile_staged; two full 256-byte rows leave per warp instruction; dead rows get zeros.
+__device__ __forceinline__ void store_out_tile_half_staged(const Args& p, const float (&acc)[4][8][4], unsigned char* stg,
+                                                           const int32_t* row_src, int row_w, int nt, int nrows,
+                                                           int64_t r0, float gsc, int lane) {
+  const int g = lane >> 2, q = lane & 3;
+  // Two 128-column halves through a 16 x 256-byte staging tile (chunk ^ (row & 7)).
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int lr = g + hh * 8;
+      const bool live = row_src[row_w + lr] >= 0;
+#pragma unroll
+      for (int jl = 0; jl < 16; ++jl) {
+        const int j = half * 16 + jl;
+        const float v0 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh], kUnscale), gsc);
+        const float v1 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh + 1], kUnscale), gsc);
+        *reinterpret_cast<uint32_t*>(stg + lr * 256 + ((jl ^ (lr & 7)) << 4) + q * 4) = live ? pack_bf16x2(v0, v1) : 0u;
+      }
+    }
+    __syncwarp();
+    // Two rows (256 bytes each) per warp instruction: lane -> row 2 it + lane / 16, chunk lane % 16.
+    const int ch = lane & 15, col = nt * kCols2 + half * 128 + ch * 8;
+#pragma unroll 4
+    for (int it = 0; it < 8; ++it) {
+      const int lr = 2 * it + (lane >> 4);
+      const int row = row_w + lr;
+      if (row < nrows) {
+        const uint4 v = *reinterpret_cast<const uint4*>(stg + lr * 256 + ((ch ^ (lr & 7)) << 4));
+        uint16_t* dst = p.out + (r0 + row) * p.ld_out + col;
+        if (p.vec16_out && col + 8 <= p.N) {
+          *reinterpret_cast<uint4*>(dst) = v;
+        } else {
+          const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+          for (int c = 0; c < 8; ++c)
+            if (col + c < p.N) dst[c] = static_cast<uint16_t>(w4[c >> 1] >> ((c & 1) * 16));
+        }
+      }
+    }
+    __syncwarp();  // staging tile free for the second half
+  }
+}
+
 // gemm1's requantization of one 16-column block of the bf16-valued h tile (hs: its 16 values)
 // to NVFP4 codes + scale at padded row r, column n; a dead row (padding) gets codes and scale 0.
 __device__ __forceinline__ void store_requant_block(const Args& p, const float* hs, bool live, int64_t r, int n) {
@@ -658,49 +704,12 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
         acc_fence(acc);
         const int nt = nt0 + s / KT;
         const int row_w = wm * 64 + wn * 16;
-        if constexpr (!kHalf) {
-        store_out_tile_staged(p, acc, smem + NB * kBufBytes + warp * kStageOutBytes, row_src, row_w, nt, nrows, r0,
-                              gsc, lane);
-        } else {
-        // Two 128-column halves through a 16 x 256-byte staging tile (chunk ^ (row & 7)).
-        unsigned char* stg = smem + NB * kBufBytes + warp * (kStageOutBytes / 2);
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const int lr = g + hh * 8;
-            const bool live = row_src[row_w + lr] >= 0;
-#pragma unroll
-            for (int jl = 0; jl < 16; ++jl) {
-              const int j = half * 16 + jl;
-              const float v0 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh], kUnscale), gsc);
-              const float v1 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh + 1], kUnscale), gsc);
-              *reinterpret_cast<uint32_t*>(stg + lr * 256 + ((jl ^ (lr & 7)) << 4) + q * 4) = live ? pack_bf16x2(v0, v1) : 0u;
-            }
-          }
-          __syncwarp();
-          // Two rows (256 bytes each) per warp instruction: lane -> row 2 it + lane / 16, chunk lane % 16.
-          const int ch = lane & 15, col = nt * kCols2 + half * 128 + ch * 8;
-#pragma unroll 4
-          for (int it = 0; it < 8; ++it) {
-            const int lr = 2 * it + (lane >> 4);
-            const int row = row_w + lr;
-            if (row < nrows) {
-              const uint4 v = *reinterpret_cast<const uint4*>(stg + lr * 256 + ((ch ^ (lr & 7)) << 4));
-              uint16_t* dst = p.out + (r0 + row) * p.ld_out + col;
-              if (p.vec16_out && col + 8 <= p.N) {
-                *reinterpret_cast<uint4*>(dst) = v;
-              } else {
-                const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                for (int c = 0; c < 8; ++c)
-                  if (col + c < p.N) dst[c] = static_cast<uint16_t>(w4[c >> 1] >> ((c & 1) * 16));
-              }
-            }
-          }
-          __syncwarp();  // staging tile free for the second half
-        }
-        }
+        if constexpr (!kHalf)
+          store_out_tile_staged(p, acc, smem + NB * kBufBytes + warp * kStageOutBytes, row_src, row_w, nt, nrows, r0,
+                                gsc, lane);
+        else
+          store_out_tile_half_staged(p, acc, smem + NB * kBufBytes + warp * (kStageOutBytes / 2), row_src, row_w, nt,
+                                     nrows, r0, gsc, lane);
         __syncwarp();
 #pragma unroll
         for (int i = 0; i < 4; ++i)
@@ -1191,6 +1200,308 @@ __global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 
 
 #pragma nv_diag_default 128
 
+// ---- Persistent warp-specialized kernel (kVar 7, Fp4GemmPath::kWgmmaPersist) -------------------
+// kWgmmaWs2's tiles, warp roles, items, dequantization, wgmmas and epilogues (the same results, bit
+// for bit), but one CTA per SM walks the work items w = blockIdx.x, + gridDim.x, ... (w = row tile *
+// n_groups + column group, the order of the other paths' grids), so the producer warpgroup runs on
+// into the next tile while the consumers finish the last one: a CTA's prologue, last epilogue and
+// launch no longer cost producer time. Differences from kWgmmaWs2:
+//  - the producers find each tile's expert themselves (a warp-wide scan of the experts' tile counts
+//    from a cursor that only moves forward) and hand the tile (first row, rows, expert) and its 128
+//    row sources to the consumers in tile_info[ti & 1] / rsrc[ti & 1], published by the full barrier
+//    of the tile's first step; the consumers free the slot (tile_free) after the tile's epilogue;
+//  - every K step's tile is released as soon as its wgmmas are done, the last one of a column tile
+//    before that tile's epilogue;
+//  - gemm1's h tile has its own 32 KiB bf16 buffer (16-byte chunks ^ (row & 7)) instead of aliasing
+//    the fp16 ring, so the producers can fill the ring during the epilogue;
+//  - the zero rows past offsets[E] are written by the consumers of all CTAs, grid-strided, first.
+constexpr int kEpiBytes = 32768;  // gemm1: 128 x 128 bf16 h tile; gemm2: 8 warps x 4 KiB staging
+constexpr int persist_smem_bytes() { return kWsStages * kBufBytes + kEpiBytes + kAlignPad; }
+struct TileInfo {
+  int64_t r0;
+  int e, nrows;
+};
+
+template <bool kGemm1>
+__global__ void __launch_bounds__(kThreads + kProducers, 1) persist_kernel(Args p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int NB = kWsStages;
+  constexpr int kCols = kGemm1 ? kCols1 : kCols2;
+  constexpr int kNPer = n_per<kGemm1, 5>();
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* const smem = smem_raw + ((kAlignPad - (smem_u32(smem_raw) & (kAlignPad - 1))) & (kAlignPad - 1));
+  unsigned char* const epi = smem + NB * kBufBytes;
+  __shared__ __align__(8) uint64_t mbar[2 * NB + 2];  // full[NB], empty[NB], tile_free[2]
+  __shared__ int32_t rsrc[2][BM];
+  __shared__ TileInfo tile_info[2];
+  __shared__ int32_t red[(kThreads + kProducers) / 32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int NT = (p.N + kCols - 1) / kCols;
+  const int KT = p.K / BK;
+  const uint32_t full0 = smem_u32(mbar), empty0 = full0 + NB * 8, free0 = empty0 + NB * 8;
+
+  // Row tiles in all: the sum over experts of ceil(rows_e / BM).
+  {
+    int cnt = 0;
+    for (int e = tid; e < p.E; e += kThreads + kProducers) {
+      int64_t s, t;
+      seg_of(p, e, s, t);
+      cnt += static_cast<int>((t - s + BM - 1) / BM);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
+    if (lane == 0) red[warp] = cnt;
+    if (tid == 0) {
+      for (int i = 0; i < NB; ++i) {
+        mbar_init(full0 + i * 8, kProducers);
+        mbar_init(empty0 + i * 8, kThreads);
+      }
+      mbar_init(free0, kThreads);
+      mbar_init(free0 + 8, kThreads);
+    }
+    __syncthreads();
+  }
+  int tiles = 0;
+#pragma unroll
+  for (int w = 0; w < (kThreads + kProducers) / 32; ++w) tiles += red[w];
+  const int64_t work = static_cast<int64_t>(tiles) * p.n_groups;
+
+  if (tid >= kThreads) {
+    // ---------------- producers ----------------
+    const int pt = tid - kThreads;
+    const int kb = pt & 3;
+    int ce = 0, cbase = 0;  // scan cursor: expert ce's tiles start at tile index cbase
+    int s = 0, ti = 0;
+    const uint8_t* code_p[kPItems];
+    const uint8_t* sc_p[kPItems];
+    int32_t a_src[kPItems / 3];
+    uint2 cd[kPItems];
+    uint32_t sc[kPItems];
+    for (int64_t w = blockIdx.x; w < work; w += gridDim.x, ++ti) {
+      const int m = static_cast<int>(w / p.n_groups), ng = static_cast<int>(w % p.n_groups);
+      int e = 0, nrows = 0;
+      int64_t r0 = 0;
+      for (;;) {  // every producer warp finds the same (e, r0, nrows); m < tiles ends the loop
+        const int ex = ce + lane;
+        int64_t sa = 0, ta = 0;
+        int c = 0;
+        if (ex < p.E) {
+          seg_of(p, ex, sa, ta);
+          c = static_cast<int>((ta - sa + BM - 1) / BM);
+        }
+        int incl = c;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const int y = __shfl_up_sync(0xffffffffu, incl, o);
+          if (lane >= o) incl += y;
+        }
+        const int excl = incl - c;
+        const unsigned ball = __ballot_sync(0xffffffffu, c > 0 && m >= cbase + excl && m < cbase + incl);
+        if (ball != 0u) {
+          const int L = __ffs(ball) - 1;
+          const int ex_l = __shfl_sync(0xffffffffu, excl, L);
+          const int64_t s_l = __shfl_sync(0xffffffffu, sa, L), t_l = __shfl_sync(0xffffffffu, ta, L);
+          e = ce + L;
+          r0 = s_l + static_cast<int64_t>(m - cbase - ex_l) * BM;
+          nrows = static_cast<int>(t_l - r0 < BM ? t_l - r0 : BM);
+          cbase += ex_l;
+          ce = e;
+          break;
+        }
+        cbase += __shfl_sync(0xffffffffu, incl, 31);
+        ce += 32;
+      }
+      const int nt0 = ng * kNPer, nt1 = nt0 + kNPer < NT ? nt0 + kNPer : NT;
+      auto src_of = [&](int row) -> int32_t {
+        if (row >= nrows) return -1;
+        const int32_t t = p.p2t[r0 + row];
+        return t < 0 ? -1 : (kGemm1 ? t : static_cast<int32_t>(r0 + row));
+      };
+      // Publish the tile in slot ti & 1 (free once the consumers are done with tile ti - 2).
+      if (ti >= 2) mbar_wait(free0 + (ti & 1) * 8, ((ti >> 1) - 1) & 1);
+      rsrc[ti & 1][pt] = src_of(pt);
+      if (pt == 0) tile_info[ti & 1] = TileInfo{r0, e, nrows};
+#pragma unroll
+      for (int it = 0; it < kPItems / 3; ++it) a_src[it] = src_of((it * kProducers + pt) >> 2);
+      auto set_ptrs = [&](int nt) {
+#pragma unroll
+        for (int it = 0; it < kPItems; ++it) {
+          const int row = (it * kProducers + pt) >> 2;
+          if (it < kPItems / 3) {
+            const int32_t src = a_src[it];
+            code_p[it] = src >= 0 ? p.a + src * p.ld_a + kb * 8 : nullptr;
+            sc_p[it] = src >= 0 ? p.a_sc + src * p.ld_a_sc + kb : nullptr;
+          } else {
+            const int br = row - BM;
+            int64_t wr;
+            if (kGemm1) {
+              const int half = br >= kCols1 ? 1 : 0;
+              const int n = nt * kCols1 + (br & (kCols1 - 1));
+              wr = n < p.N ? static_cast<int64_t>(e) * 2 * p.N + half * p.N + n : -1;
+            } else {
+              const int n = nt * kCols2 + br;
+              wr = n < p.N ? static_cast<int64_t>(e) * p.N + n : -1;
+            }
+            code_p[it] = wr >= 0 ? p.w + wr * p.ld_w + kb * 8 : nullptr;
+            sc_p[it] = wr >= 0 ? p.w_sc + wr * p.ld_w_sc + kb : nullptr;
+          }
+        }
+      };
+      auto load = [&](int kt) {
+#pragma unroll
+        for (int it = 0; it < kPItems; ++it) {
+          cd[it] = code_p[it] ? __ldg(reinterpret_cast<const uint2*>(code_p[it] + kt * 32)) : make_uint2(0u, 0u);
+          sc[it] = sc_p[it] ? __ldg(sc_p[it] + kt * 4) : 0u;
+        }
+      };
+      const int nsteps = (nt1 - nt0) * KT;
+      set_ptrs(nt0);
+      load(0);
+      for (int j = 0; j < nsteps; ++j, ++s) {
+        uint2 c2[kPItems];
+        uint32_t s2[kPItems];
+#pragma unroll
+        for (int it = 0; it < kPItems; ++it) { c2[it] = cd[it]; s2[it] = sc[it]; }
+        if (j + 1 < nsteps) {
+          const int kt1 = (j + 1) % KT;
+          if (kt1 == 0) set_ptrs(nt0 + (j + 1) / KT);
+          load(kt1);
+        }
+        const int b = s % NB;
+        mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
+        unsigned char* buf = smem + b * kBufBytes;
+#pragma unroll
+        for (int it = 0; it < kPItems; ++it) {
+          const int row = (it * kProducers + pt) >> 2;
+          uint32_t o[8];
+          const uint32_t f = e4m3_to_f16x2_x128(s2[it]);
+          e2m1x8_to_f16x8_fast(c2[it].x, f, o);
+          e2m1x8_to_f16x8_fast(c2[it].y, f, o + 4);
+          unsigned char* rowp = buf + row * 128;
+          *reinterpret_cast<uint4*>(rowp + (((2 * kb) ^ (row & 7)) << 4)) = make_uint4(o[0], o[1], o[2], o[3]);
+          *reinterpret_cast<uint4*>(rowp + (((2 * kb + 1) ^ (row & 7)) << 4)) = make_uint4(o[4], o[5], o[6], o[7]);
+        }
+        fence_proxy_async();
+        mbar_arrive(full0 + b * 8);  // (the tile's first step also publishes rsrc / tile_info)
+      }
+    }
+    return;
+  }
+
+  // ---------------- consumers ----------------
+  {
+    // Zero rows [offsets[E], P), all columns, grid-strided over the CTAs.
+    int64_t total = p.offsets[p.E];
+    total = total < 0 ? 0 : (total > p.P ? p.P : total);
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads + tid;
+    if constexpr (kGemm1) {
+      const int64_t cb = p.N / 2, sb = p.N / 16;
+      for (int64_t idx = first; idx < (p.P - total) * (cb + sb); idx += stride) {
+        const int64_t r = total + idx / (cb + sb), c = idx % (cb + sb);
+        if (c < cb) p.out_q[r * p.ld_out_q + c] = 0;
+        else p.out_sc[r * p.ld_out_sc + (c - cb)] = 0;
+      }
+    } else {
+      for (int64_t idx = first; idx < (p.P - total) * p.N; idx += stride)
+        p.out[(total + idx / p.N) * p.ld_out + idx % p.N] = 0;
+    }
+  }
+  const int g = lane >> 2, q = lane & 3;
+  const int wm = warp >> 2, wn = warp & 3;
+  const uint32_t tiles_u32 = smem_u32(smem);
+  float acc[4][8][4];
+  int s = 0, ti = 0;
+  for (int64_t w = blockIdx.x; w < work; w += gridDim.x, ++ti) {
+    const int ng = static_cast<int>(w % p.n_groups);
+    const int nt0 = ng * kNPer, nt1 = nt0 + kNPer < NT ? nt0 + kNPer : NT;
+    // The tile's first step publishes it.
+    mbar_wait(full0 + (s % NB) * 8, (s / NB) & 1);
+    const int32_t* row_src = rsrc[ti & 1];
+    const TileInfo inf = tile_info[ti & 1];
+    const int64_t r0 = inf.r0;
+    const int nrows = inf.nrows;
+    const float gsc = __fmul_rn(p.a_gs, p.w_gs[inf.e]);
+    bool warp_live = false;
+#pragma unroll 8
+    for (int r = 0; r < 64; ++r) warp_live |= row_src[wm * 64 + r] >= 0;
+    warp_live = __any_sync(0xffffffffu, warp_live);  // warp-uniform around the wgmmas (C7518)
+    for (int nt = nt0; nt < nt1; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
+      for (int kt = 0; kt < KT; ++kt, ++s) {
+        const int b = s % NB;
+        mbar_wait(full0 + b * 8, (s / NB) & 1);
+        const uint32_t buf = tiles_u32 + b * kBufBytes;
+        const uint32_t a_base = buf + wm * 64 * 128, b_base = buf + BM * 128;
+        if (warp_live) {
+          acc_fence(acc);
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < BK / 16; ++kk) wgmma_m64n256k16(acc, wgmma_desc(a_base + kk * 32), wgmma_desc(b_base + kk * 32));
+          wgmma_commit();
+        }
+        wgmma_wait<1>();  // step s - 1's wgmmas are done: its tile goes back to the producers
+        acc_fence(acc);
+        if (kt > 0) mbar_arrive(empty0 + ((s - 1) % NB) * 8);
+      }
+      wgmma_wait<0>();
+      acc_fence(acc);
+      mbar_arrive(empty0 + ((s - 1) % NB) * 8);  // the column tile's last step
+      if constexpr (!kGemm1) {
+        store_out_tile_half_staged(p, acc, epi + warp * (kStageOutBytes / 2), row_src, wm * 64 + wn * 16, nt, nrows, r0,
+                                   gsc, lane);
+        __syncwarp();
+      }
+    }
+    if constexpr (kGemm1) {
+      bar_consumers();  // every consumer is done reading the previous tile's h
+      const int row_w = wm * 64 + wn * 16 + g;
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          float hv[2];
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float gate = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh + c], kUnscale), gsc);
+            const float up = __fmul_rn(__fmul_rn(acc[(j + 16) >> 3][(j + 16) & 7][2 * hh + c], kUnscale), gsc);
+            const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
+            hv[c] = round_bf16(__fmul_rn(silu, up));
+          }
+          const int row = row_w + hh * 8;
+          *reinterpret_cast<uint32_t*>(epi + row * 256 + ((j ^ (row & 7)) << 4) + q * 4) = pack_bf16x2(hv[0], hv[1]);
+        }
+      bar_consumers();
+#pragma unroll 1
+      for (int it = 0; it < (BM * kCols1 / 16) / kThreads; ++it) {
+        const int item = it * kThreads + tid;
+        const int row = item >> 3, blk = item & 7;
+        const int n = nt0 * kCols1 + blk * 16;
+        if (row >= nrows || n >= p.N) continue;
+        const uint4 u0 = *reinterpret_cast<const uint4*>(epi + row * 256 + (((2 * blk) ^ (row & 7)) << 4));
+        const uint4 u1 = *reinterpret_cast<const uint4*>(epi + row * 256 + (((2 * blk + 1) ^ (row & 7)) << 4));
+        const uint32_t u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+        float hv[16];  // the bf16 values, exactly
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          hv[2 * c] = __uint_as_float(u[c] << 16);
+          hv[2 * c + 1] = __uint_as_float(u[c] & 0xFFFF0000u);
+        }
+        store_requant_block(p, hv, row_src[row] >= 0, r0 + row, n);
+      }
+    }
+    mbar_arrive(free0 + (ti & 1) * 8);  // rsrc / tile_info slot ti & 1 may take tile ti + 2
+  }
+#else
+  __trap();
+#endif
+}
+
 bool aligned(const void* ptr, int64_t ld, int a) {
   return (reinterpret_cast<uintptr_t>(ptr) % a == 0) && (ld % a == 0);
 }
@@ -1228,6 +1539,33 @@ cudaError_t launch(Args p, cudaStream_t stream) {
   return last_launch_error();
 }
 
+// kWgmmaPersist (variant 7): one CTA per SM, each walking its share of the work items.
+template <bool kGemm1>
+bool persist_smem_ok() {
+  if (cudaFuncSetAttribute(persist_kernel<kGemm1>, cudaFuncAttributeMaxDynamicSharedMemorySize, persist_smem_bytes()) ==
+      cudaSuccess)
+    return true;
+  (void)cudaGetLastError();
+  return false;
+}
+template <bool kGemm1>
+cudaError_t persist_launch(Args p, cudaStream_t stream) {
+  if (p.P <= 0 || p.N <= 0) return cudaSuccess;
+  constexpr int kCols = kGemm1 ? kCols1 : kCols2;
+  constexpr int kNPer = n_per<kGemm1, 5>();
+  const int64_t nt = (p.N + kCols - 1) / kCols;
+  p.n_groups = static_cast<int>((nt + kNPer - 1) / kNPer);
+  p.grid_m = 0;  // (unused: the kernel counts the row tiles)
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      sms <= 0) {
+    (void)cudaGetLastError();
+    return cudaErrorInvalidDevice;
+  }
+  persist_kernel<kGemm1><<<static_cast<unsigned>(sms), kThreads + kProducers, persist_smem_bytes(), stream>>>(p);
+  return last_launch_error();
+}
+
 // kWgmma (variant 3) runs only where the kernels were built for sm_90a (MOEPROF_HAVE_SM90A, set by
 // kernels/CMakeLists.txt) and the current device is compute capability 9.0 exactly (sm_90a code
 // runs nowhere else).
@@ -1256,19 +1594,21 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
     case 2: if (!smem_ok<kGemm1, 2>()) return false; err = launch<kGemm1, 2>(p, stream); return true;
     case 3: if (!wgmma_ok() || !smem_ok<kGemm1, 3>()) return false; err = launch<kGemm1, 3>(p, stream); return true;
     case 4: if (!wgmma_ok() || !smem_ok<kGemm1, 4>()) return false; err = launch<kGemm1, 4>(p, stream); return true;
-    default: if (!wgmma_ok() || !smem_ok<kGemm1, 5>()) return false; err = launch<kGemm1, 5>(p, stream); return true;
+    case 5: if (!wgmma_ok() || !smem_ok<kGemm1, 5>()) return false; err = launch<kGemm1, 5>(p, stream); return true;
+    default: if (!wgmma_ok() || !persist_smem_ok<kGemm1>()) return false; err = persist_launch<kGemm1>(p, stream); return true;
   }
 }
 
 // Path -> variant; kAuto takes kDefaultPath (change it there after measuring).
-int variant_of(Fp4GemmPath path) {
-  if (path == Fp4GemmPath::kAuto) path = kDefaultTiledPath;
+int variant_of(Fp4GemmPath path, bool gemm1) {
+  if (path == Fp4GemmPath::kAuto) path = gemm1 ? kDefaultGemm1Path : kDefaultGemm2Path;
   switch (path) {
     case Fp4GemmPath::kTiled: return 0;
     case Fp4GemmPath::kTiledSkip: return 1;
     case Fp4GemmPath::kWgmma: return 3;
     case Fp4GemmPath::kWgmmaWs: return 4;
     case Fp4GemmPath::kWgmmaWs2: return 5;
+    case Fp4GemmPath::kWgmmaPersist: return 7;
     default: return 2;
   }
 }
@@ -1306,10 +1646,11 @@ cudaError_t launch_moe_gemm1_fp4(const uint8_t* a, int64_t ld_a, const uint8_t* 
     t.out_gs = out_gs; t.out_q = out; t.ld_out_q = ld_out; t.out_sc = out_scales; t.ld_out_sc = ld_out_scales;
     t.q_vec = v2::aligned(out, ld_out, 8);
     cudaError_t err = cudaSuccess;
-    if (v2::try_launch<true>(t, v2::variant_of(path), stream, err)) return err;
+    if (v2::try_launch<true>(t, v2::variant_of(path, true), stream, err)) return err;
     if (path != Fp4GemmPath::kAuto) return cudaErrorInvalidValue;
     // kAuto: a default that cannot run here (no sm_90a, too little shared memory) falls back to
-    // kTiledStaged, then kTiled.
+    // kWgmmaWs2, kTiledStaged, then kTiled.
+    if (v2::try_launch<true>(t, 5, stream, err)) return err;
     if (v2::try_launch<true>(t, 2, stream, err)) return err;
     if (v2::try_launch<true>(t, 0, stream, err)) return err;
   }
@@ -1339,10 +1680,11 @@ cudaError_t launch_moe_gemm2_fp4(const uint8_t* h, int64_t ld_h, const uint8_t* 
     t.vec_out = v2::aligned(out, ld_out, 2) && reinterpret_cast<uintptr_t>(out) % 4 == 0;
     t.vec16_out = reinterpret_cast<uintptr_t>(out) % 16 == 0 && ld_out % 8 == 0;
     cudaError_t err = cudaSuccess;
-    if (v2::try_launch<false>(t, v2::variant_of(path), stream, err)) return err;
+    if (v2::try_launch<false>(t, v2::variant_of(path, false), stream, err)) return err;
     if (path != Fp4GemmPath::kAuto) return cudaErrorInvalidValue;
     // kAuto: a default that cannot run here (no sm_90a, too little shared memory) falls back to
-    // kTiledStaged, then kTiled.
+    // kWgmmaWs2, kTiledStaged, then kTiled.
+    if (v2::try_launch<false>(t, 5, stream, err)) return err;
     if (v2::try_launch<false>(t, 2, stream, err)) return err;
     if (v2::try_launch<false>(t, 0, stream, err)) return err;
   }

@@ -6,10 +6,11 @@
 
 namespace moeprof::kern {
 
-// Which kernel runs the grouped FP4 GEMMs. kAuto runs kDefaultTiledPath (below) when its
-// preconditions hold, else kTiledStaged, else kTiled, else kLegacy. Tiled preconditions: K % 64 == 0,
-// code pointers/row strides 8-byte aligned, scale pointers/row strides 4-byte aligned, P < 2^31, the
-// path's dynamic shared memory grantable; the wgmma paths (kWgmma, kWgmmaWs, kWgmmaWs2) also need the
+// Which kernel runs the grouped FP4 GEMMs. kAuto runs kDefaultGemm1Path / kDefaultGemm2Path (below)
+// when its preconditions hold, else kWgmmaWs2, else kTiledStaged, else kTiled, else kLegacy. Tiled
+// preconditions: K % 64 == 0, code pointers/row strides 8-byte aligned, scale pointers/row strides
+// 4-byte aligned, P < 2^31, the path's dynamic shared memory grantable; the wgmma paths (kWgmma,
+// kWgmmaWs, kWgmmaWs2, kWgmmaPersist) also need the
 // kernels built for sm_90a (kernels/CMakeLists.txt does this for the default architecture 90) and a
 // compute capability 9.0 device. Any forced tiled path that cannot run returns cudaErrorInvalidValue.
 // kLegacy: the first 64x128 kernel (any K % 16 == 0).
@@ -26,13 +27,19 @@ namespace moeprof::kern {
 // wgmmas and run the epilogues, 1 producer warpgroup loads the FP4 codes/scales into registers and
 // dequantizes into a ring of fp16 tiles (4 for gemm1, 3 for gemm2), full/empty mbarriers.
 // kWgmmaWs2: kWgmmaWs with gemm2 on 4 fp16 tiles, its output staged in two 128-column halves and 7
-// column tiles per CTA (gemm1 identical to kWgmmaWs). All paths give bit-identical results.
+// column tiles per CTA (gemm1 identical to kWgmmaWs). kWgmmaPersist: kWgmmaWs2's tiles, warp roles
+// and epilogues in a persistent kernel: one CTA per SM walks its share of the tiles, and the
+// producers run on into the next tile during the consumers' epilogue (gemm1's h tile gets its own
+// 32 KiB). All paths give bit-identical results.
 enum class Fp4GemmPath : int {
-  kAuto = 0, kLegacy = 1, kTiled = 2, kTiledSkip = 3, kTiledStaged = 4, kWgmma = 5, kWgmmaWs = 6, kWgmmaWs2 = 7
+  kAuto = 0, kLegacy = 1, kTiled = 2, kTiledSkip = 3, kTiledStaged = 4, kWgmma = 5, kWgmmaWs = 6, kWgmmaWs2 = 7,
+  kWgmmaPersist = 8
 };
-// The tiled variant kAuto runs (the production path). Change this one constant after measuring
+// The tiled variants kAuto runs (the production paths), one per GEMM. Change them after measuring
 // bench_moe_gemm on the GPU (it times every variant and cross-checks each against kLegacy).
-inline constexpr Fp4GemmPath kDefaultTiledPath = Fp4GemmPath::kWgmmaWs2;
+// kWgmmaPersist is faster for gemm2 and slower for gemm1 (docs/performance.md).
+inline constexpr Fp4GemmPath kDefaultGemm1Path = Fp4GemmPath::kWgmmaWs2;
+inline constexpr Fp4GemmPath kDefaultGemm2Path = Fp4GemmPath::kWgmmaPersist;
 
 // gemm1: for padded row r of expert e (offsets[e] <= r < offsets[e+1]) with t = permuted_to_token[r]:
 //   acc[n] = sum_k deq(a[t, k]) * deq(w13[e*2I + n, k]); gate = acc[n] * (a_gs * w13_gs[e]),

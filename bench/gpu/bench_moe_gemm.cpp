@@ -6,9 +6,9 @@
 //              no grouping, best-case weight reuse).
 // TFLOP/s count useful FLOPs only: 2 * (T*k) * N * K (padding rows excluded).
 // The FP4 kernels are timed per path (Fp4GemmPath: the default/auto choice, every tiled variant
-// kTiled / kTiledSkip / kTiledStaged / kWgmma / kWgmmaWs, and kLegacy) and every path is cross-checked against the legacy
+// kTiled / kTiledSkip / kTiledStaged / kWgmma / kWgmmaWs / kWgmmaWs2 / kWgmmaPersist, and kLegacy) and every path is cross-checked against the legacy
 // kernel, here and on small odd shapes (empty experts, moe tiles 8/16/64, I not a multiple of the
-// tile): "CHECK ..." lines, exit 1 on mismatch. kAuto = kDefaultTiledPath (moe_gemm_fp4.cuh).
+// tile): "CHECK ..." lines, exit 1 on mismatch. kAuto = kDefaultGemm1Path / kDefaultGemm2Path (moe_gemm_fp4.cuh).
 // Usage: bench_moe_gemm [T] [E] [k]
 #include <cublasLt.h>
 
@@ -156,7 +156,7 @@ struct Fp4Case {
 const std::pair<const char*, Fp4GemmPath> kTiledPaths[] = {
     {"[tiled]", Fp4GemmPath::kTiled}, {"[tiled_skip]", Fp4GemmPath::kTiledSkip}, {"[tiled_staged]", Fp4GemmPath::kTiledStaged},
     {"[wgmma]", Fp4GemmPath::kWgmma}, {"[wgmma_ws]", Fp4GemmPath::kWgmmaWs},
-    {"[wgmma_ws2]", Fp4GemmPath::kWgmmaWs2}};
+    {"[wgmma_ws2]", Fp4GemmPath::kWgmmaWs2}, {"[wgmma_persist]", Fp4GemmPath::kWgmmaPersist}};
 constexpr int kNumTiled = static_cast<int>(sizeof(kTiledPaths) / sizeof(kTiledPaths[0]));
 
 void cross_check(const std::string& name, const Fp4Case& c, Fp4GemmPath path, cudaStream_t s) {
@@ -284,25 +284,33 @@ int main(int argc, char** argv) {
   BENCH_CHECK(launch_init_uniform(gs, false, 1, E, E, 8, 0.01f, s));
 
   // MOEPROF_BENCH_PROFILE=1: one launch of each default-path GEMM and nothing else (for ncu:
-  // `ncu -k regex:tiled_kernel -c 2 bench_moe_gemm`, scripts/device_all.sh step ncu).
+  // `ncu -k regex:"tiled_kernel|persist_kernel" -c 2 bench_moe_gemm`, scripts/device_all.sh step ncu).
   if (const char* prof = std::getenv("MOEPROF_BENCH_PROFILE"); prof && *prof && *prof != '0') {
+    // MOEPROF_BENCH_PROFILE=<path number> profiles that Fp4GemmPath instead of kAuto (1 = kAuto too).
+    const int pv = std::atoi(prof);
+    const Fp4GemmPath path = pv > 1 ? static_cast<Fp4GemmPath>(pv) : Fp4GemmPath::kAuto;
     BENCH_CHECK(launch_moe_gemm1_fp4(a, H / 2, a_s, H / 16, 0.05f, w13, H / 2, w13_s, H / 16, gs, offsets, p2t, P, E, H,
-                                     I, 0.02f, h, I / 2, h_s, I / 16, s, Fp4GemmPath::kAuto));
+                                     I, 0.02f, h, I / 2, h_s, I / 16, s, path));
     BENCH_CHECK(launch_moe_gemm2_fp4(h, I / 2, h_s, I / 16, 0.02f, w2, I / 2, w2_s, I / 16, gs, offsets, p2t, P, E, I, H,
-                                     out, H, s, Fp4GemmPath::kAuto));
+                                     out, H, s, path));
     BENCH_CHECK(cudaStreamSynchronize(s));
     std::printf("profile launches done\n");
     return 0;
   }
+  // MOEPROF_BENCH_QUICK=1: no cross-checks, only the default and the wgmma paths timed (for trying
+  // kernel variants; the numbers in docs/performance.md come from full runs).
+  const bool quick = [] { const char* q = std::getenv("MOEPROF_BENCH_QUICK"); return q && *q && *q != '0'; }();
   // Correctness first: every path against the legacy kernel, at odd shapes and at the bench shape.
-  odd_case(257, 6, 8, 7168, 256, 64, 900, s);
-  odd_case(37, 2, 5, 2048, 512, 16, 910, s);
-  odd_case(129, 4, 16, 1024, 192, 8, 920, s);
-  odd_case(300, 8, 64, 512, 1088, 64, 930, s);
-  odd_case(300, 8, 64, 832, 192, 8, 940, s);  // gemm2 N = 832: a partial 256-column tile
-  Fp4Case main_case{a, a_s, w13, w13_s, w2, w2_s, gs, offsets, p2t, P, E, H, I};
-  for (const auto& [tag, path] : kTiledPaths) cross_check(std::string(tag) + " tiled vs legacy (bench shape)", main_case, path, s);
-  cross_check("auto vs legacy (bench shape)", main_case, Fp4GemmPath::kAuto, s);
+  if (!quick) {
+    odd_case(257, 6, 8, 7168, 256, 64, 900, s);
+    odd_case(37, 2, 5, 2048, 512, 16, 910, s);
+    odd_case(129, 4, 16, 1024, 192, 8, 920, s);
+    odd_case(300, 8, 64, 512, 1088, 64, 930, s);
+    odd_case(300, 8, 64, 832, 192, 8, 940, s);  // gemm2 N = 832: a partial 256-column tile
+    Fp4Case main_case{a, a_s, w13, w13_s, w2, w2_s, gs, offsets, p2t, P, E, H, I};
+    for (const auto& [tag, path] : kTiledPaths) cross_check(std::string(tag) + " tiled vs legacy (bench shape)", main_case, path, s);
+    cross_check("auto vs legacy (bench shape)", main_case, Fp4GemmPath::kAuto, s);
+  }
 
   auto g1 = [&](Fp4GemmPath path) {
     return time_ms(s, 2, 7, [&] {
@@ -316,9 +324,19 @@ int main(int argc, char** argv) {
                                        H, out, H, s, path));
     });
   };
+  if (quick) {
+    const double f1q = 2.0 * N_rows * (2 * I) * H, f2q = 2.0 * N_rows * H * I;
+    for (int v = 0; v < kNumTiled; ++v) {
+      if (static_cast<int>(kTiledPaths[v].second) < static_cast<int>(Fp4GemmPath::kWgmmaWs)) continue;
+      const double a1 = g1(kTiledPaths[v].second), a2 = g2(kTiledPaths[v].second);
+      std::printf("QUICK %-16s gemm1 %.3f ms %.1f TFLOP/s  gemm2 %.3f ms %.1f TFLOP/s\n", kTiledPaths[v].first, a1,
+                  f1q / (a1 * 1e-3) / 1e12, a2, f2q / (a2 * 1e-3) / 1e12);
+    }
+    return 0;
+  }
   const double g1_legacy = g1(Fp4GemmPath::kLegacy), g1_ms = g1(Fp4GemmPath::kAuto);
   const double g2_legacy = g2(Fp4GemmPath::kLegacy), g2_ms = g2(Fp4GemmPath::kAuto);
-  const char* const kVarNames[kNumTiled] = {"tiled", "tiled_skip", "tiled_staged", "wgmma", "wgmma_ws", "wgmma_ws2"};
+  const char* const kVarNames[kNumTiled] = {"tiled", "tiled_skip", "tiled_staged", "wgmma", "wgmma_ws", "wgmma_ws2", "wgmma_persist"};
   double g1_var[kNumTiled], g2_var[kNumTiled];
   for (int v = 0; v < kNumTiled; ++v) {
     g1_var[v] = g1(kTiledPaths[v].second);
@@ -366,7 +384,8 @@ int main(int argc, char** argv) {
   std::printf("RESULT moe_permute ms=%.3f\n", permute_ms);
   std::printf("RESULT gemm1_fp4_fused ms=%.3f tflops=%.1f\n", g1_ms, tf(f1, g1_ms));
   std::printf("RESULT gemm2_fp4 ms=%.3f tflops=%.1f\n", g2_ms, tf(f2, g2_ms));
-  std::printf("INFO default tiled path (kAuto) = Fp4GemmPath %d\n", static_cast<int>(kDefaultTiledPath));
+  std::printf("INFO default tiled paths (kAuto) = Fp4GemmPath %d (gemm1), %d (gemm2)\n", static_cast<int>(kDefaultGemm1Path),
+              static_cast<int>(kDefaultGemm2Path));
   for (int v = 0; v < kNumTiled; ++v)
     std::printf("RESULT gemm1_fp4_fused_%s ms=%.3f tflops=%.1f\n", kVarNames[v], g1_var[v], tf(f1, g1_var[v]));
   std::printf("RESULT gemm1_fp4_fused_legacy ms=%.3f tflops=%.1f\n", g1_legacy, tf(f1, g1_legacy));
