@@ -1264,7 +1264,11 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_kernel(Args 
   int tiles = 0;
 #pragma unroll
   for (int w = 0; w < (kThreads + kProducers) / 32; ++w) tiles += red[w];
-  const int64_t work = static_cast<int64_t>(tiles) * p.n_groups;
+  const int64_t work = static_cast<int64_t>(tiles) * p.n_groups;  // < 2^31: the host checks (P / BM + E) * n_groups
+  const volatile int& work_s = red[0];  // (the consumers re-read it: one register less in their loop)
+  __syncthreads();
+  if (tid == 0) red[0] = static_cast<int>(work);
+  __syncthreads();
 
   if (tid >= kThreads) {
     // ---------------- producers ----------------
@@ -1412,16 +1416,15 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_kernel(Args 
   const uint32_t tiles_u32 = smem_u32(smem);
   float acc[4][8][4];
   int s = 0, ti = 0;
-  for (int64_t w = blockIdx.x; w < work; w += gridDim.x, ++ti) {
-    const int ng = static_cast<int>(w % p.n_groups);
+  // Few values stay live across the K loop (the accumulators take 128 of the 168 registers): the
+  // tile's row, rows and scale are read from tile_info again where they are used.
+  const volatile TileInfo* vinfo = tile_info;
+  for (int w = blockIdx.x; w < work_s; w += gridDim.x, ++ti) {
+    const int ng = w % p.n_groups;
     const int nt0 = ng * kNPer, nt1 = nt0 + kNPer < NT ? nt0 + kNPer : NT;
     // The tile's first step publishes it.
     mbar_wait(full0 + (s % NB) * 8, (s / NB) & 1);
     const int32_t* row_src = rsrc[ti & 1];
-    const TileInfo inf = tile_info[ti & 1];
-    const int64_t r0 = inf.r0;
-    const int nrows = inf.nrows;
-    const float gsc = __fmul_rn(p.a_gs, p.w_gs[inf.e]);
     bool warp_live = false;
 #pragma unroll 8
     for (int r = 0; r < 64; ++r) warp_live |= row_src[wm * 64 + r] >= 0;
@@ -1453,12 +1456,18 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_kernel(Args 
       acc_fence(acc);
       mbar_arrive(empty0 + ((s - 1) % NB) * 8);  // the column tile's last step
       if constexpr (!kGemm1) {
+        const int64_t r0 = vinfo[ti & 1].r0;
+        const int nrows = vinfo[ti & 1].nrows;
+        const float gsc = __fmul_rn(p.a_gs, p.w_gs[vinfo[ti & 1].e]);
         store_out_tile_half_staged(p, acc, epi + warp * (kStageOutBytes / 2), row_src, wm * 64 + wn * 16, nt, nrows, r0,
                                    gsc, lane);
         __syncwarp();
       }
     }
     if constexpr (kGemm1) {
+      const int64_t r0 = vinfo[ti & 1].r0;
+      const int nrows = vinfo[ti & 1].nrows;
+      const float gsc = __fmul_rn(p.a_gs, p.w_gs[vinfo[ti & 1].e]);
       bar_consumers();  // every consumer is done reading the previous tile's h
       const int row_w = wm * 64 + wn * 16 + g;
 #pragma unroll
@@ -1556,6 +1565,7 @@ cudaError_t persist_launch(Args p, cudaStream_t stream) {
   const int64_t nt = (p.N + kCols - 1) / kCols;
   p.n_groups = static_cast<int>((nt + kNPer - 1) / kNPer);
   p.grid_m = 0;  // (unused: the kernel counts the row tiles)
+  if (((p.P + BM - 1) / BM + p.E) * p.n_groups >= (int64_t{1} << 31)) return cudaErrorInvalidConfiguration;
   int dev = 0, sms = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
       sms <= 0) {
