@@ -5,16 +5,17 @@ namespace {
 
 // One thread per 16-element block. kVec: the block's 16 values as two 16-byte loads and its 8 code
 // bytes as one 8-byte store (rows 16-byte aligned, code rows 8-byte aligned); else element by
-// element. The same quantization function either way.
-template <bool kVec>
+// element. The same quantization function either way. Idx: the type of the block index (uint32_t
+// when the T * K / 16 blocks fit, so the row / block split is a 32-bit division: the kernel is
+// bound by its ALU pipe, and a 64-bit division costs about as much as a tenth of a block's work).
+template <bool kVec, typename Idx>
 __global__ void fp4_quantize_kernel(const uint16_t* x, int64_t ld_x, int64_t T, int64_t K, float gs, uint8_t* out,
                                     int64_t ld_out, uint8_t* scales, int64_t ld_scales) {
   constexpr int W = kVec ? 8 : 1;
-  const int64_t nb = K / 16;
-  const int64_t n = T * nb;
-  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < n;
-       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = j / nb, b = j - t * nb;
+  const Idx nb = static_cast<Idx>(K / 16);
+  const Idx n = static_cast<Idx>(T) * nb;
+  for (Idx j = blockIdx.x * static_cast<Idx>(blockDim.x) + threadIdx.x; j < n; j += static_cast<Idx>(gridDim.x) * blockDim.x) {
+    const Idx t = j / nb, b = j - t * nb;
     const uint16_t* src = x + t * ld_x + b * 16;
     float v[16];
 #pragma unroll
@@ -46,12 +47,19 @@ cudaError_t launch_fp4_quantize(const uint16_t* x, int64_t ld_x, int64_t T, int6
   int64_t blocks = (n + 255) / 256;
   if (blocks > 65536) blocks = 65536;
   const bool vec = aligned16(x, ld_x, 2) && reinterpret_cast<uintptr_t>(out) % 8 == 0 && ld_out % 8 == 0;
-  if (vec)
-    fp4_quantize_kernel<true><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, ld_x, T, K, global_scale, out,
-                                                                                ld_out, scales, ld_scales);
+  // 32-bit block indices while j + the grid stride cannot wrap.
+  const bool narrow = n + blocks * 256 <= int64_t{0xFFFFFFFF};
+  const unsigned grid = static_cast<unsigned>(blocks);
+  if (vec && narrow)
+    fp4_quantize_kernel<true, uint32_t><<<grid, 256, 0, stream>>>(x, ld_x, T, K, global_scale, out, ld_out, scales, ld_scales);
+  else if (vec)
+    fp4_quantize_kernel<true, int64_t><<<grid, 256, 0, stream>>>(x, ld_x, T, K, global_scale, out, ld_out, scales, ld_scales);
+  else if (narrow)
+    fp4_quantize_kernel<false, uint32_t><<<grid, 256, 0, stream>>>(x, ld_x, T, K, global_scale, out, ld_out, scales,
+                                                                   ld_scales);
   else
-    fp4_quantize_kernel<false><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, ld_x, T, K, global_scale, out,
-                                                                                 ld_out, scales, ld_scales);
+    fp4_quantize_kernel<false, int64_t><<<grid, 256, 0, stream>>>(x, ld_x, T, K, global_scale, out, ld_out, scales,
+                                                                  ld_scales);
   return last_launch_error();
 }
 

@@ -439,9 +439,12 @@ TEST_CASE("cuda rope and silu_and_mul", "[gpu]") {
   REQUIRE_GPU();
   auto& c = *env().cpu;
   auto& g = *env().gpu;
-  const int64_t T = 129, nh = 5, maxpos = 4096;
-  // The 16-byte path (MLA's q: stride 192, rotary 64 at offset 128) and the pair path (offset 126).
+  const int64_t T = 129, maxpos = 4096;
+  // The 16-byte path (MLA's q: stride 192, rotary 64 at offset 128) and the pair path (offset 126);
+  // one head (as k_pe) makes the 16-byte path take 16 tokens per block, the last block partial.
+  for (int64_t nh : {5, 1})
   for (auto [stride, off, rd] : {std::tuple<int64_t, int64_t, int64_t>{192, 128, 64}, {192, 126, 64}, {40, 4, 36}}) {
+    INFO("rope heads " << nh);
     Both x = both(DType::kBF16, T, nh * stride, rand_bf16(T * nh * stride, 40 + off, 2.0f), "q");
     Both pos = both(DType::kI32, T, 1, rand_ints(T, 41, 0, maxpos), "pos");
     std::vector<float> cs(maxpos * rd);
