@@ -532,21 +532,22 @@ __device__ __forceinline__ void store_out_tile_half_staged(const Args& p, const 
 
 // gemm1's requantization of one 16-column block of the bf16-valued h tile (hs: its 16 values)
 // to NVFP4 codes + scale at padded row r, column n; a dead row (padding) gets codes and scale 0.
+// The values are bf16 already (exact in float), so the packed-compare form applies.
 __device__ __forceinline__ void store_requant_block(const Args& p, const float* hs, bool live, int64_t r, int n) {
-  uint8_t packed[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  uint2 codes = make_uint2(0u, 0u);
   uint8_t sq = 0;
   if (live) {
-    float hv[16];
+    uint32_t w[8];
 #pragma unroll
-    for (int c = 0; c < 16; ++c) hv[c] = hs[c];
-    sq = nvfp4_quantize16(hv, p.out_gs, packed);
+    for (int c = 0; c < 8; ++c) w[c] = (__float_as_uint(hs[2 * c]) >> 16) | (__float_as_uint(hs[2 * c + 1]) & 0xFFFF0000u);
+    sq = nvfp4_quantize16_bf16(w, p.out_gs, codes);
   }
   uint8_t* dq = p.out_q + r * p.ld_out_q + n / 2;
   if (p.q_vec) {
-    *reinterpret_cast<uint2*>(dq) = pack_codes8(packed);
+    *reinterpret_cast<uint2*>(dq) = codes;
   } else {
 #pragma unroll
-    for (int c = 0; c < 8; ++c) dq[c] = packed[c];
+    for (int c = 0; c < 8; ++c) dq[c] = static_cast<uint8_t>((c < 4 ? codes.x : codes.y) >> (8 * (c & 3)));
   }
   p.out_sc[r * p.ld_out_sc + n / 16] = sq;
 }

@@ -158,6 +158,45 @@ MOEPROF_HD uint8_t e2m1_of_quotient(float x, const E2m1Thresholds& th) {
   return static_cast<uint8_t>(a == a ? code : 0x7u);                // NaN, as f32_to_e2m1
 }
 
+// The same codes for two bf16 values at once, from the bit patterns (fp4_quantize, whose inputs are
+// bf16). For non-negative floats the order of the values is the order of their bit patterns, and a
+// bf16 a passes a float threshold t exactly when a > RD_bf16(t) (a >= RD_bf16(t) + 1 as patterns) or
+// a >= RU_bf16(t), so each threshold becomes one 15-bit pattern, kept in both halves of a word.
+// e2m1x2_of_bf16x2 compares the two magnitudes of a word (element 0 in the low half) with all of
+// them at once: (|a| | 0x8000) - t has bit 15 set exactly when |a| >= t, and cannot borrow from the
+// other half. The search is e2m1_of_quotient's; NaN (|a| > 0x7F80) passes every threshold (code 7)
+// and takes no sign; a code of magnitude 0 takes no sign. Result: element 0's code in bits 0..3,
+// element 1's in bits 16..19. Needs e2m1_thresholds_ok(d), as e2m1_of_quotient (thresholds below
+// 2^103, far under the NaN patterns).
+struct E2m1ThresholdsBf16x2 {
+  uint32_t t[7];  // pattern in both halves: |a| passes boundary i when its pattern >= it
+};
+MOEPROF_HD E2m1ThresholdsBf16x2 e2m1_thresholds_bf16x2(const E2m1Thresholds& th) {
+  E2m1ThresholdsBf16x2 r;
+  for (int i = 0; i < 7; ++i) {
+    const uint32_t b = f32_bits(th.t[i]);  // positive: RD to bf16 is truncation
+    const uint32_t h = (i % 2 == 0) ? (b >> 16) + 1u : (b + 0xFFFFu) >> 16;
+    r.t[i] = h | (h << 16);
+  }
+  return r;
+}
+MOEPROF_HD uint32_t e2m1x2_of_bf16x2(uint32_t w, const E2m1ThresholdsBf16x2& th) {
+  constexpr uint32_t kTop = 0x80008000u;
+  const uint32_t a = w & 0x7FFF7FFFu;
+  const uint32_t aa = a | kTop;
+  const uint32_t b2 = (aa - th.t[3]) & kTop;
+  const uint32_t m2 = (b2 >> 15) * 0xFFFFu;  // all ones in the halves that passed
+  const uint32_t b1 = (aa - ((th.t[5] & m2) | (th.t[1] & ~m2))) & kTop;
+  const uint32_t m1 = (b1 >> 15) * 0xFFFFu;
+  const uint32_t t_hi = (th.t[6] & m1) | (th.t[4] & ~m1), t_lo = (th.t[2] & m1) | (th.t[0] & ~m1);
+  const uint32_t b0 = (aa - ((t_hi & m2) | (t_lo & ~m2))) & kTop;
+  const uint32_t m = (b2 >> 13) | (b1 >> 14) | (b0 >> 15);  // 0..7 in each half
+  const uint32_t nan = (aa - 0x7F817F81u) & kTop;
+  const uint32_t neg = w & kTop & ~nan;
+  const uint32_t nonzero = (m + 0x00070007u) & 0x00080008u;
+  return m | ((neg >> 12) & nonzero);
+}
+
 // Packs two codes: element 0 in the low nibble.
 MOEPROF_HD uint8_t pack_e2m1(uint8_t lo, uint8_t hi) { return static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4)); }
 

@@ -141,6 +141,39 @@ TEST_CASE("e2m1 of a quotient without division equals f32_to_e2m1(x / d)", "[nvf
   CHECK(checked > 50'000'000);
 }
 
+// The packed bf16 form (two elements per word, fp4_quantize's GPU path) gives e2m1_of_quotient's
+// codes for every bf16 pattern in either half (NaN, infinities, -0, subnormals included), paired
+// with every other pattern class in the other half, at the scales the kernels see and random ones.
+TEST_CASE("e2m1 of two bf16 at once equals e2m1_of_quotient for each", "[nvfp4][e2m1]") {
+  std::vector<float> ds;
+  for (float gs : {1.0f, 12.0f / (6.0f * 448.0f), 3.1e-3f, 1.9e-5f})
+    for (int c = 1; c < 0x7F; c += 3) ds.push_back(kern::e4m3_to_f32(static_cast<uint8_t>(c)) * gs);
+  std::mt19937 rng(20261201);
+  std::uniform_int_distribution<uint32_t> bits(0x0D800000u, 0x717FFFFFu);  // 2^-100 .. 2^100
+  for (int i = 0; i < 60; ++i) ds.push_back(f32_from_bits(bits(rng)));
+  ds.push_back(0x1p-100f);
+  ds.push_back(0x1p100f);
+  int64_t checked = 0, mismatched = 0;
+  for (float d : ds) {
+    REQUIRE(kern::e2m1_thresholds_ok(d));
+    const kern::E2m1Thresholds th = kern::e2m1_thresholds(d);
+    const kern::E2m1ThresholdsBf16x2 th2 = kern::e2m1_thresholds_bf16x2(th);
+    for (uint32_t h = 0; h < 0x10000u; ++h) {
+      const uint32_t other = (h * 40503u + 0x3F80u) & 0xFFFFu;  // a different pattern each time
+      for (const uint32_t w : {h | (other << 16), other | (h << 16)}) {
+        const uint32_t got = kern::e2m1x2_of_bf16x2(w, th2);
+        const uint8_t want0 = kern::e2m1_of_quotient(kern::bf16_to_f32(static_cast<uint16_t>(w & 0xFFFFu)), th);
+        const uint8_t want1 = kern::e2m1_of_quotient(kern::bf16_to_f32(static_cast<uint16_t>(w >> 16)), th);
+        ++checked;
+        if (((got & 0xFFF0FFF0u) != 0 || (got & 0xFu) != want0 || ((got >> 16) & 0xFu) != want1) && ++mismatched <= 5)
+          FAIL_CHECK("w " << std::hex << w << " d " << d << ": " << got << " != " << int(want0) << "/" << int(want1));
+      }
+    }
+  }
+  CHECK(mismatched == 0);
+  CHECK(checked > 20'000'000);
+}
+
 // The fast path covers what the kernels see: every nonzero finite e4m3 scale times global scales
 // from 2^-40 to 2^40 (the seed model's are near 1e-2 .. 1e-5), and its thresholds increase.
 TEST_CASE("e2m1 thresholds: the fast path covers every e4m3 scale and its thresholds increase", "[nvfp4][e2m1]") {
