@@ -581,6 +581,105 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void bar_consumers() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 
+// The producer warpgroup's K loop, shared by kWgmmaWs/kWgmmaWs2 (one span per CTA) and
+// kWgmmaPersist (one span per tile): global steps s0 .. s0 + nsteps - 1 over column tiles nt0, nt0 + 1,
+// ... of expert e. Thread pt owns 12 16-element items (row (it * 128 + pt) / 4, k-block pt % 4): A
+// rows 0..127 (source row a_src(it, row), < 0 = dead), then 256 weight rows (gemm1: 128 gate and
+// the matching 128 up rows). Codes (8-byte __ldg) and scales (1-byte) of step j + 1 are loaded into
+// registers while step j is dequantized into fp16 tile s % NB, once the consumers freed it (empty
+// barrier); the tile is published to the async proxy and the full barrier.
+template <bool kGemm1, int NB, class ASrc>
+__device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, uint32_t full0, uint32_t empty0, int pt, int e,
+                                           int KT, int nt0, int nsteps, int s0, ASrc a_src) {
+  const int kb = pt & 3;  // every item of this thread has the same k-block (c & 3 == pt & 3)
+  const uint8_t* code_p[kPItems];
+  const uint8_t* sc_p[kPItems];
+  auto set_ptrs = [&](int nt) {
+#pragma unroll
+    for (int it = 0; it < kPItems; ++it) {
+      const int row = (it * kProducers + pt) >> 2;
+      if (it < kPItems / 3) {
+        const int32_t src = a_src(it, row);
+        code_p[it] = src >= 0 ? p.a + src * p.ld_a + kb * 8 : nullptr;
+        sc_p[it] = src >= 0 ? p.a_sc + src * p.ld_a_sc + kb : nullptr;
+      } else {
+        const int br = row - BM;
+        int64_t wr;
+        if (kGemm1) {
+          const int half = br >= kCols1 ? 1 : 0;
+          const int n = nt * kCols1 + (br & (kCols1 - 1));
+          wr = n < p.N ? static_cast<int64_t>(e) * 2 * p.N + half * p.N + n : -1;
+        } else {
+          const int n = nt * kCols2 + br;
+          wr = n < p.N ? static_cast<int64_t>(e) * p.N + n : -1;
+        }
+        code_p[it] = wr >= 0 ? p.w + wr * p.ld_w + kb * 8 : nullptr;
+        sc_p[it] = wr >= 0 ? p.w_sc + wr * p.ld_w_sc + kb : nullptr;
+      }
+    }
+  };
+  uint2 cd[kPItems];
+  uint32_t sc[kPItems];
+  auto load = [&](int kt) {
+#pragma unroll
+    for (int it = 0; it < kPItems; ++it) {
+      cd[it] = code_p[it] ? __ldg(reinterpret_cast<const uint2*>(code_p[it] + kt * 32)) : make_uint2(0u, 0u);
+      sc[it] = sc_p[it] ? __ldg(sc_p[it] + kt * 4) : 0u;
+    }
+  };
+  set_ptrs(nt0);
+  load(0);
+  int s = s0;
+  for (int j = 0; j < nsteps; ++j, ++s) {
+    uint2 c2[kPItems];
+    uint32_t s2[kPItems];
+#pragma unroll
+    for (int it = 0; it < kPItems; ++it) { c2[it] = cd[it]; s2[it] = sc[it]; }
+    if (j + 1 < nsteps) {
+      const int kt1 = (j + 1) % KT;
+      if (kt1 == 0) set_ptrs(nt0 + (j + 1) / KT);
+      load(kt1);
+    }
+    const int b = s % NB;
+    mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
+    unsigned char* buf = smem + b * kBufBytes;
+#pragma unroll
+    for (int it = 0; it < kPItems; ++it) {
+      const int row = (it * kProducers + pt) >> 2;
+      uint32_t o[8];
+      const uint32_t f = e4m3_to_f16x2_x128(s2[it]);
+      e2m1x8_to_f16x8_fast(c2[it].x, f, o);
+      e2m1x8_to_f16x8_fast(c2[it].y, f, o + 4);
+      unsigned char* rowp = buf + row * 128;
+      *reinterpret_cast<uint4*>(rowp + (((2 * kb) ^ (row & 7)) << 4)) = make_uint4(o[0], o[1], o[2], o[3]);
+      *reinterpret_cast<uint4*>(rowp + (((2 * kb + 1) ^ (row & 7)) << 4)) = make_uint4(o[4], o[5], o[6], o[7]);
+    }
+    fence_proxy_async();
+    mbar_arrive(full0 + b * 8);  // (kWgmmaPersist: a tile's first step also publishes its tile_info / rsrc)
+  }
+}
+
+// One consumer K step (both warp-specialized kernels): wait for fp16 tile s % NB, issue its 4 wgmmas
+// (warpgroup wm's 64 rows x all 256 weight rows; skipped when the rows are all dead), and wait
+// until only this step's group is in flight, so step s - 1's tile may be released.
+template <int NB>
+__device__ __forceinline__ void ws_consume_step(float (&acc)[4][8][4], uint32_t tiles, uint32_t full0, int s, int wm,
+                                                bool warp_live) {
+  const int b = s % NB;
+  mbar_wait(full0 + b * 8, (s / NB) & 1);
+  const uint32_t buf = tiles + b * kBufBytes;
+  const uint32_t a_base = buf + wm * 64 * 128, b_base = buf + BM * 128;
+  if (warp_live) {
+    acc_fence(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) wgmma_m64n256k16(acc, wgmma_desc(a_base + kk * 32), wgmma_desc(b_base + kk * 32));
+    wgmma_commit();
+  }
+  wgmma_wait<1>();
+  acc_fence(acc);
+}
+
 // Warp-specialized main loop + epilogues of variant 4 (see the comment at kWsStages). Called by all
 // 384 threads after the tile setup; tid < 256: consumers (same fragment/epilogue code as variant 3),
 // tid >= 256: the producer warpgroup.
@@ -603,72 +702,8 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
 
   if (tid >= kThreads) {
     // ---------------- producers ----------------
-    const int pt = tid - kThreads;
-    const int kb = pt & 3;  // every item of this thread has the same k-block (c & 3 == pt & 3)
-    const uint8_t* code_p[kPItems];
-    const uint8_t* sc_p[kPItems];
-    auto set_ptrs = [&](int nt) {
-#pragma unroll
-      for (int it = 0; it < kPItems; ++it) {
-        const int row = (it * kProducers + pt) >> 2;
-        if (it < kPItems / 3) {
-          const int32_t src = row_src[row];
-          code_p[it] = src >= 0 ? p.a + src * p.ld_a + kb * 8 : nullptr;
-          sc_p[it] = src >= 0 ? p.a_sc + src * p.ld_a_sc + kb : nullptr;
-        } else {
-          const int br = row - BM;
-          int64_t wr;
-          if (kGemm1) {
-            const int half = br >= kCols1 ? 1 : 0;
-            const int n = nt * kCols1 + (br & (kCols1 - 1));
-            wr = n < p.N ? static_cast<int64_t>(e) * 2 * p.N + half * p.N + n : -1;
-          } else {
-            const int n = nt * kCols2 + br;
-            wr = n < p.N ? static_cast<int64_t>(e) * p.N + n : -1;
-          }
-          code_p[it] = wr >= 0 ? p.w + wr * p.ld_w + kb * 8 : nullptr;
-          sc_p[it] = wr >= 0 ? p.w_sc + wr * p.ld_w_sc + kb : nullptr;
-        }
-      }
-    };
-    uint2 cd[kPItems];
-    uint32_t sc[kPItems];
-    auto load = [&](int kt) {
-#pragma unroll
-      for (int it = 0; it < kPItems; ++it) {
-        cd[it] = code_p[it] ? __ldg(reinterpret_cast<const uint2*>(code_p[it] + kt * 32)) : make_uint2(0u, 0u);
-        sc[it] = sc_p[it] ? __ldg(sc_p[it] + kt * 4) : 0u;
-      }
-    };
-    set_ptrs(nt0);
-    load(0);
-    for (int s = 0; s < nsteps; ++s) {
-      uint2 c2[kPItems];
-      uint32_t s2[kPItems];
-#pragma unroll
-      for (int it = 0; it < kPItems; ++it) { c2[it] = cd[it]; s2[it] = sc[it]; }
-      if (s + 1 < nsteps) {
-        const int kt1 = (s + 1) % KT;
-        if (kt1 == 0) set_ptrs(nt0 + (s + 1) / KT);
-        load(kt1);
-      }
-      const int b = s % NB;
-      mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
-      unsigned char* buf = smem + b * kBufBytes;
-#pragma unroll
-      for (int it = 0; it < kPItems; ++it) {
-        const int row = (it * kProducers + pt) >> 2;
-        uint32_t o[8];
-        const uint32_t f = e4m3_to_f16x2_x128(s2[it]);
-        e2m1x8_to_f16x8_fast(c2[it].x, f, o);
-        e2m1x8_to_f16x8_fast(c2[it].y, f, o + 4);
-        unsigned char* rowp = buf + row * 128;
-        *reinterpret_cast<uint4*>(rowp + (((2 * kb) ^ (row & 7)) << 4)) = make_uint4(o[0], o[1], o[2], o[3]);
-        *reinterpret_cast<uint4*>(rowp + (((2 * kb + 1) ^ (row & 7)) << 4)) = make_uint4(o[4], o[5], o[6], o[7]);
-      }
-      fence_proxy_async();
-      mbar_arrive(full0 + b * 8);
-    }
+    ws_produce<kGemm1, NB>(p, smem, full0, empty0, tid - kThreads, e, KT, nt0, nsteps, 0,
+                           [&](int, int row) { return row_src[row]; });
     return;
   }
 
@@ -685,19 +720,7 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
       for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
   const uint32_t tiles = smem_u32(smem);
   for (int s = 0; s < nsteps; ++s) {
-    const int b = s % NB;
-    mbar_wait(full0 + b * 8, (s / NB) & 1);
-    const uint32_t buf = tiles + b * kBufBytes;
-    const uint32_t a_base = buf + wm * 64 * 128, b_base = buf + BM * 128;
-    if (warp_live) {
-      acc_fence(acc);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk) wgmma_m64n256k16(acc, wgmma_desc(a_base + kk * 32), wgmma_desc(b_base + kk * 32));
-      wgmma_commit();
-    }
-    wgmma_wait<1>();  // step s - 1's wgmmas are done: its tile goes back to the producers
-    acc_fence(acc);
+    ws_consume_step<NB>(acc, tiles, full0, s, wm, warp_live);  // step s - 1's tile goes back to the producers:
     if (s > 0) mbar_arrive(empty0 + ((s - 1) % NB) * 8);
     if constexpr (!kGemm1) {
       if (s % KT == KT - 1) {
@@ -1273,6 +1296,10 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_kernel(Args 
 
   if (tid >= kThreads) {
     // ---------------- producers ----------------
+    // (The K loop below is ws_produce's, kept as its own copy: ws_produce inlined here compiles to a
+    // different instruction stream, one more integer op per fp16 store, and this loop is the one
+    // measured in docs/performance.md. ws_body's call of ws_produce compiles to the same PTX as its
+    // former inline loop.)
     const int pt = tid - kThreads;
     const int kb = pt & 3;
     int ce = 0, cbase = 0;  // scan cursor: expert ce's tiles start at tile index cbase
@@ -1438,19 +1465,7 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_kernel(Args 
 #pragma unroll
           for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
       for (int kt = 0; kt < KT; ++kt, ++s) {
-        const int b = s % NB;
-        mbar_wait(full0 + b * 8, (s / NB) & 1);
-        const uint32_t buf = tiles_u32 + b * kBufBytes;
-        const uint32_t a_base = buf + wm * 64 * 128, b_base = buf + BM * 128;
-        if (warp_live) {
-          acc_fence(acc);
-          wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < BK / 16; ++kk) wgmma_m64n256k16(acc, wgmma_desc(a_base + kk * 32), wgmma_desc(b_base + kk * 32));
-          wgmma_commit();
-        }
-        wgmma_wait<1>();  // step s - 1's wgmmas are done: its tile goes back to the producers
-        acc_fence(acc);
+        ws_consume_step<NB>(acc, tiles_u32, full0, s, wm, warp_live);  // step s - 1's tile goes back:
         if (kt > 0) mbar_arrive(empty0 + ((s - 1) % NB) * 8);
       }
       wgmma_wait<0>();
