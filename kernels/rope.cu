@@ -22,7 +22,7 @@ __global__ void rope_kernel(uint16_t* x, int64_t ld_x, int64_t n_heads, int64_t 
 // The same rotation, 4 pairs per thread: one 16-byte load/store of x and float4 loads of cos and
 // sin (rot_dim, rot_offset and head_stride multiples of 8; x rows and cos_sin rows 16-byte aligned).
 // A block takes `tpb` tokens (enough to give its threads work when a token has few 4-pair groups,
-// as the single-head k_pe has); items = n_heads * groups < 2^31 (checked by the launch).
+// as the single-head k_pe has); n_heads * groups < 2^24 (checked by the launch).
 __global__ void rope_vec_kernel(uint16_t* x, int64_t ld_x, int64_t T, int n_heads, int64_t head_stride, int64_t rot_offset,
                                 int rot_dim, const int32_t* positions, const float* cos_sin, int64_t ld_cs, int tpb) {
   const int half = rot_dim / 2, groups = half / 4, items = n_heads * groups;

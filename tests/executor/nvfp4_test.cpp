@@ -142,8 +142,8 @@ TEST_CASE("e2m1 of a quotient without division equals f32_to_e2m1(x / d)", "[nvf
 }
 
 // The packed bf16 form (two elements per word, fp4_quantize's GPU path) gives e2m1_of_quotient's
-// codes for every bf16 pattern in either half (NaN, infinities, -0, subnormals included), paired
-// with every other pattern class in the other half, at the scales the kernels see and random ones.
+// codes for every bf16 pattern in either half (NaN, infinities, -0, subnormals included), with a
+// pseudo-random pattern in the other half, at the scales the kernels see and at random ones.
 TEST_CASE("e2m1 of two bf16 at once equals e2m1_of_quotient for each", "[nvfp4][e2m1]") {
   std::vector<float> ds;
   for (float gs : {1.0f, 12.0f / (6.0f * 448.0f), 3.1e-3f, 1.9e-5f})
