@@ -581,9 +581,8 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void bar_consumers() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 
-// The producer warpgroup's K loop, shared by kWgmmaWs/kWgmmaWs2 (one span per CTA) and
-// kWgmmaPersist (one span per tile): global steps s0 .. s0 + nsteps - 1 over column tiles nt0, nt0 + 1,
-// ... of expert e. Thread pt owns 12 16-element items (row (it * 128 + pt) / 4, k-block pt % 4): A
+// The producer warpgroup's K loop of kWgmmaWs / kWgmmaWs2 (kWgmmaPersist runs a copy of it, see
+// there): global steps s0 .. s0 + nsteps - 1 over column tiles nt0, nt0 + 1, ... of expert e. Thread pt owns 12 16-element items (row (it * 128 + pt) / 4, k-block pt % 4): A
 // rows 0..127 (source row a_src(it, row), < 0 = dead), then 256 weight rows (gemm1: 128 gate and
 // the matching 128 up rows). Codes (8-byte __ldg) and scales (1-byte) of step j + 1 are loaded into
 // registers while step j is dequantized into fp16 tile s % NB, once the consumers freed it (empty
@@ -655,7 +654,7 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
       *reinterpret_cast<uint4*>(rowp + (((2 * kb + 1) ^ (row & 7)) << 4)) = make_uint4(o[4], o[5], o[6], o[7]);
     }
     fence_proxy_async();
-    mbar_arrive(full0 + b * 8);  // (kWgmmaPersist: a tile's first step also publishes its tile_info / rsrc)
+    mbar_arrive(full0 + b * 8);
   }
 }
 
