@@ -582,14 +582,14 @@ __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sy
 __device__ __forceinline__ void bar_consumers() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 
 // The producer warpgroup's K loop of kWgmmaWs / kWgmmaWs2 (kWgmmaPersist runs a copy of it, see
-// there): global steps s0 .. s0 + nsteps - 1 over column tiles nt0, nt0 + 1, ... of expert e. Thread pt owns 12 16-element items (row (it * 128 + pt) / 4, k-block pt % 4): A
-// rows 0..127 (source row a_src(it, row), < 0 = dead), then 256 weight rows (gemm1: 128 gate and
-// the matching 128 up rows). Codes (8-byte __ldg) and scales (1-byte) of step j + 1 are loaded into
-// registers while step j is dequantized into fp16 tile s % NB, once the consumers freed it (empty
+// there): steps 0 .. nsteps - 1 over column tiles nt0, nt0 + 1, ... of expert e. Thread pt owns 12
+// 16-element items (row (it * 128 + pt) / 4, k-block pt % 4): A rows 0..127 (source row a_src(it, row), < 0 = dead), then 256 weight rows (gemm1: 128 gate and
+// the matching 128 up rows). Codes (8-byte __ldg) and scales (1-byte) of step s + 1 are loaded into
+// registers while step s is dequantized into fp16 tile s % NB, once the consumers freed it (empty
 // barrier); the tile is published to the async proxy and the full barrier.
 template <bool kGemm1, int NB, class ASrc>
 __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, uint32_t full0, uint32_t empty0, int pt, int e,
-                                           int KT, int nt0, int nsteps, int s0, ASrc a_src) {
+                                           int KT, int nt0, int nsteps, ASrc a_src) {
   const int kb = pt & 3;  // every item of this thread has the same k-block (c & 3 == pt & 3)
   const uint8_t* code_p[kPItems];
   const uint8_t* sc_p[kPItems];
@@ -628,15 +628,14 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
   };
   set_ptrs(nt0);
   load(0);
-  int s = s0;
-  for (int j = 0; j < nsteps; ++j, ++s) {
+  for (int s = 0; s < nsteps; ++s) {
     uint2 c2[kPItems];
     uint32_t s2[kPItems];
 #pragma unroll
     for (int it = 0; it < kPItems; ++it) { c2[it] = cd[it]; s2[it] = sc[it]; }
-    if (j + 1 < nsteps) {
-      const int kt1 = (j + 1) % KT;
-      if (kt1 == 0) set_ptrs(nt0 + (j + 1) / KT);
+    if (s + 1 < nsteps) {
+      const int kt1 = (s + 1) % KT;
+      if (kt1 == 0) set_ptrs(nt0 + (s + 1) / KT);
       load(kt1);
     }
     const int b = s % NB;
@@ -701,7 +700,7 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
 
   if (tid >= kThreads) {
     // ---------------- producers ----------------
-    ws_produce<kGemm1, NB>(p, smem, full0, empty0, tid - kThreads, e, KT, nt0, nsteps, 0,
+    ws_produce<kGemm1, NB>(p, smem, full0, empty0, tid - kThreads, e, KT, nt0, nsteps,
                            [&](int, int row) { return row_src[row]; });
     return;
   }
