@@ -583,10 +583,11 @@ __device__ __forceinline__ void bar_consumers() { asm volatile("bar.sync 1, 256;
 
 // The producer warpgroup's K loop of kWgmmaWs / kWgmmaWs2 (kWgmmaPersist runs a copy of it, see
 // there): steps 0 .. nsteps - 1 over column tiles nt0, nt0 + 1, ... of expert e. Thread pt owns 12
-// 16-element items (row (it * 128 + pt) / 4, k-block pt % 4): A rows 0..127 (source row a_src(it, row), < 0 = dead), then 256 weight rows (gemm1: 128 gate and
-// the matching 128 up rows). Codes (8-byte __ldg) and scales (1-byte) of step s + 1 are loaded into
-// registers while step s is dequantized into fp16 tile s % NB, once the consumers freed it (empty
-// barrier); the tile is published to the async proxy and the full barrier.
+// 16-element items (row (it * 128 + pt) / 4, k-block pt % 4): A rows 0..127 (source row
+// a_src(it, row), < 0 = dead), then 256 weight rows (gemm1: 128 gate and the matching 128 up rows).
+// Codes (8-byte __ldg) and scales (1-byte) of step s + 1 are loaded into registers while step s is
+// dequantized into fp16 tile s % NB, once the consumers freed it (empty barrier); the tile is
+// published to the async proxy and the full barrier.
 template <bool kGemm1, int NB, class ASrc>
 __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, uint32_t full0, uint32_t empty0, int pt, int e,
                                            int KT, int nt0, int nsteps, ASrc a_src) {
