@@ -609,14 +609,22 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
   const int kb = pt & 3;  // every item of this thread has the same k-block (c & 3 == pt & 3)
   const uint8_t* code_p[kPItems];
   const uint8_t* sc_p[kPItems];
+  // Bit it: item it has a source row. A dead item (padding row, weight row past N) loads nothing
+  // and gives zeros; one bit test per load instead of two 64-bit null-pointer compares.
+  uint32_t live = 0;
   auto set_ptrs = [&](int nt) {
+    live = 0;
 #pragma unroll
     for (int it = 0; it < kPItems; ++it) {
       const int row = (it * kProducers + pt) >> 2;
+      int64_t r;
+      const uint8_t *cb, *sb;
+      int64_t lc, ls;
       if (it < kPItems / 3) {
         const int32_t src = a_src(it, row);
-        code_p[it] = src >= 0 ? p.a + src * p.ld_a + kb * 8 : nullptr;
-        sc_p[it] = src >= 0 ? p.a_sc + src * p.ld_a_sc + kb : nullptr;
+        live |= (src >= 0 ? 1u : 0u) << it;
+        r = src >= 0 ? src : 0;
+        cb = p.a; sb = p.a_sc; lc = p.ld_a; ls = p.ld_a_sc;
       } else {
         const int br = row - BM;
         int64_t wr;
@@ -628,9 +636,12 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
           const int n = nt * kCols2 + br;
           wr = n < p.N ? static_cast<int64_t>(e) * p.N + n : -1;
         }
-        code_p[it] = wr >= 0 ? p.w + wr * p.ld_w + kb * 8 : nullptr;
-        sc_p[it] = wr >= 0 ? p.w_sc + wr * p.ld_w_sc + kb : nullptr;
+        live |= (wr >= 0 ? 1u : 0u) << it;
+        r = wr >= 0 ? wr : 0;
+        cb = p.w; sb = p.w_sc; lc = p.ld_w; ls = p.ld_w_sc;
       }
+      code_p[it] = cb + r * lc + kb * 8;
+      sc_p[it] = sb + r * ls + kb;
     }
   };
   uint2 cd[kPItems];
@@ -638,8 +649,9 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
   auto load = [&](int kt) {
 #pragma unroll
     for (int it = 0; it < kPItems; ++it) {
-      cd[it] = code_p[it] ? __ldg(reinterpret_cast<const uint2*>(code_p[it] + kt * 32)) : make_uint2(0u, 0u);
-      sc[it] = sc_p[it] ? __ldg(sc_p[it] + kt * 4) : 0u;
+      const bool v = (live >> it) & 1u;
+      cd[it] = v ? __ldg(reinterpret_cast<const uint2*>(code_p[it] + kt * 32)) : make_uint2(0u, 0u);
+      sc[it] = v ? __ldg(sc_p[it] + kt * 4) : 0u;
     }
   };
   // Item it's tile row is it * 32 + pt / 4, so its row & 7 (the swizzle) is the same for every
