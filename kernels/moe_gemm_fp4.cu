@@ -2,6 +2,7 @@
 
 #include "kernels/fp4_quant.cuh"
 
+#include <type_traits>
 
 namespace moeprof::kern {
 namespace {
@@ -497,12 +498,22 @@ __device__ __forceinline__ void store_out_tile_staged(const Args& p, const float
   }
 }
 
+// The epilogues' scaling: acc * 2^14 is exact (|acc| stays far below 2^100 for sums of fp16
+// products), so round(round(acc * 2^14) * gsc) == round(acc * g14) with g14 = gsc * 2^14, itself
+// exact whenever it is finite. kFold (taken when g14 is finite) saves one multiply per value.
+template <bool kFold>
+__device__ __forceinline__ float unscale(float a, float gsc, float g14) {
+  return kFold ? __fmul_rn(a, g14) : __fmul_rn(__fmul_rn(a, kUnscale), gsc);
+}
+
 // gemm2's output tile in two 128-column halves through a 16 x 256-byte staging tile per warp
 // (`stg`, 4 KiB, chunk ^ (row & 7)): this warp owns tile rows row_w .. row_w + 15 as in
 // store_out_tile_staged; two full 256-byte rows leave per warp instruction; dead rows get zeros.
-__device__ __forceinline__ void store_out_tile_half_staged(const Args& p, const float (&acc)[4][8][4], unsigned char* stg,
-                                                           const int32_t* row_src, int row_w, int nt, int nrows,
-                                                           int64_t r0, float gsc, int lane) {
+template <bool kFold>
+__device__ __forceinline__ void store_out_tile_half_staged_k(const Args& p, const float (&acc)[4][8][4],
+                                                             unsigned char* stg, const int32_t* row_src, int row_w,
+                                                             int nt, int nrows, int64_t r0, float gsc, float g14,
+                                                             int lane) {
   const int g = lane >> 2, q = lane & 3;
   // Two 128-column halves through a 16 x 256-byte staging tile (chunk ^ (row & 7)).
 #pragma unroll
@@ -514,8 +525,8 @@ __device__ __forceinline__ void store_out_tile_half_staged(const Args& p, const 
 #pragma unroll
       for (int jl = 0; jl < 16; ++jl) {
         const int j = half * 16 + jl;
-        const float v0 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh], kUnscale), gsc);
-        const float v1 = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh + 1], kUnscale), gsc);
+        const float v0 = unscale<kFold>(acc[j >> 3][j & 7][2 * hh], gsc, g14);
+        const float v1 = unscale<kFold>(acc[j >> 3][j & 7][2 * hh + 1], gsc, g14);
         *reinterpret_cast<uint32_t*>(stg + lr * 256 + ((jl ^ (lr & 7)) << 4) + q * 4) = live ? pack_bf16x2(v0, v1) : 0u;
       }
     }
@@ -541,6 +552,15 @@ __device__ __forceinline__ void store_out_tile_half_staged(const Args& p, const 
     }
     __syncwarp();  // staging tile free for the second half
   }
+}
+__device__ __forceinline__ void store_out_tile_half_staged(const Args& p, const float (&acc)[4][8][4], unsigned char* stg,
+                                                           const int32_t* row_src, int row_w, int nt, int nrows,
+                                                           int64_t r0, float gsc, int lane) {
+  const float g14 = __fmul_rn(gsc, kUnscale);
+  if (isfinite(g14))
+    store_out_tile_half_staged_k<true>(p, acc, stg, row_src, row_w, nt, nrows, r0, gsc, g14, lane);
+  else
+    store_out_tile_half_staged_k<false>(p, acc, stg, row_src, row_w, nt, nrows, r0, gsc, g14, lane);
 }
 
 // gemm1's requantization of one 16-column block of the bf16-valued h tile (hs: its 16 values)
@@ -788,20 +808,27 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
     float* Hs = reinterpret_cast<float*>(smem);
     const int row_w = wm * 64 + wn * 16 + g;
     const int nt = nt0;
+    const float g14 = __fmul_rn(gsc, kUnscale);
+    auto silu_tile = [&](auto fold) {
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
+      for (int j = 0; j < 16; ++j)
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float hv[2];
+        for (int hh = 0; hh < 2; ++hh) {
+          float hv[2];
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const float gate = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh + c], kUnscale), gsc);
-          const float up = __fmul_rn(__fmul_rn(acc[(j + 16) >> 3][(j + 16) & 7][2 * hh + c], kUnscale), gsc);
-          const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
-          hv[c] = round_bf16(__fmul_rn(silu, up));
+          for (int c = 0; c < 2; ++c) {
+            const float gate = unscale<decltype(fold)::value>(acc[j >> 3][j & 7][2 * hh + c], gsc, g14);
+            const float up = unscale<decltype(fold)::value>(acc[(j + 16) >> 3][(j + 16) & 7][2 * hh + c], gsc, g14);
+            const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
+            hv[c] = round_bf16(__fmul_rn(silu, up));
+          }
+          *reinterpret_cast<float2*>(Hs + (row_w + hh * 8) * kHPitch + j * 8 + 2 * q) = make_float2(hv[0], hv[1]);
         }
-        *reinterpret_cast<float2*>(Hs + (row_w + hh * 8) * kHPitch + j * 8 + 2 * q) = make_float2(hv[0], hv[1]);
-      }
+    };
+    if (isfinite(g14))
+      silu_tile(std::true_type{});
+    else
+      silu_tile(std::false_type{});
     bar_consumers();
 #pragma unroll 1
     for (int it = 0; it < (BM * kCols1 / 16) / kThreads; ++it) {

@@ -19,6 +19,7 @@
 #include <memory>
 #include <random>
 #include <thread>
+#include <type_traits>
 #include <vector>
 #include <algorithm>
 
@@ -37,6 +38,7 @@ inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return
 inline uint2 make_uint2(uint32_t a, uint32_t b) { return {a, b}; }
 inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+using std::isfinite;
 struct float2 { float x, y; };
 inline float2 make_float2(float a, float b) { return {a, b}; }
 using __half = uint16_t;
