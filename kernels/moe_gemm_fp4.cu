@@ -341,6 +341,11 @@ constexpr int smem_bytes() {
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
+// 16-byte shared store at a 32-bit shared address (the producers: no generic-to-shared address
+// conversion per step).
+__device__ __forceinline__ void sts128(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d));
+}
 __device__ __forceinline__ void cp_async8(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 8 : 0) : "memory");
 }
@@ -679,6 +684,7 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
   // Item it's tile row is it * 32 + pt / 4, so its row & 7 (the swizzle) is the same for every
   // item: the two 16-byte chunk offsets are per-thread constants and each item adds an immediate.
   static_assert((kProducers / 4) % 8 == 0, "items of one thread share row & 7");
+  const uint32_t tiles = smem_u32(smem);
   const uint32_t off0 = (pt >> 2) * 128 + (((2 * kb) ^ ((pt >> 2) & 7)) << 4);
   const uint32_t off1 = (pt >> 2) * 128 + (((2 * kb + 1) ^ ((pt >> 2) & 7)) << 4);
   set_ptrs(nt0);
@@ -698,16 +704,16 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
     }
     const int b = s % NB;
     mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
-    unsigned char* buf = smem + b * kBufBytes;
+    const uint32_t buf = tiles + b * kBufBytes;
 #pragma unroll
     for (int it = 0; it < kPItems; ++it) {
       uint32_t o[8];
       const uint32_t f = e4m3_to_f16x2_x128_cvt(s2[it]);
       e2m1x8_to_f16x8_fast(c2[it].x, f, o);
       e2m1x8_to_f16x8_fast(c2[it].y, f, o + 4);
-      unsigned char* rowp = buf + it * (kProducers / 4) * 128;
-      *reinterpret_cast<uint4*>(rowp + off0) = make_uint4(o[0], o[1], o[2], o[3]);
-      *reinterpret_cast<uint4*>(rowp + off1) = make_uint4(o[4], o[5], o[6], o[7]);
+      const uint32_t rowp = buf + it * (kProducers / 4) * 128;
+      sts128(rowp + off0, o[0], o[1], o[2], o[3]);
+      sts128(rowp + off1, o[4], o[5], o[6], o[7]);
     }
     fence_proxy_async();
     mbar_arrive(full0 + b * 8);
@@ -1365,6 +1371,7 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_kernel(Args 
     const int pt = tid - kThreads;
     const int kb = pt & 3;
     // Per-thread chunk offsets in a tile row (row & 7 is the same for all items, see ws_produce).
+    const uint32_t tiles_p = smem_u32(smem);
     const uint32_t off0 = (pt >> 2) * 128 + (((2 * kb) ^ ((pt >> 2) & 7)) << 4);
     const uint32_t off1 = (pt >> 2) * 128 + (((2 * kb + 1) ^ ((pt >> 2) & 7)) << 4);
     int ce = 0, cbase = 0;  // scan cursor: expert ce's tiles start at tile index cbase
@@ -1469,16 +1476,16 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_kernel(Args 
         }
         const int b = s % NB;
         mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
-        unsigned char* buf = smem + b * kBufBytes;
+        const uint32_t buf = tiles_p + b * kBufBytes;
 #pragma unroll
         for (int it = 0; it < kPItems; ++it) {
           uint32_t o[8];
           const uint32_t f = e4m3_to_f16x2_x128_cvt(s2[it]);
           e2m1x8_to_f16x8_fast(c2[it].x, f, o);
           e2m1x8_to_f16x8_fast(c2[it].y, f, o + 4);
-          unsigned char* rowp = buf + it * (kProducers / 4) * 128;
-          *reinterpret_cast<uint4*>(rowp + off0) = make_uint4(o[0], o[1], o[2], o[3]);
-          *reinterpret_cast<uint4*>(rowp + off1) = make_uint4(o[4], o[5], o[6], o[7]);
+          const uint32_t rowp = buf + it * (kProducers / 4) * 128;
+          sts128(rowp + off0, o[0], o[1], o[2], o[3]);
+          sts128(rowp + off1, o[4], o[5], o[6], o[7]);
         }
         fence_proxy_async();
         mbar_arrive(full0 + b * 8);  // (the tile's first step also publishes rsrc / tile_info)
