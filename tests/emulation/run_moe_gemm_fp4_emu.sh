@@ -1,30 +1,13 @@
 #!/usr/bin/env bash
 # Builds and runs the host emulation of the tiled FP4 grouped GEMMs (moe_gemm_fp4_emu.cpp) on edge
-# shapes. No GPU needed; about a minute per variant on two cores; VARIANTS="1 2" picks variants. Not part of ctest.
+# shapes. No GPU needed; about a minute per variant on two cores; VARIANTS="1 2" picks variants. CTest
+# runs the selftest and one shape per variant (tests/emulation/CMakeLists.txt, GCC builds only).
 #   usage: tests/emulation/run_moe_gemm_fp4_emu.sh [WORKDIR]   (default /tmp/moeprof-gemm-emu)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 work="${1:-/tmp/moeprof-gemm-emu}"
 mkdir -p "$work"
-python3 - "$root/kernels/moe_gemm_fp4.cu" "$root/kernels/fp4_quant.cuh" "$work/v2_body.inc" <<'PY'
-import sys
-s = open(sys.argv[1]).read()
-i = s.index('namespace v2 {'); j = s.index('bool aligned(const void* ptr, int64_t ld, int a)')
-body = s[i:j] + '}  // namespace v2\n'
-a = body.index('__device__ __forceinline__ uint32_t smem_u32'); b = body.index('// fp16 with the value')
-body = body[:a] + body[b:]
-subs = [('extern __shared__ __align__(128) unsigned char smem_raw[];', 'unsigned char* smem_raw = emu::cta_smem;'),
-        ('__shared__ int32_t row_src[BM];', 'int32_t* row_src = emu::row_src;'),
-        ('__shared__ int32_t warp_tot[kNT / 32];', 'int32_t* warp_tot = emu::warp_tot;'),
-        ('__shared__ __align__(8) uint64_t mbar[2 * kWsStages];', 'uint64_t* mbar = nullptr;'),
-        ('__shared__ int64_t info[3];', 'int64_t* info = emu::info;')]
-for o, n in subs:
-    assert o in body, o
-    body = body.replace(o, n)
-q = open(sys.argv[2]).read()
-k = q.index('__device__ __forceinline__ uint8_t nvfp4_quantize16'); l = q.index('#endif', k)
-open(sys.argv[3], 'w').write(q[k:l] + body)
-PY
+python3 "$root/tests/emulation/extract_moe_gemm_body.py" "$root/kernels/moe_gemm_fp4.cu" "$root/kernels/fp4_quant.cuh" "$work/v2_body.inc"
 g++ -std=c++20 -O2 -ffp-contract=off -pthread -w -I"$work" -I"$root" "$root/tests/emulation/moe_gemm_fp4_emu.cpp" -o "$work/moe_gemm_fp4_emu"
 rc=0
 # Tiled variants to run (argv 8 of the emulator): 0 kTiled, 1 kTiledSkip, 2 kTiledStaged. The wgmma
