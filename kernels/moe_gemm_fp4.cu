@@ -1366,8 +1366,8 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_kernel(Args 
     // ---------------- producers ----------------
     // (The K loop below is ws_produce's, kept as its own copy: ws_produce inlined here compiles to a
     // different instruction stream, one more integer op per fp16 store, and this loop is the one
-    // measured in docs/performance.md. ws_body's call of ws_produce compiles to the same PTX as its
-    // former inline loop.)
+    // measured in docs/performance.md. It has every later change of ws_produce except the live-item
+    // mask, which made this kernel spill and run slower: its loads keep their null-pointer checks.)
     const int pt = tid - kThreads;
     const int kb = pt & 3;
     // Per-thread chunk offsets in a tile row (row & 7 is the same for all items, see ws_produce).
