@@ -197,10 +197,11 @@ Result<ArenaCsv> read_arena_csv(const std::string& path) {
 
 namespace {
 
-// A field as the reader gets it back: quoted when it would start a comment line ('#') or lose
-// something to trim() (outer blanks, outer quotes).
+// A field as the reader gets it back: quoted when it would start a comment line ('#'), lose
+// something to trim() (outer blanks, outer quotes), or begin with a UTF-8 BOM (the reader drops a
+// bare one at the start of the file, after which "\xEF\xBB\xBF#h" would read as a comment).
 std::string field_text(const std::string& f) {
-  if ((!f.empty() && f.front() == '#') || trim(f) != f) return '"' + f + '"';
+  if ((!f.empty() && f.front() == '#') || trim(f) != f || f.rfind("\xEF\xBB\xBF", 0) == 0) return '"' + f + '"';
   return f;
 }
 
