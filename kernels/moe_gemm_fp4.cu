@@ -511,6 +511,17 @@ __device__ __forceinline__ float unscale(float a, float gsc, float g14) {
   return kFold ? __fmul_rn(a, g14) : __fmul_rn(__fmul_rn(a, kUnscale), gsc);
 }
 
+// gemm1's h value from the m64n256 wgmma fragments: gate column 8 j + 2 q (+1) in acc[j / 8][j % 8]
+// (j = 0..15), the matching up column in j + 16; element i of the fragment (2 hh + c).
+// bf16(silu(gate) * up), as the legacy epilogue computes it.
+template <bool kFold>
+__device__ __forceinline__ float silu_mul_h(const float (&acc)[4][8][4], int j, int i, float gsc, float g14) {
+  const float gate = unscale<kFold>(acc[j >> 3][j & 7][i], gsc, g14);
+  const float up = unscale<kFold>(acc[(j + 16) >> 3][(j + 16) & 7][i], gsc, g14);
+  const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
+  return round_bf16(__fmul_rn(silu, up));
+}
+
 // gemm2's output tile in two 128-column halves through a 16 x 256-byte staging tile per warp
 // (`stg`, 4 KiB, chunk ^ (row & 7)): this warp owns tile rows row_w .. row_w + 15 as in
 // store_out_tile_staged; two full 256-byte rows leave per warp instruction; dead rows get zeros.
@@ -590,6 +601,19 @@ __device__ __forceinline__ void store_requant_block(const Args& p, const float* 
   p.out_sc[r * p.ld_out_sc + n / 16] = sq;
 }
 
+// The global weight row behind B row br (0..255) of expert e's column tile nt; -1 past N. gemm1's
+// 256 rows are the tile's 128 gate rows, then the matching 128 up rows.
+template <bool kGemm1>
+__device__ __forceinline__ int64_t weight_row(const Args& p, int e, int nt, int br) {
+  if (kGemm1) {
+    const int half = br >= kCols1 ? 1 : 0;
+    const int n = nt * kCols1 + (br & (kCols1 - 1));
+    return n < p.N ? static_cast<int64_t>(e) * 2 * p.N + half * p.N + n : -1;
+  }
+  const int n = nt * kCols2 + br;
+  return n < p.N ? static_cast<int64_t>(e) * p.N + n : -1;
+}
+
 __device__ __forceinline__ void seg_of(const Args& p, int e, int64_t& s, int64_t& t) {
   int64_t a = p.offsets[e], b = p.offsets[e + 1];
   a = a < 0 ? 0 : (a > p.P ? p.P : a);
@@ -623,6 +647,40 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void bar_consumers() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 
+// The warp-specialized producers' per-thread chunk offsets in a tile row. Item it's tile row is
+// it * 32 + pt / 4, so its row & 7 (the swizzle) is the same for every item: the two 16-byte chunk
+// offsets are per-thread constants and each item adds an immediate.
+static_assert((kProducers / 4) % 8 == 0, "items of one thread share row & 7");
+__device__ __forceinline__ void ws_chunk_offsets(int pt, uint32_t& off0, uint32_t& off1) {
+  const int kb = pt & 3;
+  off0 = (pt >> 2) * 128 + (((2 * kb) ^ ((pt >> 2) & 7)) << 4);
+  off1 = (pt >> 2) * 128 + (((2 * kb + 1) ^ ((pt >> 2) & 7)) << 4);
+}
+
+// One producer K step s into fp16 tile s % NB of the ring at shared address `tiles`: wait until
+// the consumers freed it, dequantize the thread's 12 items (codes c2, scales s2) into it, publish
+// it to the async proxy and arrive on its full barrier.
+template <int NB>
+__device__ __forceinline__ void ws_fill_tile(uint32_t tiles, uint32_t full0, uint32_t empty0, int s, uint32_t off0,
+                                             uint32_t off1, const uint2 (&c2)[kPItems],
+                                             const uint32_t (&s2)[kPItems]) {
+  const int b = s % NB;
+  mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
+  const uint32_t buf = tiles + b * kBufBytes;
+#pragma unroll
+  for (int it = 0; it < kPItems; ++it) {
+    uint32_t o[8];
+    const uint32_t f = e4m3_to_f16x2_x128_cvt(s2[it]);
+    e2m1x8_to_f16x8_fast(c2[it].x, f, o);
+    e2m1x8_to_f16x8_fast(c2[it].y, f, o + 4);
+    const uint32_t rowp = buf + it * (kProducers / 4) * 128;
+    sts128(rowp + off0, o[0], o[1], o[2], o[3]);
+    sts128(rowp + off1, o[4], o[5], o[6], o[7]);
+  }
+  fence_proxy_async();
+  mbar_arrive(full0 + b * 8);
+}
+
 // The producer warpgroup's K loop of kWgmmaWs / kWgmmaWs2 (kWgmmaPersist runs a copy of it, see
 // there): steps 0 .. nsteps - 1 over column tiles nt0, nt0 + 1, ... of expert e. Thread pt owns 12
 // 16-element items (row (it * 128 + pt) / 4, k-block pt % 4): A rows 0..127 (source row
@@ -653,16 +711,7 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
         r = src >= 0 ? src : 0;
         cb = p.a; sb = p.a_sc; lc = p.ld_a; ls = p.ld_a_sc;
       } else {
-        const int br = row - BM;
-        int64_t wr;
-        if (kGemm1) {
-          const int half = br >= kCols1 ? 1 : 0;
-          const int n = nt * kCols1 + (br & (kCols1 - 1));
-          wr = n < p.N ? static_cast<int64_t>(e) * 2 * p.N + half * p.N + n : -1;
-        } else {
-          const int n = nt * kCols2 + br;
-          wr = n < p.N ? static_cast<int64_t>(e) * p.N + n : -1;
-        }
+        const int64_t wr = weight_row<kGemm1>(p, e, nt, row - BM);
         live |= (wr >= 0 ? 1u : 0u) << it;
         r = wr >= 0 ? wr : 0;
         cb = p.w; sb = p.w_sc; lc = p.ld_w; ls = p.ld_w_sc;
@@ -681,12 +730,9 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
       sc[it] = v ? __ldg(sc_p[it] + kt * 4) : 0u;
     }
   };
-  // Item it's tile row is it * 32 + pt / 4, so its row & 7 (the swizzle) is the same for every
-  // item: the two 16-byte chunk offsets are per-thread constants and each item adds an immediate.
-  static_assert((kProducers / 4) % 8 == 0, "items of one thread share row & 7");
   const uint32_t tiles = smem_u32(smem);
-  const uint32_t off0 = (pt >> 2) * 128 + (((2 * kb) ^ ((pt >> 2) & 7)) << 4);
-  const uint32_t off1 = (pt >> 2) * 128 + (((2 * kb + 1) ^ ((pt >> 2) & 7)) << 4);
+  uint32_t off0, off1;
+  ws_chunk_offsets(pt, off0, off1);
   set_ptrs(nt0);
   load(0);
   int kn = 0, ntn = nt0;  // k tile and column tile of step s + 1 (counters: no division per step)
@@ -702,21 +748,7 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
       }
       load(kn);
     }
-    const int b = s % NB;
-    mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
-    const uint32_t buf = tiles + b * kBufBytes;
-#pragma unroll
-    for (int it = 0; it < kPItems; ++it) {
-      uint32_t o[8];
-      const uint32_t f = e4m3_to_f16x2_x128_cvt(s2[it]);
-      e2m1x8_to_f16x8_fast(c2[it].x, f, o);
-      e2m1x8_to_f16x8_fast(c2[it].y, f, o + 4);
-      const uint32_t rowp = buf + it * (kProducers / 4) * 128;
-      sts128(rowp + off0, o[0], o[1], o[2], o[3]);
-      sts128(rowp + off1, o[4], o[5], o[6], o[7]);
-    }
-    fence_proxy_async();
-    mbar_arrive(full0 + b * 8);
+    ws_fill_tile<NB>(tiles, full0, empty0, s, off0, off1, c2, s2);
   }
 }
 
@@ -822,12 +854,7 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
         for (int hh = 0; hh < 2; ++hh) {
           float hv[2];
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float gate = unscale<decltype(fold)::value>(acc[j >> 3][j & 7][2 * hh + c], gsc, g14);
-            const float up = unscale<decltype(fold)::value>(acc[(j + 16) >> 3][(j + 16) & 7][2 * hh + c], gsc, g14);
-            const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
-            hv[c] = round_bf16(__fmul_rn(silu, up));
-          }
+          for (int c = 0; c < 2; ++c) hv[c] = silu_mul_h<decltype(fold)::value>(acc, j, 2 * hh + c, gsc, g14);
           *reinterpret_cast<float2*>(Hs + (row_w + hh * 8) * kHPitch + j * 8 + 2 * q) = make_float2(hv[0], hv[1]);
         }
     };
@@ -992,16 +1019,7 @@ __global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 
     const int32_t src = row_src[tid];
     a_scale = src >= 0 ? p.a_sc + src * p.ld_a_sc : nullptr;
   }
-  auto w_row = [&](int br, int nt) -> int64_t {  // global weight row of B row br in column tile nt; -1 = none
-    if (kGemm1) {
-      const int half = br >= kCols1 ? 1 : 0;
-      const int n = nt * kCols1 + (br & (kCols1 - 1));
-      return n < p.N ? static_cast<int64_t>(e) * 2 * p.N + half * p.N + n : -1;
-    } else {
-      const int n = nt * kCols2 + br;
-      return n < p.N ? static_cast<int64_t>(e) * p.N + n : -1;
-    }
-  };
+  auto w_row = [&](int br, int nt) -> int64_t { return weight_row<kGemm1>(p, e, nt, br); };
 
   const int KT = p.K / BK;
   const int nsteps = (nt1 - nt0) * KT;
@@ -1255,12 +1273,7 @@ __global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 
         for (int hh = 0; hh < 2; ++hh) {
           float hv[2];
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float gate = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh + c], kUnscale), gsc);
-            const float up = __fmul_rn(__fmul_rn(acc[(j + 16) >> 3][(j + 16) & 7][2 * hh + c], kUnscale), gsc);
-            const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
-            hv[c] = round_bf16(__fmul_rn(silu, up));
-          }
+          for (int c = 0; c < 2; ++c) hv[c] = silu_mul_h<false>(acc, j, 2 * hh + c, gsc, 0.0f);
           *reinterpret_cast<float2*>(Hs + (row_w + hh * 8) * kHPitch + j * 8 + 2 * q) = make_float2(hv[0], hv[1]);
         }
     } else {
@@ -1370,10 +1383,9 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_kernel(Args 
     // mask, which made this kernel spill and run slower: its loads keep their null-pointer checks.)
     const int pt = tid - kThreads;
     const int kb = pt & 3;
-    // Per-thread chunk offsets in a tile row (row & 7 is the same for all items, see ws_produce).
     const uint32_t tiles_p = smem_u32(smem);
-    const uint32_t off0 = (pt >> 2) * 128 + (((2 * kb) ^ ((pt >> 2) & 7)) << 4);
-    const uint32_t off1 = (pt >> 2) * 128 + (((2 * kb + 1) ^ ((pt >> 2) & 7)) << 4);
+    uint32_t off0, off1;
+    ws_chunk_offsets(pt, off0, off1);
     int ce = 0, cbase = 0;  // scan cursor: expert ce's tiles start at tile index cbase
     int s = 0, ti = 0;
     const uint8_t* code_p[kPItems];
@@ -1436,16 +1448,7 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_kernel(Args 
             code_p[it] = src >= 0 ? p.a + src * p.ld_a + kb * 8 : nullptr;
             sc_p[it] = src >= 0 ? p.a_sc + src * p.ld_a_sc + kb : nullptr;
           } else {
-            const int br = row - BM;
-            int64_t wr;
-            if (kGemm1) {
-              const int half = br >= kCols1 ? 1 : 0;
-              const int n = nt * kCols1 + (br & (kCols1 - 1));
-              wr = n < p.N ? static_cast<int64_t>(e) * 2 * p.N + half * p.N + n : -1;
-            } else {
-              const int n = nt * kCols2 + br;
-              wr = n < p.N ? static_cast<int64_t>(e) * p.N + n : -1;
-            }
+            const int64_t wr = weight_row<kGemm1>(p, e, nt, row - BM);
             code_p[it] = wr >= 0 ? p.w + wr * p.ld_w + kb * 8 : nullptr;
             sc_p[it] = wr >= 0 ? p.w_sc + wr * p.ld_w_sc + kb : nullptr;
           }
@@ -1474,21 +1477,8 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_kernel(Args 
           }
           load(kn);
         }
-        const int b = s % NB;
-        mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
-        const uint32_t buf = tiles_p + b * kBufBytes;
-#pragma unroll
-        for (int it = 0; it < kPItems; ++it) {
-          uint32_t o[8];
-          const uint32_t f = e4m3_to_f16x2_x128_cvt(s2[it]);
-          e2m1x8_to_f16x8_fast(c2[it].x, f, o);
-          e2m1x8_to_f16x8_fast(c2[it].y, f, o + 4);
-          const uint32_t rowp = buf + it * (kProducers / 4) * 128;
-          sts128(rowp + off0, o[0], o[1], o[2], o[3]);
-          sts128(rowp + off1, o[4], o[5], o[6], o[7]);
-        }
-        fence_proxy_async();
-        mbar_arrive(full0 + b * 8);  // (the tile's first step also publishes rsrc / tile_info)
+        ws_fill_tile<NB>(tiles_p, full0, empty0, s, off0, off1, c2, s2);  // (the tile's first step also
+                                                                           // publishes rsrc / tile_info)
       }
     }
     return;
@@ -1566,12 +1556,7 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_kernel(Args 
         for (int hh = 0; hh < 2; ++hh) {
           float hv[2];
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float gate = __fmul_rn(__fmul_rn(acc[j >> 3][j & 7][2 * hh + c], kUnscale), gsc);
-            const float up = __fmul_rn(__fmul_rn(acc[(j + 16) >> 3][(j + 16) & 7][2 * hh + c], kUnscale), gsc);
-            const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
-            hv[c] = round_bf16(__fmul_rn(silu, up));
-          }
+          for (int c = 0; c < 2; ++c) hv[c] = silu_mul_h<false>(acc, j, 2 * hh + c, gsc, 0.0f);
           const int row = row_w + hh * 8;
           *reinterpret_cast<uint32_t*>(epi + row * 256 + ((j ^ (row & 7)) << 4) + q * 4) = pack_bf16x2(hv[0], hv[1]);
         }
