@@ -681,11 +681,26 @@ __device__ __forceinline__ void ws_fill_tile(uint32_t tiles, uint32_t full0, uin
   mbar_arrive(full0 + b * 8);
 }
 
+// The warp-specialized producers' global loads (codes: 8 bytes, scales: 1 byte, read-only) with the
+// L2::256B prefetch-size hint: a miss brings the 256 bytes around the address into L2, so the next
+// steps' codes of the same row (32 bytes a step) and scales (4 bytes a step) hit in L2 instead of
+// waiting for DRAM. Same values as __ldg; measured in docs/performance.md (2026-12-01, fourth session).
+__device__ __forceinline__ uint2 ldg_code_l2(const uint8_t* ptr) {
+  uint2 v;
+  asm("ld.global.nc.L2::256B.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(ptr));
+  return v;
+}
+__device__ __forceinline__ uint32_t ldg_scale_l2(const uint8_t* ptr) {
+  uint32_t v;
+  asm("ld.global.nc.L2::256B.u8 %0, [%1];\n" : "=r"(v) : "l"(ptr));
+  return v;
+}
+
 // The producer warpgroup's K loop of kWgmmaWs / kWgmmaWs2 (kWgmmaPersist runs a copy of it, see
 // there): steps 0 .. nsteps - 1 over column tiles nt0, nt0 + 1, ... of expert e. Thread pt owns 12
 // 16-element items (row (it * 128 + pt) / 4, k-block pt % 4): A rows 0..127 (source row
 // a_src(it, row), < 0 = dead), then 256 weight rows (gemm1: 128 gate and the matching 128 up rows).
-// Codes (8-byte __ldg) and scales (1-byte) of step s + 1 are loaded into registers while step s is
+// Codes (8-byte loads) and scales (1-byte) of step s + 1 are loaded into registers while step s is
 // dequantized into fp16 tile s % NB, once the consumers freed it (empty barrier); the tile is
 // published to the async proxy and the full barrier.
 template <bool kGemm1, int NB, class ASrc>
@@ -726,8 +741,8 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
 #pragma unroll
     for (int it = 0; it < kPItems; ++it) {
       const bool v = (live >> it) & 1u;
-      cd[it] = v ? __ldg(reinterpret_cast<const uint2*>(code_p[it] + kt * 32)) : make_uint2(0u, 0u);
-      sc[it] = v ? __ldg(sc_p[it] + kt * 4) : 0u;
+      cd[it] = v ? ldg_code_l2(code_p[it] + kt * 32) : make_uint2(0u, 0u);
+      sc[it] = v ? ldg_scale_l2(sc_p[it] + kt * 4) : 0u;
     }
   };
   const uint32_t tiles = smem_u32(smem);
@@ -1457,8 +1472,8 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_kernel(Args 
       auto load = [&](int kt) {
 #pragma unroll
         for (int it = 0; it < kPItems; ++it) {
-          cd[it] = code_p[it] ? __ldg(reinterpret_cast<const uint2*>(code_p[it] + kt * 32)) : make_uint2(0u, 0u);
-          sc[it] = sc_p[it] ? __ldg(sc_p[it] + kt * 4) : 0u;
+          cd[it] = code_p[it] ? ldg_code_l2(code_p[it] + kt * 32) : make_uint2(0u, 0u);
+          sc[it] = sc_p[it] ? ldg_scale_l2(sc_p[it] + kt * 4) : 0u;
         }
       };
       const int nsteps = (nt1 - nt0) * KT;
