@@ -263,6 +263,18 @@ int selftest() {
         }
     }
   }
+  // e2m1x8_to_e4m3x8 (the producers' cvt path): every code in every byte position of words mixing
+  // bytes, each output byte decoded as e4m3 must be e2m1 * 2^-6 exactly, sign included.
+  for (uint32_t b = 0; b < 256; ++b) {
+    const uint32_t w = b | (((b * 37) & 0xFF) << 8) | ((b ^ 0xA5) << 16) | (((b * 101 + 7) & 0xFF) << 24);
+    uint32_t x, y;
+    v2::e2m1x8_to_e4m3x8(w, x, y);
+    for (int i = 0; i < 8; ++i) {
+      const uint8_t code = uint8_t((w >> (4 * i)) & 0xF), e = uint8_t(((i < 4 ? x : y) >> (8 * (i & 3))) & 0xFF);
+      const float got = e4m3_to_f32(e), want = e2m1_to_f32(code) * 0.015625f;
+      if (got != want || std::signbit(got) != std::signbit(want)) ++bad;
+    }
+  }
   std::printf("selftest: dequant mismatches %ld, inexact f16 products %ld %s\n", bad, (long)emu::inexact,
               bad == 0 && emu::inexact == 0 ? "ok" : "FAIL");
   return bad == 0 && emu::inexact == 0 ? 0 : 1;
