@@ -325,16 +325,12 @@ constexpr int kProducers = 128;                          // kWs producer threads
 constexpr int kPItems = (kRows * BK / 16) / kProducers;  // 12 16-element items per producer and step
 // kVar 5 (gemm2 only differs): 4 stages, the bf16 output staged in two 128-column halves (4 KiB per
 // warp) and 7 column tiles per CTA.
-// kVar 8 / 9 (kWgmmaCluster2 / 4): kVar 5's tiles, stages and epilogues, the CTAs of one row tile
-// launched as clusters of 2 / 4 that share the dequantization of their A rows (WsCluster).
-template <int kVar>
-constexpr int ws_cluster() { return kVar == 8 ? 2 : (kVar == 9 ? 4 : 1); }
 template <bool kGemm1, int kVar>
-constexpr int ws_stages() { return kGemm1 || kVar == 5 || kVar >= 8 ? kWsStages : 3; }
+constexpr int ws_stages() { return kGemm1 || kVar == 5 ? kWsStages : 3; }
 template <bool kGemm1, int kVar>
-constexpr int ws_stage_out() { return kVar == 5 || kVar >= 8 ? kStageOutBytes / 2 : kStageOutBytes; }
+constexpr int ws_stage_out() { return kVar == 5 ? kStageOutBytes / 2 : kStageOutBytes; }
 template <bool kGemm1, int kVar>
-constexpr int n_per() { return kGemm1 ? kNPer1 : (kVar == 5 || kVar >= 8 ? 7 : kNPer2); }
+constexpr int n_per() { return kGemm1 ? kNPer1 : (kVar == 5 ? 7 : kNPer2); }
 template <bool kGemm1, int kVar>
 constexpr int smem_bytes() {
   if (kVar >= 4)
@@ -398,33 +394,6 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 // Generic-proxy shared stores (the dequantized tiles) made visible to the async proxy (wgmma).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// ---- thread-block clusters (the kWgmmaCluster variants): distributed shared memory ----
-__device__ __forceinline__ uint32_t cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-// The shared::cluster address of this CTA's shared address `addr` in cluster CTA `rank`.
-__device__ __forceinline__ uint32_t mapa_shared(uint32_t addr, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
-// Bulk copy (async proxy, the TMA unit) of `bytes` (multiple of 16) from this CTA's shared address
-// `src` to shared::cluster address `dst` (another cluster CTA's), completing `bytes` transaction
-// bytes on the mbarrier at shared::cluster address `mbar` (in the destination CTA). The source must
-// have been made visible to the async proxy (fence_proxy_async) by the threads that wrote it.
-__device__ __forceinline__ void bulk_copy_to_peer(uint32_t dst, uint32_t src, uint32_t bytes, uint32_t mbar) {
-  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "r"(src), "r"(bytes), "r"(mbar)
-               : "memory");
-}
-// Every thread of every CTA of the cluster: arrive (release) and wait (acquire).
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-// mbarrier initializations made visible to the cluster (before the cluster_sync that publishes them).
-__device__ __forceinline__ void fence_mbarrier_init_cluster() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 #endif
 // Keeps the compiler from moving accumulator reads/writes across wgmma issue / wait.
 __device__ __forceinline__ void acc_fence(float (&d)[4][8][4]) {
@@ -706,15 +675,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t addr, uint32_t parity) {
         : "memory");
   } while (!done);
 }
-// Arrive on the mbarrier at shared::cluster address `addr` (another cluster CTA's, from mapa_shared).
-__device__ __forceinline__ void mbar_arrive_remote(uint32_t addr) {
-  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(addr) : "memory");
-}
-// Arrive on a local mbarrier and raise its phase's expected transaction bytes by `tx` (bytes other
-// CTAs' bulk copies deliver into this CTA's tile).
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t addr, uint32_t tx) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(addr), "r"(tx) : "memory");
-}
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void bar_consumers() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
@@ -728,29 +688,6 @@ __device__ __forceinline__ void ws_chunk_offsets(int pt, uint32_t& off0, uint32_
   off0 = (pt >> 2) * 128 + (((2 * kb) ^ ((pt >> 2) & 7)) << 4);
   off1 = (pt >> 2) * 128 + (((2 * kb + 1) ^ ((pt >> 2) & 7)) << 4);
 }
-
-// The cluster view of a warp-specialized CTA. kWgmmaCluster2 / 4 launch CS = 2 / 4 CTAs of the same
-// A rows (consecutive column tiles) as one thread-block cluster: CTA `rank` dequantizes A items
-// rank * 4 / CS .. (rank + 1) * 4 / CS - 1 (32 rows each) into its own tile, and each producer warp
-// sends the 1 KiB it wrote of each (8 whole rows) to the same place in every other CTA's tile by
-// bulk copy (cp.async.bulk, distributed shared memory), completing transaction bytes on that CTA's
-// full barrier; each CTA still dequantizes its own 256 weight rows. Peer j (1 .. CS - 1) is CTA
-// (rank + j) % CS: `tiles` / `full` are its ring and full barriers as shared::cluster addresses;
-// `empty` is CTA (rank + lane) % CS's empty barriers (consumer lanes < CS arrive on one CTA each). Full barriers count the 128 local producer
-// threads (thread 0 also expects the peers' bytes); empty barriers one arrival per consumer warp of
-// every CTA (8 CS): a ring slot is refilled only once all CTAs' consumers are done with it, and
-// consumed only once every CTA's A rows are in it. CS = 1 is kWgmmaWs / Ws2.
-template <int CS>
-struct WsCluster {
-  uint32_t rank = 0;
-  uint32_t tiles[CS > 1 ? CS - 1 : 1] = {};
-  uint32_t full[CS > 1 ? CS - 1 : 1] = {};
-  uint32_t empty = 0;  // consumer lane d < CS: CTA (rank + d) % CS's empty barriers
-};
-template <int CS>
-constexpr int ws_a_items() { return (kPItems / 3) / CS; }                 // A items per producer thread
-template <int CS>
-constexpr int ws_items() { return ws_a_items<CS>() + 2 * kPItems / 3; }  // + 8 weight items
 
 constexpr uint32_t kItemBytes = (kProducers / 4) * 128;  // one producer item's 32 tile rows of 128 bytes
 
@@ -781,50 +718,6 @@ __device__ __forceinline__ void ws_fill_tile(uint32_t tiles, uint32_t full0, uin
   mbar_arrive(full0 + b * 8);
 }
 
-// kWgmmaCluster, step s's A items (this CTA's share, items 0 .. kA - 1 of c2 / s2): into tile s % NB
-// once every CTA's consumers freed it, published to the async proxy, and each warp's 1 KiB of each
-// item (8 whole rows) sent by bulk copy to the same place in every peer's tile, completing bytes
-// on the peer's full barrier. The producers run this a step ahead of the weight items, so the
-// copies travel while the weight items of the step before are dequantized.
-template <int NB, int CS>
-__device__ __forceinline__ void ws_fill_a(uint32_t tiles, uint32_t empty0, int s, uint32_t off0, uint32_t off1,
-                                          const uint2 (&c2)[ws_items<CS>()], const uint32_t (&s2)[ws_items<CS>()],
-                                          const WsCluster<CS>& cl) {
-  constexpr int kA = ws_a_items<CS>();
-  const int b = s % NB;
-  mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
-  const uint32_t off = b * kBufBytes + cl.rank * kA * kItemBytes;
-#pragma unroll
-  for (int i = 0; i < kA; ++i) ws_item_store(tiles + off + i * kItemBytes, off0, off1, c2[i], s2[i]);
-  fence_proxy_async();
-  __syncwarp();
-  if ((threadIdx.x & 31) == 0) {
-    const uint32_t w = (threadIdx.x & (kProducers - 1)) >> 5;
-#pragma unroll
-    for (int i = 0; i < kA; ++i)
-#pragma unroll
-      for (int j = 0; j < CS - 1; ++j) {
-        const uint32_t o = off + i * kItemBytes + w * (kItemBytes / 4);
-        bulk_copy_to_peer(cl.tiles[j] + o, tiles + o, kItemBytes / 4, cl.full[j] + b * 8);
-      }
-  }
-}
-// kWgmmaCluster, step s's 8 weight items (items kA .. of c2 / s2) into tile s % NB (freed already:
-// ws_fill_a waited for it), published, and the arrival on its full barrier; thread 0's arrival also
-// expects the bytes the peers' A items bring.
-template <int NB, int CS>
-__device__ __forceinline__ void ws_fill_b(uint32_t tiles, uint32_t full0, int s, uint32_t off0, uint32_t off1,
-                                          const uint2 (&c2)[ws_items<CS>()], const uint32_t (&s2)[ws_items<CS>()]) {
-  constexpr int kA = ws_a_items<CS>(), kI = ws_items<CS>();
-  const int b = s % NB;
-  const uint32_t buf = tiles + b * kBufBytes;
-#pragma unroll
-  for (int i = kA; i < kI; ++i) ws_item_store(buf + (kPItems / 3 + i - kA) * kItemBytes, off0, off1, c2[i], s2[i]);
-  fence_proxy_async();
-  if ((threadIdx.x & (kProducers - 1)) == 0) mbar_arrive_expect_tx(full0 + b * 8, (CS - 1) * kA * kItemBytes);
-  else mbar_arrive(full0 + b * 8);
-}
-
 // The warp-specialized producers' global loads (codes: 8 bytes, scales: 1 byte, read-only) with the
 // L2::256B prefetch-size hint: a miss brings the 256 bytes around the address into L2, so the next
 // steps' codes of the same row (32 bytes a step) and scales (4 bytes a step) hit in L2 instead of
@@ -840,111 +733,74 @@ __device__ __forceinline__ uint32_t ldg_scale_l2(const uint8_t* ptr) {
   return v;
 }
 
-// The producer warpgroup's K loop of kWgmmaWs / kWgmmaWs2 / kWgmmaCluster (kWgmmaPersist runs a copy
-// of it, see there): steps 0 .. nsteps - 1 over column tiles nt0, nt0 + 1, ... of expert e. Thread pt
-// owns 16-element items (tile item it: row (it * 128 + pt) / 4, k-block pt % 4): items 0..3 are the
-// A rows 0..127 (source row a_src(it, row), < 0 = dead; with CS > 1 only this CTA's share of them,
-// see WsCluster), items 4..11 the 256 weight rows (gemm1: 128 gate and the matching 128 up rows).
+// The producer warpgroup's K loop of kWgmmaWs / kWgmmaWs2 (kWgmmaPersist runs a copy of it, see
+// there): steps 0 .. nsteps - 1 over column tiles nt0, nt0 + 1, ... of expert e. Thread pt owns 12
+// 16-element items (row (it * 128 + pt) / 4, k-block pt % 4): A rows 0..127 (source row
+// a_src(it, row), < 0 = dead), then 256 weight rows (gemm1: 128 gate and the matching 128 up rows).
 // Codes (8-byte loads) and scales (1-byte) of step s + 1 are loaded into registers while step s is
 // dequantized into fp16 tile s % NB, once the consumers freed it (empty barrier); the tile is
 // published to the async proxy and the full barrier.
-template <bool kGemm1, int NB, int CS, class ASrc>
+template <bool kGemm1, int NB, class ASrc>
 __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, uint32_t full0, uint32_t empty0, int pt, int e,
-                                           int KT, int nt0, int nsteps, ASrc a_src, const WsCluster<CS>& cl) {
-  constexpr int kA = ws_a_items<CS>(), kI = ws_items<CS>();
+                                           int KT, int nt0, int nsteps, ASrc a_src) {
   const int kb = pt & 3;  // every item of this thread has the same k-block (c & 3 == pt & 3)
-  const uint8_t* code_p[kI];
-  const uint8_t* sc_p[kI];
-  // Bit i: item i has a source row. A dead item (padding row, weight row past N) loads nothing
+  const uint8_t* code_p[kPItems];
+  const uint8_t* sc_p[kPItems];
+  // Bit it: item it has a source row. A dead item (padding row, weight row past N) loads nothing
   // and gives zeros; one bit test per load instead of two 64-bit null-pointer compares.
   uint32_t live = 0;
   auto set_ptrs = [&](int nt) {
     live = 0;
 #pragma unroll
-    for (int i = 0; i < kI; ++i) {
-      const int it = i < kA ? static_cast<int>(cl.rank) * kA + i : kPItems / 3 + i - kA;
+    for (int it = 0; it < kPItems; ++it) {
       const int row = (it * kProducers + pt) >> 2;
       int64_t r;
       const uint8_t *cb, *sb;
       int64_t lc, ls;
-      if (i < kA) {
+      if (it < kPItems / 3) {
         const int32_t src = a_src(it, row);
-        live |= (src >= 0 ? 1u : 0u) << i;
+        live |= (src >= 0 ? 1u : 0u) << it;
         r = src >= 0 ? src : 0;
         cb = p.a; sb = p.a_sc; lc = p.ld_a; ls = p.ld_a_sc;
       } else {
         const int64_t wr = weight_row<kGemm1>(p, e, nt, row - BM);
-        live |= (wr >= 0 ? 1u : 0u) << i;
+        live |= (wr >= 0 ? 1u : 0u) << it;
         r = wr >= 0 ? wr : 0;
         cb = p.w; sb = p.w_sc; lc = p.ld_w; ls = p.ld_w_sc;
       }
-      code_p[i] = cb + r * lc + kb * 8;
-      sc_p[i] = sb + r * ls + kb;
+      code_p[it] = cb + r * lc + kb * 8;
+      sc_p[it] = sb + r * ls + kb;
     }
   };
-  uint2 cd[kI];
-  uint32_t sc[kI];
-  auto load_items = [&](int i0, int i1, int kt) {  // items i0 .. i1 - 1, k tile kt
+  uint2 cd[kPItems];
+  uint32_t sc[kPItems];
+  auto load = [&](int kt) {
 #pragma unroll
-    for (int i = 0; i < kI; ++i) {
-      if (i < i0 || i >= i1) continue;
-      const bool v = (live >> i) & 1u;
-      cd[i] = v ? ldg_code_l2(code_p[i] + kt * 32) : make_uint2(0u, 0u);
-      sc[i] = v ? ldg_scale_l2(sc_p[i] + kt * 4) : 0u;
+    for (int it = 0; it < kPItems; ++it) {
+      const bool v = (live >> it) & 1u;
+      cd[it] = v ? ldg_code_l2(code_p[it] + kt * 32) : make_uint2(0u, 0u);
+      sc[it] = v ? ldg_scale_l2(sc_p[it] + kt * 4) : 0u;
     }
   };
   const uint32_t tiles = smem_u32(smem);
   uint32_t off0, off1;
   ws_chunk_offsets(pt, off0, off1);
   set_ptrs(nt0);
-  load_items(0, kI, 0);
+  load(0);
   int kn = 0, ntn = nt0;  // k tile and column tile of step s + 1 (counters: no division per step)
-  if constexpr (CS == 1) {
-    for (int s = 0; s < nsteps; ++s) {
-      uint2 c2[kI];
-      uint32_t s2[kI];
+  for (int s = 0; s < nsteps; ++s) {
+    uint2 c2[kPItems];
+    uint32_t s2[kPItems];
 #pragma unroll
-      for (int i = 0; i < kI; ++i) { c2[i] = cd[i]; s2[i] = sc[i]; }
-      if (s + 1 < nsteps) {
-        if (++kn == KT) {
-          kn = 0;
-          set_ptrs(++ntn);
-        }
-        load_items(0, kI, kn);
+    for (int it = 0; it < kPItems; ++it) { c2[it] = cd[it]; s2[it] = sc[it]; }
+    if (s + 1 < nsteps) {
+      if (++kn == KT) {
+        kn = 0;
+        set_ptrs(++ntn);
       }
-      ws_fill_tile<NB>(tiles, full0, empty0, s, off0, off1, c2, s2);
+      load(kn);
     }
-  } else {
-    // The A items run a step ahead of the weight items (ws_fill_a): cd holds the A items of step
-    // s + 1 and the weight items of step s at the top of iteration s. (The A rows do not depend on
-    // the column tile, so set_ptrs leaves their pointers as they were.)
-    uint2 c2[kI];
-    uint32_t s2[kI];
-#pragma unroll
-    for (int i = 0; i < kA; ++i) { c2[i] = cd[i]; s2[i] = sc[i]; }
-    ws_fill_a<NB, CS>(tiles, empty0, 0, off0, off1, c2, s2, cl);
-    int ka = 0;  // k tile of the A items in cd
-    if (nsteps > 1) {
-      ka = KT > 1 ? 1 : 0;
-      load_items(0, kA, ka);
-    }
-    for (int s = 0; s < nsteps; ++s) {
-#pragma unroll
-      for (int i = 0; i < kI; ++i) { c2[i] = cd[i]; s2[i] = sc[i]; }
-      if (s + 1 < nsteps) {
-        if (++kn == KT) {
-          kn = 0;
-          set_ptrs(++ntn);
-        }
-        load_items(kA, kI, kn);
-        if (s + 2 < nsteps) {
-          if (++ka == KT) ka = 0;
-          load_items(0, kA, ka);
-        }
-        ws_fill_a<NB, CS>(tiles, empty0, s + 1, off0, off1, c2, s2, cl);
-      }
-      ws_fill_b<NB, CS>(tiles, full0, s, off0, off1, c2, s2);
-    }
+    ws_fill_tile<NB>(tiles, full0, empty0, s, off0, off1, c2, s2);
   }
 }
 
@@ -976,7 +832,6 @@ template <bool kGemm1, int kVar>
 __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, const int32_t* row_src, uint64_t* mbar, int e,
                                         int64_t r0, int nrows, int nt0, int nt1, bool warp_live) {
   constexpr int NB = ws_stages<kGemm1, kVar>();
-  constexpr int CS = ws_cluster<kVar>();
   constexpr bool kHalf = ws_stage_out<kGemm1, kVar>() < kStageOutBytes;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int KT = p.K / BK;
@@ -984,33 +839,16 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
   const uint32_t full0 = smem_u32(mbar), empty0 = full0 + NB * 8;
   if (tid == 0) {
     for (int i = 0; i < NB; ++i) {
-      mbar_init(full0 + i * 8, kProducers);                     // producer arrivals (CS > 1: + peers' bytes)
-      mbar_init(empty0 + i * 8, CS == 1 ? kThreads : 8 * CS);   // consumer arrivals (CS > 1: per warp)
+      mbar_init(full0 + i * 8, kProducers);  // producer arrivals
+      mbar_init(empty0 + i * 8, kThreads);   // 256 consumer arrivals
     }
   }
-  WsCluster<CS> cl;
-  if constexpr (CS > 1) {
-    // Every CTA's barriers are initialized before any CTA arrives on them or writes its tiles.
-    if (tid == 0) fence_mbarrier_init_cluster();
-    cluster_sync();
-    cl.rank = cluster_ctarank();
-#pragma unroll
-    for (int j = 0; j < CS - 1; ++j) {
-      const uint32_t peer = (cl.rank + 1 + j) % CS;
-      cl.tiles[j] = mapa_shared(smem_u32(smem), peer);
-      cl.full[j] = mapa_shared(full0, peer);
-    }
-    cl.empty = mapa_shared(empty0, (cl.rank + lane) % CS);
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
 
   if (tid >= kThreads) {
     // ---------------- producers ----------------
-    ws_produce<kGemm1, NB, CS>(p, smem, full0, empty0, tid - kThreads, e, KT, nt0, nsteps,
-                               [&](int, int row) { return row_src[row]; }, cl);
-    // No CTA leaves while a peer may still arrive on its barriers or write its tiles.
-    if constexpr (CS > 1) cluster_sync();
+    ws_produce<kGemm1, NB>(p, smem, full0, empty0, tid - kThreads, e, KT, nt0, nsteps,
+                           [&](int, int row) { return row_src[row]; });
     return;
   }
 
@@ -1028,13 +866,7 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
   const uint32_t tiles = smem_u32(smem);
   for (int s = 0; s < nsteps; ++s) {
     ws_consume_step<NB>(acc, tiles, full0, s, wm, warp_live);  // step s - 1's tile goes back to the producers:
-    if (s > 0) {
-      if constexpr (CS == 1) {
-        mbar_arrive(empty0 + ((s - 1) % NB) * 8);
-      } else if (lane < CS) {  // (wgmma.wait_group is warp-synchronous: the whole warp is done with it)
-        mbar_arrive_remote(cl.empty + ((s - 1) % NB) * 8);
-      }
-    }
+    if (s > 0) mbar_arrive(empty0 + ((s - 1) % NB) * 8);
     if constexpr (!kGemm1) {
       if (s % KT == KT - 1) {
         wgmma_wait<0>();
@@ -1092,7 +924,6 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
       store_requant_block(p, Hs + row * kHPitch + blk * 16, row_src[row] >= 0, r0 + row, n);
     }
   }
-  if constexpr (CS > 1) cluster_sync();  // (see the producers' return)
 }
 #endif
 
@@ -1839,36 +1670,9 @@ cudaError_t launch(Args p, cudaStream_t stream) {
   if (grid_m * n_groups >= (int64_t{1} << 31)) return cudaErrorInvalidConfiguration;
   p.grid_m = static_cast<int>(grid_m);
   p.n_groups = static_cast<int>(n_groups);
-  constexpr int CS = ws_cluster<kVar>();
-  if constexpr (CS > 1) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(grid_m * n_groups));
-    cfg.blockDim = dim3(kThreads + kProducers);
-    cfg.dynamicSmemBytes = smem_bytes<kGemm1, kVar>();
-    cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = CS;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    const cudaError_t err = cudaLaunchKernelEx(&cfg, tiled_kernel<kGemm1, kVar>, p);
-    return err != cudaSuccess ? err : last_launch_error();
-  } else {
-    tiled_kernel<kGemm1, kVar><<<static_cast<unsigned>(grid_m * n_groups), kVar >= 4 ? kThreads + kProducers : kThreads,
-                                 smem_bytes<kGemm1, kVar>(), stream>>>(p);
-    return last_launch_error();
-  }
-}
-
-// kWgmmaCluster2 / 4 (variants 8 / 9): every cluster's CTAs must share one row tile and run the
-// same K steps: the column-tile groups split into whole clusters, all of them full.
-template <bool kGemm1, int kVar>
-bool cluster_shape_ok(const Args& p) {
-  constexpr int kCols = kGemm1 ? kCols1 : kCols2, kNPer = n_per<kGemm1, kVar>(), CS = ws_cluster<kVar>();
-  const int64_t nt = (p.N + kCols - 1) / kCols;
-  return nt % kNPer == 0 && (nt / kNPer) % CS == 0;
+  tiled_kernel<kGemm1, kVar><<<static_cast<unsigned>(grid_m * n_groups), kVar >= 4 ? kThreads + kProducers : kThreads,
+                               smem_bytes<kGemm1, kVar>(), stream>>>(p);
+  return last_launch_error();
 }
 
 // kWgmmaPersist (variant 7): one CTA per SM, each walking its share of the work items.
@@ -1928,17 +1732,6 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
     case 3: if (!wgmma_ok() || !smem_ok<kGemm1, 3>()) return false; err = launch<kGemm1, 3>(p, stream); return true;
     case 4: if (!wgmma_ok() || !smem_ok<kGemm1, 4>()) return false; err = launch<kGemm1, 4>(p, stream); return true;
     case 5: if (!wgmma_ok() || !smem_ok<kGemm1, 5>()) return false; err = launch<kGemm1, 5>(p, stream); return true;
-    // kWgmmaCluster2 / 4: kWgmmaWs2 (the same bits) where the shape does not split into whole clusters.
-    case 8:
-      if (!cluster_shape_ok<kGemm1, 8>(p)) return try_launch<kGemm1>(p, 5, stream, err);
-      if (!wgmma_ok() || !smem_ok<kGemm1, 8>()) return false;
-      err = launch<kGemm1, 8>(p, stream);
-      return true;
-    case 9:
-      if (!cluster_shape_ok<kGemm1, 9>(p)) return try_launch<kGemm1>(p, 5, stream, err);
-      if (!wgmma_ok() || !smem_ok<kGemm1, 9>()) return false;
-      err = launch<kGemm1, 9>(p, stream);
-      return true;
     default: if (!wgmma_ok() || !persist_smem_ok<kGemm1>()) return false; err = persist_launch<kGemm1>(p, stream); return true;
   }
 }
@@ -1953,8 +1746,6 @@ int variant_of(Fp4GemmPath path, bool gemm1) {
     case Fp4GemmPath::kWgmmaWs: return 4;
     case Fp4GemmPath::kWgmmaWs2: return 5;
     case Fp4GemmPath::kWgmmaPersist: return 7;
-    case Fp4GemmPath::kWgmmaCluster2: return 8;
-    case Fp4GemmPath::kWgmmaCluster4: return 9;
     default: return 2;
   }
 }

@@ -33,7 +33,7 @@ namespace moeprof::kern {
 // 32 KiB). All paths give bit-identical results.
 enum class Fp4GemmPath : int {
   kAuto = 0, kLegacy = 1, kTiled = 2, kTiledSkip = 3, kTiledStaged = 4, kWgmma = 5, kWgmmaWs = 6, kWgmmaWs2 = 7,
-  kWgmmaPersist = 8, kWgmmaCluster2 = 9, kWgmmaCluster4 = 10
+  kWgmmaPersist = 8
 };
 // The tiled variants kAuto runs (the production paths), one per GEMM. Change them after measuring
 // bench_moe_gemm on the GPU (it times every variant and cross-checks each against kLegacy).

@@ -156,8 +156,7 @@ struct Fp4Case {
 const std::pair<const char*, Fp4GemmPath> kTiledPaths[] = {
     {"[tiled]", Fp4GemmPath::kTiled}, {"[tiled_skip]", Fp4GemmPath::kTiledSkip}, {"[tiled_staged]", Fp4GemmPath::kTiledStaged},
     {"[wgmma]", Fp4GemmPath::kWgmma}, {"[wgmma_ws]", Fp4GemmPath::kWgmmaWs},
-    {"[wgmma_ws2]", Fp4GemmPath::kWgmmaWs2}, {"[wgmma_persist]", Fp4GemmPath::kWgmmaPersist},
-    {"[wgmma_cluster2]", Fp4GemmPath::kWgmmaCluster2}, {"[wgmma_cluster4]", Fp4GemmPath::kWgmmaCluster4}};
+    {"[wgmma_ws2]", Fp4GemmPath::kWgmmaWs2}, {"[wgmma_persist]", Fp4GemmPath::kWgmmaPersist}};
 constexpr int kNumTiled = static_cast<int>(sizeof(kTiledPaths) / sizeof(kTiledPaths[0]));
 
 void cross_check(const std::string& name, const Fp4Case& c, Fp4GemmPath path, cudaStream_t s) {
@@ -337,7 +336,7 @@ int main(int argc, char** argv) {
   }
   const double g1_legacy = g1(Fp4GemmPath::kLegacy), g1_ms = g1(Fp4GemmPath::kAuto);
   const double g2_legacy = g2(Fp4GemmPath::kLegacy), g2_ms = g2(Fp4GemmPath::kAuto);
-  const char* const kVarNames[kNumTiled] = {"tiled", "tiled_skip", "tiled_staged", "wgmma", "wgmma_ws", "wgmma_ws2", "wgmma_persist", "wgmma_cluster2", "wgmma_cluster4"};
+  const char* const kVarNames[kNumTiled] = {"tiled", "tiled_skip", "tiled_staged", "wgmma", "wgmma_ws", "wgmma_ws2", "wgmma_persist"};
   double g1_var[kNumTiled], g2_var[kNumTiled];
   for (int v = 0; v < kNumTiled; ++v) {
     g1_var[v] = g1(kTiledPaths[v].second);
