@@ -418,33 +418,39 @@ __device__ __forceinline__ void e2m1x8_to_f16x8(uint32_t w, uint32_t s2, uint32_
   }
 }
 
-// Same result with fewer instructions (variants >= 1): the fp16 high bytes of all 8 codes are
-// built once per word (low nibble: mantissa/exponent bits 0..2 -> 1..3, sign bit 3 -> 7; high nibble:
-// bits 4..6 -> 1..3, sign bit 7 stays) into lo (codes 0, 2, 4, 6) and hi (1, 3, 5, 7), interleaved
-// into code order by two byte permutes (x: codes 0..3, y: 4..7), then each output word is one
-// permute of x or y with a zero register (high byte of each half, zero low bytes) and the scale
-// multiply: 17 instead of ~26 integer ops per 8 codes (19 with an AND per word instead of the zero
-// register). Checked exhaustively against e2m1x8_to_f16x8 by the emulation selftest.
+// The 8 codes of w, one byte each in code order (x: codes 0..3, y: 4..7): each code's bits e1 e0 m
+// shifted to bits kShift + 2 .. kShift, its sign to bit 7. Built once per word (low nibbles into
+// lo: codes 0, 2, 4, 6; high nibbles into hi: 1, 3, 5, 7) and interleaved by two byte permutes.
+// kShift 1: the high byte of fp16 2^-14 * e2m1 (e2m1x8_to_f16x8_fast); kShift 2: the e4m3 byte of
+// e2m1 * 2^-6 (e2m1x8_to_e4m3x8).
+template <int kShift>
+__device__ __forceinline__ void e2m1x8_bytes(uint32_t w, uint32_t& x, uint32_t& y) {
+  constexpr uint32_t kBits = 0x07070707u << kShift;
+  const uint32_t lo = ((w << kShift) & kBits) | ((w << 4) & 0x80808080u);
+  const uint32_t hi = ((w >> (4 - kShift)) & kBits) | (w & 0x80808080u);
+  x = __byte_perm(lo, hi, 0x5140u);
+  y = __byte_perm(lo, hi, 0x7362u);
+}
+
+// Same result with fewer instructions (variants >= 1): the fp16 high bytes of all 8 codes come
+// from e2m1x8_bytes<1> (mantissa/exponent bits -> fp16 bits 9..11, sign -> 15), then each output
+// word is one permute of x or y with a zero register (high byte of each half, zero low bytes) and
+// the scale multiply: 17 instead of ~26 integer ops per 8 codes (19 with an AND per word instead
+// of the zero register). Checked exhaustively against e2m1x8_to_f16x8 by the emulation selftest.
 __device__ __forceinline__ void e2m1x8_to_f16x8_fast(uint32_t w, uint32_t s2, uint32_t* o) {
-  const uint32_t lo = ((w << 1) & 0x0E0E0E0Eu) | ((w << 4) & 0x80808080u);
-  const uint32_t hi = ((w >> 3) & 0x0E0E0E0Eu) | (w & 0x80808080u);
-  const uint32_t x = __byte_perm(lo, hi, 0x5140u), y = __byte_perm(lo, hi, 0x7362u);
+  uint32_t x, y;
+  e2m1x8_bytes<1>(w, x, y);
   o[0] = hmul2_f16(__byte_perm(x, 0u, 0x1404u), s2);
   o[1] = hmul2_f16(__byte_perm(x, 0u, 0x3424u), s2);
   o[2] = hmul2_f16(__byte_perm(y, 0u, 0x1404u), s2);
   o[3] = hmul2_f16(__byte_perm(y, 0u, 0x3424u), s2);
 }
 
-// The 8 codes of w as e4m3 bytes holding e2m1(code) * 2^-6 (variant for the hardware conversion
-// below): code bits e1 e0 m -> e4m3 exponent bits 1..0 and the top mantissa bit (bits 4..2), sign
-// -> bit 7. e2m1's subnormal (e = 0: m * 0.5) maps to e4m3's subnormal (m * 2^-7), its normals
+// The 8 codes of w as e4m3 bytes holding e2m1(code) * 2^-6 (for the hardware conversion below):
+// code bits e1 e0 m -> e4m3 exponent bits 1..0 and the top mantissa bit (bits 4..2), sign -> bit 7.
+// e2m1's subnormal (e = 0: m * 0.5) maps to e4m3's subnormal (m * 2^-7), its normals
 // 2^(e-1) (1 + m/2) to 2^(e-7) (1 + m/2): exact for all 16 codes. x: codes 0..3, y: codes 4..7.
-__device__ __forceinline__ void e2m1x8_to_e4m3x8(uint32_t w, uint32_t& x, uint32_t& y) {
-  const uint32_t lo = ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u);
-  const uint32_t hi = ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u);
-  x = __byte_perm(lo, hi, 0x5140u);
-  y = __byte_perm(lo, hi, 0x7362u);
-}
+__device__ __forceinline__ void e2m1x8_to_e4m3x8(uint32_t w, uint32_t& x, uint32_t& y) { e2m1x8_bytes<2>(w, x, y); }
 
 // fp16x2 (both halves) holding e4m3(v) * 2^7, exact (|.| <= 57344); NaN (0x7F / 0xFF) stays NaN.
 // e4m3 exponent/mantissa bits -> fp16 bits 13..7 give e4m3 * 2^-8 (fp16 subnormal for e4m3
@@ -476,7 +482,8 @@ __device__ __forceinline__ uint32_t e4m3_to_f16x2_half_cvt(uint32_t sc) {
 // The warp-specialized producers' dequantization: codes -> e4m3 bytes (e2m1 * 2^-6, above), four
 // hardware conversions, one multiply by sh = scale / 2 each. The product e2m1 * scale * 2^-7 is
 // the one e2m1x8_to_f16x8_fast makes from 2^-14 e2m1 and scale * 2^7, with one rounding of the
-// same exact operands: the same fp16 bits, in 15 instead of 17 instructions per 8 codes.
+// same exact operands: the same fp16 bits, in 15 instead of 17 PTX operations per 8 codes (the
+// SASS was not counted; the measured speed-up is 0-1%, docs/performance.md, fifth session).
 __device__ __forceinline__ void e2m1x8_to_f16x8_cvt(uint32_t w, uint32_t sh, uint32_t* o) {
   uint32_t x, y;
   e2m1x8_to_e4m3x8(w, x, y);
