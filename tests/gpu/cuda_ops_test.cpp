@@ -707,7 +707,8 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
   auto& g = *env().gpu;
   struct Case { int64_t T, k, E, E_used, H, I, tile; };
   for (const Case& q : {Case{129, 4, 16, 13, 272, 80, 8}, Case{257, 6, 8, 7, 7168, 256, 64}, Case{37, 2, 5, 4, 2048, 512, 16},
-                        Case{300, 8, 64, 60, 832, 192, 8}}) {
+                        Case{300, 8, 64, 60, 832, 192, 8}, Case{211, 8, 40, 37, 512, 320, 16},
+                        Case{173, 8, 24, 23, 832, 256, 8}}) {
     INFO("T=" << q.T << " E=" << q.E << " H=" << q.H << " I=" << q.I << " tile=" << q.tile);
     Both ids = both(DType::kI32, q.T, q.k, topk_ids_host(q.T, q.k, q.E_used, 90 + q.T), "ids");
     PermuteOut r = run_permute(ids, q.T, q.k, q.E, q.tile);
@@ -781,7 +782,7 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
       REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess);
       for (Fp4GemmPath path : {Fp4GemmPath::kLegacy, Fp4GemmPath::kTiled, Fp4GemmPath::kTiledSkip,
                                Fp4GemmPath::kTiledStaged, Fp4GemmPath::kWgmma, Fp4GemmPath::kWgmmaWs,
-                               Fp4GemmPath::kWgmmaWs2, Fp4GemmPath::kWgmmaPersist}) {
+                               Fp4GemmPath::kWgmmaWs2, Fp4GemmPath::kWgmmaPersist, Fp4GemmPath::kWgmmaTma}) {
         INFO("forced Fp4GemmPath " << static_cast<int>(path));
         const bool tiled = path != Fp4GemmPath::kLegacy;
         if (static_cast<int>(path) >= static_cast<int>(Fp4GemmPath::kWgmma) && !(major == 9 && minor == 0)) continue;
@@ -800,8 +801,10 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
             static_cast<const int32_t*>(perm.g.raw()), r.P, q.E, q.I, q.H, static_cast<uint16_t*>(op.g.raw()), op.g.ld(),
             nullptr, path);
         REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-        REQUIRE(e1 == (tiled && q.H % 64 != 0 ? cudaErrorInvalidValue : cudaSuccess));
-        REQUIRE(e2 == (tiled && q.I % 64 != 0 ? cudaErrorInvalidValue : cudaSuccess));
+        // kWgmmaTma also refuses K % 256 != 0 (its TMA'd scale rows, K / 16 bytes, must be 16-byte multiples).
+        const int64_t kq = path == Fp4GemmPath::kWgmmaTma ? 256 : 64;
+        REQUIRE(e1 == (tiled && q.H % kq != 0 ? cudaErrorInvalidValue : cudaSuccess));
+        REQUIRE(e2 == (tiled && q.I % kq != 0 ? cudaErrorInvalidValue : cudaSuccess));
         if (e1 == cudaSuccess) check_gemm1(fetch<uint8_t>(g, hp.g), fetch<uint8_t>(g, hsp.g));
         if (e2 == cudaSuccess) check_gemm2(fetch<uint16_t>(g, op.g));
       }
@@ -845,7 +848,11 @@ TEST_CASE("cuda FP4 GEMM warp-specialized paths give kWgmma's bits for every e4m
     }
     return v;
   };
-  const int64_t T = 150, k = 4, E = 6, E_used = 5, H = 320, I = 192, tile = 16;
+  // Two shapes: K not a multiple of 256 (kWgmmaTma refuses it), and one kWgmmaTma takes (its scale
+  // rows must be 16-byte multiples).
+  for (const auto& [H, I] : {std::pair<int64_t, int64_t>{320, 192}, std::pair<int64_t, int64_t>{512, 256}}) {
+  INFO("H=" << H << " I=" << I);
+  const int64_t T = 150, k = 4, E = 6, E_used = 5, tile = 16;
   Both ids = both(DType::kI32, T, k, topk_ids_host(T, k, E_used, 77), "ids");
   PermuteOut r = run_permute(ids, T, k, E, tile);
   auto& c = *env().cpu;
@@ -904,7 +911,9 @@ TEST_CASE("cuda FP4 GEMM warp-specialized paths give kWgmma's bits for every e4m
   REQUIRE(nan > 0);
   REQUIRE(nan < ref.o.size() / 8);
   REQUIRE(nonzero > ref.o.size() / 2);
-  for (Fp4GemmPath path : {Fp4GemmPath::kWgmmaWs, Fp4GemmPath::kWgmmaWs2, Fp4GemmPath::kWgmmaPersist}) {
+  for (Fp4GemmPath path : {Fp4GemmPath::kWgmmaWs, Fp4GemmPath::kWgmmaWs2, Fp4GemmPath::kWgmmaPersist,
+                           Fp4GemmPath::kWgmmaTma}) {
+    if (path == Fp4GemmPath::kWgmmaTma && H % 256 != 0) continue;
     INFO("Fp4GemmPath " << static_cast<int>(path));
     const Outs got = run(path);
     require_equal(ref.q, got.q, "gemm1 codes");
@@ -918,6 +927,7 @@ TEST_CASE("cuda FP4 GEMM warp-specialized paths give kWgmma's bits for every e4m
     }
     INFO("gemm2 outputs differing from kWgmma: " << bad);
     REQUIRE(bad == 0);
+  }
   }
 }
 
