@@ -337,9 +337,9 @@ constexpr int kPItems = (kRows * BK / 16) / kProducers;  // 12 16-element items 
 constexpr int kTmaSlotBytes = BN * (BK / 2) + BN * 16;   // 256 weight rows: 32 code bytes + 16 scale bytes
                                                          // (a scale box is 16 bytes wide: 4 k tiles, 1 used)
 template <bool kGemm1, int kVar>
-constexpr int tma_slots() { return kVar != 6 ? 0 : (kGemm1 ? 2 : 4); }
+constexpr int tma_slots() { return kVar != 6 ? 0 : (kGemm1 ? 6 : 4); }
 template <bool kGemm1, int kVar>
-constexpr int ws_stages() { return kGemm1 || kVar == 5 ? kWsStages : 3; }
+constexpr int ws_stages() { return (kGemm1 && kVar != 6) || kVar == 5 ? kWsStages : 3; }
 template <bool kGemm1, int kVar>
 constexpr int ws_stage_out() { return kVar >= 5 ? kStageOutBytes / 2 : kStageOutBytes; }
 template <bool kGemm1, int kVar>
@@ -785,6 +785,24 @@ __device__ __forceinline__ uint32_t ldg_scale_l2(const uint8_t* ptr) {
   return v;
 }
 
+// kWgmmaTma: stage step (nt, kt) of expert e into slot `slot` (codes, then the scales' 16-byte box
+// of k tiles 4 (kt / 4) .. + 3): arm the slot's full barrier for its bytes and issue the copies.
+template <bool kGemm1>
+__device__ __forceinline__ void tma_stage(const TmaMaps* tm, uint32_t stg, uint32_t sfull0, int slot, int e, int nt, int kt) {
+  const uint32_t dst = stg + slot * kTmaSlotBytes, bar = sfull0 + slot * 8;
+  mbar_expect_tx(bar, kTmaSlotBytes);
+  if constexpr (kGemm1) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      tma_load_3d(dst + half * kCols1 * 32, &tm->codes, kt * 32, nt * kCols1, 2 * e + half, bar);
+      tma_load_3d(dst + BN * 32 + half * kCols1 * 16, &tm->scales, (kt >> 2) * 16, nt * kCols1, 2 * e + half, bar);
+    }
+  } else {
+    tma_load_3d(dst, &tm->codes, kt * 32, nt * kCols2, e, bar);
+    tma_load_3d(dst + BN * 32, &tm->scales, (kt >> 2) * 16, nt * kCols2, e, bar);
+  }
+}
+
 // The producer warpgroup's K loop of kWgmmaWs / kWgmmaWs2 / kWgmmaTma (kWgmmaPersist runs a copy of
 // it, see there): steps 0 .. nsteps - 1 over column tiles nt0, nt0 + 1, ... of expert e. Thread pt
 // owns 12 16-element items (row (it * 128 + pt) / 4, k-block pt % 4): A rows 0..127 (source row
@@ -796,13 +814,14 @@ __device__ __forceinline__ uint32_t ldg_scale_l2(const uint8_t* ptr) {
 // of step s arrive by TMA in staging slot s % kSlots (at shared address stg: codes [256][32 bytes],
 // then scales [256][16 bytes]: the scales of k tiles 4 (kt / 4) .. 4 (kt / 4) + 3, since a box must
 // start 16-byte aligned in its row (a box at 4 kt is an illegal instruction on the H200, measured);
-// this step's are bytes 4 (kt % 4) .. + 3). Thread 0 arms the slot's full
-// barrier and issues the copies, up to kSlots - 1 steps ahead, once all 128 producers read the slot
-// (its empty barrier). Rows past N are outside the maps and arrive as zeros, as dead items do.
+// this step's are bytes 4 (kt % 4) .. + 3). Consumer thread 0 stages them (tma_stage): steps
+// 0 .. kSlots - 1 first, then step s + kSlots into slot s % kSlots once it saw step s's fp16 tile
+// full (every producer read the slot before arriving there), so no producer waits to issue copies.
+// Rows past N are outside the maps and arrive as zeros, as dead items do.
 template <bool kGemm1, int NB, int kSlots, class ASrc>
 __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, uint32_t full0, uint32_t empty0, int pt, int e,
-                                           int KT, int nt0, int nsteps, ASrc a_src, const TmaMaps* tm = nullptr,
-                                           uint32_t stg = 0, uint32_t sfull0 = 0, uint32_t sempty0 = 0) {
+                                           int KT, int nt0, int nsteps, ASrc a_src, uint32_t stg = 0,
+                                           uint32_t sfull0 = 0) {
   constexpr int kLd = kSlots > 0 ? kPItems / 3 : kPItems;  // items loaded from global memory by this thread
   const int kb = pt & 3;  // every item of this thread has the same k-block (c & 3 == pt & 3)
   const uint8_t* code_p[kLd];
@@ -843,31 +862,6 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
       sc[it] = v ? ldg_scale_l2(sc_p[it] + kt * 4) : 0u;
     }
   };
-  // kSlots: the next step to stage (column tile ntt, k tile ktt), issued by thread 0 only.
-  int ktt = 0, ntt = nt0;
-  auto issue = [&](int slot) {
-    if constexpr (kSlots > 0) {
-      const uint32_t dst = stg + slot * kTmaSlotBytes, bar = sfull0 + slot * 8;
-      mbar_expect_tx(bar, kTmaSlotBytes);
-      if constexpr (kGemm1) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          tma_load_3d(dst + half * kCols1 * 32, &tm->codes, ktt * 32, ntt * kCols1, 2 * e + half, bar);
-          tma_load_3d(dst + BN * 32 + half * kCols1 * 16, &tm->scales, (ktt >> 2) * 16, ntt * kCols1, 2 * e + half, bar);
-        }
-      } else {
-        tma_load_3d(dst, &tm->codes, ktt * 32, ntt * kCols2, e, bar);
-        tma_load_3d(dst + BN * 32, &tm->scales, (ktt >> 2) * 16, ntt * kCols2, e, bar);
-      }
-      if (++ktt == KT) {
-        ktt = 0;
-        ++ntt;
-      }
-    }
-  };
-  if constexpr (kSlots > 0)
-    if (pt == 0)
-      for (int i = 0; i < kSlots && i < nsteps; ++i) issue(i);
   const uint32_t tiles = smem_u32(smem);
   uint32_t off0, off1;
   ws_chunk_offsets(pt, off0, off1);
@@ -896,13 +890,6 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
       for (int it = kLd; it < kPItems; ++it) {  // weight row (it - 4) * 32 + pt / 4
         c2[it] = lds64(src + (it - kLd) * 32 * 32);
         s2[it] = lds_u8(ssrc + (it - kLd) * 32 * 16);
-      }
-      mbar_arrive(sempty0 + slot * 8);
-      // Refill the slot step s - 1 used with step s - 1 + kSlots once every producer has read it.
-      if (pt == 0 && s >= 1 && s - 1 + kSlots < nsteps) {
-        const int ps = (s - 1) % kSlots;
-        mbar_wait(sempty0 + ps * 8, ((s - 1) / kSlots) & 1);
-        issue(ps);
       }
     }
     ws_fill_tile<NB>(tiles, full0, empty0, s, off0, off1, c2, s2);
@@ -943,16 +930,13 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
   const int KT = p.K / BK;
   const int nsteps = (nt1 - nt0) * KT;
   const uint32_t full0 = smem_u32(mbar), empty0 = full0 + NB * 8;
-  const uint32_t sfull0 = empty0 + NB * 8, sempty0 = sfull0 + kSlots * 8;  // kSlots: staging slots
+  const uint32_t sfull0 = empty0 + NB * 8;  // kSlots: the staging slots' full barriers
   if (tid == 0) {
     for (int i = 0; i < NB; ++i) {
       mbar_init(full0 + i * 8, kProducers);  // producer arrivals
       mbar_init(empty0 + i * 8, kThreads);   // 256 consumer arrivals
     }
-    for (int i = 0; i < kSlots; ++i) {
-      mbar_init(sfull0 + i * 8, 1);            // thread 0's expect_tx arrival + the TMA bytes
-      mbar_init(sempty0 + i * 8, kProducers);  // every producer read the slot
-    }
+    for (int i = 0; i < kSlots; ++i) mbar_init(sfull0 + i * 8, 1);  // thread 0's expect_tx arrival + the TMA bytes
     if (kSlots > 0) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
   }
   __syncthreads();
@@ -960,8 +944,8 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
   if (tid >= kThreads) {
     // ---------------- producers ----------------
     ws_produce<kGemm1, NB, kSlots>(p, smem, full0, empty0, tid - kThreads, e, KT, nt0, nsteps,
-                                   [&](int, int row) { return row_src[row]; }, tm,
-                                   smem_u32(smem) + tma_offset<kGemm1, kVar>(), sfull0, sempty0);
+                                   [&](int, int row) { return row_src[row]; },
+                                   smem_u32(smem) + tma_offset<kGemm1, kVar>(), sfull0);
     return;
   }
 
@@ -977,9 +961,25 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
   const uint32_t tiles = smem_u32(smem);
+  // kSlots: thread 0 stages steps 0 .. kSlots - 1, then step s + kSlots into slot s % kSlots once the
+  // consumers saw step s's fp16 tile full (every producer read that slot before arriving on it).
+  const uint32_t stg = tiles + tma_offset<kGemm1, kVar>();
+  int ntt = nt0, ktt = 0;
+  auto stage_next = [&](int slot) {
+    tma_stage<kGemm1>(tm, stg, sfull0, slot, e, ntt, ktt);
+    if (++ktt == KT) {
+      ktt = 0;
+      ++ntt;
+    }
+  };
+  if constexpr (kSlots > 0)
+    if (tid == 0)
+      for (int i = 0; i < kSlots && i < nsteps; ++i) stage_next(i);
   for (int s = 0; s < nsteps; ++s) {
     ws_consume_step<NB>(acc, tiles, full0, s, wm, warp_live);  // step s - 1's tile goes back to the producers:
     if (s > 0) mbar_arrive(empty0 + ((s - 1) % NB) * 8);
+    if constexpr (kSlots > 0)
+      if (tid == 0 && s + kSlots < nsteps) stage_next(s % kSlots);
     if constexpr (!kGemm1) {
       if (s % KT == KT - 1) {
         wgmma_wait<0>();
