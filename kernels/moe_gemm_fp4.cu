@@ -2,9 +2,6 @@
 
 #include "kernels/fp4_quant.cuh"
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
 #include <type_traits>
 
 namespace moeprof::kern {
@@ -328,30 +325,16 @@ constexpr int kProducers = 128;                          // kWs producer threads
 constexpr int kPItems = (kRows * BK / 16) / kProducers;  // 12 16-element items per producer and step
 // kVar 5 (gemm2 only differs): 4 stages, the bf16 output staged in two 128-column halves (4 KiB per
 // warp) and 7 column tiles per CTA.
-//  6 (kWgmmaTma, sm_90a): kVar 5 with the weight rows' FP4 codes and scales brought by TMA
-//        (cp.async.bulk.tensor, 3-D maps over [planes][N][K] with the out-of-range rows zero-filled)
-//        into a ring of kTmaSlots staging slots, issued up to kTmaSlots - 1 steps ahead by one producer
-//        thread; the producers read them from shared memory (their A rows still come by 8-/1-byte
-//        global loads one step ahead). gemm1: 4 fp16 tiles and 2 slots (of the forms measured,
-//        3 tiles + 6 slots and 3 + 3 were slower); gemm2: 3 fp16 tiles and 4 slots.
-constexpr int kTmaSlotBytes = BN * (BK / 2) + BN * 16;   // 256 weight rows: 32 code bytes + 16 scale bytes
-                                                         // (a scale box is 16 bytes wide: 4 k tiles, 1 used)
 template <bool kGemm1, int kVar>
-constexpr int tma_slots() { return kVar != 6 ? 0 : (kGemm1 ? 6 : 4); }
+constexpr int ws_stages() { return kGemm1 || kVar == 5 ? kWsStages : 3; }
 template <bool kGemm1, int kVar>
-constexpr int ws_stages() { return (kGemm1 && kVar != 6) || kVar == 5 ? kWsStages : 3; }
+constexpr int ws_stage_out() { return kVar == 5 ? kStageOutBytes / 2 : kStageOutBytes; }
 template <bool kGemm1, int kVar>
-constexpr int ws_stage_out() { return kVar >= 5 ? kStageOutBytes / 2 : kStageOutBytes; }
-template <bool kGemm1, int kVar>
-constexpr int n_per() { return kGemm1 ? kNPer1 : (kVar >= 5 ? 7 : kNPer2); }
-// kWs: offset of the TMA staging ring (after the fp16 tiles and gemm2's output staging).
-template <bool kGemm1, int kVar>
-constexpr int tma_offset() {
-  return ws_stages<kGemm1, kVar>() * kBufBytes + (kGemm1 ? 0 : (kThreads / 32) * ws_stage_out<kGemm1, kVar>());
-}
+constexpr int n_per() { return kGemm1 ? kNPer1 : (kVar == 5 ? 7 : kNPer2); }
 template <bool kGemm1, int kVar>
 constexpr int smem_bytes() {
-  if (kVar >= 4) return tma_offset<kGemm1, kVar>() + tma_slots<kGemm1, kVar>() * kTmaSlotBytes + kAlignPad;
+  if (kVar >= 4)
+    return ws_stages<kGemm1, kVar>() * kBufBytes + (kGemm1 ? 0 : (kThreads / 32) * ws_stage_out<kGemm1, kVar>()) + kAlignPad;
   return kSmemBytes + ((!kGemm1 && kVar >= 2) ? (kThreads / 32) * kStageOutBytes : 0) + (kVar == 3 ? kAlignPad : 0);
 }
 
@@ -519,12 +502,6 @@ struct Args {
   int grid_m, n_groups;
   float out_gs; uint8_t* out_q; int64_t ld_out_q; uint8_t* out_sc; int64_t ld_out_sc; bool q_vec;  // gemm1
   uint16_t* out; int64_t ld_out; bool vec_out; bool vec16_out;                                   // gemm2
-};
-// kWgmmaTma's tensor maps of the weights (made on the host by make_tma_maps, passed as a
-// __grid_constant__ kernel parameter): codes [planes][N][K/2] and scales [planes][N][K/16], bytes;
-// planes = gemm1: 2E (expert e's gate rows, then its up rows), gemm2: E. Zeros elsewhere.
-struct TmaMaps {
-  CUtensorMap codes, scales;
 };
 
 // gemm2's output tile from wgmma fragments (kWgmma, and kWgmmaWs without the half staging): this
@@ -705,28 +682,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t addr, uint32_t parity) {
         : "memory");
   } while (!done);
 }
-// TMA (kWgmmaTma): arm a barrier for `bytes` transaction bytes (one arrival), and one 3-D tiled copy
-// of the box at coordinates (c0 innermost, c1, c2) of `map` (a __grid_constant__ kernel parameter)
-// to shared address dst, completing on barrier `bar`. The CTA is its own cluster (no cluster launch).
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ uint2 lds64(uint32_t addr) {
-  uint2 v;
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint32_t lds_u8(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
-  return v;
-}
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void bar_consumers() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
@@ -785,54 +740,26 @@ __device__ __forceinline__ uint32_t ldg_scale_l2(const uint8_t* ptr) {
   return v;
 }
 
-// kWgmmaTma: stage step (nt, kt) of expert e into slot `slot` (codes, then the scales' 16-byte box
-// of k tiles 4 (kt / 4) .. + 3): arm the slot's full barrier for its bytes and issue the copies.
-template <bool kGemm1>
-__device__ __forceinline__ void tma_stage(const TmaMaps* tm, uint32_t stg, uint32_t sfull0, int slot, int e, int nt, int kt) {
-  const uint32_t dst = stg + slot * kTmaSlotBytes, bar = sfull0 + slot * 8;
-  mbar_expect_tx(bar, kTmaSlotBytes);
-  if constexpr (kGemm1) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      tma_load_3d(dst + half * kCols1 * 32, &tm->codes, kt * 32, nt * kCols1, 2 * e + half, bar);
-      tma_load_3d(dst + BN * 32 + half * kCols1 * 16, &tm->scales, (kt >> 2) * 16, nt * kCols1, 2 * e + half, bar);
-    }
-  } else {
-    tma_load_3d(dst, &tm->codes, kt * 32, nt * kCols2, e, bar);
-    tma_load_3d(dst + BN * 32, &tm->scales, (kt >> 2) * 16, nt * kCols2, e, bar);
-  }
-}
-
-// The producer warpgroup's K loop of kWgmmaWs / kWgmmaWs2 / kWgmmaTma (kWgmmaPersist runs a copy of
-// it, see there): steps 0 .. nsteps - 1 over column tiles nt0, nt0 + 1, ... of expert e. Thread pt
-// owns 12 16-element items (row (it * 128 + pt) / 4, k-block pt % 4): A rows 0..127 (source row
+// The producer warpgroup's K loop of kWgmmaWs / kWgmmaWs2 (kWgmmaPersist runs a copy of it, see
+// there): steps 0 .. nsteps - 1 over column tiles nt0, nt0 + 1, ... of expert e. Thread pt owns 12
+// 16-element items (row (it * 128 + pt) / 4, k-block pt % 4): A rows 0..127 (source row
 // a_src(it, row), < 0 = dead), then 256 weight rows (gemm1: 128 gate and the matching 128 up rows).
 // Codes (8-byte loads) and scales (1-byte) of step s + 1 are loaded into registers while step s is
 // dequantized into fp16 tile s % NB, once the consumers freed it (empty barrier); the tile is
 // published to the async proxy and the full barrier.
-// kSlots > 0 (kWgmmaTma): only the 4 A items are loaded that way. The weight rows' codes and scales
-// of step s arrive by TMA in staging slot s % kSlots (at shared address stg: codes [256][32 bytes],
-// then scales [256][16 bytes]: the scales of k tiles 4 (kt / 4) .. 4 (kt / 4) + 3, since a box must
-// start 16-byte aligned in its row (a box at 4 kt is an illegal instruction on the H200, measured);
-// this step's are bytes 4 (kt % 4) .. + 3). Consumer thread 0 stages them (tma_stage): steps
-// 0 .. kSlots - 1 first, then step s + kSlots into slot s % kSlots once it saw step s's fp16 tile
-// full (every producer read the slot before arriving there), so no producer waits to issue copies.
-// Rows past N are outside the maps and arrive as zeros, as dead items do.
-template <bool kGemm1, int NB, int kSlots, class ASrc>
+template <bool kGemm1, int NB, class ASrc>
 __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, uint32_t full0, uint32_t empty0, int pt, int e,
-                                           int KT, int nt0, int nsteps, ASrc a_src, uint32_t stg = 0,
-                                           uint32_t sfull0 = 0) {
-  constexpr int kLd = kSlots > 0 ? kPItems / 3 : kPItems;  // items loaded from global memory by this thread
+                                           int KT, int nt0, int nsteps, ASrc a_src) {
   const int kb = pt & 3;  // every item of this thread has the same k-block (c & 3 == pt & 3)
-  const uint8_t* code_p[kLd];
-  const uint8_t* sc_p[kLd];
+  const uint8_t* code_p[kPItems];
+  const uint8_t* sc_p[kPItems];
   // Bit it: item it has a source row. A dead item (padding row, weight row past N) loads nothing
   // and gives zeros; one bit test per load instead of two 64-bit null-pointer compares.
   uint32_t live = 0;
   auto set_ptrs = [&](int nt) {
     live = 0;
 #pragma unroll
-    for (int it = 0; it < kLd; ++it) {
+    for (int it = 0; it < kPItems; ++it) {
       const int row = (it * kProducers + pt) >> 2;
       int64_t r;
       const uint8_t *cb, *sb;
@@ -852,11 +779,11 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
       sc_p[it] = sb + r * ls + kb;
     }
   };
-  uint2 cd[kLd];
-  uint32_t sc[kLd];
+  uint2 cd[kPItems];
+  uint32_t sc[kPItems];
   auto load = [&](int kt) {
 #pragma unroll
-    for (int it = 0; it < kLd; ++it) {
+    for (int it = 0; it < kPItems; ++it) {
       const bool v = (live >> it) & 1u;
       cd[it] = v ? ldg_code_l2(code_p[it] + kt * 32) : make_uint2(0u, 0u);
       sc[it] = v ? ldg_scale_l2(sc_p[it] + kt * 4) : 0u;
@@ -872,25 +799,13 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
     uint2 c2[kPItems];
     uint32_t s2[kPItems];
 #pragma unroll
-    for (int it = 0; it < kLd; ++it) { c2[it] = cd[it]; s2[it] = sc[it]; }
-    const int kcur = kn;  // k tile of step s
+    for (int it = 0; it < kPItems; ++it) { c2[it] = cd[it]; s2[it] = sc[it]; }
     if (s + 1 < nsteps) {
       if (++kn == KT) {
         kn = 0;
         set_ptrs(++ntn);
       }
       load(kn);
-    }
-    if constexpr (kSlots > 0) {
-      const int slot = s % kSlots;
-      mbar_wait(sfull0 + slot * 8, (s / kSlots) & 1);
-      const uint32_t src = stg + slot * kTmaSlotBytes + (pt >> 2) * 32 + kb * 8;
-      const uint32_t ssrc = stg + slot * kTmaSlotBytes + BN * 32 + (pt >> 2) * 16 + (kcur & 3) * 4 + kb;
-#pragma unroll
-      for (int it = kLd; it < kPItems; ++it) {  // weight row (it - 4) * 32 + pt / 4
-        c2[it] = lds64(src + (it - kLd) * 32 * 32);
-        s2[it] = lds_u8(ssrc + (it - kLd) * 32 * 16);
-      }
     }
     ws_fill_tile<NB>(tiles, full0, empty0, s, off0, off1, c2, s2);
   }
@@ -922,30 +837,25 @@ __device__ __forceinline__ void ws_consume_step(float (&acc)[4][8][4], uint32_t 
 // tid >= 256: the producer warpgroup.
 template <bool kGemm1, int kVar>
 __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, const int32_t* row_src, uint64_t* mbar, int e,
-                                        int64_t r0, int nrows, int nt0, int nt1, bool warp_live, const TmaMaps* tm) {
+                                        int64_t r0, int nrows, int nt0, int nt1, bool warp_live) {
   constexpr int NB = ws_stages<kGemm1, kVar>();
-  constexpr int kSlots = tma_slots<kGemm1, kVar>();
   constexpr bool kHalf = ws_stage_out<kGemm1, kVar>() < kStageOutBytes;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int KT = p.K / BK;
   const int nsteps = (nt1 - nt0) * KT;
   const uint32_t full0 = smem_u32(mbar), empty0 = full0 + NB * 8;
-  const uint32_t sfull0 = empty0 + NB * 8;  // kSlots: the staging slots' full barriers
   if (tid == 0) {
     for (int i = 0; i < NB; ++i) {
       mbar_init(full0 + i * 8, kProducers);  // producer arrivals
       mbar_init(empty0 + i * 8, kThreads);   // 256 consumer arrivals
     }
-    for (int i = 0; i < kSlots; ++i) mbar_init(sfull0 + i * 8, 1);  // thread 0's expect_tx arrival + the TMA bytes
-    if (kSlots > 0) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
   }
   __syncthreads();
 
   if (tid >= kThreads) {
     // ---------------- producers ----------------
-    ws_produce<kGemm1, NB, kSlots>(p, smem, full0, empty0, tid - kThreads, e, KT, nt0, nsteps,
-                                   [&](int, int row) { return row_src[row]; },
-                                   smem_u32(smem) + tma_offset<kGemm1, kVar>(), sfull0);
+    ws_produce<kGemm1, NB>(p, smem, full0, empty0, tid - kThreads, e, KT, nt0, nsteps,
+                           [&](int, int row) { return row_src[row]; });
     return;
   }
 
@@ -961,25 +871,9 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
   const uint32_t tiles = smem_u32(smem);
-  // kSlots: thread 0 stages steps 0 .. kSlots - 1, then step s + kSlots into slot s % kSlots once the
-  // consumers saw step s's fp16 tile full (every producer read that slot before arriving on it).
-  const uint32_t stg = tiles + tma_offset<kGemm1, kVar>();
-  int ntt = nt0, ktt = 0;
-  auto stage_next = [&](int slot) {
-    tma_stage<kGemm1>(tm, stg, sfull0, slot, e, ntt, ktt);
-    if (++ktt == KT) {
-      ktt = 0;
-      ++ntt;
-    }
-  };
-  if constexpr (kSlots > 0)
-    if (tid == 0)
-      for (int i = 0; i < kSlots && i < nsteps; ++i) stage_next(i);
   for (int s = 0; s < nsteps; ++s) {
     ws_consume_step<NB>(acc, tiles, full0, s, wm, warp_live);  // step s - 1's tile goes back to the producers:
     if (s > 0) mbar_arrive(empty0 + ((s - 1) % NB) * 8);
-    if constexpr (kSlots > 0)
-      if (tid == 0 && s + kSlots < nsteps) stage_next(s % kSlots);
     if constexpr (!kGemm1) {
       if (s % KT == KT - 1) {
         wgmma_wait<0>();
@@ -1043,8 +937,7 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
 // kWs instantiations return after ws_body: the rest of the body is unreachable there (warning 128).
 #pragma nv_diag_suppress 128
 template <bool kGemm1, int kVar>
-__global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 1)
-    tiled_kernel(Args p, const __grid_constant__ TmaMaps tm) {
+__global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 1) tiled_kernel(Args p) {
   constexpr bool kSkip = kVar >= 1, kStaged = !kGemm1 && kVar >= 2, kWg = kVar >= 3, kWs = kVar >= 4;
   constexpr int kNT = kWs ? kThreads + kProducers : kThreads;  // kWs: + 1 producer warpgroup
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -1052,8 +945,7 @@ __global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 
   unsigned char* const smem = kWg ? smem_raw + ((kAlignPad - (smem_u32(smem_raw) & (kAlignPad - 1))) & (kAlignPad - 1)) : smem_raw;
   __shared__ int32_t row_src[BM];
   __shared__ int32_t warp_tot[kNT / 32];
-  // kWs: full[NB], empty[NB] of the fp16 tiles, then kWgmmaTma's full / empty of its staging slots.
-  __shared__ __align__(8) uint64_t mbar[2 * kWsStages + 2 * tma_slots<kGemm1, kVar>()];
+  __shared__ __align__(8) uint64_t mbar[2 * kWsStages];  // kWs: full[kWsStages], empty[kWsStages]
   __shared__ int64_t info[3];  // expert, first padded row, rows
 
   constexpr int kCols = kGemm1 ? kCols1 : kCols2;
@@ -1164,7 +1056,7 @@ __global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 
   }
   if constexpr (kWs) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    ws_body<kGemm1, kVar>(p, smem, row_src, mbar, e, r0, nrows, nt0, nt1, warp_live, &tm);
+    ws_body<kGemm1, kVar>(p, smem, row_src, mbar, e, r0, nrows, nt0, nt1, warp_live);
 #else
     __trap();
 #endif
@@ -1775,7 +1667,7 @@ bool smem_ok() {
 }
 
 template <bool kGemm1, int kVar>
-cudaError_t launch(Args p, cudaStream_t stream, const TmaMaps& tm = TmaMaps{}) {
+cudaError_t launch(Args p, cudaStream_t stream) {
   if (p.P <= 0 || p.N <= 0) return cudaSuccess;
   constexpr int kCols = kGemm1 ? kCols1 : kCols2;
   constexpr int kNPer = n_per<kGemm1, kVar>();
@@ -1786,7 +1678,7 @@ cudaError_t launch(Args p, cudaStream_t stream, const TmaMaps& tm = TmaMaps{}) {
   p.grid_m = static_cast<int>(grid_m);
   p.n_groups = static_cast<int>(n_groups);
   tiled_kernel<kGemm1, kVar><<<static_cast<unsigned>(grid_m * n_groups), kVar >= 4 ? kThreads + kProducers : kThreads,
-                               smem_bytes<kGemm1, kVar>(), stream>>>(p, tm);
+                               smem_bytes<kGemm1, kVar>(), stream>>>(p);
   return last_launch_error();
 }
 
@@ -1818,35 +1710,6 @@ cudaError_t persist_launch(Args p, cudaStream_t stream) {
   return last_launch_error();
 }
 
-// kWgmmaTma (variant 6): the tensor maps of the weight codes and scales (TmaMaps). False where the
-// driver has no cuTensorMapEncodeTiled or the layout does not fit TMA's rules (16-byte aligned base
-// addresses and row strides; the scales' row stride K/16 is the one that fails on odd shapes).
-bool make_tma_maps(const Args& p, bool gemm1, TmaMaps& m) {
-  using Encode = PFN_cuTensorMapEncodeTiled_v12000;
-  static const Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return Encode{nullptr};
-    }
-    return reinterpret_cast<Encode>(fn);
-  }();
-  if (encode == nullptr || !aligned(p.w, p.ld_w, 16) || !aligned(p.w_sc, p.ld_w_sc, 16)) return false;
-  const cuuint64_t planes = static_cast<cuuint64_t>(p.E) * (gemm1 ? 2 : 1), n = static_cast<cuuint64_t>(p.N);
-  const cuuint32_t rows = gemm1 ? kCols1 : kCols2, ones[3] = {1, 1, 1};
-  auto one = [&](CUtensorMap& map, const uint8_t* base, int64_t ld, int64_t width, cuuint32_t box_w) {
-    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(width), n, planes};
-    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(ld), static_cast<cuuint64_t>(ld) * n};
-    const cuuint32_t box[3] = {box_w, rows, 1};
-    return encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<uint8_t*>(base), dims, strides, box, ones,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-  };
-  return one(m.codes, p.w, p.ld_w, p.K / 2, BK / 2) && one(m.scales, p.w_sc, p.ld_w_sc, p.K / 16, 16);
-}
-
 // kWgmma (variant 3) runs only where the kernels were built for sm_90a (MOEPROF_HAVE_SM90A, set by
 // kernels/CMakeLists.txt) and the current device is compute capability 9.0 exactly (sm_90a code
 // runs nowhere else).
@@ -1876,12 +1739,6 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
     case 3: if (!wgmma_ok() || !smem_ok<kGemm1, 3>()) return false; err = launch<kGemm1, 3>(p, stream); return true;
     case 4: if (!wgmma_ok() || !smem_ok<kGemm1, 4>()) return false; err = launch<kGemm1, 4>(p, stream); return true;
     case 5: if (!wgmma_ok() || !smem_ok<kGemm1, 5>()) return false; err = launch<kGemm1, 5>(p, stream); return true;
-    case 6: {
-      TmaMaps tm{};
-      if (!wgmma_ok() || !smem_ok<kGemm1, 6>() || !make_tma_maps(p, kGemm1, tm)) return false;
-      err = launch<kGemm1, 6>(p, stream, tm);
-      return true;
-    }
     default: if (!wgmma_ok() || !persist_smem_ok<kGemm1>()) return false; err = persist_launch<kGemm1>(p, stream); return true;
   }
 }
@@ -1896,7 +1753,6 @@ int variant_of(Fp4GemmPath path, bool gemm1) {
     case Fp4GemmPath::kWgmmaWs: return 4;
     case Fp4GemmPath::kWgmmaWs2: return 5;
     case Fp4GemmPath::kWgmmaPersist: return 7;
-    case Fp4GemmPath::kWgmmaTma: return 6;
     default: return 2;
   }
 }

@@ -30,12 +30,10 @@ namespace moeprof::kern {
 // column tiles per CTA (gemm1 identical to kWgmmaWs). kWgmmaPersist: kWgmmaWs2's tiles, warp roles
 // and epilogues in a persistent kernel: one CTA per SM walks its share of the tiles, and the
 // producers run on into the next tile during the consumers' epilogue (gemm1's h tile gets its own
-// 32 KiB). kWgmmaTma: kWgmmaWs2 with the weights' FP4 codes and scales brought into shared memory by
-// TMA, several K steps ahead, on 3 fp16 tiles; it needs 16-byte aligned weight and scale rows
-// (K % 256 == 0 for packed rows) and refuses otherwise. All paths give bit-identical results.
+// 32 KiB). All paths give bit-identical results.
 enum class Fp4GemmPath : int {
   kAuto = 0, kLegacy = 1, kTiled = 2, kTiledSkip = 3, kTiledStaged = 4, kWgmma = 5, kWgmmaWs = 6, kWgmmaWs2 = 7,
-  kWgmmaPersist = 8, kWgmmaTma = 9
+  kWgmmaPersist = 8
 };
 // The tiled variants kAuto runs (the production paths), one per GEMM. Change them after measuring
 // bench_moe_gemm on the GPU (it times every variant and cross-checks each against kLegacy).

@@ -156,8 +156,7 @@ struct Fp4Case {
 const std::pair<const char*, Fp4GemmPath> kTiledPaths[] = {
     {"[tiled]", Fp4GemmPath::kTiled}, {"[tiled_skip]", Fp4GemmPath::kTiledSkip}, {"[tiled_staged]", Fp4GemmPath::kTiledStaged},
     {"[wgmma]", Fp4GemmPath::kWgmma}, {"[wgmma_ws]", Fp4GemmPath::kWgmmaWs},
-    {"[wgmma_ws2]", Fp4GemmPath::kWgmmaWs2}, {"[wgmma_persist]", Fp4GemmPath::kWgmmaPersist},
-    {"[wgmma_tma]", Fp4GemmPath::kWgmmaTma}};
+    {"[wgmma_ws2]", Fp4GemmPath::kWgmmaWs2}, {"[wgmma_persist]", Fp4GemmPath::kWgmmaPersist}};
 constexpr int kNumTiled = static_cast<int>(sizeof(kTiledPaths) / sizeof(kTiledPaths[0]));
 
 void cross_check(const std::string& name, const Fp4Case& c, Fp4GemmPath path, cudaStream_t s) {
@@ -173,32 +172,18 @@ void cross_check(const std::string& name, const Fp4Case& c, Fp4GemmPath path, cu
     BENCH_CHECK(cudaMemsetAsync(o[v], 0xAB, P * H * 2, s));
   }
   const Fp4GemmPath paths[2] = {Fp4GemmPath::kLegacy, path};
-  // kWgmmaTma refuses K % 256 != 0 (cudaErrorInvalidValue): that GEMM is reported as skipped.
-  const bool tma = path == Fp4GemmPath::kWgmmaTma, run1 = !tma || H % 256 == 0, run2 = !tma || I % 256 == 0;
-  auto expect = [](cudaError_t e, bool runs) {
-    if (runs) BENCH_CHECK(e);
-    else if (e != cudaErrorInvalidValue) BENCH_CHECK(e == cudaSuccess ? cudaErrorUnknown : e);
-  };
   for (int v = 0; v < 2; ++v)
-    expect(launch_moe_gemm1_fp4(c.a, H / 2, c.a_s, H / 16, 0.05f, c.w13, H / 2, c.w13_s, H / 16, c.gs, c.offsets,
-                                c.p2t, P, c.E, H, I, 0.02f, hq[v], I / 2, hs[v], I / 16, s, paths[v]),
-           v == 0 || run1);
+    BENCH_CHECK(launch_moe_gemm1_fp4(c.a, H / 2, c.a_s, H / 16, 0.05f, c.w13, H / 2, c.w13_s, H / 16, c.gs, c.offsets,
+                                     c.p2t, P, c.E, H, I, 0.02f, hq[v], I / 2, hs[v], I / 16, s, paths[v]));
   // gemm2 of both paths on the legacy gemm1 output
   for (int v = 0; v < 2; ++v)
-    expect(launch_moe_gemm2_fp4(hq[0], I / 2, hs[0], I / 16, 0.02f, c.w2, I / 2, c.w2_s, I / 16, c.gs, c.offsets,
-                                c.p2t, P, c.E, I, H, o[v], H, s, paths[v]),
-           v == 0 || run2);
+    BENCH_CHECK(launch_moe_gemm2_fp4(hq[0], I / 2, hs[0], I / 16, 0.02f, c.w2, I / 2, c.w2_s, I / 16, c.gs, c.offsets,
+                                     c.p2t, P, c.E, I, H, o[v], H, s, paths[v]));
   BENCH_CHECK(cudaStreamSynchronize(s));
   const auto dead = dead_rows(c.offsets, c.p2t, P, c.E);
-  if (run1)
-    check_gemm1(name + " gemm1", fetch(hq[0], P * I / 2), fetch(hs[0], P * I / 16), fetch(hq[1], P * I / 2),
-                fetch(hs[1], P * I / 16), dead, P, I);
-  else
-    std::printf("CHECK %s gemm1: skipped (K %% 256 != 0, refused as documented)\n", name.c_str());
-  if (run2)
-    check_gemm2(name + " gemm2", fetch(o[0], P * H), fetch(o[1], P * H), dead, P, H);
-  else
-    std::printf("CHECK %s gemm2: skipped (K %% 256 != 0, refused as documented)\n", name.c_str());
+  check_gemm1(name + " gemm1", fetch(hq[0], P * I / 2), fetch(hs[0], P * I / 16), fetch(hq[1], P * I / 2),
+              fetch(hs[1], P * I / 16), dead, P, I);
+  check_gemm2(name + " gemm2", fetch(o[0], P * H), fetch(o[1], P * H), dead, P, H);
   for (int v = 0; v < 2; ++v) {
     BENCH_CHECK(cudaFree(hq[v])); BENCH_CHECK(cudaFree(hs[v])); BENCH_CHECK(cudaFree(o[v]));
   }
@@ -322,7 +307,7 @@ int main(int argc, char** argv) {
     odd_case(129, 4, 16, 1024, 192, 8, 920, s);
     odd_case(300, 8, 64, 512, 1088, 64, 930, s);
     odd_case(300, 8, 64, 832, 192, 8, 940, s);  // gemm2 N = 832: a partial 256-column tile
-    odd_case(211, 8, 40, 832, 256, 16, 950, s);  // the same with K = 256: kWgmmaTma's gemm2 on a partial tile
+    odd_case(211, 8, 40, 832, 256, 16, 950, s);  // the same with K = 256 (4 k steps)
     Fp4Case main_case{a, a_s, w13, w13_s, w2, w2_s, gs, offsets, p2t, P, E, H, I};
     for (const auto& [tag, path] : kTiledPaths) cross_check(std::string(tag) + " tiled vs legacy (bench shape)", main_case, path, s);
     cross_check("auto vs legacy (bench shape)", main_case, Fp4GemmPath::kAuto, s);
@@ -352,7 +337,7 @@ int main(int argc, char** argv) {
   }
   const double g1_legacy = g1(Fp4GemmPath::kLegacy), g1_ms = g1(Fp4GemmPath::kAuto);
   const double g2_legacy = g2(Fp4GemmPath::kLegacy), g2_ms = g2(Fp4GemmPath::kAuto);
-  const char* const kVarNames[kNumTiled] = {"tiled", "tiled_skip", "tiled_staged", "wgmma", "wgmma_ws", "wgmma_ws2", "wgmma_persist", "wgmma_tma"};
+  const char* const kVarNames[kNumTiled] = {"tiled", "tiled_skip", "tiled_staged", "wgmma", "wgmma_ws", "wgmma_ws2", "wgmma_persist"};
   double g1_var[kNumTiled], g2_var[kNumTiled];
   for (int v = 0; v < kNumTiled; ++v) {
     g1_var[v] = g1(kTiledPaths[v].second);

@@ -782,7 +782,7 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
       REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess);
       for (Fp4GemmPath path : {Fp4GemmPath::kLegacy, Fp4GemmPath::kTiled, Fp4GemmPath::kTiledSkip,
                                Fp4GemmPath::kTiledStaged, Fp4GemmPath::kWgmma, Fp4GemmPath::kWgmmaWs,
-                               Fp4GemmPath::kWgmmaWs2, Fp4GemmPath::kWgmmaPersist, Fp4GemmPath::kWgmmaTma}) {
+                               Fp4GemmPath::kWgmmaWs2, Fp4GemmPath::kWgmmaPersist}) {
         INFO("forced Fp4GemmPath " << static_cast<int>(path));
         const bool tiled = path != Fp4GemmPath::kLegacy;
         if (static_cast<int>(path) >= static_cast<int>(Fp4GemmPath::kWgmma) && !(major == 9 && minor == 0)) continue;
@@ -801,10 +801,8 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
             static_cast<const int32_t*>(perm.g.raw()), r.P, q.E, q.I, q.H, static_cast<uint16_t*>(op.g.raw()), op.g.ld(),
             nullptr, path);
         REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-        // kWgmmaTma also refuses K % 256 != 0 (its TMA'd scale rows, K / 16 bytes, must be 16-byte multiples).
-        const int64_t kq = path == Fp4GemmPath::kWgmmaTma ? 256 : 64;
-        REQUIRE(e1 == (tiled && q.H % kq != 0 ? cudaErrorInvalidValue : cudaSuccess));
-        REQUIRE(e2 == (tiled && q.I % kq != 0 ? cudaErrorInvalidValue : cudaSuccess));
+        REQUIRE(e1 == (tiled && q.H % 64 != 0 ? cudaErrorInvalidValue : cudaSuccess));
+        REQUIRE(e2 == (tiled && q.I % 64 != 0 ? cudaErrorInvalidValue : cudaSuccess));
         if (e1 == cudaSuccess) check_gemm1(fetch<uint8_t>(g, hp.g), fetch<uint8_t>(g, hsp.g));
         if (e2 == cudaSuccess) check_gemm2(fetch<uint16_t>(g, op.g));
       }
@@ -848,86 +846,83 @@ TEST_CASE("cuda FP4 GEMM warp-specialized paths give kWgmma's bits for every e4m
     }
     return v;
   };
-  // Two shapes: K not a multiple of 256 (kWgmmaTma refuses it), and one kWgmmaTma takes (its scale
-  // rows must be 16-byte multiples).
+  // Two shapes: K = 320 / 192 (5 and 3 k steps) and 512 / 256.
   for (const auto& [H, I] : {std::pair<int64_t, int64_t>{320, 192}, std::pair<int64_t, int64_t>{512, 256}}) {
-  INFO("H=" << H << " I=" << I);
-  const int64_t T = 150, k = 4, E = 6, E_used = 5, tile = 16;
-  Both ids = both(DType::kI32, T, k, topk_ids_host(T, k, E_used, 77), "ids");
-  PermuteOut r = run_permute(ids, T, k, E, tile);
-  auto& c = *env().cpu;
-  auto& g = *env().gpu;
-  Both offsets = both(DType::kI32, 1, E + 1, fetch<int32_t>(c, r.offsets.c), "offsets");
-  Both perm = both(DType::kI32, 1, r.P, fetch<int32_t>(c, r.p2t.c), "p2t");
-  std::vector<uint8_t> as = sweep(T * H / 16, 7, 3), w13s = sweep(E * 2 * I * H / 16, 13, 5);
-  std::vector<uint8_t> hs = sweep(r.P * I / 16, 11, 1), w2s = sweep(E * H * I / 16, 5, 9);
-  as[2 * (H / 16) + 1] = 0x7F;     // token 2, K block 1
-  w13s[5 * (H / 16) + 0] = 0xFF;   // expert 0, gate row 5
-  hs[3 * (I / 16) + 2] = 0xFF;     // padded row 3
-  w2s[7 * (I / 16) + 1] = 0x7F;    // expert 0, output column 7
-  Both a = both(DType::kFP4x2, T, H / 2, rand_bytes(T * H / 2, 200), "a");
-  Both a_s = both(DType::kE4M3, T, H / 16, as, "a_s");
-  Both w13 = both(DType::kFP4x2, E * 2 * I, H / 2, rand_bytes(E * 2 * I * H / 2, 201), "w13");
-  Both w13_s = both(DType::kE4M3, E * 2 * I, H / 16, w13s, "w13_s");
-  Both w13gs = both(DType::kF32, 1, E, rand_f32(E, 202, 1e-4f, 3e-4f), "w13_gs");
-  Both h = both(DType::kFP4x2, r.P, I / 2, rand_bytes(r.P * I / 2, 203), "h");
-  Both h_s = both(DType::kE4M3, r.P, I / 16, hs, "h_s");
-  Both w2 = both(DType::kFP4x2, E * H, I / 2, rand_bytes(E * H * I / 2, 204), "w2");
-  Both w2_s = both(DType::kE4M3, E * H, I / 16, w2s, "w2_s");
-  Both w2gs = both(DType::kF32, 1, E, rand_f32(E, 205, 1e-4f, 3e-4f), "w2_gs");
-  auto cp = [](const Tensor& t) { return static_cast<const uint8_t*>(t.raw()); };
-  struct Outs {
-    std::vector<uint8_t> q, qs;
-    std::vector<uint16_t> o;
-  };
-  auto run = [&](Fp4GemmPath path) {
-    Both hq = out(DType::kFP4x2, r.P, I / 2, "h_out");
-    Both hqs = out(DType::kE4M3, r.P, I / 16, "h_s_out");
-    Both o = out(DType::kBF16, r.P, H, "gemm2_out");
-    REQUIRE(g.synchronize().is_ok());
-    REQUIRE(kern::launch_moe_gemm1_fp4(cp(a.g), a.g.ld(), cp(a_s.g), a_s.g.ld(), 1.0f, cp(w13.g), w13.g.ld(),
-                                       cp(w13_s.g), w13_s.g.ld(), static_cast<const float*>(w13gs.g.raw()),
-                                       static_cast<const int32_t*>(offsets.g.raw()),
-                                       static_cast<const int32_t*>(perm.g.raw()), r.P, E, H, I, 0.05f,
-                                       static_cast<uint8_t*>(hq.g.raw()), hq.g.ld(), static_cast<uint8_t*>(hqs.g.raw()),
-                                       hqs.g.ld(), nullptr, path) == cudaSuccess);
-    REQUIRE(kern::launch_moe_gemm2_fp4(cp(h.g), h.g.ld(), cp(h_s.g), h_s.g.ld(), 1.0f, cp(w2.g), w2.g.ld(),
-                                       cp(w2_s.g), w2_s.g.ld(), static_cast<const float*>(w2gs.g.raw()),
-                                       static_cast<const int32_t*>(offsets.g.raw()),
-                                       static_cast<const int32_t*>(perm.g.raw()), r.P, E, I, H,
-                                       static_cast<uint16_t*>(o.g.raw()), o.g.ld(), nullptr, path) == cudaSuccess);
-    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    return Outs{fetch<uint8_t>(g, hq.g), fetch<uint8_t>(g, hqs.g), fetch<uint16_t>(g, o.g)};
-  };
-  const Outs ref = run(Fp4GemmPath::kWgmma);
-  // The sweep must reach the outputs: mostly finite, nonzero and varied, with the NaN scales'
-  // column and rows NaN.
-  size_t nan = 0, nonzero = 0;
-  for (uint16_t v : ref.o) {
-    nan += (v & 0x7F80u) == 0x7F80u && (v & 0x7Fu) != 0;
-    nonzero += (v & 0x7FFFu) != 0;
-  }
-  INFO("gemm2 reference: " << nan << " NaN, " << nonzero << " nonzero of " << ref.o.size());
-  REQUIRE(nan > 0);
-  REQUIRE(nan < ref.o.size() / 8);
-  REQUIRE(nonzero > ref.o.size() / 2);
-  for (Fp4GemmPath path : {Fp4GemmPath::kWgmmaWs, Fp4GemmPath::kWgmmaWs2, Fp4GemmPath::kWgmmaPersist,
-                           Fp4GemmPath::kWgmmaTma}) {
-    if (path == Fp4GemmPath::kWgmmaTma && H % 256 != 0) continue;
-    INFO("Fp4GemmPath " << static_cast<int>(path));
-    const Outs got = run(path);
-    require_equal(ref.q, got.q, "gemm1 codes");
-    require_equal(ref.qs, got.qs, "gemm1 scales");
-    REQUIRE(got.o.size() == ref.o.size());
-    size_t bad = 0;
-    for (size_t i = 0; i < ref.o.size(); ++i) {
-      const bool na = (ref.o[i] & 0x7F80u) == 0x7F80u && (ref.o[i] & 0x7Fu) != 0;
-      const bool nb = (got.o[i] & 0x7F80u) == 0x7F80u && (got.o[i] & 0x7Fu) != 0;
-      bad += na ? !nb : got.o[i] != ref.o[i];
+    INFO("H=" << H << " I=" << I);
+    const int64_t T = 150, k = 4, E = 6, E_used = 5, tile = 16;
+    Both ids = both(DType::kI32, T, k, topk_ids_host(T, k, E_used, 77), "ids");
+    PermuteOut r = run_permute(ids, T, k, E, tile);
+    auto& c = *env().cpu;
+    auto& g = *env().gpu;
+    Both offsets = both(DType::kI32, 1, E + 1, fetch<int32_t>(c, r.offsets.c), "offsets");
+    Both perm = both(DType::kI32, 1, r.P, fetch<int32_t>(c, r.p2t.c), "p2t");
+    std::vector<uint8_t> as = sweep(T * H / 16, 7, 3), w13s = sweep(E * 2 * I * H / 16, 13, 5);
+    std::vector<uint8_t> hs = sweep(r.P * I / 16, 11, 1), w2s = sweep(E * H * I / 16, 5, 9);
+    as[2 * (H / 16) + 1] = 0x7F;     // token 2, K block 1
+    w13s[5 * (H / 16) + 0] = 0xFF;   // expert 0, gate row 5
+    hs[3 * (I / 16) + 2] = 0xFF;     // padded row 3
+    w2s[7 * (I / 16) + 1] = 0x7F;    // expert 0, output column 7
+    Both a = both(DType::kFP4x2, T, H / 2, rand_bytes(T * H / 2, 200), "a");
+    Both a_s = both(DType::kE4M3, T, H / 16, as, "a_s");
+    Both w13 = both(DType::kFP4x2, E * 2 * I, H / 2, rand_bytes(E * 2 * I * H / 2, 201), "w13");
+    Both w13_s = both(DType::kE4M3, E * 2 * I, H / 16, w13s, "w13_s");
+    Both w13gs = both(DType::kF32, 1, E, rand_f32(E, 202, 1e-4f, 3e-4f), "w13_gs");
+    Both h = both(DType::kFP4x2, r.P, I / 2, rand_bytes(r.P * I / 2, 203), "h");
+    Both h_s = both(DType::kE4M3, r.P, I / 16, hs, "h_s");
+    Both w2 = both(DType::kFP4x2, E * H, I / 2, rand_bytes(E * H * I / 2, 204), "w2");
+    Both w2_s = both(DType::kE4M3, E * H, I / 16, w2s, "w2_s");
+    Both w2gs = both(DType::kF32, 1, E, rand_f32(E, 205, 1e-4f, 3e-4f), "w2_gs");
+    auto cp = [](const Tensor& t) { return static_cast<const uint8_t*>(t.raw()); };
+    struct Outs {
+      std::vector<uint8_t> q, qs;
+      std::vector<uint16_t> o;
+    };
+    auto run = [&](Fp4GemmPath path) {
+      Both hq = out(DType::kFP4x2, r.P, I / 2, "h_out");
+      Both hqs = out(DType::kE4M3, r.P, I / 16, "h_s_out");
+      Both o = out(DType::kBF16, r.P, H, "gemm2_out");
+      REQUIRE(g.synchronize().is_ok());
+      REQUIRE(kern::launch_moe_gemm1_fp4(cp(a.g), a.g.ld(), cp(a_s.g), a_s.g.ld(), 1.0f, cp(w13.g), w13.g.ld(),
+                                         cp(w13_s.g), w13_s.g.ld(), static_cast<const float*>(w13gs.g.raw()),
+                                         static_cast<const int32_t*>(offsets.g.raw()),
+                                         static_cast<const int32_t*>(perm.g.raw()), r.P, E, H, I, 0.05f,
+                                         static_cast<uint8_t*>(hq.g.raw()), hq.g.ld(), static_cast<uint8_t*>(hqs.g.raw()),
+                                         hqs.g.ld(), nullptr, path) == cudaSuccess);
+      REQUIRE(kern::launch_moe_gemm2_fp4(cp(h.g), h.g.ld(), cp(h_s.g), h_s.g.ld(), 1.0f, cp(w2.g), w2.g.ld(),
+                                         cp(w2_s.g), w2_s.g.ld(), static_cast<const float*>(w2gs.g.raw()),
+                                         static_cast<const int32_t*>(offsets.g.raw()),
+                                         static_cast<const int32_t*>(perm.g.raw()), r.P, E, I, H,
+                                         static_cast<uint16_t*>(o.g.raw()), o.g.ld(), nullptr, path) == cudaSuccess);
+      REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+      return Outs{fetch<uint8_t>(g, hq.g), fetch<uint8_t>(g, hqs.g), fetch<uint16_t>(g, o.g)};
+    };
+    const Outs ref = run(Fp4GemmPath::kWgmma);
+    // The sweep must reach the outputs: mostly finite, nonzero and varied, with the NaN scales'
+    // column and rows NaN.
+    size_t nan = 0, nonzero = 0;
+    for (uint16_t v : ref.o) {
+      nan += (v & 0x7F80u) == 0x7F80u && (v & 0x7Fu) != 0;
+      nonzero += (v & 0x7FFFu) != 0;
     }
-    INFO("gemm2 outputs differing from kWgmma: " << bad);
-    REQUIRE(bad == 0);
-  }
+    INFO("gemm2 reference: " << nan << " NaN, " << nonzero << " nonzero of " << ref.o.size());
+    REQUIRE(nan > 0);
+    REQUIRE(nan < ref.o.size() / 8);
+    REQUIRE(nonzero > ref.o.size() / 2);
+    for (Fp4GemmPath path : {Fp4GemmPath::kWgmmaWs, Fp4GemmPath::kWgmmaWs2, Fp4GemmPath::kWgmmaPersist}) {
+      INFO("Fp4GemmPath " << static_cast<int>(path));
+      const Outs got = run(path);
+      require_equal(ref.q, got.q, "gemm1 codes");
+      require_equal(ref.qs, got.qs, "gemm1 scales");
+      REQUIRE(got.o.size() == ref.o.size());
+      size_t bad = 0;
+      for (size_t i = 0; i < ref.o.size(); ++i) {
+        const bool na = (ref.o[i] & 0x7F80u) == 0x7F80u && (ref.o[i] & 0x7Fu) != 0;
+        const bool nb = (got.o[i] & 0x7F80u) == 0x7F80u && (got.o[i] & 0x7Fu) != 0;
+        bad += na ? !nb : got.o[i] != ref.o[i];
+      }
+      INFO("gemm2 outputs differing from kWgmma: " << bad);
+      REQUIRE(bad == 0);
+    }
   }
 }
 
