@@ -2,6 +2,9 @@
 
 #include "kernels/fp4_quant.cuh"
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
 #include <type_traits>
 
 namespace moeprof::kern {
@@ -502,6 +505,7 @@ struct Args {
   int grid_m, n_groups;
   float out_gs; uint8_t* out_q; int64_t ld_out_q; uint8_t* out_sc; int64_t ld_out_sc; bool q_vec;  // gemm1
   uint16_t* out; int64_t ld_out; bool vec_out; bool vec16_out;                                   // gemm2
+  bool tma_out;  // kWgmmaPersist's gemm2: the output tensor map (persist_kernel's out_map) is valid
 };
 
 // gemm2's output tile from wgmma fragments (kWgmma, and kWgmmaWs without the half staging): this
@@ -617,6 +621,68 @@ __device__ __forceinline__ void store_out_tile_half_staged(const Args& p, const 
   else
     store_out_tile_half_staged_k<false>(p, acc, stg, row_src, row_w, nt, nrows, r0, gsc, g14, lane);
 }
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// kWgmmaPersist's gemm2 epilogue when the output has a tensor map (p.tma_out) and all 16 rows of this
+// warp are in the tile (row_w + 15 < nrows): the same bf16 values as store_out_tile_half_staged_k,
+// staged per 128-column half as two 16 x 64-column boxes (`stg`, 2 x 2 KiB, 1024-byte aligned,
+// 16-byte chunk c of row r at r * 128 + (c ^ (r & 7)) * 16: TMA's 128-byte swizzle) and written by
+// two TMA stores (cp.async.bulk.tensor, bulk group) issued by lane 0. The warp's global stores and
+// their wait for memory go to the TMA unit; the staging is rewritten only after lane 0's
+// wait_group.read (the second half's values are computed before that wait). Columns past N are
+// clipped by the map; padding rows are zeros as in the staged path.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, int c0, int c1, uint32_t src) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1), "r"(src)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+template <bool kFold>
+__device__ __forceinline__ void store_out_tile_tma_k(const Args& p, const CUtensorMap* out_map, const float (&acc)[4][8][4],
+                                                     unsigned char* stg, const int32_t* row_src, int row_w, int nt,
+                                                     int64_t r0, float gsc, float g14, int lane) {
+  const int g = lane >> 2, q = lane & 3;
+  const uint32_t sbase = smem_u32(stg);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    uint32_t v[2][16];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const bool live = row_src[row_w + g + hh * 8] >= 0;
+#pragma unroll
+      for (int jl = 0; jl < 16; ++jl) {
+        const int j = half * 16 + jl;
+        const float v0 = unscale<kFold>(acc[j >> 3][j & 7][2 * hh], gsc, g14);
+        const float v1 = unscale<kFold>(acc[j >> 3][j & 7][2 * hh + 1], gsc, g14);
+        v[hh][jl] = live ? pack_bf16x2(v0, v1) : 0u;
+      }
+    }
+    if (half == 1) {  // the first half's boxes must have been read before the staging is rewritten
+      if (lane == 0) bulk_wait_read0();
+      __syncwarp();
+    }
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int lr = g + hh * 8;
+#pragma unroll
+      for (int jl = 0; jl < 16; ++jl)  // column chunk jl (8 bf16) of the half: box jl / 8, chunk jl % 8
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sbase + (jl >> 3) * 2048 + lr * 128 + (((jl & 7) ^ (lr & 7)) << 4) + q * 4),
+                     "r"(v[hh][jl])
+                     : "memory");
+    }
+    fence_proxy_async();  // this thread's staging writes, visible to the TMA unit
+    __syncwarp();
+    if (lane == 0) {
+      const int col = nt * kCols2 + half * 128;
+      tma_store_2d(out_map, col, static_cast<int>(r0 + row_w), sbase);
+      tma_store_2d(out_map, col + 64, static_cast<int>(r0 + row_w), sbase + 2048);
+      bulk_commit();
+    }
+  }
+}
+#endif
 
 // gemm1's requantization of one 16-column block of the bf16-valued h tile (hs: its 16 values)
 // to NVFP4 codes + scale at padded row r, column n; a dead row (padding) gets codes and scale 0.
@@ -1387,7 +1453,8 @@ struct TileInfo {
 };
 
 template <bool kGemm1>
-__global__ void __launch_bounds__(kThreads + kProducers, 1) persist_kernel(Args p) {
+__global__ void __launch_bounds__(kThreads + kProducers, 1)
+    persist_kernel(Args p, const __grid_constant__ CUtensorMap out_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int NB = kWsStages;
   constexpr int kCols = kGemm1 ? kCols1 : kCols2;
@@ -1598,8 +1665,22 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_kernel(Args 
         const int64_t r0 = vinfo[ti & 1].r0;
         const int nrows = vinfo[ti & 1].nrows;
         const float gsc = __fmul_rn(p.a_gs, p.w_gs[vinfo[ti & 1].e]);
-        store_out_tile_half_staged(p, acc, epi + warp * (kStageOutBytes / 2), row_src, wm * 64 + wn * 16, nt, nrows, r0,
-                                   gsc, lane);
+        const int row_w = wm * 64 + wn * 16;
+        unsigned char* const stg = epi + warp * (kStageOutBytes / 2);
+        const float g14 = __fmul_rn(gsc, kUnscale);
+        if (p.tma_out && row_w + 16 <= nrows) {
+          // The previous tile's boxes (the same staging) must have been read; long done by now.
+          if (lane == 0) bulk_wait_read0();
+          __syncwarp();
+          if (isfinite(g14))
+            store_out_tile_tma_k<true>(p, &out_map, acc, stg, row_src, row_w, nt, r0, gsc, g14, lane);
+          else
+            store_out_tile_tma_k<false>(p, &out_map, acc, stg, row_src, row_w, nt, r0, gsc, g14, lane);
+        } else {
+          if (lane == 0) bulk_wait_read0();
+          __syncwarp();
+          store_out_tile_half_staged(p, acc, stg, row_src, row_w, nt, nrows, r0, gsc, lane);
+        }
         __syncwarp();
       }
     }
@@ -1640,6 +1721,7 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_kernel(Args 
     }
     mbar_arrive(free0 + (ti & 1) * 8);  // rsrc / tile_info slot ti & 1 may take tile ti + 2
   }
+  if (!kGemm1 && lane == 0) bulk_wait_read0();  // the staging outlives the last TMA store's reads
 #else
   __trap();
 #endif
@@ -1682,6 +1764,30 @@ cudaError_t launch(Args p, cudaStream_t stream) {
   return last_launch_error();
 }
 
+// kWgmmaPersist's gemm2 output as a TMA tensor map: bf16 [P][N] (row stride ld_out), 16 x 64-element
+// boxes with the 128-byte swizzle (store_out_tile_tma_k). False (the kernel then stores with
+// st.global as the other paths do) where the driver lacks cuTensorMapEncodeTiled or the output is
+// not 16-byte aligned with 16-byte row strides.
+bool make_out_map(const Args& p, CUtensorMap& m) {
+  using Encode = PFN_cuTensorMapEncodeTiled_v12000;
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return Encode{nullptr};
+    }
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (encode == nullptr || !p.vec16_out || p.P >= (int64_t{1} << 31)) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.N), static_cast<cuuint64_t>(p.P)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.ld_out) * 2};
+  const cuuint32_t box[2] = {64, 16}, ones[2] = {1, 1};
+  return encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.out, dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 // kWgmmaPersist (variant 7): one CTA per SM, each walking its share of the work items.
 template <bool kGemm1>
 bool persist_smem_ok() {
@@ -1706,7 +1812,9 @@ cudaError_t persist_launch(Args p, cudaStream_t stream) {
     (void)cudaGetLastError();
     return cudaErrorInvalidDevice;
   }
-  persist_kernel<kGemm1><<<static_cast<unsigned>(sms), kThreads + kProducers, persist_smem_bytes(), stream>>>(p);
+  CUtensorMap out_map{};
+  p.tma_out = !kGemm1 && make_out_map(p, out_map);
+  persist_kernel<kGemm1><<<static_cast<unsigned>(sms), kThreads + kProducers, persist_smem_bytes(), stream>>>(p, out_map);
   return last_launch_error();
 }
 

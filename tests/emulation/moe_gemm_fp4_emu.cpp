@@ -29,6 +29,8 @@
 #define __forceinline__ inline
 #define __global__
 #define __launch_bounds__(a, b)
+#define __grid_constant__
+struct CUtensorMap { alignas(64) uint64_t opaque[16]; };  // (the TMA paths are not emulated)
 
 struct U3 { unsigned x = 0, y = 0, z = 0; };
 thread_local U3 threadIdx, blockIdx;
