@@ -1667,18 +1667,16 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
         const float gsc = __fmul_rn(p.a_gs, p.w_gs[vinfo[ti & 1].e]);
         const int row_w = wm * 64 + wn * 16;
         unsigned char* const stg = epi + warp * (kStageOutBytes / 2);
+        // The previous tile's TMA boxes (the same staging) must have been read; long done by now.
+        if (p.tma_out && lane == 0) bulk_wait_read0();
+        __syncwarp();
         const float g14 = __fmul_rn(gsc, kUnscale);
         if (p.tma_out && row_w + 16 <= nrows) {
-          // The previous tile's boxes (the same staging) must have been read; long done by now.
-          if (lane == 0) bulk_wait_read0();
-          __syncwarp();
           if (isfinite(g14))
             store_out_tile_tma_k<true>(p, &out_map, acc, stg, row_src, row_w, nt, r0, gsc, g14, lane);
           else
             store_out_tile_tma_k<false>(p, &out_map, acc, stg, row_src, row_w, nt, r0, gsc, g14, lane);
         } else {
-          if (lane == 0) bulk_wait_read0();
-          __syncwarp();
           store_out_tile_half_staged(p, acc, stg, row_src, row_w, nt, nrows, r0, gsc, lane);
         }
         __syncwarp();
@@ -1721,7 +1719,7 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
     }
     mbar_arrive(free0 + (ti & 1) * 8);  // rsrc / tile_info slot ti & 1 may take tile ti + 2
   }
-  if (!kGemm1 && lane == 0) bulk_wait_read0();  // the staging outlives the last TMA store's reads
+  if (!kGemm1 && p.tma_out && lane == 0) bulk_wait_read0();  // the staging outlives the last TMA store's reads
 #else
   __trap();
 #endif
