@@ -1447,22 +1447,34 @@ __global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 
 //  - the zero rows past offsets[E] are written by the consumers of all CTAs, grid-strided, first.
 constexpr int kEpiBytes = 32768;  // gemm1: 128 x 128 bf16 h tile; gemm2: 8 warps x 4 KiB staging
 constexpr int persist_smem_bytes() { return kWsStages * kBufBytes + kEpiBytes + kAlignPad; }
+// kWgmmaPersistRA (gemm2 with K <= kRaMaxK): the 128 A rows of a work item stay resident as fp16 for
+// all K (KT <= 8 tiles of 128 x 64, kRaATile bytes each, the 128-byte-swizzle layout of the A half of
+// a kBufBytes tile), dequantized once, in the item's first column tile, and read by the wgmmas of all
+// its 7 column tiles; the ring holds only the 256 weight rows (kRaStages tiles of kRaBTile bytes).
+// The same 230,400 bytes as the other layout: 128 KiB A + 2 x 32 KiB B + 32 KiB output staging.
+constexpr int kRaMaxK = 512, kRaKT = kRaMaxK / BK, kRaStages = 2;
+constexpr int kRaATile = BM * BK * 2, kRaBTile = BN * BK * 2;
+static_assert(kRaKT * kRaATile + kRaStages * kRaBTile == kWsStages * kBufBytes, "resident-A layout: the same bytes");
+static_assert(kRaATile == (kPItems / 3) * (kProducers / 4) * 128 && kRaBTile == (kPItems - kPItems / 3) * (kProducers / 4) * 128,
+              "A items 0..3 fill an A tile, items 4..11 a B tile");
 struct TileInfo {
   int64_t r0;
   int e, nrows;
 };
 
-template <bool kGemm1>
+template <bool kGemm1, bool kResA>
 __global__ void __launch_bounds__(kThreads + kProducers, 1)
     persist_kernel(Args p, const __grid_constant__ CUtensorMap out_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int NB = kWsStages;
+  static_assert(!(kGemm1 && kResA), "resident A tiles: gemm2 only (gemm1 has one column tile per item)");
+  constexpr int NB = kResA ? kRaStages : kWsStages;
   constexpr int kCols = kGemm1 ? kCols1 : kCols2;
   constexpr int kNPer = n_per<kGemm1, 5>();
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* const smem = smem_raw + ((kAlignPad - (smem_u32(smem_raw) & (kAlignPad - 1))) & (kAlignPad - 1));
-  unsigned char* const epi = smem + NB * kBufBytes;
-  __shared__ __align__(8) uint64_t mbar[2 * NB + 2];  // full[NB], empty[NB], tile_free[2]
+  unsigned char* const epi = smem + kWsStages * kBufBytes;  // (both layouts: after 196,608 operand bytes)
+  __shared__ __align__(8) uint64_t mbar[2 * NB + 2 + (kResA ? kRaKT : 0)];  // full[NB], empty[NB], tile_free[2],
+                                                                           // kResA: a_free[kRaKT]
   __shared__ int32_t rsrc[2][BM];
   __shared__ TileInfo tile_info[2];
   __shared__ int32_t red[(kThreads + kProducers) / 32];
@@ -1470,6 +1482,7 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
   const int NT = (p.N + kCols - 1) / kCols;
   const int KT = p.K / BK;
   const uint32_t full0 = smem_u32(mbar), empty0 = full0 + NB * 8, free0 = empty0 + NB * 8;
+  const uint32_t afree0 = free0 + 2 * 8;  // kResA: A tile kt is free once all consumers arrived on afree0 + 8 kt
 
   // Row tiles in all: the sum over experts of ceil(rows_e / BM).
   {
@@ -1489,6 +1502,8 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
       }
       mbar_init(free0, kThreads);
       mbar_init(free0 + 8, kThreads);
+      if constexpr (kResA)
+        for (int i = 0; i < kRaKT; ++i) mbar_init(afree0 + i * 8, kThreads);
     }
     __syncthreads();
   }
@@ -1580,16 +1595,19 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
           }
         }
       };
-      auto load = [&](int kt) {
+      // with_a false (kResA past the item's first column tile): the A items are resident, only the
+      // weight rows are loaded.
+      auto load = [&](int kt, bool with_a) {
 #pragma unroll
         for (int it = 0; it < kPItems; ++it) {
+          if (kResA && it < kPItems / 3 && !with_a) continue;
           cd[it] = code_p[it] ? ldg_code_l2(code_p[it] + kt * 32) : make_uint2(0u, 0u);
           sc[it] = sc_p[it] ? ldg_scale_l2(sc_p[it] + kt * 4) : 0u;
         }
       };
       const int nsteps = (nt1 - nt0) * KT;
       set_ptrs(nt0);
-      load(0);
+      load(0, true);
       int kn = 0, ntn = nt0;  // k tile and column tile of step j + 1 (as in ws_produce)
       for (int j = 0; j < nsteps; ++j, ++s) {
         uint2 c2[kPItems];
@@ -1601,10 +1619,30 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
             kn = 0;
             set_ptrs(++ntn);
           }
-          load(kn);
+          load(kn, j + 1 < KT);
         }
-        ws_fill_tile<NB>(tiles_p, full0, empty0, s, off0, off1, c2, s2);  // (the tile's first step also
-                                                                           // publishes rsrc / tile_info)
+        if constexpr (kResA) {
+          // B tile of step s into ring slot s % 2; in the item's first column tile (j < KT) also A
+          // tile j, once the consumers are done with the previous item's A tile j (its last column
+          // tile's step j). One full barrier publishes both (and, at j = 0, rsrc / tile_info).
+          const int b = s & 1;
+          mbar_wait(empty0 + b * 8, ((s >> 1) & 1) ^ 1);
+          if (j < KT) {
+            if (ti > 0) mbar_wait(afree0 + j * 8, (ti - 1) & 1);
+            const uint32_t abuf = tiles_p + j * kRaATile;
+#pragma unroll
+            for (int it = 0; it < kPItems / 3; ++it) ws_item_store(abuf + it * kItemBytes, off0, off1, c2[it], s2[it]);
+          }
+          const uint32_t bbuf = tiles_p + kRaKT * kRaATile + b * kRaBTile;
+#pragma unroll
+          for (int it = kPItems / 3; it < kPItems; ++it)
+            ws_item_store(bbuf + (it - kPItems / 3) * kItemBytes, off0, off1, c2[it], s2[it]);
+          fence_proxy_async();
+          mbar_arrive(full0 + b * 8);
+        } else {
+          ws_fill_tile<NB>(tiles_p, full0, empty0, s, off0, off1, c2, s2);  // (the tile's first step also
+                                                                             // publishes rsrc / tile_info)
+        }
       }
     }
     return;
@@ -1612,21 +1650,25 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
 
   // ---------------- consumers ----------------
   {
-    // Zero rows [offsets[E], P), all columns, grid-strided over the CTAs.
+    // Zero rows [offsets[E], P), all columns: one row per consumer warp at a time, the warps of all
+    // CTAs striding over the rows, the lanes over the row's columns (16-byte stores where the output
+    // allows them). No division: an element-wise loop with a 64-bit divide per element took about a
+    // tenth of the consumers' time in gemm2 (Nsight Compute source counters, docs/performance.md).
     int64_t total = p.offsets[p.E];
     total = total < 0 ? 0 : (total > p.P ? p.P : total);
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
-    const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads + tid;
-    if constexpr (kGemm1) {
-      const int64_t cb = p.N / 2, sb = p.N / 16;
-      for (int64_t idx = first; idx < (p.P - total) * (cb + sb); idx += stride) {
-        const int64_t r = total + idx / (cb + sb), c = idx % (cb + sb);
-        if (c < cb) p.out_q[r * p.ld_out_q + c] = 0;
-        else p.out_sc[r * p.ld_out_sc + (c - cb)] = 0;
+    const int64_t wstride = static_cast<int64_t>(gridDim.x) * (kThreads / 32);
+    for (int64_t r = total + static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + warp; r < p.P; r += wstride) {
+      if constexpr (kGemm1) {
+        for (int c = lane; c < p.N / 2; c += 32) p.out_q[r * p.ld_out_q + c] = 0;
+        for (int c = lane; c < p.N / 16; c += 32) p.out_sc[r * p.ld_out_sc + c] = 0;
+      } else if (p.vec16_out) {
+        uint16_t* const row = p.out + r * p.ld_out;
+        const int n8 = p.N & ~7;
+        for (int c = lane * 8; c < n8; c += 32 * 8) *reinterpret_cast<uint4*>(row + c) = make_uint4(0u, 0u, 0u, 0u);
+        if (lane < p.N - n8) row[n8 + lane] = 0;
+      } else {
+        for (int c = lane; c < p.N; c += 32) p.out[r * p.ld_out + c] = 0;
       }
-    } else {
-      for (int64_t idx = first; idx < (p.P - total) * p.N; idx += stride)
-        p.out[(total + idx / p.N) * p.ld_out + idx % p.N] = 0;
     }
   }
   const int g = lane >> 2, q = lane & 3;
@@ -1654,13 +1696,43 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
         for (int j = 0; j < 8; ++j)
 #pragma unroll
           for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
-      for (int kt = 0; kt < KT; ++kt, ++s) {
-        ws_consume_step<NB>(acc, tiles_u32, full0, s, wm, warp_live);  // step s - 1's tile goes back:
-        if (kt > 0) mbar_arrive(empty0 + ((s - 1) % NB) * 8);
+      if constexpr (kResA) {
+        // A from the resident tile kt, B from ring slot s % 2. In the item's last column tile each
+        // A tile is released with the B tile of the same step.
+        const bool last_col = nt + 1 == nt1;
+        for (int kt = 0; kt < KT; ++kt, ++s) {
+          const int b = s & 1;
+          mbar_wait(full0 + b * 8, (s >> 1) & 1);
+          const uint32_t a_base = tiles_u32 + kt * kRaATile + wm * 64 * 128;
+          const uint32_t b_base = tiles_u32 + kRaKT * kRaATile + b * kRaBTile;
+          if (warp_live) {
+            acc_fence(acc);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk)
+              wgmma_m64n256k16(acc, wgmma_desc(a_base + kk * 32), wgmma_desc(b_base + kk * 32));
+            wgmma_commit();
+          }
+          wgmma_wait<1>();
+          acc_fence(acc);
+          if (kt > 0) {
+            mbar_arrive(empty0 + ((s - 1) & 1) * 8);
+            if (last_col) mbar_arrive(afree0 + (kt - 1) * 8);
+          }
+        }
+        wgmma_wait<0>();
+        acc_fence(acc);
+        mbar_arrive(empty0 + ((s - 1) & 1) * 8);
+        if (last_col) mbar_arrive(afree0 + (KT - 1) * 8);
+      } else {
+        for (int kt = 0; kt < KT; ++kt, ++s) {
+          ws_consume_step<NB>(acc, tiles_u32, full0, s, wm, warp_live);  // step s - 1's tile goes back:
+          if (kt > 0) mbar_arrive(empty0 + ((s - 1) % NB) * 8);
+        }
+        wgmma_wait<0>();
+        acc_fence(acc);
+        mbar_arrive(empty0 + ((s - 1) % NB) * 8);  // the column tile's last step
       }
-      wgmma_wait<0>();
-      acc_fence(acc);
-      mbar_arrive(empty0 + ((s - 1) % NB) * 8);  // the column tile's last step
       if constexpr (!kGemm1) {
         const int64_t r0 = vinfo[ti & 1].r0;
         const int nrows = vinfo[ti & 1].nrows;
@@ -1786,16 +1858,17 @@ bool make_out_map(const Args& p, CUtensorMap& m) {
                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// kWgmmaPersist (variant 7): one CTA per SM, each walking its share of the work items.
-template <bool kGemm1>
+// kWgmmaPersist (variant 7) / kWgmmaPersistRA (variant 8, kResA): one CTA per SM, each walking its
+// share of the work items.
+template <bool kGemm1, bool kResA>
 bool persist_smem_ok() {
-  if (cudaFuncSetAttribute(persist_kernel<kGemm1>, cudaFuncAttributeMaxDynamicSharedMemorySize, persist_smem_bytes()) ==
-      cudaSuccess)
+  if (cudaFuncSetAttribute(persist_kernel<kGemm1, kResA>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           persist_smem_bytes()) == cudaSuccess)
     return true;
   (void)cudaGetLastError();
   return false;
 }
-template <bool kGemm1>
+template <bool kGemm1, bool kResA>
 cudaError_t persist_launch(Args p, cudaStream_t stream) {
   if (p.P <= 0 || p.N <= 0) return cudaSuccess;
   constexpr int kCols = kGemm1 ? kCols1 : kCols2;
@@ -1812,7 +1885,8 @@ cudaError_t persist_launch(Args p, cudaStream_t stream) {
   }
   CUtensorMap out_map{};
   p.tma_out = !kGemm1 && make_out_map(p, out_map);
-  persist_kernel<kGemm1><<<static_cast<unsigned>(sms), kThreads + kProducers, persist_smem_bytes(), stream>>>(p, out_map);
+  persist_kernel<kGemm1, kResA>
+      <<<static_cast<unsigned>(sms), kThreads + kProducers, persist_smem_bytes(), stream>>>(p, out_map);
   return last_launch_error();
 }
 
@@ -1845,7 +1919,19 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
     case 3: if (!wgmma_ok() || !smem_ok<kGemm1, 3>()) return false; err = launch<kGemm1, 3>(p, stream); return true;
     case 4: if (!wgmma_ok() || !smem_ok<kGemm1, 4>()) return false; err = launch<kGemm1, 4>(p, stream); return true;
     case 5: if (!wgmma_ok() || !smem_ok<kGemm1, 5>()) return false; err = launch<kGemm1, 5>(p, stream); return true;
-    default: if (!wgmma_ok() || !persist_smem_ok<kGemm1>()) return false; err = persist_launch<kGemm1>(p, stream); return true;
+    case 7: if (!wgmma_ok() || !persist_smem_ok<kGemm1, false>()) return false; err = persist_launch<kGemm1, false>(p, stream); return true;
+    default:
+      // Resident A tiles: gemm2 with K <= kRaMaxK; elsewhere (gemm1, larger K) the kWgmmaPersist layout.
+      if constexpr (!kGemm1) {
+        if (p.K <= kRaMaxK) {
+          if (!wgmma_ok() || !persist_smem_ok<false, true>()) return false;
+          err = persist_launch<false, true>(p, stream);
+          return true;
+        }
+      }
+      if (!wgmma_ok() || !persist_smem_ok<kGemm1, false>()) return false;
+      err = persist_launch<kGemm1, false>(p, stream);
+      return true;
   }
 }
 
@@ -1859,6 +1945,7 @@ int variant_of(Fp4GemmPath path, bool gemm1) {
     case Fp4GemmPath::kWgmmaWs: return 4;
     case Fp4GemmPath::kWgmmaWs2: return 5;
     case Fp4GemmPath::kWgmmaPersist: return 7;
+    case Fp4GemmPath::kWgmmaPersistRA: return 8;
     default: return 2;
   }
 }

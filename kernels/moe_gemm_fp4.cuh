@@ -30,10 +30,13 @@ namespace moeprof::kern {
 // column tiles per CTA (gemm1 identical to kWgmmaWs). kWgmmaPersist: kWgmmaWs2's tiles, warp roles
 // and epilogues in a persistent kernel: one CTA per SM walks its share of the tiles, and the
 // producers run on into the next tile during the consumers' epilogue (gemm1's h tile gets its own
-// 32 KiB). All paths give bit-identical results.
+// 32 KiB). kWgmmaPersistRA: kWgmmaPersist, but gemm2 with K <= 512 keeps the work item's 128 A
+// rows resident in shared memory as fp16 for all K (dequantized once per item instead of once per
+// column tile) and rings only the weight rows (2 tiles); gemm1 and larger K run kWgmmaPersist.
+// All paths give bit-identical results.
 enum class Fp4GemmPath : int {
   kAuto = 0, kLegacy = 1, kTiled = 2, kTiledSkip = 3, kTiledStaged = 4, kWgmma = 5, kWgmmaWs = 6, kWgmmaWs2 = 7,
-  kWgmmaPersist = 8
+  kWgmmaPersist = 8, kWgmmaPersistRA = 9
 };
 // The tiled variants kAuto runs (the production paths), one per GEMM. Change them after measuring
 // bench_moe_gemm on the GPU (it times every variant and cross-checks each against kLegacy).

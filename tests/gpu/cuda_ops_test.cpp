@@ -782,7 +782,7 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
       REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess);
       for (Fp4GemmPath path : {Fp4GemmPath::kLegacy, Fp4GemmPath::kTiled, Fp4GemmPath::kTiledSkip,
                                Fp4GemmPath::kTiledStaged, Fp4GemmPath::kWgmma, Fp4GemmPath::kWgmmaWs,
-                               Fp4GemmPath::kWgmmaWs2, Fp4GemmPath::kWgmmaPersist}) {
+                               Fp4GemmPath::kWgmmaWs2, Fp4GemmPath::kWgmmaPersist, Fp4GemmPath::kWgmmaPersistRA}) {
         INFO("forced Fp4GemmPath " << static_cast<int>(path));
         const bool tiled = path != Fp4GemmPath::kLegacy;
         if (static_cast<int>(path) >= static_cast<int>(Fp4GemmPath::kWgmma) && !(major == 9 && minor == 0)) continue;
@@ -846,10 +846,15 @@ TEST_CASE("cuda FP4 GEMM warp-specialized paths give kWgmma's bits for every e4m
     }
     return v;
   };
-  // Two shapes: K = 320 / 192 (5 and 3 k steps) and 512 / 256.
-  for (const auto& [H, I] : {std::pair<int64_t, int64_t>{320, 192}, std::pair<int64_t, int64_t>{512, 256}}) {
-    INFO("H=" << H << " I=" << I);
-    const int64_t T = 150, k = 4, E = 6, E_used = 5, tile = 16;
+  // Three shapes: K = 320 / 192 (5 and 3 k steps), 512 / 256, and 1024 / 512 over 9001 tokens: about
+  // 290 row tiles, so every CTA of the persistent kernels (one per SM) takes two or more work items
+  // and kWgmmaPersistRA's resident A tiles are refilled (its A-free barriers complete and are
+  // waited on) with gemm2's full K of 8 steps.
+  struct Shape { int64_t H, I, T; };
+  for (const Shape& sh : {Shape{320, 192, 150}, Shape{512, 256, 150}, Shape{1024, 512, 9001}}) {
+    const int64_t H = sh.H, I = sh.I, T = sh.T;
+    INFO("H=" << H << " I=" << I << " T=" << T);
+    const int64_t k = 4, E = 6, E_used = 5, tile = 16;
     Both ids = both(DType::kI32, T, k, topk_ids_host(T, k, E_used, 77), "ids");
     PermuteOut r = run_permute(ids, T, k, E, tile);
     auto& c = *env().cpu;
@@ -908,7 +913,8 @@ TEST_CASE("cuda FP4 GEMM warp-specialized paths give kWgmma's bits for every e4m
     REQUIRE(nan > 0);
     REQUIRE(nan < ref.o.size() / 8);
     REQUIRE(nonzero > ref.o.size() / 2);
-    for (Fp4GemmPath path : {Fp4GemmPath::kWgmmaWs, Fp4GemmPath::kWgmmaWs2, Fp4GemmPath::kWgmmaPersist}) {
+    for (Fp4GemmPath path : {Fp4GemmPath::kWgmmaWs, Fp4GemmPath::kWgmmaWs2, Fp4GemmPath::kWgmmaPersist,
+                             Fp4GemmPath::kWgmmaPersistRA}) {
       INFO("Fp4GemmPath " << static_cast<int>(path));
       const Outs got = run(path);
       require_equal(ref.q, got.q, "gemm1 codes");
