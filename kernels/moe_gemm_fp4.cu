@@ -326,6 +326,22 @@ constexpr int kAlignPad = 1024;                          // wgmma: tiles 1024-by
 constexpr int kWsStages = 4;                             // kWs fp16 tiles (gemm1; gemm2 uses 3)
 constexpr int kProducers = 128;                          // kWs producer threads (one warpgroup)
 constexpr int kPItems = (kRows * BK / 16) / kProducers;  // 12 16-element items per producer and step
+// The warp-specialized kernels' register split (setmaxnreg, after the prologue): 184 per producer
+// thread, 160 per consumer thread, 128 * 184 + 256 * 160 = 64,512 = 384 x 168, the registers the
+// launch gave the CTA (an increase past what the consumers release never completes: the kernel
+// hangs). The producers' two pointers, codes and scale per item, with the next step's loads in
+// flight, fit without spills only with the extra 16; the consumers' 128 accumulators fit in 160.
+constexpr int kProducerRegs = 184, kConsumerRegs = 160;
+static_assert(kProducers * kProducerRegs + kThreads * kConsumerRegs <= (kThreads + kProducers) * 168,
+              "the register split fits the launch's 168 registers per thread");
+// Both kernels take their share right after the prologue, in their own code: the same two asm
+// statements wrapped in a function left ptxas allocating for 168 (the persistent gemm2 spilled
+// 116-132 bytes).
+#define MOEPROF_SET_ROLE_REGS(producer)                                                        \
+  do {                                                                                         \
+    if (producer) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs)); \
+    else asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));          \
+  } while (0)
 // kVar 5 (gemm2 only differs): 4 stages, the bf16 output staged in two 128-column halves (4 KiB per
 // warp) and 7 column tiles per CTA.
 template <bool kGemm1, int kVar>
@@ -639,6 +655,15 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, int c0, int
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// Two floats -> bf16x2 (lo in the low half) by the hardware conversion (round to nearest even, the
+// rounding of f32_to_bf16 for every non-NaN value, subnormals and overflow to infinity included).
+// NaN inputs come out as a canonical NaN instead of f32_to_bf16's payload-keeping quiet NaN: the
+// callers detect NaN inputs and redo those values with pack_bf16x2.
+__device__ __forceinline__ uint32_t cvt_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
 template <bool kFold>
 __device__ __forceinline__ void store_out_tile_tma_k(const Args& p, const CUtensorMap* out_map, const float (&acc)[4][8][4],
                                                      unsigned char* stg, const int32_t* row_src, int row_w, int nt,
@@ -648,6 +673,9 @@ __device__ __forceinline__ void store_out_tile_tma_k(const Args& p, const CUtens
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     uint32_t v[2][16];
+    // The values of this half by the hardware conversion (about a third of the instructions of
+    // f32_to_bf16's software rounding with its per-value NaN branch); a NaN input's half is then
+    // replaced, without a branch, by f32_to_bf16's payload-keeping quiet NaN.
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const bool live = row_src[row_w + g + hh * 8] >= 0;
@@ -656,7 +684,10 @@ __device__ __forceinline__ void store_out_tile_tma_k(const Args& p, const CUtens
         const int j = half * 16 + jl;
         const float v0 = unscale<kFold>(acc[j >> 3][j & 7][2 * hh], gsc, g14);
         const float v1 = unscale<kFold>(acc[j >> 3][j & 7][2 * hh + 1], gsc, g14);
-        v[hh][jl] = live ? pack_bf16x2(v0, v1) : 0u;
+        uint32_t r = cvt_bf16x2(v0, v1);
+        if (v0 != v0) r = (r & 0xFFFF0000u) | (__float_as_uint(v0) >> 16) | 0x40u;
+        if (v1 != v1) r = (r & 0x0000FFFFu) | (__float_as_uint(v1) & 0xFFFF0000u) | 0x400000u;
+        v[hh][jl] = live ? r : 0u;
       }
     }
     if (half == 1) {  // the first half's boxes must have been read before the staging is rewritten
@@ -819,11 +850,11 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
   const int kb = pt & 3;  // every item of this thread has the same k-block (c & 3 == pt & 3)
   const uint8_t* code_p[kPItems];
   const uint8_t* sc_p[kPItems];
-  // Bit it: item it has a source row. A dead item (padding row, weight row past N) loads nothing
-  // and gives zeros; one bit test per load instead of two 64-bit null-pointer compares.
-  uint32_t live = 0;
+  // A dead item (padding row, weight row past N) reads row 0 of its operand: its values reach only
+  // outputs that are never written from them (dead rows are stored as zeros, columns past N are
+  // skipped or clipped), so the loads need no test (measured: docs/performance.md, 2026-12-02,
+  // seventh session).
   auto set_ptrs = [&](int nt) {
-    live = 0;
 #pragma unroll
     for (int it = 0; it < kPItems; ++it) {
       const int row = (it * kProducers + pt) >> 2;
@@ -832,12 +863,10 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
       int64_t lc, ls;
       if (it < kPItems / 3) {
         const int32_t src = a_src(it, row);
-        live |= (src >= 0 ? 1u : 0u) << it;
         r = src >= 0 ? src : 0;
         cb = p.a; sb = p.a_sc; lc = p.ld_a; ls = p.ld_a_sc;
       } else {
         const int64_t wr = weight_row<kGemm1>(p, e, nt, row - BM);
-        live |= (wr >= 0 ? 1u : 0u) << it;
         r = wr >= 0 ? wr : 0;
         cb = p.w; sb = p.w_sc; lc = p.ld_w; ls = p.ld_w_sc;
       }
@@ -850,9 +879,8 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
   auto load = [&](int kt) {
 #pragma unroll
     for (int it = 0; it < kPItems; ++it) {
-      const bool v = (live >> it) & 1u;
-      cd[it] = v ? ldg_code_l2(code_p[it] + kt * 32) : make_uint2(0u, 0u);
-      sc[it] = v ? ldg_scale_l2(sc_p[it] + kt * 4) : 0u;
+      cd[it] = ldg_code_l2(code_p[it] + kt * 32);
+      sc[it] = ldg_scale_l2(sc_p[it] + kt * 4);
     }
   };
   const uint32_t tiles = smem_u32(smem);
@@ -917,6 +945,7 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
     }
   }
   __syncthreads();
+  MOEPROF_SET_ROLE_REGS(tid >= kThreads);
 
   if (tid >= kThreads) {
     // ---------------- producers ----------------
@@ -1516,12 +1545,13 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
   if (tid == 0) red[0] = static_cast<int>(work);
   __syncthreads();
 
+  MOEPROF_SET_ROLE_REGS(tid >= kThreads);
   if (tid >= kThreads) {
     // ---------------- producers ----------------
     // (The K loop below is ws_produce's, kept as its own copy: ws_produce inlined here compiles to a
     // different instruction stream, one more integer op per fp16 store, and this loop is the one
-    // measured in docs/performance.md. It has every later change of ws_produce except the live-item
-    // mask, which made this kernel spill and run slower: its loads keep their null-pointer checks.)
+    // measured in docs/performance.md. Like ws_produce, dead items read row 0 and the loads have no
+    // test; with its register split (MOEPROF_SET_ROLE_REGS) it does not spill.)
     const int pt = tid - kThreads;
     const int kb = pt & 3;
     const uint32_t tiles_p = smem_u32(smem);
@@ -1580,47 +1610,33 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
       if (pt == 0) tile_info[ti & 1] = TileInfo{r0, e, nrows};
 #pragma unroll
       for (int it = 0; it < kPItems / 3; ++it) a_src[it] = src_of((it * kProducers + pt) >> 2);
+      // A dead item reads row 0 of its operand, as in ws_produce: no test per load.
       auto set_ptrs = [&](int nt) {
 #pragma unroll
         for (int it = 0; it < kPItems; ++it) {
           const int row = (it * kProducers + pt) >> 2;
           if (it < kPItems / 3) {
-            const int32_t src = a_src[it];
-            code_p[it] = src >= 0 ? p.a + src * p.ld_a + kb * 8 : nullptr;
-            sc_p[it] = src >= 0 ? p.a_sc + src * p.ld_a_sc + kb : nullptr;
+            const int64_t src = a_src[it] >= 0 ? a_src[it] : 0;
+            code_p[it] = p.a + src * p.ld_a + kb * 8;
+            sc_p[it] = p.a_sc + src * p.ld_a_sc + kb;
           } else {
-            const int64_t wr = weight_row<kGemm1>(p, e, nt, row - BM);
-            code_p[it] = wr >= 0 ? p.w + wr * p.ld_w + kb * 8 : nullptr;
-            sc_p[it] = wr >= 0 ? p.w_sc + wr * p.ld_w_sc + kb : nullptr;
+            int64_t wr = weight_row<kGemm1>(p, e, nt, row - BM);
+            wr = wr >= 0 ? wr : 0;
+            code_p[it] = p.w + wr * p.ld_w + kb * 8;
+            sc_p[it] = p.w_sc + wr * p.ld_w_sc + kb;
           }
         }
       };
-      // with_a false (kResA past the item's first column tile): the A items are resident, only the
-      // weight rows are loaded.
-      auto load = [&](int kt, bool with_a) {
+      auto load_into = [&](uint2 (&cdx)[kPItems], uint32_t (&scx)[kPItems], int kt, bool with_a) {
 #pragma unroll
         for (int it = 0; it < kPItems; ++it) {
           if (kResA && it < kPItems / 3 && !with_a) continue;
-          cd[it] = code_p[it] ? ldg_code_l2(code_p[it] + kt * 32) : make_uint2(0u, 0u);
-          sc[it] = sc_p[it] ? ldg_scale_l2(sc_p[it] + kt * 4) : 0u;
+          cdx[it] = ldg_code_l2(code_p[it] + kt * 32);
+          scx[it] = ldg_scale_l2(sc_p[it] + kt * 4);
         }
       };
-      const int nsteps = (nt1 - nt0) * KT;
-      set_ptrs(nt0);
-      load(0, true);
-      int kn = 0, ntn = nt0;  // k tile and column tile of step j + 1 (as in ws_produce)
-      for (int j = 0; j < nsteps; ++j, ++s) {
-        uint2 c2[kPItems];
-        uint32_t s2[kPItems];
-#pragma unroll
-        for (int it = 0; it < kPItems; ++it) { c2[it] = cd[it]; s2[it] = sc[it]; }
-        if (j + 1 < nsteps) {
-          if (++kn == KT) {
-            kn = 0;
-            set_ptrs(++ntn);
-          }
-          load(kn, j + 1 < KT);
-        }
+      // Step j's tile (s: the CTA's running step) from codes c2 / scales s2.
+      auto fill = [&](int j, int s, const uint2 (&c2)[kPItems], const uint32_t (&s2)[kPItems]) {
         if constexpr (kResA) {
           // B tile of step s into ring slot s % 2; in the item's first column tile (j < KT) also A
           // tile j, once the consumers are done with the previous item's A tile j (its last column
@@ -1643,6 +1659,28 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
           ws_fill_tile<NB>(tiles_p, full0, empty0, s, off0, off1, c2, s2);  // (the tile's first step also
                                                                              // publishes rsrc / tile_info)
         }
+      };
+      const int nsteps = (nt1 - nt0) * KT;
+      set_ptrs(nt0);
+      load_into(cd, sc, 0, true);
+      int kn = 0, ntn = nt0;  // k tile and column tile of step j + 1 (as in ws_produce)
+      auto next = [&](int j) {  // advance (kn, ntn) to step j + 1
+        if (++kn == KT) {
+          kn = 0;
+          set_ptrs(++ntn);
+        }
+        return j + 1 < KT;
+      };
+      for (int j = 0; j < nsteps; ++j, ++s) {
+        uint2 c2[kPItems];
+        uint32_t s2[kPItems];
+#pragma unroll
+        for (int it = 0; it < kPItems; ++it) { c2[it] = cd[it]; s2[it] = sc[it]; }
+        if (j + 1 < nsteps) {
+          const bool wa = next(j);
+          load_into(cd, sc, kn, wa);
+        }
+        fill(j, s, c2, s2);
       }
     }
     return;
@@ -1676,8 +1714,8 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
   const uint32_t tiles_u32 = smem_u32(smem);
   float acc[4][8][4];
   int s = 0, ti = 0;
-  // Few values stay live across the K loop (the accumulators take 128 of the 168 registers): the
-  // tile's row, rows and scale are read from tile_info again where they are used.
+  // Few values stay live across the K loop (the accumulators take 128 of the consumers' 160
+  // registers): the tile's row, rows and scale are read from tile_info again where they are used.
   const volatile TileInfo* vinfo = tile_info;
   for (int w = blockIdx.x; w < work_s; w += gridDim.x, ++ti) {
     const int ng = w % p.n_groups;

@@ -40,9 +40,10 @@ enum class Fp4GemmPath : int {
 };
 // The tiled variants kAuto runs (the production paths), one per GEMM. Change them after measuring
 // bench_moe_gemm on the GPU (it times every variant and cross-checks each against kLegacy).
-// kWgmmaPersist is faster for gemm2 and slower for gemm1 (docs/performance.md).
+// The persistent kernels are faster for gemm2 (kWgmmaPersistRA the fastest at K <= 512, where it
+// differs from kWgmmaPersist) and slower for gemm1 (docs/performance.md).
 inline constexpr Fp4GemmPath kDefaultGemm1Path = Fp4GemmPath::kWgmmaWs2;
-inline constexpr Fp4GemmPath kDefaultGemm2Path = Fp4GemmPath::kWgmmaPersist;
+inline constexpr Fp4GemmPath kDefaultGemm2Path = Fp4GemmPath::kWgmmaPersistRA;
 
 // gemm1: for padded row r of expert e (offsets[e] <= r < offsets[e+1]) with t = permuted_to_token[r]:
 //   acc[n] = sum_k deq(a[t, k]) * deq(w13[e*2I + n, k]); gate = acc[n] * (a_gs * w13_gs[e]),
