@@ -1,5 +1,5 @@
 // PTX helpers shared by the attention kernels (mla_attention.cu, mla_attention_wgmma.cu):
-// asynchronous 16-byte global -> shared copies, ldmatrix, exp2 and bf16x2 conversion. Device code.
+// asynchronous 16-byte global -> shared copies, ldmatrix, and exp2 (the bf16x2 conversion is cvt_bf16x2 in common.cuh). Device code.
 #pragma once
 #include "kernels/common.cuh"
 
@@ -33,12 +33,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
-}
-// Two floats -> bf16x2, round to nearest even; lo in the low half (lower address).
-__device__ __forceinline__ uint32_t cvt_bf16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
 }
 
 }  // namespace moeprof::kern

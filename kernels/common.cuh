@@ -79,6 +79,14 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return static_cast<uint32_t>(f32_to_bf16(lo)) | (static_cast<uint32_t>(f32_to_bf16(hi)) << 16);
 }
+// The same by the hardware conversion (sm_80+): the same bits for every non-NaN value (subnormals and
+// overflow to infinity included); a NaN comes out as the canonical NaN, not pack_bf16x2's
+// payload-keeping quiet NaN.
+__device__ __forceinline__ uint32_t cvt_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
 
 // Eight bf16 in one 16-byte word (element i at bits 16*(i%2) of word i/2, i.e. memory order).
 __device__ __forceinline__ void bf16x8_unpack(const uint4& v, float (&f)[8]) {

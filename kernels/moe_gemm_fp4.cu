@@ -655,15 +655,6 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, int c0, int
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-// Two floats -> bf16x2 (lo in the low half) by the hardware conversion (round to nearest even, the
-// rounding of f32_to_bf16 for every non-NaN value, subnormals and overflow to infinity included).
-// NaN inputs come out as a canonical NaN instead of f32_to_bf16's payload-keeping quiet NaN: the
-// callers detect NaN inputs and redo those values with pack_bf16x2.
-__device__ __forceinline__ uint32_t cvt_bf16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
 template <bool kFold>
 __device__ __forceinline__ void store_out_tile_tma_k(const Args& p, const CUtensorMap* out_map, const float (&acc)[4][8][4],
                                                      unsigned char* stg, const int32_t* row_src, int row_w, int nt,
