@@ -5,7 +5,8 @@
 # Binaries come prebuilt in ./build-gpu. Logs are packed into $OUT/logs.tgz; the summary table
 # is printed last and saved as $OUT/summary.txt.
 #   usage: OUT=dir scripts/device_all.sh [steps...]
-#          (steps: ops model seed trace bench seed-nocupti ncu models oom hf snapshot sanitizer tp2 symm)
+#          (steps: ops model seed trace bench seed-nocupti ncu models oom hf snapshot sanitizer gemm-sanitizer
+#           tp2 symm)
 set -u
 B=${B:-build-gpu}
 OUT=${OUT:-$PWD/device-logs}
@@ -13,7 +14,7 @@ L=/tmp/moeprof-device-logs
 rm -rf "$L"; mkdir -p "$L" "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export NCCL_NVLS_ENABLE=0
-STEPS=${*:-ops model seed trace models hf snapshot oom sanitizer}  # add tp2 on a 2-GPU machine
+STEPS=${*:-ops model seed trace models hf snapshot oom sanitizer gemm-sanitizer}  # add tp2 on a 2-GPU machine
 START=$(date +%s)
 BUDGET=${BUDGET:-560}
 ROWS=()
@@ -192,6 +193,16 @@ print(('PASS' if ok else 'FAIL'), f'baseline {b} reuse {c} (pred {pc}) fixes {f}
       # The op tests include a deliberate out-of-memory case: API errors are not reported.
       step cs_ops 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$B/tests/gpu/cuda_ops_test" '[gpu]' -r compact
       rc=$?; row cs_ops_memcheck "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E 'ERROR SUMMARY' "$L/cs_ops.log" | tail -n1)" ;;
+    gemm-sanitizer)
+      # synccheck / racecheck on the persistent GEMMs' barrier protocols (mbarriers, named barriers,
+      # the resident A tiles' a_free barriers): the e4m3 scale sweep, kWgmmaPersist (8) and
+      # kWgmmaPersistRA (9) against kWgmma, all three shapes.
+      for tool in synccheck racecheck; do
+        step "cs_sweep_$tool" 300 env MOEPROF_SWEEP_PATHS=8,9 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+          "$B/tests/gpu/cuda_ops_test" '*every e4m3 scale byte*' -r compact
+        rc=$?
+        row "cs_sweep_$tool" "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/cs_sweep_$tool.log" | tail -n1)"
+      done ;;
     oom)
       # Per-layer Kimi-K2.5 weights need ~150 GB: the run must fail with exit 3 and one line, and
       # the trace written up to the failure must still read back.
