@@ -344,16 +344,12 @@ static_assert(kProducers * kProducerRegs + kThreads * kConsumerRegs <= (kThreads
   } while (0)
 // kVar 5 (gemm2 only differs): 4 stages, the bf16 output staged in two 128-column halves (4 KiB per
 // warp) and 7 column tiles per CTA.
-// kVar 9 / 10 (kWgmmaWsC2 / kWgmmaWsC4): kVar 5 in thread-block clusters of 2 / 4 CTAs that share
-// their A tiles (see ws_produce_cl); ws_base() maps them to 5 for everything else.
-constexpr int ws_base(int var) { return var >= 9 ? 5 : var; }
-constexpr int ws_cluster(int var) { return var == 9 ? 2 : (var == 10 ? 4 : 1); }
 template <bool kGemm1, int kVar>
-constexpr int ws_stages() { return kGemm1 || ws_base(kVar) == 5 ? kWsStages : 3; }
+constexpr int ws_stages() { return kGemm1 || kVar == 5 ? kWsStages : 3; }
 template <bool kGemm1, int kVar>
-constexpr int ws_stage_out() { return ws_base(kVar) == 5 ? kStageOutBytes / 2 : kStageOutBytes; }
+constexpr int ws_stage_out() { return kVar == 5 ? kStageOutBytes / 2 : kStageOutBytes; }
 template <bool kGemm1, int kVar>
-constexpr int n_per() { return kGemm1 ? kNPer1 : (ws_base(kVar) == 5 ? 7 : kNPer2); }
+constexpr int n_per() { return kGemm1 ? kNPer1 : (kVar == 5 ? 7 : kNPer2); }
 template <bool kGemm1, int kVar>
 constexpr int smem_bytes() {
   if (kVar >= 4)
@@ -774,40 +770,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t addr, uint32_t parity) {
         : "memory");
   } while (!done);
 }
-// Thread-block clusters (kWgmmaWsC2 / C4): this CTA's rank, a shared::cta address mapped to the same
-// offset in CTA `rank` (a shared::cluster address), 16-byte stores and barrier arrivals there, waits
-// that acquire at cluster scope, the cluster-wide barrier.
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ uint32_t cluster_map(uint32_t addr, uint32_t rank) {
-  uint32_t d;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(d) : "r"(addr), "r"(rank));
-  return d;
-}
-// A bulk copy (async proxy) of `bytes` from this CTA's shared memory (src) to another CTA's (dst),
-// counted on that CTA's mbarrier (mbar; dst and mbar are shared::cluster addresses) as complete_tx
-// bytes: the barrier's phase completes only once they landed.
-__device__ __forceinline__ void bulk_copy_to_peer(uint32_t dst, uint32_t src, uint32_t bytes, uint32_t mbar) {
-  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "r"(src), "r"(bytes), "r"(mbar)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t addr, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(addr), "r"(bytes) : "memory");
-}
-// An arrival on another CTA's mbarrier (a shared::cluster address), with the default semantics
-// (release, CTA scope), as CUTLASS's cluster pipelines release a remote stage: the arriving warps'
-// wgmma reads are complete (wgmma wait_group) before it. A cluster-scope release measured slower.
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t cluster_addr) {
-  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
-}
-__device__ __forceinline__ void cluster_sync_all() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void fence_mbar_init_cluster() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void bar_consumers() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
@@ -934,122 +896,9 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
   }
 }
 
-// kWgmmaWsC2 / kWgmmaWsC4 (gemm1): the producer loop of a CTA in a cluster of kCl CTAs that hold the
-// same 128 A rows (the same row tile, consecutive column tiles: the launch makes blockIdx.x / kCl one
-// row tile's column groups, and every CTA runs the same K steps). The A rows are dequantized once
-// per cluster instead of once per CTA: of the thread's 4 A items (tile rows it * 32 + pt / 4), CTA
-// rank r dequantizes the items it with it % kCl == r into its own tile; then lane 0 of each producer
-// warp copies the warp's 8 rows of each such item (1 KiB, contiguous) into the same tile of every
-// other CTA by cp.async.bulk (gemm1: 12 -> 10 / 9 dequantized items per thread and step). Its 8
-// weight items are its own, as in ws_produce (dead rows read row 0, as there).
-// Barriers: a tile slot is refilled once the consumers of every CTA of the cluster released it
-// (this CTA's empty barrier counts its own 256 consumer threads and one arrival per consumer warp
-// of each other CTA, release / acquire at cluster scope). The bulk copies count their bytes on the
-// receiving CTA's full barrier (complete_tx, as TMA loads do); that phase completes when its own
-// 128 producer threads arrived (thread 0 announcing the bytes the other CTAs send) and the bytes
-// landed. The producers make no cluster-scope release (it would wait for their prefetched global
-// loads). A copy's source rows are rewritten only after the receiving CTA's consumers released
-// the slot, so after the copy completed.
-template <bool kGemm1, int NB, int kCl>
-__device__ __forceinline__ void ws_produce_cl(const Args& p, unsigned char* smem, uint32_t full0, uint32_t empty0, int pt,
-                                              int e, int KT, int nt0, int nsteps, const int32_t* row_src) {
-  constexpr int kAllA = kPItems / 3;           // A items per thread and step (4)
-  constexpr int kA = kAllA / kCl;              // the ones this CTA dequantizes
-  constexpr int kI = kA + (kPItems - kAllA);   // items this thread loads per step
-  static_assert(kAllA % kCl == 0, "A items split evenly over the cluster");
-  const int kb = pt & 3;
-  const uint32_t rank = cluster_rank();
-  const uint8_t* code_p[kI];
-  const uint8_t* sc_p[kI];
-  uint32_t a_off[kA];  // tile byte offset of each A item (its item index is runtime: it = i * kCl + rank)
-#pragma unroll
-  for (int i = 0; i < kA; ++i) {
-    const int it = i * kCl + static_cast<int>(rank);
-    const int32_t src = row_src[(it * kProducers + pt) >> 2];
-    const int64_t r = src >= 0 ? src : 0;
-    code_p[i] = p.a + r * p.ld_a + kb * 8;
-    sc_p[i] = p.a_sc + r * p.ld_a_sc + kb;
-    a_off[i] = static_cast<uint32_t>(it) * kItemBytes;
-  }
-  auto set_w_ptrs = [&](int nt) {
-#pragma unroll
-    for (int i = kA; i < kI; ++i) {
-      const int it = kAllA + (i - kA);
-      const int64_t wr = weight_row<kGemm1>(p, e, nt, ((it * kProducers + pt) >> 2) - BM);
-      const int64_t r = wr >= 0 ? wr : 0;
-      code_p[i] = p.w + r * p.ld_w + kb * 8;
-      sc_p[i] = p.w_sc + r * p.ld_w_sc + kb;
-    }
-  };
-  uint2 cd[kI];
-  uint32_t sc[kI];
-  auto load = [&](int kt) {
-#pragma unroll
-    for (int i = 0; i < kI; ++i) {
-      cd[i] = ldg_code_l2(code_p[i] + kt * 32);
-      sc[i] = ldg_scale_l2(sc_p[i] + kt * 4);
-    }
-  };
-  const uint32_t tiles = smem_u32(smem);
-  uint32_t peer_tiles[kCl - 1], peer_full[kCl - 1];
-#pragma unroll
-  for (int j = 0; j < kCl - 1; ++j) {
-    const uint32_t pr = (rank + 1 + j) % kCl;
-    peer_tiles[j] = cluster_map(tiles, pr);
-    peer_full[j] = cluster_map(full0, pr);
-  }
-  constexpr uint32_t kWarpItemBytes = 8 * 128;                   // one warp's 8 rows of one item
-  constexpr uint32_t kPeerBytes = (kAllA - kA) * kItemBytes;     // the other CTAs' A items, per tile
-  const int lane = pt & 31;
-  const uint32_t warp_rows = static_cast<uint32_t>(pt >> 5) * kWarpItemBytes;
-  uint32_t off0, off1;
-  ws_chunk_offsets(pt, off0, off1);
-  set_w_ptrs(nt0);
-  load(0);
-  int kn = 0, ntn = nt0;
-  for (int s = 0; s < nsteps; ++s) {
-    uint2 c2[kI];
-    uint32_t s2[kI];
-#pragma unroll
-    for (int i = 0; i < kI; ++i) { c2[i] = cd[i]; s2[i] = sc[i]; }
-    if (s + 1 < nsteps) {
-      if (++kn == KT) {
-        kn = 0;
-        set_w_ptrs(++ntn);
-      }
-      load(kn);
-    }
-    const int b = s % NB;
-    mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
-    const uint32_t boff = static_cast<uint32_t>(b) * kBufBytes;
-#pragma unroll
-    for (int i = 0; i < kA; ++i) ws_item_store(tiles + boff + a_off[i], off0, off1, c2[i], s2[i]);
-    fence_proxy_async();  // the A rows, visible to the bulk copies (async proxy)
-    __syncwarp();
-    if (lane == 0) {
-#pragma unroll
-      for (int i = 0; i < kA; ++i) {
-        const uint32_t src = boff + a_off[i] + warp_rows;
-#pragma unroll
-        for (int j = 0; j < kCl - 1; ++j)
-          bulk_copy_to_peer(peer_tiles[j] + src, tiles + src, kWarpItemBytes, peer_full[j] + b * 8);
-      }
-    }
-#pragma unroll
-    for (int i = kA; i < kI; ++i)
-      ws_item_store(tiles + boff + (kAllA + (i - kA)) * kItemBytes, off0, off1, c2[i], s2[i]);
-    fence_proxy_async();
-    if (pt == 0)
-      mbar_arrive_expect_tx(full0 + b * 8, kPeerBytes);
-    else
-      mbar_arrive(full0 + b * 8);
-  }
-}
-
 // One consumer K step (both warp-specialized kernels): wait for fp16 tile s % NB, issue its 4 wgmmas
 // (warpgroup wm's 64 rows x all 256 weight rows; skipped when the rows are all dead), and wait
 // until only this step's group is in flight, so step s - 1's tile may be released.
-// (Clusters: the other CTAs' A rows arrive by bulk copies counted on the same barrier.)
 template <int NB>
 __device__ __forceinline__ void ws_consume_step(float (&acc)[4][8][4], uint32_t tiles, uint32_t full0, int s, int wm,
                                                 bool warp_live) {
@@ -1076,35 +925,23 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
                                         int64_t r0, int nrows, int nt0, int nt1, bool warp_live) {
   constexpr int NB = ws_stages<kGemm1, kVar>();
   constexpr bool kHalf = ws_stage_out<kGemm1, kVar>() < kStageOutBytes;
-  constexpr int kCl = ws_cluster(kVar);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int KT = p.K / BK;
   const int nsteps = (nt1 - nt0) * KT;
   const uint32_t full0 = smem_u32(mbar), empty0 = full0 + NB * 8;
   if (tid == 0) {
     for (int i = 0; i < NB; ++i) {
-      // producer thread arrivals (clusters: plus the other CTAs' st.async bytes, see ws_produce_cl)
-      mbar_init(full0 + i * 8, kProducers);
-      // 256 consumer thread arrivals (+ one per consumer warp of each other CTA of a cluster)
-      mbar_init(empty0 + i * 8, kThreads + (kCl - 1) * (kThreads / 32));
+      mbar_init(full0 + i * 8, kProducers);  // producer arrivals
+      mbar_init(empty0 + i * 8, kThreads);   // 256 consumer arrivals
     }
-    if constexpr (kCl > 1) fence_mbar_init_cluster();
   }
-  if constexpr (kCl > 1)
-    cluster_sync_all();  // every CTA's barriers are initialized before any remote arrival
-  else
-    __syncthreads();
+  __syncthreads();
   MOEPROF_SET_ROLE_REGS(tid >= kThreads);
 
   if (tid >= kThreads) {
     // ---------------- producers ----------------
-    if constexpr (kCl > 1) {
-      ws_produce_cl<kGemm1, NB, kCl>(p, smem, full0, empty0, tid - kThreads, e, KT, nt0, nsteps, row_src);
-      cluster_sync_all();  // no CTA leaves while another may still arrive on its barriers
-    } else {
-      ws_produce<kGemm1, NB>(p, smem, full0, empty0, tid - kThreads, e, KT, nt0, nsteps,
-                             [&](int, int row) { return row_src[row]; });
-    }
+    ws_produce<kGemm1, NB>(p, smem, full0, empty0, tid - kThreads, e, KT, nt0, nsteps,
+                           [&](int, int row) { return row_src[row]; });
     return;
   }
 
@@ -1120,24 +957,9 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
   const uint32_t tiles = smem_u32(smem);
-  uint32_t peer_empty[kCl > 1 ? kCl - 1 : 1];
-  if constexpr (kCl > 1) {
-    const uint32_t rank = cluster_rank();
-#pragma unroll
-    for (int j = 0; j < kCl - 1; ++j) peer_empty[j] = cluster_map(empty0, (rank + 1 + j) % kCl);
-  }
   for (int s = 0; s < nsteps; ++s) {
     ws_consume_step<NB>(acc, tiles, full0, s, wm, warp_live);  // step s - 1's tile goes back to the producers:
-    if (s > 0) {
-      mbar_arrive(empty0 + ((s - 1) % NB) * 8);
-      if constexpr (kCl > 1) {  // ... of every CTA of the cluster (they store into this CTA's A rows)
-        __syncwarp();
-        if (lane == 0) {
-#pragma unroll
-          for (int j = 0; j < kCl - 1; ++j) mbar_arrive_cluster(peer_empty[j] + ((s - 1) % NB) * 8);
-        }
-      }
-    }
+    if (s > 0) mbar_arrive(empty0 + ((s - 1) % NB) * 8);
     if constexpr (!kGemm1) {
       if (s % KT == KT - 1) {
         wgmma_wait<0>();
@@ -1195,7 +1017,6 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
       store_requant_block(p, Hs + row * kHPitch + blk * 16, row_src[row] >= 0, r0 + row, n);
     }
   }
-  if constexpr (kCl > 1) cluster_sync_all();  // (the producers' side of it: after their loop)
 }
 #endif
 
@@ -2037,57 +1858,9 @@ cudaError_t launch(Args p, cudaStream_t stream) {
   if (grid_m * n_groups >= (int64_t{1} << 31)) return cudaErrorInvalidConfiguration;
   p.grid_m = static_cast<int>(grid_m);
   p.n_groups = static_cast<int>(n_groups);
-  constexpr int kCl = ws_cluster(kVar);
-  if constexpr (kCl > 1) {
-    // Clusters of kCl consecutive blocks: one row tile's column groups (n_groups % kCl == 0; the
-    // caller runs kWgmmaWs2 otherwise). The spare blocks past the tiles come in whole clusters too.
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(grid_m * n_groups));
-    cfg.blockDim = dim3(kThreads + kProducers);
-    cfg.dynamicSmemBytes = smem_bytes<kGemm1, kVar>();
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = kCl;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    const cudaError_t err = cudaLaunchKernelEx(&cfg, tiled_kernel<kGemm1, kVar>, p);
-    return err != cudaSuccess ? err : last_launch_error();
-  } else {
-    tiled_kernel<kGemm1, kVar><<<static_cast<unsigned>(grid_m * n_groups), kVar >= 4 ? kThreads + kProducers : kThreads,
-                                 smem_bytes<kGemm1, kVar>(), stream>>>(p);
-    return last_launch_error();
-  }
-}
-
-// The cluster variants' preconditions: the column groups split into whole clusters, and the device
-// can co-schedule a cluster of kCl of these CTAs (one per SM).
-template <bool kGemm1, int kVar>
-bool cluster_ok(const Args& p) {
-  constexpr int kCl = ws_cluster(kVar);
-  constexpr int kCols = kGemm1 ? kCols1 : kCols2;
-  constexpr int kNPer = n_per<kGemm1, kVar>();
-  const int64_t n_groups = ((p.N + kCols - 1) / kCols + kNPer - 1) / kNPer;
-  if (n_groups % kCl != 0) return false;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(kCl);
-  cfg.blockDim = dim3(kThreads + kProducers);
-  cfg.dynamicSmemBytes = smem_bytes<kGemm1, kVar>();
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kCl;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, tiled_kernel<kGemm1, kVar>, &cfg) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return clusters > 0;
+  tiled_kernel<kGemm1, kVar><<<static_cast<unsigned>(grid_m * n_groups), kVar >= 4 ? kThreads + kProducers : kThreads,
+                               smem_bytes<kGemm1, kVar>(), stream>>>(p);
+  return last_launch_error();
 }
 
 // kWgmmaPersist's gemm2 output as a TMA tensor map: bf16 [P][N] (row stride ld_out), 16 x 64-element
@@ -2176,18 +1949,6 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
     case 4: if (!wgmma_ok() || !smem_ok<kGemm1, 4>()) return false; err = launch<kGemm1, 4>(p, stream); return true;
     case 5: if (!wgmma_ok() || !smem_ok<kGemm1, 5>()) return false; err = launch<kGemm1, 5>(p, stream); return true;
     case 7: if (!wgmma_ok() || !persist_smem_ok<kGemm1, false>()) return false; err = persist_launch<kGemm1, false>(p, stream); return true;
-    case 9:
-    case 10:
-      // gemm1: clusters sharing the A tiles where the column groups split into whole clusters; else
-      // (and for gemm2, whose column groups may differ in length) kWgmmaWs2.
-      if (!wgmma_ok()) return false;
-      if constexpr (kGemm1) {
-        if (var == 9 && smem_ok<true, 9>() && cluster_ok<true, 9>(p)) { err = launch<true, 9>(p, stream); return true; }
-        if (var == 10 && smem_ok<true, 10>() && cluster_ok<true, 10>(p)) { err = launch<true, 10>(p, stream); return true; }
-      }
-      if (!smem_ok<kGemm1, 5>()) return false;
-      err = launch<kGemm1, 5>(p, stream);
-      return true;
     default:
       // Resident A tiles: gemm2 with K <= kRaMaxK; elsewhere (gemm1, larger K) the kWgmmaPersist layout.
       if constexpr (!kGemm1) {
@@ -2214,8 +1975,6 @@ int variant_of(Fp4GemmPath path, bool gemm1) {
     case Fp4GemmPath::kWgmmaWs2: return 5;
     case Fp4GemmPath::kWgmmaPersist: return 7;
     case Fp4GemmPath::kWgmmaPersistRA: return 8;
-    case Fp4GemmPath::kWgmmaWsC2: return 9;
-    case Fp4GemmPath::kWgmmaWsC4: return 10;
     default: return 2;
   }
 }

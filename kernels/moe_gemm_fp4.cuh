@@ -33,16 +33,10 @@ namespace moeprof::kern {
 // 32 KiB). kWgmmaPersistRA: kWgmmaPersist, but gemm2 with K <= 512 keeps the work item's 128 A
 // rows resident in shared memory as fp16 for all K (dequantized once per item instead of once per
 // column tile) and rings only the weight rows (2 tiles); gemm1 and larger K run kWgmmaPersist.
-// kWgmmaWsC2 / kWgmmaWsC4 (gemm1): kWgmmaWs2 in thread-block clusters of 2 / 4 CTAs with the same
-// row tile and consecutive column tiles: each CTA dequantizes 1/2 / 1/4 of the A rows and copies
-// them into the other CTAs' tiles through distributed shared memory (bulk copies; 10 / 9 instead of
-// 12 dequantized items per producer thread and K step). Where
-// the column tiles do not split into whole clusters or no cluster fits the device, and for gemm2,
-// kWgmmaWs2 runs instead.
 // All paths give bit-identical results.
 enum class Fp4GemmPath : int {
   kAuto = 0, kLegacy = 1, kTiled = 2, kTiledSkip = 3, kTiledStaged = 4, kWgmma = 5, kWgmmaWs = 6, kWgmmaWs2 = 7,
-  kWgmmaPersist = 8, kWgmmaPersistRA = 9, kWgmmaWsC2 = 10, kWgmmaWsC4 = 11
+  kWgmmaPersist = 8, kWgmmaPersistRA = 9
 };
 // The tiled variants kAuto runs (the production paths), one per GEMM. Change them after measuring
 // bench_moe_gemm on the GPU (it times every variant and cross-checks each against kLegacy).
