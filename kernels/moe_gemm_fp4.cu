@@ -408,15 +408,6 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[4][8][4], uint64_t d
       : "+f"(d[0][0][0]), "+f"(d[0][0][1]), "+f"(d[0][0][2]), "+f"(d[0][0][3]), "+f"(d[0][1][0]), "+f"(d[0][1][1]), "+f"(d[0][1][2]), "+f"(d[0][1][3]), "+f"(d[0][2][0]), "+f"(d[0][2][1]), "+f"(d[0][2][2]), "+f"(d[0][2][3]), "+f"(d[0][3][0]), "+f"(d[0][3][1]), "+f"(d[0][3][2]), "+f"(d[0][3][3]), "+f"(d[0][4][0]), "+f"(d[0][4][1]), "+f"(d[0][4][2]), "+f"(d[0][4][3]), "+f"(d[0][5][0]), "+f"(d[0][5][1]), "+f"(d[0][5][2]), "+f"(d[0][5][3]), "+f"(d[0][6][0]), "+f"(d[0][6][1]), "+f"(d[0][6][2]), "+f"(d[0][6][3]), "+f"(d[0][7][0]), "+f"(d[0][7][1]), "+f"(d[0][7][2]), "+f"(d[0][7][3]), "+f"(d[1][0][0]), "+f"(d[1][0][1]), "+f"(d[1][0][2]), "+f"(d[1][0][3]), "+f"(d[1][1][0]), "+f"(d[1][1][1]), "+f"(d[1][1][2]), "+f"(d[1][1][3]), "+f"(d[1][2][0]), "+f"(d[1][2][1]), "+f"(d[1][2][2]), "+f"(d[1][2][3]), "+f"(d[1][3][0]), "+f"(d[1][3][1]), "+f"(d[1][3][2]), "+f"(d[1][3][3]), "+f"(d[1][4][0]), "+f"(d[1][4][1]), "+f"(d[1][4][2]), "+f"(d[1][4][3]), "+f"(d[1][5][0]), "+f"(d[1][5][1]), "+f"(d[1][5][2]), "+f"(d[1][5][3]), "+f"(d[1][6][0]), "+f"(d[1][6][1]), "+f"(d[1][6][2]), "+f"(d[1][6][3]), "+f"(d[1][7][0]), "+f"(d[1][7][1]), "+f"(d[1][7][2]), "+f"(d[1][7][3]), "+f"(d[2][0][0]), "+f"(d[2][0][1]), "+f"(d[2][0][2]), "+f"(d[2][0][3]), "+f"(d[2][1][0]), "+f"(d[2][1][1]), "+f"(d[2][1][2]), "+f"(d[2][1][3]), "+f"(d[2][2][0]), "+f"(d[2][2][1]), "+f"(d[2][2][2]), "+f"(d[2][2][3]), "+f"(d[2][3][0]), "+f"(d[2][3][1]), "+f"(d[2][3][2]), "+f"(d[2][3][3]), "+f"(d[2][4][0]), "+f"(d[2][4][1]), "+f"(d[2][4][2]), "+f"(d[2][4][3]), "+f"(d[2][5][0]), "+f"(d[2][5][1]), "+f"(d[2][5][2]), "+f"(d[2][5][3]), "+f"(d[2][6][0]), "+f"(d[2][6][1]), "+f"(d[2][6][2]), "+f"(d[2][6][3]), "+f"(d[2][7][0]), "+f"(d[2][7][1]), "+f"(d[2][7][2]), "+f"(d[2][7][3]), "+f"(d[3][0][0]), "+f"(d[3][0][1]), "+f"(d[3][0][2]), "+f"(d[3][0][3]), "+f"(d[3][1][0]), "+f"(d[3][1][1]), "+f"(d[3][1][2]), "+f"(d[3][1][3]), "+f"(d[3][2][0]), "+f"(d[3][2][1]), "+f"(d[3][2][2]), "+f"(d[3][2][3]), "+f"(d[3][3][0]), "+f"(d[3][3][1]), "+f"(d[3][3][2]), "+f"(d[3][3][3]), "+f"(d[3][4][0]), "+f"(d[3][4][1]), "+f"(d[3][4][2]), "+f"(d[3][4][3]), "+f"(d[3][5][0]), "+f"(d[3][5][1]), "+f"(d[3][5][2]), "+f"(d[3][5][3]), "+f"(d[3][6][0]), "+f"(d[3][6][1]), "+f"(d[3][6][2]), "+f"(d[3][6][3]), "+f"(d[3][7][0]), "+f"(d[3][7][1]), "+f"(d[3][7][2]), "+f"(d[3][7][3])
       : "l"(da), "l"(db), "r"(1));
 }
-// D (64 x 128 fp32, 64 registers per thread) += A (64 x 16) * B (128 x 16)^T, both fp16 K-major from
-// shared-memory descriptors; d[j][c] = register 4 j + c of the PTX fragment (kWgmmaWsN128).
-__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[16][4], uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-      : "l"(da), "l"(db), "r"(1));
-}
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
@@ -424,12 +415,6 @@ __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.s
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 #endif
 // Keeps the compiler from moving accumulator reads/writes across wgmma issue / wait.
-__device__ __forceinline__ void acc_fence(float (&d)[16][4]) {
-#pragma unroll
-  for (int j = 0; j < 16; ++j)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) asm volatile("" : "+f"(d[j][c])::"memory");
-}
 __device__ __forceinline__ void acc_fence(float (&d)[4][8][4]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
@@ -588,17 +573,12 @@ __device__ __forceinline__ float unscale(float a, float gsc, float g14) {
 // gemm1's h value from the m64n256 wgmma fragments: gate column 8 j + 2 q (+1) in acc[j / 8][j % 8]
 // (j = 0..15), the matching up column in j + 16; element i of the fragment (2 hh + c).
 // bf16(silu(gate) * up), as the legacy epilogue computes it.
-// bf16(silu(gate) * up) from the gate and up accumulators ga, ua.
-template <bool kFold>
-__device__ __forceinline__ float silu_mul_val(float ga, float ua, float gsc, float g14) {
-  const float gate = unscale<kFold>(ga, gsc, g14);
-  const float up = unscale<kFold>(ua, gsc, g14);
-  const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
-  return round_bf16(__fmul_rn(silu, up));
-}
 template <bool kFold>
 __device__ __forceinline__ float silu_mul_h(const float (&acc)[4][8][4], int j, int i, float gsc, float g14) {
-  return silu_mul_val<kFold>(acc[j >> 3][j & 7][i], acc[(j + 16) >> 3][(j + 16) & 7][i], gsc, g14);
+  const float gate = unscale<kFold>(acc[j >> 3][j & 7][i], gsc, g14);
+  const float up = unscale<kFold>(acc[(j + 16) >> 3][(j + 16) & 7][i], gsc, g14);
+  const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
+  return round_bf16(__fmul_rn(silu, up));
 }
 
 // gemm2's output tile in two 128-column halves through a 16 x 256-byte staging tile per warp
@@ -1040,88 +1020,6 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
 }
 #endif
 
-// The tiled kernels' row tile: CTA m_idx (of a grid with p.grid_m row tiles per column group) owns the
-// m_idx-th BM-row tile of the experts' segments in order (a block scan of ceil(rows_e / BM) over
-// the kNT threads, all of which must call this). Sets info = {expert, first padded row, rows}, or
-// info[0] = -1 and info[1] = the tile count for a spare CTA (m_idx past the tiles).
-template <int kNT>
-__device__ __forceinline__ void find_row_tile(const Args& p, int m_idx, int64_t* info, int32_t* warp_tot) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int chunk = (p.E + kThreads - 1) / kThreads;
-  const int e_lo = tid * chunk < p.E ? tid * chunk : p.E;
-  const int e_hi = e_lo + chunk < p.E ? e_lo + chunk : p.E;
-  int cnt = 0;
-  for (int e = e_lo; e < e_hi; ++e) {
-    int64_t s, t;
-    seg_of(p, e, s, t);
-    cnt += static_cast<int>((t - s + BM - 1) / BM);
-  }
-  int v = cnt;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, v, o);
-    if (lane >= o) v += y;
-  }
-  if (lane == 31) warp_tot[warp] = v;
-  if (tid == 0) info[0] = -1;
-  __syncthreads();
-  int base = 0, tot = 0;
-#pragma unroll
-  for (int w = 0; w < kNT / 32; ++w) {
-    base += w < warp ? warp_tot[w] : 0;
-    tot += warp_tot[w];
-  }
-  const int excl = base + v - cnt;
-  if (m_idx >= excl && m_idx < excl + cnt) {
-    int local = m_idx - excl;
-    for (int e = e_lo; e < e_hi; ++e) {
-      int64_t s, t;
-      seg_of(p, e, s, t);
-      const int n = static_cast<int>((t - s + BM - 1) / BM);
-      if (local < n) {
-        const int64_t r0 = s + static_cast<int64_t>(local) * BM;
-        info[0] = e;
-        info[1] = r0;
-        info[2] = t - r0 < BM ? t - r0 : BM;
-        break;
-      }
-      local -= n;
-    }
-  }
-  if (tid == 0 && m_idx >= tot) info[1] = tot;  // spare CTA: remember the tile count
-  __syncthreads();
-}
-
-// A spare CTA's work (find_row_tile gave info[0] < 0): zeros for rows [offsets[E], P) in output
-// columns [c_lo, c_hi), grid-strided over BM-row chunks.
-template <bool kGemm1, int kNT>
-__device__ __forceinline__ void zero_spare_rows(const Args& p, int m_idx, int c_lo, int c_hi, const int64_t* info) {
-  const int tid = threadIdx.x;
-  const int tot = static_cast<int>(info[1]);
-  if (m_idx < tot) return;  // (cannot happen: every tile index below tot is owned)
-  int64_t total = p.offsets[p.E];
-  total = total < 0 ? 0 : (total > p.P ? p.P : total);
-  const int spare = p.grid_m - tot;
-  for (int64_t z0 = total + static_cast<int64_t>(m_idx - tot) * BM; z0 < p.P; z0 += static_cast<int64_t>(spare) * BM) {
-    const int64_t z1 = z0 + BM < p.P ? z0 + BM : p.P;
-    if constexpr (kGemm1) {
-      const int cb = (c_hi - c_lo) / 2, sb = (c_hi - c_lo) / 16;
-      for (int64_t idx = tid; idx < (z1 - z0) * (cb + sb); idx += kNT) {
-        const int64_t r = z0 + idx / (cb + sb);
-        const int c = static_cast<int>(idx % (cb + sb));
-        if (c < cb) p.out_q[r * p.ld_out_q + c_lo / 2 + c] = 0;
-        else p.out_sc[r * p.ld_out_sc + c_lo / 16 + (c - cb)] = 0;
-      }
-    } else {
-      const int w = c_hi - c_lo;
-      for (int64_t idx = tid; idx < (z1 - z0) * w; idx += kNT) {
-        const int64_t r = z0 + idx / w;
-        p.out[r * p.ld_out + c_lo + idx % w] = 0;
-      }
-    }
-  }
-}
-
 // kWs instantiations return after ws_body: the rest of the body is unreachable there (warning 128).
 #pragma nv_diag_suppress 128
 template <bool kGemm1, int kVar>
@@ -1146,10 +1044,78 @@ __global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 
   const int nt0 = ng * kNPer, nt1 = nt0 + kNPer < NT ? nt0 + kNPer : NT;
   if (nt0 >= NT) return;
 
-  // ---- which (expert, row tile) this CTA owns
-  find_row_tile<kNT>(p, m_idx, info, warp_tot);
+  // ---- which (expert, row tile) this CTA owns: block scan of ceil(rows_e / BM)
+  {
+    const int chunk = (p.E + kThreads - 1) / kThreads;
+    const int e_lo = tid * chunk < p.E ? tid * chunk : p.E;
+    const int e_hi = e_lo + chunk < p.E ? e_lo + chunk : p.E;
+    int cnt = 0;
+    for (int e = e_lo; e < e_hi; ++e) {
+      int64_t s, t;
+      seg_of(p, e, s, t);
+      cnt += static_cast<int>((t - s + BM - 1) / BM);
+    }
+    int v = cnt;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, v, o);
+      if (lane >= o) v += y;
+    }
+    if (lane == 31) warp_tot[warp] = v;
+    if (tid == 0) info[0] = -1;
+    __syncthreads();
+    int base = 0, tot = 0;
+#pragma unroll
+    for (int w = 0; w < kNT / 32; ++w) {
+      base += w < warp ? warp_tot[w] : 0;
+      tot += warp_tot[w];
+    }
+    const int excl = base + v - cnt;
+    if (m_idx >= excl && m_idx < excl + cnt) {
+      int local = m_idx - excl;
+      for (int e = e_lo; e < e_hi; ++e) {
+        int64_t s, t;
+        seg_of(p, e, s, t);
+        const int n = static_cast<int>((t - s + BM - 1) / BM);
+        if (local < n) {
+          const int64_t r0 = s + static_cast<int64_t>(local) * BM;
+          info[0] = e;
+          info[1] = r0;
+          info[2] = t - r0 < BM ? t - r0 : BM;
+          break;
+        }
+        local -= n;
+      }
+    }
+    if (tid == 0 && m_idx >= tot) info[1] = tot;  // spare CTA: remember the tile count
+    __syncthreads();
+  }
   if (info[0] < 0) {
-    zero_spare_rows<kGemm1, kNT>(p, m_idx, nt0 * kCols, nt1 * kCols < p.N ? nt1 * kCols : p.N, info);
+    // Spare CTA: zeros for rows [offsets[E], P) in this CTA's columns, grid-strided over BM-row chunks.
+    const int tot = static_cast<int>(info[1]);
+    if (m_idx < tot) return;  // (cannot happen: every tile index below tot is owned)
+    int64_t total = p.offsets[p.E];
+    total = total < 0 ? 0 : (total > p.P ? p.P : total);
+    const int spare = p.grid_m - tot;
+    const int c_lo = nt0 * kCols, c_hi = nt1 * kCols < p.N ? nt1 * kCols : p.N;
+    for (int64_t z0 = total + static_cast<int64_t>(m_idx - tot) * BM; z0 < p.P; z0 += static_cast<int64_t>(spare) * BM) {
+      const int64_t z1 = z0 + BM < p.P ? z0 + BM : p.P;
+      if constexpr (kGemm1) {
+        const int cb = (c_hi - c_lo) / 2, sb = (c_hi - c_lo) / 16;
+        for (int64_t idx = tid; idx < (z1 - z0) * (cb + sb); idx += kNT) {
+          const int64_t r = z0 + idx / (cb + sb);
+          const int c = static_cast<int>(idx % (cb + sb));
+          if (c < cb) p.out_q[r * p.ld_out_q + c_lo / 2 + c] = 0;
+          else p.out_sc[r * p.ld_out_sc + c_lo / 16 + (c - cb)] = 0;
+        }
+      } else {
+        const int w = c_hi - c_lo;
+        for (int64_t idx = tid; idx < (z1 - z0) * w; idx += kNT) {
+          const int64_t r = z0 + idx / w;
+          p.out[r * p.ld_out + c_lo + idx % w] = 0;
+        }
+      }
+    }
     return;
   }
   const int e = static_cast<int>(info[0]);
@@ -1483,177 +1449,6 @@ __global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 
 }
 
 #pragma nv_diag_default 128
-
-// ---- kWgmmaWsN128 (gemm1 only): narrower column tiles, two producer warpgroups ------------------
-// The same operands, dequantization, wgmma and epilogue arithmetic as kWgmmaWs2's gemm1 (bit-identical
-// results), on 128-row x 64-h-column tiles (B = the 64 gate rows and the matching 64 up rows, m64n128
-// wgmma, 64 fp32 accumulators per consumer thread) so that 512 threads fit without a register split:
-// warpgroups 0-1 consume (wgmma, epilogue), warpgroups 2-3 produce (4 items of 16 elements per
-// thread and K step instead of 12: two producer warps per scheduler instead of one). Costs 33% more
-// dequantization and shared-memory traffic per FLOP (256 operand rows per 128 x 128 product instead
-// of 384 per 128 x 256). A ring of kN1Stages 32 KiB fp16 tiles with full/empty mbarriers; the h
-// tile (fp32, 128 x 64) aliases the ring after the K loop.
-constexpr int kN1Cols = 64;                                 // h columns per tile
-constexpr int kN1Rows = BM + 2 * kN1Cols;                   // 256 operand rows per K step
-constexpr int kN1Buf = kN1Rows * BK * 2;                    // one fp16 tile, 32 KiB
-constexpr int kN1Stages = 6;
-constexpr int kN1Producers = 256;
-constexpr int kN1Items = (kN1Rows * BK / 16) / kN1Producers;  // 4 per producer thread and step
-constexpr uint32_t kN1ItemBytes = (kN1Producers / 4) * 128;   // one item index's 64 tile rows
-constexpr int kN1HPitch = kN1Cols + 4;
-constexpr int n128_smem_bytes() { return kN1Stages * kN1Buf + kAlignPad; }
-static_assert(BM * kN1HPitch * 4 <= kN1Stages * kN1Buf, "the h tile fits the ring");
-static_assert(kN1Items == 4 && kN1Producers / 4 == kN1Cols, "items 0-1: A rows, 2: gate rows, 3: up rows");
-
-__global__ void __launch_bounds__(kThreads + kN1Producers, 1) n128_kernel(Args p) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kNT = kThreads + kN1Producers;
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  unsigned char* const smem = smem_raw + ((kAlignPad - (smem_u32(smem_raw) & (kAlignPad - 1))) & (kAlignPad - 1));
-  __shared__ int32_t row_src[BM];
-  __shared__ int32_t warp_tot[kNT / 32];
-  __shared__ __align__(8) uint64_t mbar[2 * kN1Stages];  // full[kN1Stages], empty[kN1Stages]
-  __shared__ int64_t info[3];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int m_idx = static_cast<int>(blockIdx.x / p.n_groups), nt = static_cast<int>(blockIdx.x % p.n_groups);
-  find_row_tile<kNT>(p, m_idx, info, warp_tot);
-  if (info[0] < 0) {
-    zero_spare_rows<true, kNT>(p, m_idx, nt * kN1Cols, (nt + 1) * kN1Cols < p.N ? (nt + 1) * kN1Cols : p.N, info);
-    return;
-  }
-  const int e = static_cast<int>(info[0]);
-  const int64_t r0 = info[1];
-  const int nrows = static_cast<int>(info[2]);
-  if (tid < BM) {
-    int32_t src = -1;
-    if (tid < nrows) {
-      const int32_t t = p.p2t[r0 + tid];
-      src = t < 0 ? -1 : t;
-    }
-    row_src[tid] = src;
-  }
-  const uint32_t full0 = smem_u32(mbar), empty0 = full0 + kN1Stages * 8;
-  if (tid == 0) {
-    for (int i = 0; i < kN1Stages; ++i) {
-      mbar_init(full0 + i * 8, kN1Producers);
-      mbar_init(empty0 + i * 8, kThreads);
-    }
-  }
-  __syncthreads();
-  const int KT = p.K / BK;
-  const uint32_t tiles = smem_u32(smem);
-
-  if (tid >= kThreads) {
-    // ---------------- producers: item it of thread pt is tile row it * 64 + pt / 4, k-block pt % 4
-    const int pt = tid - kThreads, kb = pt & 3, prow = pt >> 2;
-    const uint8_t* code_p[kN1Items];
-    const uint8_t* sc_p[kN1Items];
-#pragma unroll
-    for (int it = 0; it < kN1Items; ++it) {
-      if (it < 2) {  // A rows (dead rows read row 0: their values reach only rows stored as zeros)
-        const int32_t src = row_src[it * kN1Cols + prow];
-        const int64_t r = src >= 0 ? src : 0;
-        code_p[it] = p.a + r * p.ld_a + kb * 8;
-        sc_p[it] = p.a_sc + r * p.ld_a_sc + kb;
-      } else {  // gate (it 2) and up (it 3) rows of h column n (past N: row 0, never stored)
-        const int n = nt * kN1Cols + prow;
-        const int64_t r = n < p.N ? static_cast<int64_t>(e) * 2 * p.N + (it - 2) * p.N + n : 0;
-        code_p[it] = p.w + r * p.ld_w + kb * 8;
-        sc_p[it] = p.w_sc + r * p.ld_w_sc + kb;
-      }
-    }
-    const uint32_t off0 = prow * 128 + (((2 * kb) ^ (prow & 7)) << 4);
-    const uint32_t off1 = prow * 128 + (((2 * kb + 1) ^ (prow & 7)) << 4);
-    uint2 cd[kN1Items];
-    uint32_t sc[kN1Items];
-    auto load = [&](int kt) {
-#pragma unroll
-      for (int it = 0; it < kN1Items; ++it) {
-        cd[it] = ldg_code_l2(code_p[it] + kt * 32);
-        sc[it] = ldg_scale_l2(sc_p[it] + kt * 4);
-      }
-    };
-    load(0);
-    for (int s = 0; s < KT; ++s) {
-      uint2 c2[kN1Items];
-      uint32_t s2[kN1Items];
-#pragma unroll
-      for (int it = 0; it < kN1Items; ++it) { c2[it] = cd[it]; s2[it] = sc[it]; }
-      if (s + 1 < KT) load(s + 1);
-      const int b = s % kN1Stages;
-      mbar_wait(empty0 + b * 8, ((s / kN1Stages) & 1) ^ 1);
-      const uint32_t buf = tiles + b * kN1Buf;
-#pragma unroll
-      for (int it = 0; it < kN1Items; ++it) ws_item_store(buf + it * kN1ItemBytes, off0, off1, c2[it], s2[it]);
-      fence_proxy_async();
-      mbar_arrive(full0 + b * 8);
-    }
-    return;
-  }
-
-  // ---------------- consumers: warpgroup wm multiplies tile rows 64 wm .. by the 128 B rows
-  const int g = lane >> 2, q = lane & 3, wm = warp >> 2;
-  bool warp_live = false;
-#pragma unroll 8
-  for (int r = 0; r < 64; ++r) warp_live |= row_src[wm * 64 + r] >= 0;
-  warp_live = __any_sync(0xffffffffu, warp_live);  // warp-uniform around the wgmmas (C7518)
-  float acc[16][4];
-#pragma unroll
-  for (int j = 0; j < 16; ++j)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
-  for (int s = 0; s < KT; ++s) {
-    const int b = s % kN1Stages;
-    mbar_wait(full0 + b * 8, (s / kN1Stages) & 1);
-    const uint32_t buf = tiles + b * kN1Buf;
-    if (warp_live) {
-      acc_fence(acc);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk)
-        wgmma_m64n128k16(acc, wgmma_desc(buf + wm * 64 * 128 + kk * 32), wgmma_desc(buf + BM * 128 + kk * 32));
-      wgmma_commit();
-    }
-    wgmma_wait<1>();
-    acc_fence(acc);
-    if (s > 0) mbar_arrive(empty0 + ((s - 1) % kN1Stages) * 8);  // step s - 1's tile is read
-  }
-  wgmma_wait<0>();
-  acc_fence(acc);
-  // Both consumer warpgroups are done with the ring (Hs aliases it); the producers finished writing
-  // before the last full barrier completed. Gate column 8 j + 2 q (+1) in acc[j], up in acc[j + 8].
-  bar_consumers();
-  float* Hs = reinterpret_cast<float*>(smem);
-  const int row_w = wm * 64 + (warp & 3) * 16 + g;
-  const float gsc = __fmul_rn(p.a_gs, p.w_gs[e]);
-  const float g14 = __fmul_rn(gsc, kUnscale);
-  auto silu_tile = [&](auto fold) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const float h0 = silu_mul_val<decltype(fold)::value>(acc[j][2 * hh], acc[j + 8][2 * hh], gsc, g14);
-        const float h1 = silu_mul_val<decltype(fold)::value>(acc[j][2 * hh + 1], acc[j + 8][2 * hh + 1], gsc, g14);
-        *reinterpret_cast<float2*>(Hs + (row_w + hh * 8) * kN1HPitch + j * 8 + 2 * q) = make_float2(h0, h1);
-      }
-  };
-  if (isfinite(g14))
-    silu_tile(std::true_type{});
-  else
-    silu_tile(std::false_type{});
-  bar_consumers();
-#pragma unroll 1
-  for (int it = 0; it < (BM * kN1Cols / 16) / kThreads; ++it) {
-    const int item = it * kThreads + tid;
-    const int row = item >> 2, blk = item & 3;
-    const int n = nt * kN1Cols + blk * 16;
-    if (row >= nrows || n >= p.N) continue;
-    store_requant_block(p, Hs + row * kN1HPitch + blk * 16, row_src[row] >= 0, r0 + row, n);
-  }
-#else
-  __trap();
-#endif
-}
 
 // ---- Persistent warp-specialized kernel (kVar 7, Fp4GemmPath::kWgmmaPersist) -------------------
 // kWgmmaWs2's tiles, warp roles, items, dequantization, wgmmas and epilogues (the same results, bit
@@ -2124,23 +1919,6 @@ cudaError_t persist_launch(Args p, cudaStream_t stream) {
   return last_launch_error();
 }
 
-bool n128_smem_ok() {
-  if (cudaFuncSetAttribute(n128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, n128_smem_bytes()) == cudaSuccess)
-    return true;
-  (void)cudaGetLastError();
-  return false;
-}
-cudaError_t n128_launch(Args p, cudaStream_t stream) {
-  if (p.P <= 0 || p.N <= 0) return cudaSuccess;
-  const int64_t n_groups = (p.N + kN1Cols - 1) / kN1Cols;
-  const int64_t grid_m = (p.P + BM - 1) / BM + p.E;
-  if (grid_m * n_groups >= (int64_t{1} << 31)) return cudaErrorInvalidConfiguration;
-  p.grid_m = static_cast<int>(grid_m);
-  p.n_groups = static_cast<int>(n_groups);
-  n128_kernel<<<static_cast<unsigned>(grid_m * n_groups), kThreads + kN1Producers, n128_smem_bytes(), stream>>>(p);
-  return last_launch_error();
-}
-
 // kWgmma (variant 3) runs only where the kernels were built for sm_90a (MOEPROF_HAVE_SM90A, set by
 // kernels/CMakeLists.txt) and the current device is compute capability 9.0 exactly (sm_90a code
 // runs nowhere else).
@@ -2171,17 +1949,6 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
     case 4: if (!wgmma_ok() || !smem_ok<kGemm1, 4>()) return false; err = launch<kGemm1, 4>(p, stream); return true;
     case 5: if (!wgmma_ok() || !smem_ok<kGemm1, 5>()) return false; err = launch<kGemm1, 5>(p, stream); return true;
     case 7: if (!wgmma_ok() || !persist_smem_ok<kGemm1, false>()) return false; err = persist_launch<kGemm1, false>(p, stream); return true;
-    case 9:  // kWgmmaWsN128: gemm1 only (gemm2 runs kWgmmaWs2)
-      if (!wgmma_ok()) return false;
-      if constexpr (kGemm1) {
-        if (!n128_smem_ok()) return false;
-        err = n128_launch(p, stream);
-        return true;
-      } else {
-        if (!smem_ok<false, 5>()) return false;
-        err = launch<false, 5>(p, stream);
-        return true;
-      }
     default:
       // Resident A tiles: gemm2 with K <= kRaMaxK; elsewhere (gemm1, larger K) the kWgmmaPersist layout.
       if constexpr (!kGemm1) {
@@ -2208,7 +1975,6 @@ int variant_of(Fp4GemmPath path, bool gemm1) {
     case Fp4GemmPath::kWgmmaWs2: return 5;
     case Fp4GemmPath::kWgmmaPersist: return 7;
     case Fp4GemmPath::kWgmmaPersistRA: return 8;
-    case Fp4GemmPath::kWgmmaWsN128: return 9;
     default: return 2;
   }
 }

@@ -33,13 +33,10 @@ namespace moeprof::kern {
 // 32 KiB). kWgmmaPersistRA: kWgmmaPersist, but gemm2 with K <= 512 keeps the work item's 128 A
 // rows resident in shared memory as fp16 for all K (dequantized once per item instead of once per
 // column tile) and rings only the weight rows (2 tiles); gemm1 and larger K run kWgmmaPersist.
-// kWgmmaWsN128 (gemm1; gemm2 runs kWgmmaWs2): 128-row x 64-h-column tiles (m64n128 wgmma, 64 gate +
-// 64 up weight rows) with two producer warpgroups (512 threads, 4 dequantized items per producer
-// thread and K step), a 6-deep ring of fp16 tiles.
 // All paths give bit-identical results.
 enum class Fp4GemmPath : int {
   kAuto = 0, kLegacy = 1, kTiled = 2, kTiledSkip = 3, kTiledStaged = 4, kWgmma = 5, kWgmmaWs = 6, kWgmmaWs2 = 7,
-  kWgmmaPersist = 8, kWgmmaPersistRA = 9, kWgmmaWsN128 = 10
+  kWgmmaPersist = 8, kWgmmaPersistRA = 9
 };
 // The tiled variants kAuto runs (the production paths), one per GEMM. Change them after measuring
 // bench_moe_gemm on the GPU (it times every variant and cross-checks each against kLegacy).
