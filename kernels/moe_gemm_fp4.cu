@@ -800,18 +800,15 @@ __device__ __forceinline__ void ws_item_store(uint32_t rowp, uint32_t off0, uint
 // One producer K step s into fp16 tile s % NB of the ring at shared address `tiles`: wait until
 // the consumers freed it, dequantize the thread's 12 items (codes c2, scales s2) into it, publish
 // it to the async proxy and arrive on its full barrier.
-// live_a: bit it set where A item it (it < kPItems / 3) has a live row; the others are not
-// dequantized (their tile rows keep what they held, which reaches only output rows written as zeros).
 template <int NB>
 __device__ __forceinline__ void ws_fill_tile(uint32_t tiles, uint32_t full0, uint32_t empty0, int s, uint32_t off0,
                                              uint32_t off1, const uint2 (&c2)[kPItems],
-                                             const uint32_t (&s2)[kPItems], uint32_t live_a = ~0u) {
+                                             const uint32_t (&s2)[kPItems]) {
   const int b = s % NB;
   mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
   const uint32_t buf = tiles + b * kBufBytes;
 #pragma unroll
-  for (int it = 0; it < kPItems; ++it)
-    if (it >= kPItems / 3 || (live_a & (1u << it))) ws_item_store(buf + it * kItemBytes, off0, off1, c2[it], s2[it]);
+  for (int it = 0; it < kPItems; ++it) ws_item_store(buf + it * kItemBytes, off0, off1, c2[it], s2[it]);
   fence_proxy_async();
   mbar_arrive(full0 + b * 8);
 }
@@ -844,7 +841,6 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
   const int kb = pt & 3;  // every item of this thread has the same k-block (c & 3 == pt & 3)
   const uint8_t* code_p[kPItems];
   const uint8_t* sc_p[kPItems];
-  uint32_t live_a = 0;  // A items with a live row (ws_fill_tile skips the others)
   // A dead item (padding row, weight row past N) reads row 0 of its operand: its values reach only
   // outputs that are never written from them (dead rows are stored as zeros, columns past N are
   // skipped or clipped), so the loads need no test (measured: docs/performance.md, 2026-12-02,
@@ -858,11 +854,6 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
       int64_t lc, ls;
       if (it < kPItems / 3) {
         const int32_t src = a_src(it, row);
-#if !defined(MOEPROF_NO_DEAD_SKIP)
-        live_a = src >= 0 ? live_a | (1u << it) : live_a & ~(1u << it);
-#else
-        live_a = ~0u;
-#endif
         r = src >= 0 ? src : 0;
         cb = p.a; sb = p.a_sc; lc = p.ld_a; ls = p.ld_a_sc;
       } else {
@@ -901,7 +892,7 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
       }
       load(kn);
     }
-    ws_fill_tile<NB>(tiles, full0, empty0, s, off0, off1, c2, s2, live_a);
+    ws_fill_tile<NB>(tiles, full0, empty0, s, off0, off1, c2, s2);
   }
 }
 
