@@ -498,10 +498,6 @@ __device__ __forceinline__ uint32_t cvt_e4m3x2_hi(uint32_t v) {
 __device__ __forceinline__ uint32_t e4m3_to_f16x2_half_cvt(uint32_t sc) {
   return hmul2_f16(cvt_e4m3x2_lo(sc * 0x101u), 0x38003800u);  // 0x3800 = fp16 0.5
 }
-// The same from the scale byte already in both low bytes (sc2 = sc * 0x101).
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2_half_cvt(uint32_t sc2) {
-  return hmul2_f16(cvt_e4m3x2_lo(sc2), 0x38003800u);
-}
 // The warp-specialized producers' dequantization: codes -> e4m3 bytes (e2m1 * 2^-6, above), four
 // hardware conversions, one multiply by sh = scale / 2 each. The product e2m1 * scale * 2^-7 is
 // the one e2m1x8_to_f16x8_fast makes from 2^-14 e2m1 and scale * 2^7, with one rounding of the
@@ -792,11 +788,9 @@ constexpr uint32_t kItemBytes = (kProducers / 4) * 128;  // one producer item's 
 
 // One 16-element item per thread: codes c (8 bytes) with scale byte sc, dequantized to fp16 and stored
 // as the thread's two 16-byte chunks (offsets off0 / off1) of the item's rows at shared address rowp.
-// kRep: sc is the scale byte in both low bytes (sc * 0x101, ws_produce's scale words).
-template <bool kRep = false>
 __device__ __forceinline__ void ws_item_store(uint32_t rowp, uint32_t off0, uint32_t off1, uint2 c, uint32_t sc) {
   uint32_t o[8];
-  const uint32_t f = kRep ? e4m3x2_to_f16x2_half_cvt(sc) : e4m3_to_f16x2_half_cvt(sc);
+  const uint32_t f = e4m3_to_f16x2_half_cvt(sc);
   e2m1x8_to_f16x8_cvt(c.x, f, o);
   e2m1x8_to_f16x8_cvt(c.y, f, o + 4);
   sts128(rowp + off0, o[0], o[1], o[2], o[3]);
@@ -806,7 +800,7 @@ __device__ __forceinline__ void ws_item_store(uint32_t rowp, uint32_t off0, uint
 // One producer K step s into fp16 tile s % NB of the ring at shared address `tiles`: wait until
 // the consumers freed it, dequantize the thread's 12 items (codes c2, scales s2) into it, publish
 // it to the async proxy and arrive on its full barrier.
-template <int NB, bool kRep = false>
+template <int NB>
 __device__ __forceinline__ void ws_fill_tile(uint32_t tiles, uint32_t full0, uint32_t empty0, int s, uint32_t off0,
                                              uint32_t off1, const uint2 (&c2)[kPItems],
                                              const uint32_t (&s2)[kPItems]) {
@@ -814,7 +808,7 @@ __device__ __forceinline__ void ws_fill_tile(uint32_t tiles, uint32_t full0, uin
   mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
   const uint32_t buf = tiles + b * kBufBytes;
 #pragma unroll
-  for (int it = 0; it < kPItems; ++it) ws_item_store<kRep>(buf + it * kItemBytes, off0, off1, c2[it], s2[it]);
+  for (int it = 0; it < kPItems; ++it) ws_item_store(buf + it * kItemBytes, off0, off1, c2[it], s2[it]);
   fence_proxy_async();
   mbar_arrive(full0 + b * 8);
 }
@@ -831,11 +825,6 @@ __device__ __forceinline__ uint2 ldg_code_l2(const uint8_t* ptr) {
 __device__ __forceinline__ uint32_t ldg_scale_l2(const uint8_t* ptr) {
   uint32_t v;
   asm("ld.global.nc.L2::256B.u8 %0, [%1];\n" : "=r"(v) : "l"(ptr));
-  return v;
-}
-__device__ __forceinline__ uint32_t ldg_scales4_l2(const uint8_t* ptr) {
-  uint32_t v;
-  asm("ld.global.nc.L2::256B.u32 %0, [%1];\n" : "=r"(v) : "l"(ptr));
   return v;
 }
 
@@ -873,19 +862,11 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
         cb = p.w; sb = p.w_sc; lc = p.ld_w; ls = p.ld_w_sc;
       }
       code_p[it] = cb + r * lc + kb * 8;
-#if defined(MOEPROF_SCALE_PER_STEP)
       sc_p[it] = sb + r * ls + kb;
-#else
-      sc_p[it] = sb + r * ls;
-#endif
     }
   };
   uint2 cd[kPItems];
   uint32_t sc[kPItems];
-  const uint32_t tiles = smem_u32(smem);
-  uint32_t off0, off1;
-  ws_chunk_offsets(pt, off0, off1);
-#if defined(MOEPROF_SCALE_PER_STEP)
   auto load = [&](int kt) {
 #pragma unroll
     for (int it = 0; it < kPItems; ++it) {
@@ -893,6 +874,9 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
       sc[it] = ldg_scale_l2(sc_p[it] + kt * 4);
     }
   };
+  const uint32_t tiles = smem_u32(smem);
+  uint32_t off0, off1;
+  ws_chunk_offsets(pt, off0, off1);
   set_ptrs(nt0);
   load(0);
   int kn = 0, ntn = nt0;  // k tile and column tile of step s + 1 (counters: no division per step)
@@ -910,51 +894,6 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
     }
     ws_fill_tile<NB>(tiles, full0, empty0, s, off0, off1, c2, s2);
   }
-#else
-  // Scales four K steps at a time: for steps kt0 .. kt0 + 3 of a row, the row's 4 threads (k-blocks
-  // 0..3, lanes 4 i .. 4 i + 3) each load one 4-byte word, the scales of step kt0 + kb (one 16-byte
-  // sector per row and 4 steps: a quarter of the L1 tag lookups of one byte per thread and step);
-  // at step kt0 + j each thread takes byte kb of lane 4 i + j's word by a shuffle. The codes as before.
-  const int lane = pt & 31;
-  const uint32_t sel = static_cast<uint32_t>(kb | (kb << 4)) | 0x4400u;  // byte kb twice, zeros
-  uint32_t scn[kPItems];  // the words of the next group of 4 steps (sc: the current group's)
-  auto load_codes = [&](int kt) {
-#pragma unroll
-    for (int it = 0; it < kPItems; ++it) cd[it] = ldg_code_l2(code_p[it] + kt * 32);
-  };
-  auto load_scales = [&](int kt0) {
-    const int k = kt0 + kb < KT ? kt0 + kb : KT - 1;
-#pragma unroll
-    for (int it = 0; it < kPItems; ++it) scn[it] = ldg_scales4_l2(sc_p[it] + k * 4);
-  };
-  set_ptrs(nt0);
-  load_codes(0);
-  load_scales(0);
-  int kn = 0, ntn = nt0;  // k tile and column tile of step s + 1 (counters: no division per step)
-  for (int s = 0; s < nsteps; ++s) {
-    const int kc = kn;  // k tile of step s
-    if ((kc & 3) == 0) {
-#pragma unroll
-      for (int it = 0; it < kPItems; ++it) sc[it] = scn[it];
-    }
-    uint2 c2[kPItems];
-    uint32_t s2[kPItems];
-#pragma unroll
-    for (int it = 0; it < kPItems; ++it) c2[it] = cd[it];
-    if (s + 1 < nsteps) {
-      if (++kn == KT) {
-        kn = 0;
-        set_ptrs(++ntn);
-      }
-      load_codes(kn);
-      if ((kn & 3) == 0) load_scales(kn);
-    }
-    const int src = (lane & ~3) | (kc & 3);
-#pragma unroll
-    for (int it = 0; it < kPItems; ++it) s2[it] = __byte_perm(__shfl_sync(0xffffffffu, sc[it], src), 0u, sel);
-    ws_fill_tile<NB, true>(tiles, full0, empty0, s, off0, off1, c2, s2);
-  }
-#endif
 }
 
 // One consumer K step (both warp-specialized kernels): wait for fp16 tile s % NB, issue its 4 wgmmas
