@@ -443,15 +443,10 @@ __device__ __forceinline__ void e2m1x8_to_f16x8(uint32_t w, uint32_t s2, uint32_
 // kShift 1: the high byte of fp16 2^-14 * e2m1 (e2m1x8_to_f16x8_fast); kShift 2: the e4m3 byte of
 // e2m1 * 2^-6 (e2m1x8_to_e4m3x8).
 template <int kShift>
-__device__ __forceinline__ void e2m1x8_bytes_split(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  constexpr uint32_t kBits = 0x07070707u << kShift;
-  lo = ((w << kShift) & kBits) | ((w << 4) & 0x80808080u);
-  hi = ((w >> (4 - kShift)) & kBits) | (w & 0x80808080u);
-}
-template <int kShift>
 __device__ __forceinline__ void e2m1x8_bytes(uint32_t w, uint32_t& x, uint32_t& y) {
-  uint32_t lo, hi;
-  e2m1x8_bytes_split<kShift>(w, lo, hi);
+  constexpr uint32_t kBits = 0x07070707u << kShift;
+  const uint32_t lo = ((w << kShift) & kBits) | ((w << 4) & 0x80808080u);
+  const uint32_t hi = ((w >> (4 - kShift)) & kBits) | (w & 0x80808080u);
   x = __byte_perm(lo, hi, 0x5140u);
   y = __byte_perm(lo, hi, 0x7362u);
 }
@@ -475,11 +470,6 @@ __device__ __forceinline__ void e2m1x8_to_f16x8_fast(uint32_t w, uint32_t s2, ui
 // e2m1's subnormal (e = 0: m * 0.5) maps to e4m3's subnormal (m * 2^-7), its normals
 // 2^(e-1) (1 + m/2) to 2^(e-7) (1 + m/2): exact for all 16 codes. x: codes 0..3, y: codes 4..7.
 __device__ __forceinline__ void e2m1x8_to_e4m3x8(uint32_t w, uint32_t& x, uint32_t& y) { e2m1x8_bytes<2>(w, x, y); }
-// The same bytes without the two interleaving permutes: lo holds codes 0, 2, 4, 6 and hi codes
-// 1, 3, 5, 7 (byte i of lo: code 2 i, of hi: code 2 i + 1).
-__device__ __forceinline__ void e2m1x8_to_e4m3x8_split(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  e2m1x8_bytes_split<2>(w, lo, hi);
-}
 
 // fp16x2 (both halves) holding e4m3(v) * 2^7, exact (|.| <= 57344); NaN (0x7F / 0xFF) stays NaN.
 // e4m3 exponent/mantissa bits -> fp16 bits 13..7 give e4m3 * 2^-8 (fp16 subnormal for e4m3
@@ -513,17 +503,9 @@ __device__ __forceinline__ uint32_t e4m3_to_f16x2_half_cvt(uint32_t sc) {
 // the one e2m1x8_to_f16x8_fast makes from 2^-14 e2m1 and scale * 2^7, with one rounding of the
 // same exact operands: the same fp16 bits, in 15 instead of 17 PTX operations per 8 codes (the
 // SASS was not counted; the measured speed-up is 0-1%, docs/performance.md, fifth session).
-// The 8 values leave in the k order 0, 2, 4, 6, 1, 3, 5, 7 (o[0]: codes 0, 2; o[1]: 4, 6; o[2]:
-// 1, 3; o[3]: 5, 7): the split bytes need no interleaving permutes (2 of about 17 operations per 8
-// codes). Every warp-specialized producer stores both operands this way (ws_item_store), so the
-// wgmmas multiply the same pairs of values, only in another order inside each 16-wide k step.
 __device__ __forceinline__ void e2m1x8_to_f16x8_cvt(uint32_t w, uint32_t sh, uint32_t* o) {
   uint32_t x, y;
-#if defined(MOEPROF_CVT_INTERLEAVED)
   e2m1x8_to_e4m3x8(w, x, y);
-#else
-  e2m1x8_to_e4m3x8_split(w, x, y);
-#endif
   o[0] = hmul2_f16(cvt_e4m3x2_lo(x), sh);
   o[1] = hmul2_f16(cvt_e4m3x2_hi(x), sh);
   o[2] = hmul2_f16(cvt_e4m3x2_lo(y), sh);
