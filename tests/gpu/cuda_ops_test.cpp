@@ -915,7 +915,7 @@ TEST_CASE("cuda FP4 GEMM warp-specialized paths give kWgmma's bits for every e4m
     REQUIRE(nan < ref.o.size() / 8);
     REQUIRE(nonzero > ref.o.size() / 2);
     // MOEPROF_SWEEP_PATHS (e.g. "8,9"): compare only these Fp4GemmPath numbers, for the slow
-    // compute-sanitizer runs (scripts/device_all.sh step sanitizer).
+    // compute-sanitizer runs (scripts/device_all.sh step gemm-sanitizer).
     const char* only_env = std::getenv("MOEPROF_SWEEP_PATHS");
     const std::string only = only_env ? "," + std::string(only_env) + "," : std::string();
     int compared = 0;
