@@ -344,16 +344,62 @@ static_assert(kProducers * kProducerRegs + kThreads * kConsumerRegs <= (kThreads
   } while (0)
 // kVar 5 (gemm2 only differs): 4 stages, the bf16 output staged in two 128-column halves (4 KiB per
 // warp) and 7 column tiles per CTA.
+// kVar 6 (kWgmmaWsRs): kVar 5's warp roles, tiles and epilogues, but the consumers dequantize their
+// own A rows into registers (the wgmma RS form: A from registers, B from shared memory) and the
+// producers only the 256 weight rows: 8 items per producer thread and step instead of 12, a ring of
+// kRsStages 32 KiB weight tiles. Each consumer thread loads its two rows' 32 code bytes and 4 scale
+// bytes per K step (16- and 4-byte loads, a step ahead) and makes the 16 fp16 values of its A
+// fragments with the producers' conversion (same bits). Registers: 120 per producer thread, 192 per
+// consumer thread (128 accumulators, two steps' A fragments, the loaded codes).
+#ifndef MOEPROF_RS_STAGES
+#define MOEPROF_RS_STAGES 4
+#endif
+constexpr int kRsStages = MOEPROF_RS_STAGES;
+constexpr int kRsBufBytes = BN * BK * 2;                 // one fp16 weight tile: 32 KiB
+constexpr int kRsItems = kPItems - kPItems / 3;          // 8 weight items per producer thread and step
+constexpr int kRsProducerRegs = 120, kRsConsumerRegs = 192;
+static_assert(BM * kHPitch * 4 <= kRsStages * kRsBufBytes, "gemm1 epilogue tile fits the weight ring");
+static_assert(kProducers * kRsProducerRegs + kThreads * kRsConsumerRegs <= (kThreads + kProducers) * 168,
+              "the register split fits the launch's 168 registers per thread");
+#define MOEPROF_SET_ROLE_REGS_RS(producer)                                                       \
+  do {                                                                                           \
+    if (producer) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRsProducerRegs)); \
+    else asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRsConsumerRegs));          \
+  } while (0)
+// kVar 9 (kWgmmaWsRs's gemm1 where the weights fit TMA's rules): kVar 6, but the weight rows' FP4
+// codes and scales of 4 K steps at a time come by TMA (3-D tensor maps over [planes][N][K]: 128 code
+// bytes a row with the 128-byte swizzle, 16 scale bytes a row) into kRsSlots staging slots, and the
+// producers read their items from there with shared loads: one 128-byte line a row per 4 steps
+// instead of the 8-byte and 1-byte global loads of every step (Nsight Compute put kVar 6's L1 at 80%
+// of its throughput, most of it those loads' wavefronts).
+constexpr int kRsSlotSteps = 4, kRsSlots = 2;
+constexpr int kRsSlotCodes = BN * kRsSlotSteps * (BK / 2);                    // 256 rows x 128 bytes
+constexpr int kRsSlotBytes = kRsSlotCodes + BN * kRsSlotSteps * (BK / 16);    // + 256 rows x 16 scale bytes
+constexpr int kRsTmaStages = 4;
+static_assert(BM * kHPitch * 4 <= kRsTmaStages * kRsBufBytes, "gemm1 epilogue tile fits the weight ring");
+// Barriers of the warp-specialized kernels: full and empty per fp16 tile (kVar 9: and per slot).
+constexpr int kMaxBarPairs = kWsStages > kRsStages ? (kWsStages > kRsTmaStages + kRsSlots ? kWsStages : kRsTmaStages + kRsSlots)
+                                                   : (kRsStages > kRsTmaStages + kRsSlots ? kRsStages : kRsTmaStages + kRsSlots);
+static_assert((kRsTmaStages * kRsBufBytes) % 1024 == 0 && kRsSlotCodes % 1024 == 0 && kRsSlotBytes % 1024 == 0,
+              "slots 1024-byte aligned (the 128-byte swizzle's atoms)");
 template <bool kGemm1, int kVar>
-constexpr int ws_stages() { return kGemm1 || kVar == 5 ? kWsStages : 3; }
+constexpr int ws_stages() {
+  return kVar == 9 ? kRsTmaStages : (kVar == 6 ? kRsStages : (kGemm1 || kVar == 5 ? kWsStages : 3));
+}
+template <int kVar>
+constexpr int ws_buf_bytes() { return kVar == 6 || kVar == 9 ? kRsBufBytes : kBufBytes; }
+template <int kVar>
+constexpr bool ws_rs() { return kVar == 6 || kVar == 9; }
 template <bool kGemm1, int kVar>
-constexpr int ws_stage_out() { return kVar == 5 ? kStageOutBytes / 2 : kStageOutBytes; }
+constexpr int ws_stage_out() { return kVar >= 5 ? kStageOutBytes / 2 : kStageOutBytes; }
 template <bool kGemm1, int kVar>
-constexpr int n_per() { return kGemm1 ? kNPer1 : (kVar == 5 ? 7 : kNPer2); }
+constexpr int n_per() { return kGemm1 ? kNPer1 : (kVar >= 5 ? 7 : kNPer2); }
 template <bool kGemm1, int kVar>
 constexpr int smem_bytes() {
   if (kVar >= 4)
-    return ws_stages<kGemm1, kVar>() * kBufBytes + (kGemm1 ? 0 : (kThreads / 32) * ws_stage_out<kGemm1, kVar>()) + kAlignPad;
+    return ws_stages<kGemm1, kVar>() * ws_buf_bytes<kVar>() +
+           (kGemm1 ? 0 : (kThreads / 32) * ws_stage_out<kGemm1, kVar>()) + (kVar == 9 ? kRsSlots * kRsSlotBytes : 0) +
+           kAlignPad;
   return kSmemBytes + ((!kGemm1 && kVar >= 2) ? (kThreads / 32) * kStageOutBytes : 0) + (kVar == 3 ? kAlignPad : 0);
 }
 
@@ -407,6 +453,16 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[4][8][4], uint64_t d
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0][0][0]), "+f"(d[0][0][1]), "+f"(d[0][0][2]), "+f"(d[0][0][3]), "+f"(d[0][1][0]), "+f"(d[0][1][1]), "+f"(d[0][1][2]), "+f"(d[0][1][3]), "+f"(d[0][2][0]), "+f"(d[0][2][1]), "+f"(d[0][2][2]), "+f"(d[0][2][3]), "+f"(d[0][3][0]), "+f"(d[0][3][1]), "+f"(d[0][3][2]), "+f"(d[0][3][3]), "+f"(d[0][4][0]), "+f"(d[0][4][1]), "+f"(d[0][4][2]), "+f"(d[0][4][3]), "+f"(d[0][5][0]), "+f"(d[0][5][1]), "+f"(d[0][5][2]), "+f"(d[0][5][3]), "+f"(d[0][6][0]), "+f"(d[0][6][1]), "+f"(d[0][6][2]), "+f"(d[0][6][3]), "+f"(d[0][7][0]), "+f"(d[0][7][1]), "+f"(d[0][7][2]), "+f"(d[0][7][3]), "+f"(d[1][0][0]), "+f"(d[1][0][1]), "+f"(d[1][0][2]), "+f"(d[1][0][3]), "+f"(d[1][1][0]), "+f"(d[1][1][1]), "+f"(d[1][1][2]), "+f"(d[1][1][3]), "+f"(d[1][2][0]), "+f"(d[1][2][1]), "+f"(d[1][2][2]), "+f"(d[1][2][3]), "+f"(d[1][3][0]), "+f"(d[1][3][1]), "+f"(d[1][3][2]), "+f"(d[1][3][3]), "+f"(d[1][4][0]), "+f"(d[1][4][1]), "+f"(d[1][4][2]), "+f"(d[1][4][3]), "+f"(d[1][5][0]), "+f"(d[1][5][1]), "+f"(d[1][5][2]), "+f"(d[1][5][3]), "+f"(d[1][6][0]), "+f"(d[1][6][1]), "+f"(d[1][6][2]), "+f"(d[1][6][3]), "+f"(d[1][7][0]), "+f"(d[1][7][1]), "+f"(d[1][7][2]), "+f"(d[1][7][3]), "+f"(d[2][0][0]), "+f"(d[2][0][1]), "+f"(d[2][0][2]), "+f"(d[2][0][3]), "+f"(d[2][1][0]), "+f"(d[2][1][1]), "+f"(d[2][1][2]), "+f"(d[2][1][3]), "+f"(d[2][2][0]), "+f"(d[2][2][1]), "+f"(d[2][2][2]), "+f"(d[2][2][3]), "+f"(d[2][3][0]), "+f"(d[2][3][1]), "+f"(d[2][3][2]), "+f"(d[2][3][3]), "+f"(d[2][4][0]), "+f"(d[2][4][1]), "+f"(d[2][4][2]), "+f"(d[2][4][3]), "+f"(d[2][5][0]), "+f"(d[2][5][1]), "+f"(d[2][5][2]), "+f"(d[2][5][3]), "+f"(d[2][6][0]), "+f"(d[2][6][1]), "+f"(d[2][6][2]), "+f"(d[2][6][3]), "+f"(d[2][7][0]), "+f"(d[2][7][1]), "+f"(d[2][7][2]), "+f"(d[2][7][3]), "+f"(d[3][0][0]), "+f"(d[3][0][1]), "+f"(d[3][0][2]), "+f"(d[3][0][3]), "+f"(d[3][1][0]), "+f"(d[3][1][1]), "+f"(d[3][1][2]), "+f"(d[3][1][3]), "+f"(d[3][2][0]), "+f"(d[3][2][1]), "+f"(d[3][2][2]), "+f"(d[3][2][3]), "+f"(d[3][3][0]), "+f"(d[3][3][1]), "+f"(d[3][3][2]), "+f"(d[3][3][3]), "+f"(d[3][4][0]), "+f"(d[3][4][1]), "+f"(d[3][4][2]), "+f"(d[3][4][3]), "+f"(d[3][5][0]), "+f"(d[3][5][1]), "+f"(d[3][5][2]), "+f"(d[3][5][3]), "+f"(d[3][6][0]), "+f"(d[3][6][1]), "+f"(d[3][6][2]), "+f"(d[3][6][3]), "+f"(d[3][7][0]), "+f"(d[3][7][1]), "+f"(d[3][7][2]), "+f"(d[3][7][3])
       : "l"(da), "l"(db), "r"(1));
+}
+// D (64 x 256 fp32) += A (64 x 16 fp16, registers: the m16n8k16 A fragment of this thread's warp,
+// a[0] rows g k 2q..2q+1, a[1] rows g + 8, a[2] rows g k 2q + 8..2q + 9, a[3] rows g + 8) * B (256 x 16,
+// smem desc, K-major)^T: the RS form of wgmma_m64n256k16 (kWgmmaWsRs).
+__device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[4][8][4], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0][0][0]), "+f"(d[0][0][1]), "+f"(d[0][0][2]), "+f"(d[0][0][3]), "+f"(d[0][1][0]), "+f"(d[0][1][1]), "+f"(d[0][1][2]), "+f"(d[0][1][3]), "+f"(d[0][2][0]), "+f"(d[0][2][1]), "+f"(d[0][2][2]), "+f"(d[0][2][3]), "+f"(d[0][3][0]), "+f"(d[0][3][1]), "+f"(d[0][3][2]), "+f"(d[0][3][3]), "+f"(d[0][4][0]), "+f"(d[0][4][1]), "+f"(d[0][4][2]), "+f"(d[0][4][3]), "+f"(d[0][5][0]), "+f"(d[0][5][1]), "+f"(d[0][5][2]), "+f"(d[0][5][3]), "+f"(d[0][6][0]), "+f"(d[0][6][1]), "+f"(d[0][6][2]), "+f"(d[0][6][3]), "+f"(d[0][7][0]), "+f"(d[0][7][1]), "+f"(d[0][7][2]), "+f"(d[0][7][3]), "+f"(d[1][0][0]), "+f"(d[1][0][1]), "+f"(d[1][0][2]), "+f"(d[1][0][3]), "+f"(d[1][1][0]), "+f"(d[1][1][1]), "+f"(d[1][1][2]), "+f"(d[1][1][3]), "+f"(d[1][2][0]), "+f"(d[1][2][1]), "+f"(d[1][2][2]), "+f"(d[1][2][3]), "+f"(d[1][3][0]), "+f"(d[1][3][1]), "+f"(d[1][3][2]), "+f"(d[1][3][3]), "+f"(d[1][4][0]), "+f"(d[1][4][1]), "+f"(d[1][4][2]), "+f"(d[1][4][3]), "+f"(d[1][5][0]), "+f"(d[1][5][1]), "+f"(d[1][5][2]), "+f"(d[1][5][3]), "+f"(d[1][6][0]), "+f"(d[1][6][1]), "+f"(d[1][6][2]), "+f"(d[1][6][3]), "+f"(d[1][7][0]), "+f"(d[1][7][1]), "+f"(d[1][7][2]), "+f"(d[1][7][3]), "+f"(d[2][0][0]), "+f"(d[2][0][1]), "+f"(d[2][0][2]), "+f"(d[2][0][3]), "+f"(d[2][1][0]), "+f"(d[2][1][1]), "+f"(d[2][1][2]), "+f"(d[2][1][3]), "+f"(d[2][2][0]), "+f"(d[2][2][1]), "+f"(d[2][2][2]), "+f"(d[2][2][3]), "+f"(d[2][3][0]), "+f"(d[2][3][1]), "+f"(d[2][3][2]), "+f"(d[2][3][3]), "+f"(d[2][4][0]), "+f"(d[2][4][1]), "+f"(d[2][4][2]), "+f"(d[2][4][3]), "+f"(d[2][5][0]), "+f"(d[2][5][1]), "+f"(d[2][5][2]), "+f"(d[2][5][3]), "+f"(d[2][6][0]), "+f"(d[2][6][1]), "+f"(d[2][6][2]), "+f"(d[2][6][3]), "+f"(d[2][7][0]), "+f"(d[2][7][1]), "+f"(d[2][7][2]), "+f"(d[2][7][3]), "+f"(d[3][0][0]), "+f"(d[3][0][1]), "+f"(d[3][0][2]), "+f"(d[3][0][3]), "+f"(d[3][1][0]), "+f"(d[3][1][1]), "+f"(d[3][1][2]), "+f"(d[3][1][3]), "+f"(d[3][2][0]), "+f"(d[3][2][1]), "+f"(d[3][2][2]), "+f"(d[3][2][3]), "+f"(d[3][3][0]), "+f"(d[3][3][1]), "+f"(d[3][3][2]), "+f"(d[3][3][3]), "+f"(d[3][4][0]), "+f"(d[3][4][1]), "+f"(d[3][4][2]), "+f"(d[3][4][3]), "+f"(d[3][5][0]), "+f"(d[3][5][1]), "+f"(d[3][5][2]), "+f"(d[3][5][3]), "+f"(d[3][6][0]), "+f"(d[3][6][1]), "+f"(d[3][6][2]), "+f"(d[3][6][3]), "+f"(d[3][7][0]), "+f"(d[3][7][1]), "+f"(d[3][7][2]), "+f"(d[3][7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -522,6 +578,12 @@ struct Args {
   float out_gs; uint8_t* out_q; int64_t ld_out_q; uint8_t* out_sc; int64_t ld_out_sc; bool q_vec;  // gemm1
   uint16_t* out; int64_t ld_out; bool vec_out; bool vec16_out;                                   // gemm2
   bool tma_out;  // kWgmmaPersist's gemm2: the output tensor map (persist_kernel's out_map) is valid
+};
+// kVar 9's tensor maps of the weights (make_rs_maps, a __grid_constant__ kernel parameter): codes
+// [planes][N][K/2] and scales [planes][N][K/16], bytes; planes = gemm1's 2E (expert e's gate rows,
+// then its up rows).
+struct TmaMaps {
+  CUtensorMap codes, scales;
 };
 
 // gemm2's output tile from wgmma fragments (kWgmma, and kWgmmaWs without the half staging): this
@@ -800,15 +862,15 @@ __device__ __forceinline__ void ws_item_store(uint32_t rowp, uint32_t off0, uint
 // One producer K step s into fp16 tile s % NB of the ring at shared address `tiles`: wait until
 // the consumers freed it, dequantize the thread's 12 items (codes c2, scales s2) into it, publish
 // it to the async proxy and arrive on its full barrier.
-template <int NB>
+template <int NB, int NI = kPItems, int kTileBytes = kBufBytes>
 __device__ __forceinline__ void ws_fill_tile(uint32_t tiles, uint32_t full0, uint32_t empty0, int s, uint32_t off0,
-                                             uint32_t off1, const uint2 (&c2)[kPItems],
-                                             const uint32_t (&s2)[kPItems]) {
+                                             uint32_t off1, const uint2 (&c2)[NI],
+                                             const uint32_t (&s2)[NI]) {
   const int b = s % NB;
   mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
-  const uint32_t buf = tiles + b * kBufBytes;
+  const uint32_t buf = tiles + b * kTileBytes;
 #pragma unroll
-  for (int it = 0; it < kPItems; ++it) ws_item_store(buf + it * kItemBytes, off0, off1, c2[it], s2[it]);
+  for (int it = 0; it < NI; ++it) ws_item_store(buf + it * kItemBytes, off0, off1, c2[it], s2[it]);
   fence_proxy_async();
   mbar_arrive(full0 + b * 8);
 }
@@ -834,30 +896,33 @@ __device__ __forceinline__ uint32_t ldg_scale_l2(const uint8_t* ptr) {
 // a_src(it, row), < 0 = dead), then 256 weight rows (gemm1: 128 gate and the matching 128 up rows).
 // Codes (8-byte loads) and scales (1-byte) of step s + 1 are loaded into registers while step s is
 // dequantized into fp16 tile s % NB, once the consumers freed it (empty barrier); the tile is
-// published to the async proxy and the full barrier.
-template <bool kGemm1, int NB, class ASrc>
+// published to the async proxy and the full barrier. kRs (kWgmmaWsRs): the consumers make the A
+// fragments themselves; the 8 items are the weight rows only, in 32 KiB tiles.
+template <bool kGemm1, int NB, bool kRs = false, class ASrc>
 __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, uint32_t full0, uint32_t empty0, int pt, int e,
                                            int KT, int nt0, int nsteps, ASrc a_src) {
+  constexpr int NI = kRs ? kRsItems : kPItems;
+  constexpr int kAItems = kRs ? 0 : kPItems / 3;
   const int kb = pt & 3;  // every item of this thread has the same k-block (c & 3 == pt & 3)
-  const uint8_t* code_p[kPItems];
-  const uint8_t* sc_p[kPItems];
+  const uint8_t* code_p[NI];
+  const uint8_t* sc_p[NI];
   // A dead item (padding row, weight row past N) reads row 0 of its operand: its values reach only
   // outputs that are never written from them (dead rows are stored as zeros, columns past N are
   // skipped or clipped), so the loads need no test (measured: docs/performance.md, 2026-12-02,
   // seventh session).
   auto set_ptrs = [&](int nt) {
 #pragma unroll
-    for (int it = 0; it < kPItems; ++it) {
+    for (int it = 0; it < NI; ++it) {
       const int row = (it * kProducers + pt) >> 2;
       int64_t r;
       const uint8_t *cb, *sb;
       int64_t lc, ls;
-      if (it < kPItems / 3) {
+      if (it < kAItems) {
         const int32_t src = a_src(it, row);
         r = src >= 0 ? src : 0;
         cb = p.a; sb = p.a_sc; lc = p.ld_a; ls = p.ld_a_sc;
       } else {
-        const int64_t wr = weight_row<kGemm1>(p, e, nt, row - BM);
+        const int64_t wr = weight_row<kGemm1>(p, e, nt, kRs ? row : row - BM);
         r = wr >= 0 ? wr : 0;
         cb = p.w; sb = p.w_sc; lc = p.ld_w; ls = p.ld_w_sc;
       }
@@ -865,11 +930,11 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
       sc_p[it] = sb + r * ls + kb;
     }
   };
-  uint2 cd[kPItems];
-  uint32_t sc[kPItems];
+  uint2 cd[NI];
+  uint32_t sc[NI];
   auto load = [&](int kt) {
 #pragma unroll
-    for (int it = 0; it < kPItems; ++it) {
+    for (int it = 0; it < NI; ++it) {
       cd[it] = ldg_code_l2(code_p[it] + kt * 32);
       sc[it] = ldg_scale_l2(sc_p[it] + kt * 4);
     }
@@ -881,10 +946,10 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
   load(0);
   int kn = 0, ntn = nt0;  // k tile and column tile of step s + 1 (counters: no division per step)
   for (int s = 0; s < nsteps; ++s) {
-    uint2 c2[kPItems];
-    uint32_t s2[kPItems];
+    uint2 c2[NI];
+    uint32_t s2[NI];
 #pragma unroll
-    for (int it = 0; it < kPItems; ++it) { c2[it] = cd[it]; s2[it] = sc[it]; }
+    for (int it = 0; it < NI; ++it) { c2[it] = cd[it]; s2[it] = sc[it]; }
     if (s + 1 < nsteps) {
       if (++kn == KT) {
         kn = 0;
@@ -892,7 +957,149 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
       }
       load(kn);
     }
-    ws_fill_tile<NB>(tiles, full0, empty0, s, off0, off1, c2, s2);
+    ws_fill_tile<NB, NI, kRs ? kRsBufBytes : kBufBytes>(tiles, full0, empty0, s, off0, off1, c2, s2);
+  }
+}
+
+// kWgmmaWsRs's consumer-side A operand: this thread's two fragment rows (ra, ra + 8) of one K step,
+// 32 code bytes and 4 scale bytes each (16- and 4-byte read-only loads with the L2::256B hint).
+struct RsRaw {
+  uint4 a0, a1, b0, b1;
+  uint32_t sa, sb;
+};
+__device__ __forceinline__ uint4 ldg128_l2(const uint8_t* ptr) {
+  uint4 v;
+  asm("ld.global.nc.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(ptr));
+  return v;
+}
+__device__ __forceinline__ uint32_t ldg32_l2(const uint8_t* ptr) {
+  uint32_t v;
+  asm("ld.global.nc.L2::256B.u32 %0, [%1];\n" : "=r"(v) : "l"(ptr));
+  return v;
+}
+__device__ __forceinline__ void rs_load(RsRaw& r, const uint8_t* ca, const uint8_t* cb, const uint8_t* xa,
+                                        const uint8_t* xb, int kt) {
+  r.a0 = ldg128_l2(ca + kt * 32);
+  r.a1 = ldg128_l2(ca + kt * 32 + 16);
+  r.b0 = ldg128_l2(cb + kt * 32);
+  r.b1 = ldg128_l2(cb + kt * 32 + 16);
+  r.sa = ldg32_l2(xa + kt * 4);
+  r.sb = ldg32_l2(xb + kt * 4);
+}
+// One row's step (code words u0, u1: k 0..31 and 32..63; 4 scale bytes sc, one per k16 block) ->
+// this thread's f16x2 values of the row in each k16 block j: lo[j] codes 16 j + 2q, + 1 (byte q of
+// code word 2 j), hi[j] codes 16 j + 8 + 2q, + 1 (byte q of word 2 j + 1). `sel` picks byte q of two
+// words. The values are ws_item_store's: e4m3 bytes e2m1 * 2^-6, the hardware conversion, one multiply
+// by scale / 2 (the same fp16 bits).
+__device__ __forceinline__ void rs_row(uint4 u0, uint4 u1, uint32_t sc, uint32_t sel, uint32_t (&lo)[4],
+                                       uint32_t (&hi)[4]) {
+  const uint32_t w01 = __byte_perm(__byte_perm(u0.x, u0.y, sel), __byte_perm(u0.z, u0.w, sel), 0x5410u);
+  const uint32_t w23 = __byte_perm(__byte_perm(u1.x, u1.y, sel), __byte_perm(u1.z, u1.w, sel), 0x5410u);
+  const uint32_t f01 = hmul2_f16(cvt_e4m3x2_lo(sc), 0x38003800u);  // scale / 2 of blocks 0, 1
+  const uint32_t f23 = hmul2_f16(cvt_e4m3x2_hi(sc), 0x38003800u);  // blocks 2, 3
+  const uint32_t f[4] = {__byte_perm(f01, 0u, 0x1010u), __byte_perm(f01, 0u, 0x3232u), __byte_perm(f23, 0u, 0x1010u),
+                         __byte_perm(f23, 0u, 0x3232u)};
+  uint32_t x, y;
+  e2m1x8_to_e4m3x8(w01, x, y);
+  lo[0] = hmul2_f16(cvt_e4m3x2_lo(x), f[0]);
+  hi[0] = hmul2_f16(cvt_e4m3x2_hi(x), f[0]);
+  lo[1] = hmul2_f16(cvt_e4m3x2_lo(y), f[1]);
+  hi[1] = hmul2_f16(cvt_e4m3x2_hi(y), f[1]);
+  e2m1x8_to_e4m3x8(w23, x, y);
+  lo[2] = hmul2_f16(cvt_e4m3x2_lo(x), f[2]);
+  hi[2] = hmul2_f16(cvt_e4m3x2_hi(x), f[2]);
+  lo[3] = hmul2_f16(cvt_e4m3x2_lo(y), f[3]);
+  hi[3] = hmul2_f16(cvt_e4m3x2_hi(y), f[3]);
+}
+// The 4 k16 blocks' A fragments (wgmma_m64n256k16_rs order: row ra lo, row ra + 8 lo, ra hi, ra + 8 hi).
+__device__ __forceinline__ void rs_fragments(const RsRaw& r, uint32_t sel, uint32_t (&f)[4][4]) {
+  uint32_t alo[4], ahi[4], blo[4], bhi[4];
+  rs_row(r.a0, r.a1, r.sa, sel, alo, ahi);
+  rs_row(r.b0, r.b1, r.sb, sel, blo, bhi);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    f[j][0] = alo[j];
+    f[j][1] = blo[j];
+    f[j][2] = ahi[j];
+    f[j][3] = bhi[j];
+  }
+}
+
+// kVar 9: arm barrier `bar` for `bytes` transaction bytes (one arrival), and one 3-D tiled TMA copy of
+// the box at (c0 innermost, c1, c2) of `map` to shared address dst, completing on `bar` (the CTA is
+// its own cluster).
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ uint2 lds64(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint32_t lds_u8(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+
+// kVar 9's producer loop (gemm1: one column tile nt0, nsteps = K / 64): the weight rows' codes and
+// scales of steps 4u .. 4u + 3 arrive by TMA in slot u % kRsSlots (codes [256 rows][128 bytes], 16-byte
+// chunk c of row r at chunk c ^ (r & 7), then scales [256 rows][16 bytes]); producer thread 0 arms
+// the slot's full barrier and issues the 4 copies (gate and up halves, codes and scales), kRsSlots
+// fills ahead, refilling a slot once all 128 producers read it (its empty barrier). Rows past N lie
+// outside the maps and arrive as zeros, as dead items do; so do the K steps past K of a last partial
+// fill. Each step, thread pt reads its 8 items (rows it * 32 + pt / 4, k-block pt % 4) with shared
+// loads and dequantizes them into fp16 tile s % NB as ws_produce does.
+template <int NB>
+__device__ __forceinline__ void ws_produce_rs_tma(unsigned char* smem, uint32_t full0, uint32_t empty0, uint32_t sfull0,
+                                                  uint32_t sempty0, const TmaMaps* tm, int pt, int e, int nt0,
+                                                  int nsteps) {
+  const int kb = pt & 3, rb = pt >> 2;
+  const uint32_t tiles = smem_u32(smem), slots = tiles + NB * kRsBufBytes;
+  const int nfills = (nsteps + kRsSlotSteps - 1) / kRsSlotSteps;
+  auto issue = [&](int u) {
+    const int slot = u % kRsSlots;
+    const uint32_t dst = slots + slot * kRsSlotBytes, bar = sfull0 + slot * 8;
+    mbar_expect_tx(bar, kRsSlotBytes);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      tma_load_3d(dst + half * kCols1 * 128, &tm->codes, u * 128, nt0 * kCols1, 2 * e + half, bar);
+      tma_load_3d(dst + kRsSlotCodes + half * kCols1 * 16, &tm->scales, u * 16, nt0 * kCols1, 2 * e + half, bar);
+    }
+  };
+  if (pt == 0)
+    for (int u = 0; u < kRsSlots && u < nfills; ++u) issue(u);
+  uint32_t off0, off1;
+  ws_chunk_offsets(pt, off0, off1);
+  // Per-thread parts of the slot addresses: row rb of each 32-row item block (row & 7 == rb & 7).
+  const uint32_t code_row = rb * 128 + (kb & 1) * 8, sc_row = kRsSlotCodes + rb * 16 + kb;
+  for (int s = 0; s < nsteps; ++s) {
+    const int u = s / kRsSlotSteps, sub = s % kRsSlotSteps, slot = u % kRsSlots;
+    const uint32_t sbase = slots + slot * kRsSlotBytes;
+    if (sub == 0) mbar_wait(sfull0 + slot * 8, (u / kRsSlots) & 1);
+    const uint32_t ca = sbase + code_row + ((((sub << 1) | (kb >> 1)) ^ (rb & 7)) << 4);
+    const uint32_t sa = sbase + sc_row + sub * 4;
+    uint2 c2[kRsItems];
+    uint32_t s2[kRsItems];
+#pragma unroll
+    for (int it = 0; it < kRsItems; ++it) {
+      c2[it] = lds64(ca + it * 32 * 128);
+      s2[it] = lds_u8(sa + it * 32 * 16);
+    }
+    if (sub == kRsSlotSteps - 1 || s == nsteps - 1) {
+      mbar_arrive(sempty0 + slot * 8);
+      if (pt == 0 && u + kRsSlots < nfills) {
+        mbar_wait(sempty0 + slot * 8, (u / kRsSlots) & 1);
+        issue(u + kRsSlots);
+      }
+    }
+    ws_fill_tile<NB, kRsItems, kRsBufBytes>(tiles, full0, empty0, s, off0, off1, c2, s2);
   }
 }
 
@@ -922,26 +1129,41 @@ __device__ __forceinline__ void ws_consume_step(float (&acc)[4][8][4], uint32_t 
 // tid >= 256: the producer warpgroup.
 template <bool kGemm1, int kVar>
 __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, const int32_t* row_src, uint64_t* mbar, int e,
-                                        int64_t r0, int nrows, int nt0, int nt1, bool warp_live) {
+                                        int64_t r0, int nrows, int nt0, int nt1, bool warp_live,
+                                        const TmaMaps* tm = nullptr) {
   constexpr int NB = ws_stages<kGemm1, kVar>();
   constexpr bool kHalf = ws_stage_out<kGemm1, kVar>() < kStageOutBytes;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int KT = p.K / BK;
   const int nsteps = (nt1 - nt0) * KT;
   const uint32_t full0 = smem_u32(mbar), empty0 = full0 + NB * 8;
+  const uint32_t sfull0 = empty0 + NB * 8, sempty0 = sfull0 + kRsSlots * 8;  // kVar 9: staging slots
   if (tid == 0) {
     for (int i = 0; i < NB; ++i) {
       mbar_init(full0 + i * 8, kProducers);  // producer arrivals
       mbar_init(empty0 + i * 8, kThreads);   // 256 consumer arrivals
     }
+    if constexpr (kVar == 9) {
+      for (int i = 0; i < kRsSlots; ++i) {
+        mbar_init(sfull0 + i * 8, 1);            // thread 0's expect_tx arrival + the TMA bytes
+        mbar_init(sempty0 + i * 8, kProducers);  // every producer read the slot
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
+    }
   }
   __syncthreads();
-  MOEPROF_SET_ROLE_REGS(tid >= kThreads);
+  if constexpr (ws_rs<kVar>())
+    MOEPROF_SET_ROLE_REGS_RS(tid >= kThreads);
+  else
+    MOEPROF_SET_ROLE_REGS(tid >= kThreads);
 
   if (tid >= kThreads) {
     // ---------------- producers ----------------
-    ws_produce<kGemm1, NB>(p, smem, full0, empty0, tid - kThreads, e, KT, nt0, nsteps,
-                           [&](int, int row) { return row_src[row]; });
+    if constexpr (kVar == 9)
+      ws_produce_rs_tma<NB>(smem, full0, empty0, sfull0, sempty0, tm, tid - kThreads, e, nt0, nsteps);
+    else
+      ws_produce<kGemm1, NB, kVar == 6>(p, smem, full0, empty0, tid - kThreads, e, KT, nt0, nsteps,
+                                        [&](int, int row) { return row_src[row]; });
     return;
   }
 
@@ -957,21 +1179,20 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
   const uint32_t tiles = smem_u32(smem);
-  for (int s = 0; s < nsteps; ++s) {
-    ws_consume_step<NB>(acc, tiles, full0, s, wm, warp_live);  // step s - 1's tile goes back to the producers:
-    if (s > 0) mbar_arrive(empty0 + ((s - 1) % NB) * 8);
+  // gemm2: column tile nt's output after its last K step s (all wgmmas waited for), accumulators reset.
+  auto column_epilogue = [&](int s) {
     if constexpr (!kGemm1) {
       if (s % KT == KT - 1) {
         wgmma_wait<0>();
         acc_fence(acc);
         const int nt = nt0 + s / KT;
         const int row_w = wm * 64 + wn * 16;
+        unsigned char* const stg = smem + NB * ws_buf_bytes<kVar>();
         if constexpr (!kHalf)
-          store_out_tile_staged(p, acc, smem + NB * kBufBytes + warp * kStageOutBytes, row_src, row_w, nt, nrows, r0,
-                                gsc, lane);
+          store_out_tile_staged(p, acc, stg + warp * kStageOutBytes, row_src, row_w, nt, nrows, r0, gsc, lane);
         else
-          store_out_tile_half_staged(p, acc, smem + NB * kBufBytes + warp * (kStageOutBytes / 2), row_src, row_w, nt,
-                                     nrows, r0, gsc, lane);
+          store_out_tile_half_staged(p, acc, stg + warp * (kStageOutBytes / 2), row_src, row_w, nt, nrows, r0, gsc,
+                                     lane);
         __syncwarp();
 #pragma unroll
         for (int i = 0; i < 4; ++i)
@@ -980,6 +1201,66 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
 #pragma unroll
             for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
       }
+    }
+  };
+  if constexpr (ws_rs<kVar>()) {
+    // This thread's A fragment rows: ra and ra + 8 of the tile (dead rows read row 0, as the
+    // producers' dead items do). A rows do not depend on the column tile: step s is K tile s % KT.
+    const int ra = wm * 64 + wn * 16 + g;
+    const int32_t sra = row_src[ra], srb = row_src[ra + 8];
+    const uint8_t* const ca = p.a + static_cast<int64_t>(sra >= 0 ? sra : 0) * p.ld_a;
+    const uint8_t* const cb = p.a + static_cast<int64_t>(srb >= 0 ? srb : 0) * p.ld_a;
+    const uint8_t* const xa = p.a_sc + static_cast<int64_t>(sra >= 0 ? sra : 0) * p.ld_a_sc;
+    const uint8_t* const xb = p.a_sc + static_cast<int64_t>(srb >= 0 ? srb : 0) * p.ld_a_sc;
+    const uint32_t sel = static_cast<uint32_t>(q | ((q + 4) << 4)) * 0x101u;
+    RsRaw raw;
+    int kl = 0;  // K tile of the codes in raw
+    auto load = [&](int kt) { rs_load(raw, ca, cb, xa, xb, kt); };
+    auto make = [&](uint32_t (&f)[4][4]) { rs_fragments(raw, sel, f); };
+    uint32_t fa0[4][4], fa1[4][4];
+    if (warp_live) {
+      load(0);
+      make(fa0);
+      if (nsteps > 1) {
+        kl = KT > 1 ? 1 : 0;
+        load(kl);
+      }
+    }
+    // Step s: wgmmas of step s from cur; once step s - 1's are done, its weight tile goes back to the
+    // producers and step s + 1's fragments are made into nxt (step s - 1's registers) from raw, which
+    // then takes step s + 2's codes.
+    auto step = [&](int s, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4]) {
+      const int b = s % NB;
+      mbar_wait(full0 + b * 8, (s / NB) & 1);
+      const uint32_t bbase = tiles + b * kRsBufBytes;
+      if (warp_live) {
+        acc_fence(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) wgmma_m64n256k16_rs(acc, cur[kk], wgmma_desc(bbase + kk * 32));
+        wgmma_commit();
+      }
+      wgmma_wait<1>();
+      acc_fence(acc);
+      if (s > 0) mbar_arrive(empty0 + ((s - 1) % NB) * 8);
+      if (warp_live && s + 1 < nsteps) {
+        make(nxt);
+        if (s + 2 < nsteps) {
+          if (++kl == KT) kl = 0;
+          load(kl);
+        }
+      }
+      column_epilogue(s);
+    };
+    for (int s = 0; s < nsteps; s += 2) {
+      step(s, fa0, fa1);
+      if (s + 1 < nsteps) step(s + 1, fa1, fa0);
+    }
+  } else {
+    for (int s = 0; s < nsteps; ++s) {
+      ws_consume_step<NB>(acc, tiles, full0, s, wm, warp_live);  // step s - 1's tile goes back to the producers:
+      if (s > 0) mbar_arrive(empty0 + ((s - 1) % NB) * 8);
+      column_epilogue(s);
     }
   }
   wgmma_wait<0>();
@@ -1023,7 +1304,8 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
 // kWs instantiations return after ws_body: the rest of the body is unreachable there (warning 128).
 #pragma nv_diag_suppress 128
 template <bool kGemm1, int kVar>
-__global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 1) tiled_kernel(Args p) {
+__global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 1)
+    tiled_kernel(Args p, const __grid_constant__ TmaMaps tm = TmaMaps{}) {
   constexpr bool kSkip = kVar >= 1, kStaged = !kGemm1 && kVar >= 2, kWg = kVar >= 3, kWs = kVar >= 4;
   constexpr int kNT = kWs ? kThreads + kProducers : kThreads;  // kWs: + 1 producer warpgroup
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -1031,7 +1313,7 @@ __global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 
   unsigned char* const smem = kWg ? smem_raw + ((kAlignPad - (smem_u32(smem_raw) & (kAlignPad - 1))) & (kAlignPad - 1)) : smem_raw;
   __shared__ int32_t row_src[BM];
   __shared__ int32_t warp_tot[kNT / 32];
-  __shared__ __align__(8) uint64_t mbar[2 * kWsStages];  // kWs: full[kWsStages], empty[kWsStages]
+  __shared__ __align__(8) uint64_t mbar[2 * kMaxBarPairs];  // kWs: full[NB], empty[NB] (kVar 9: + the slots')
   __shared__ int64_t info[3];  // expert, first padded row, rows
 
   constexpr int kCols = kGemm1 ? kCols1 : kCols2;
@@ -1142,7 +1424,7 @@ __global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 
   }
   if constexpr (kWs) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    ws_body<kGemm1, kVar>(p, smem, row_src, mbar, e, r0, nrows, nt0, nt1, warp_live);
+    ws_body<kGemm1, kVar>(p, smem, row_src, mbar, e, r0, nrows, nt0, nt1, warp_live, &tm);
 #else
     __trap();
 #endif
@@ -1848,7 +2130,7 @@ bool smem_ok() {
 }
 
 template <bool kGemm1, int kVar>
-cudaError_t launch(Args p, cudaStream_t stream) {
+cudaError_t launch(Args p, cudaStream_t stream, const TmaMaps& tm = TmaMaps{}) {
   if (p.P <= 0 || p.N <= 0) return cudaSuccess;
   constexpr int kCols = kGemm1 ? kCols1 : kCols2;
   constexpr int kNPer = n_per<kGemm1, kVar>();
@@ -1859,7 +2141,7 @@ cudaError_t launch(Args p, cudaStream_t stream) {
   p.grid_m = static_cast<int>(grid_m);
   p.n_groups = static_cast<int>(n_groups);
   tiled_kernel<kGemm1, kVar><<<static_cast<unsigned>(grid_m * n_groups), kVar >= 4 ? kThreads + kProducers : kThreads,
-                               smem_bytes<kGemm1, kVar>(), stream>>>(p);
+                               smem_bytes<kGemm1, kVar>(), stream>>>(p, tm);
   return last_launch_error();
 }
 
@@ -1885,6 +2167,37 @@ bool make_out_map(const Args& p, CUtensorMap& m) {
   const cuuint32_t box[2] = {64, 16}, ones[2] = {1, 1};
   return encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.out, dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// kVar 9's tensor maps of gemm1's weights (TmaMaps): boxes of 4 K steps (128 code bytes, 128-byte
+// swizzle; 16 scale bytes) x 128 rows of one plane. False where the driver has no
+// cuTensorMapEncodeTiled or the layout breaks TMA's rules (16-byte aligned bases and row strides).
+bool make_rs_maps(const Args& p, TmaMaps& m) {
+  using Encode = PFN_cuTensorMapEncodeTiled_v12000;
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return Encode{nullptr};
+    }
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (encode == nullptr || !aligned(p.w, p.ld_w, 16) || !aligned(p.w_sc, p.ld_w_sc, 16)) return false;
+  const cuuint64_t planes = static_cast<cuuint64_t>(p.E) * 2, n = static_cast<cuuint64_t>(p.N);
+  const cuuint32_t ones[3] = {1, 1, 1};
+  auto one = [&](CUtensorMap& map, const uint8_t* base, int64_t ld, int64_t width, cuuint32_t box_w,
+                 CUtensorMapSwizzle sw) {
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(width), n, planes};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(ld), static_cast<cuuint64_t>(ld) * n};
+    const cuuint32_t box[3] = {box_w, static_cast<cuuint32_t>(kCols1), 1};
+    return encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<uint8_t*>(base), dims, strides, box, ones,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  };
+  return one(m.codes, p.w, p.ld_w, p.K / 2, kRsSlotSteps * (BK / 2), CU_TENSOR_MAP_SWIZZLE_128B) &&
+         one(m.scales, p.w_sc, p.ld_w_sc, p.K / 16, kRsSlotSteps * (BK / 16), CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 // kWgmmaPersist (variant 7) / kWgmmaPersistRA (variant 8, kResA): one CTA per SM, each walking its
@@ -1948,6 +2261,21 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
     case 3: if (!wgmma_ok() || !smem_ok<kGemm1, 3>()) return false; err = launch<kGemm1, 3>(p, stream); return true;
     case 4: if (!wgmma_ok() || !smem_ok<kGemm1, 4>()) return false; err = launch<kGemm1, 4>(p, stream); return true;
     case 5: if (!wgmma_ok() || !smem_ok<kGemm1, 5>()) return false; err = launch<kGemm1, 5>(p, stream); return true;
+    case 9:  // kWgmmaWsRs: gemm1's weights by TMA where the maps can be made, else variant 6
+#if !defined(MOEPROF_RS_NO_TMA)
+      if constexpr (kGemm1) {
+        TmaMaps tm{};
+        if (wgmma_ok() && aligned(p.a, p.ld_a, 16) && smem_ok<true, 9>() && make_rs_maps(p, tm)) {
+          err = launch<true, 9>(p, stream, tm);
+          return true;
+        }
+      }
+#endif
+      [[fallthrough]];
+    case 6:  // the consumers' 16-byte A code loads
+      if (!wgmma_ok() || !aligned(p.a, p.ld_a, 16) || !smem_ok<kGemm1, 6>()) return false;
+      err = launch<kGemm1, 6>(p, stream);
+      return true;
     case 7: if (!wgmma_ok() || !persist_smem_ok<kGemm1, false>()) return false; err = persist_launch<kGemm1, false>(p, stream); return true;
     default:
       // Resident A tiles: gemm2 with K <= kRaMaxK; elsewhere (gemm1, larger K) the kWgmmaPersist layout.
@@ -1973,6 +2301,7 @@ int variant_of(Fp4GemmPath path, bool gemm1) {
     case Fp4GemmPath::kWgmma: return 3;
     case Fp4GemmPath::kWgmmaWs: return 4;
     case Fp4GemmPath::kWgmmaWs2: return 5;
+    case Fp4GemmPath::kWgmmaWsRs: return 9;
     case Fp4GemmPath::kWgmmaPersist: return 7;
     case Fp4GemmPath::kWgmmaPersistRA: return 8;
     default: return 2;

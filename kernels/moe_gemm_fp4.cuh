@@ -33,16 +33,19 @@ namespace moeprof::kern {
 // 32 KiB). kWgmmaPersistRA: kWgmmaPersist, but gemm2 with K <= 512 keeps the work item's 128 A
 // rows resident in shared memory as fp16 for all K (dequantized once per item instead of once per
 // column tile) and rings only the weight rows (2 tiles); gemm1 and larger K run kWgmmaPersist.
+// kWgmmaWsRs: kWgmmaWs2, but the consumer warpgroups dequantize their own A rows into registers and
+// multiply with the wgmma RS form (A from registers, B from shared memory); the producers dequantize
+// only the weight rows, into a ring of 6 weight tiles. Also needs 16-byte aligned A code rows.
 // All paths give bit-identical results.
 enum class Fp4GemmPath : int {
   kAuto = 0, kLegacy = 1, kTiled = 2, kTiledSkip = 3, kTiledStaged = 4, kWgmma = 5, kWgmmaWs = 6, kWgmmaWs2 = 7,
-  kWgmmaPersist = 8, kWgmmaPersistRA = 9
+  kWgmmaPersist = 8, kWgmmaPersistRA = 9, kWgmmaWsRs = 10
 };
 // The tiled variants kAuto runs (the production paths), one per GEMM. Change them after measuring
 // bench_moe_gemm on the GPU (it times every variant and cross-checks each against kLegacy).
 // The persistent kernels are faster for gemm2 (kWgmmaPersistRA the fastest at K <= 512, where it
 // differs from kWgmmaPersist) and slower for gemm1 (docs/performance.md).
-inline constexpr Fp4GemmPath kDefaultGemm1Path = Fp4GemmPath::kWgmmaWs2;
+inline constexpr Fp4GemmPath kDefaultGemm1Path = Fp4GemmPath::kWgmmaWsRs;
 inline constexpr Fp4GemmPath kDefaultGemm2Path = Fp4GemmPath::kWgmmaPersistRA;
 
 // gemm1: for padded row r of expert e (offsets[e] <= r < offsets[e+1]) with t = permuted_to_token[r]:

@@ -6,7 +6,7 @@
 //              no grouping, best-case weight reuse).
 // TFLOP/s count useful FLOPs only: 2 * (T*k) * N * K (padding rows excluded).
 // The FP4 kernels are timed per path (Fp4GemmPath: the default/auto choice, every tiled variant
-// kTiled / kTiledSkip / kTiledStaged / kWgmma / kWgmmaWs / kWgmmaWs2 / kWgmmaPersist / kWgmmaPersistRA, and kLegacy) and every path is cross-checked against the legacy
+// kTiled / kTiledSkip / kTiledStaged / kWgmma / kWgmmaWs / kWgmmaWs2 / kWgmmaPersist / kWgmmaPersistRA / kWgmmaWsRs, and kLegacy) and every path is cross-checked against the legacy
 // kernel, here and on small odd shapes (empty experts, moe tiles 8/16/64, I not a multiple of the
 // tile): "CHECK ..." lines, exit 1 on mismatch. kAuto = kDefaultGemm1Path / kDefaultGemm2Path (moe_gemm_fp4.cuh).
 // Usage: bench_moe_gemm [T] [E] [k]
@@ -157,7 +157,7 @@ const std::pair<const char*, Fp4GemmPath> kTiledPaths[] = {
     {"[tiled]", Fp4GemmPath::kTiled}, {"[tiled_skip]", Fp4GemmPath::kTiledSkip}, {"[tiled_staged]", Fp4GemmPath::kTiledStaged},
     {"[wgmma]", Fp4GemmPath::kWgmma}, {"[wgmma_ws]", Fp4GemmPath::kWgmmaWs},
     {"[wgmma_ws2]", Fp4GemmPath::kWgmmaWs2}, {"[wgmma_persist]", Fp4GemmPath::kWgmmaPersist},
-    {"[wgmma_persist_ra]", Fp4GemmPath::kWgmmaPersistRA}};
+    {"[wgmma_persist_ra]", Fp4GemmPath::kWgmmaPersistRA}, {"[wgmma_ws_rs]", Fp4GemmPath::kWgmmaWsRs}};
 constexpr int kNumTiled = static_cast<int>(sizeof(kTiledPaths) / sizeof(kTiledPaths[0]));
 
 void cross_check(const std::string& name, const Fp4Case& c, Fp4GemmPath path, cudaStream_t s) {
@@ -339,7 +339,7 @@ int main(int argc, char** argv) {
   const double g1_legacy = g1(Fp4GemmPath::kLegacy), g1_ms = g1(Fp4GemmPath::kAuto);
   const double g2_legacy = g2(Fp4GemmPath::kLegacy), g2_ms = g2(Fp4GemmPath::kAuto);
   const char* const kVarNames[kNumTiled] = {"tiled", "tiled_skip", "tiled_staged", "wgmma", "wgmma_ws", "wgmma_ws2", "wgmma_persist",
-                                            "wgmma_persist_ra"};
+                                            "wgmma_persist_ra", "wgmma_ws_rs"};
   double g1_var[kNumTiled], g2_var[kNumTiled];
   for (int v = 0; v < kNumTiled; ++v) {
     g1_var[v] = g1(kTiledPaths[v].second);

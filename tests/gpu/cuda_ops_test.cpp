@@ -783,7 +783,8 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
       REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess);
       for (Fp4GemmPath path : {Fp4GemmPath::kLegacy, Fp4GemmPath::kTiled, Fp4GemmPath::kTiledSkip,
                                Fp4GemmPath::kTiledStaged, Fp4GemmPath::kWgmma, Fp4GemmPath::kWgmmaWs,
-                               Fp4GemmPath::kWgmmaWs2, Fp4GemmPath::kWgmmaPersist, Fp4GemmPath::kWgmmaPersistRA}) {
+                               Fp4GemmPath::kWgmmaWs2, Fp4GemmPath::kWgmmaPersist, Fp4GemmPath::kWgmmaPersistRA,
+                               Fp4GemmPath::kWgmmaWsRs}) {
         INFO("forced Fp4GemmPath " << static_cast<int>(path));
         const bool tiled = path != Fp4GemmPath::kLegacy;
         if (static_cast<int>(path) >= static_cast<int>(Fp4GemmPath::kWgmma) && !(major == 9 && minor == 0)) continue;
@@ -920,7 +921,7 @@ TEST_CASE("cuda FP4 GEMM warp-specialized paths give kWgmma's bits for every e4m
     const std::string only = only_env ? "," + std::string(only_env) + "," : std::string();
     int compared = 0;
     for (Fp4GemmPath path : {Fp4GemmPath::kWgmmaWs, Fp4GemmPath::kWgmmaWs2, Fp4GemmPath::kWgmmaPersist,
-                             Fp4GemmPath::kWgmmaPersistRA}) {
+                             Fp4GemmPath::kWgmmaPersistRA, Fp4GemmPath::kWgmmaWsRs}) {
       if (only.size() > 2 && only.find("," + std::to_string(static_cast<int>(path)) + ",") == std::string::npos) continue;
       INFO("Fp4GemmPath " << static_cast<int>(path));
       ++compared;
