@@ -351,10 +351,8 @@ static_assert(kProducers * kProducerRegs + kThreads * kConsumerRegs <= (kThreads
 // bytes per K step (16- and 4-byte loads, a step ahead) and makes the 16 fp16 values of its A
 // fragments with the producers' conversion (same bits). Registers: 120 per producer thread, 192 per
 // consumer thread (128 accumulators, two steps' A fragments, the loaded codes).
-#ifndef MOEPROF_RS_STAGES
-#define MOEPROF_RS_STAGES 4
-#endif
-constexpr int kRsStages = MOEPROF_RS_STAGES;
+constexpr int kRsStages = 4;
+static_assert(kRsStages <= kWsStages, "the barrier array holds the weight ring's barriers");
 constexpr int kRsBufBytes = BN * BK * 2;                 // one fp16 weight tile: 32 KiB
 constexpr int kRsItems = kPItems - kPItems / 3;          // 8 weight items per producer thread and step
 constexpr int kRsProducerRegs = 120, kRsConsumerRegs = 192;
@@ -366,30 +364,10 @@ static_assert(kProducers * kRsProducerRegs + kThreads * kRsConsumerRegs <= (kThr
     if (producer) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRsProducerRegs)); \
     else asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRsConsumerRegs));          \
   } while (0)
-// kVar 9 (kWgmmaWsRs's gemm1 where the weights fit TMA's rules): kVar 6, but the weight rows' FP4
-// codes and scales of 4 K steps at a time come by TMA (3-D tensor maps over [planes][N][K]: 128 code
-// bytes a row with the 128-byte swizzle, 16 scale bytes a row) into kRsSlots staging slots, and the
-// producers read their items from there with shared loads: one 128-byte line a row per 4 steps
-// instead of the 8-byte and 1-byte global loads of every step (Nsight Compute put kVar 6's L1 at 80%
-// of its throughput, most of it those loads' wavefronts).
-constexpr int kRsSlotSteps = 4, kRsSlots = 2;
-constexpr int kRsSlotCodes = BN * kRsSlotSteps * (BK / 2);                    // 256 rows x 128 bytes
-constexpr int kRsSlotBytes = kRsSlotCodes + BN * kRsSlotSteps * (BK / 16);    // + 256 rows x 16 scale bytes
-constexpr int kRsTmaStages = 4;
-static_assert(BM * kHPitch * 4 <= kRsTmaStages * kRsBufBytes, "gemm1 epilogue tile fits the weight ring");
-// Barriers of the warp-specialized kernels: full and empty per fp16 tile (kVar 9: and per slot).
-constexpr int kMaxBarPairs = kWsStages > kRsStages ? (kWsStages > kRsTmaStages + kRsSlots ? kWsStages : kRsTmaStages + kRsSlots)
-                                                   : (kRsStages > kRsTmaStages + kRsSlots ? kRsStages : kRsTmaStages + kRsSlots);
-static_assert((kRsTmaStages * kRsBufBytes) % 1024 == 0 && kRsSlotCodes % 1024 == 0 && kRsSlotBytes % 1024 == 0,
-              "slots 1024-byte aligned (the 128-byte swizzle's atoms)");
 template <bool kGemm1, int kVar>
-constexpr int ws_stages() {
-  return kVar == 9 ? kRsTmaStages : (kVar == 6 ? kRsStages : (kGemm1 || kVar == 5 ? kWsStages : 3));
-}
+constexpr int ws_stages() { return kVar == 6 ? kRsStages : (kGemm1 || kVar == 5 ? kWsStages : 3); }
 template <int kVar>
-constexpr int ws_buf_bytes() { return kVar == 6 || kVar == 9 ? kRsBufBytes : kBufBytes; }
-template <int kVar>
-constexpr bool ws_rs() { return kVar == 6 || kVar == 9; }
+constexpr int ws_buf_bytes() { return kVar == 6 ? kRsBufBytes : kBufBytes; }
 template <bool kGemm1, int kVar>
 constexpr int ws_stage_out() { return kVar >= 5 ? kStageOutBytes / 2 : kStageOutBytes; }
 template <bool kGemm1, int kVar>
@@ -398,8 +376,7 @@ template <bool kGemm1, int kVar>
 constexpr int smem_bytes() {
   if (kVar >= 4)
     return ws_stages<kGemm1, kVar>() * ws_buf_bytes<kVar>() +
-           (kGemm1 ? 0 : (kThreads / 32) * ws_stage_out<kGemm1, kVar>()) + (kVar == 9 ? kRsSlots * kRsSlotBytes : 0) +
-           kAlignPad;
+           (kGemm1 ? 0 : (kThreads / 32) * ws_stage_out<kGemm1, kVar>()) + kAlignPad;
   return kSmemBytes + ((!kGemm1 && kVar >= 2) ? (kThreads / 32) * kStageOutBytes : 0) + (kVar == 3 ? kAlignPad : 0);
 }
 
@@ -578,12 +555,6 @@ struct Args {
   float out_gs; uint8_t* out_q; int64_t ld_out_q; uint8_t* out_sc; int64_t ld_out_sc; bool q_vec;  // gemm1
   uint16_t* out; int64_t ld_out; bool vec_out; bool vec16_out;                                   // gemm2
   bool tma_out;  // kWgmmaPersist's gemm2: the output tensor map (persist_kernel's out_map) is valid
-};
-// kVar 9's tensor maps of the weights (make_rs_maps, a __grid_constant__ kernel parameter): codes
-// [planes][N][K/2] and scales [planes][N][K/16], bytes; planes = gemm1's 2E (expert e's gate rows,
-// then its up rows).
-struct TmaMaps {
-  CUtensorMap codes, scales;
 };
 
 // gemm2's output tile from wgmma fragments (kWgmma, and kWgmmaWs without the half staging): this
@@ -1025,84 +996,6 @@ __device__ __forceinline__ void rs_fragments(const RsRaw& r, uint32_t sel, uint3
   }
 }
 
-// kVar 9: arm barrier `bar` for `bytes` transaction bytes (one arrival), and one 3-D tiled TMA copy of
-// the box at (c0 innermost, c1, c2) of `map` to shared address dst, completing on `bar` (the CTA is
-// its own cluster).
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ uint2 lds64(uint32_t addr) {
-  uint2 v;
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint32_t lds_u8(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
-  return v;
-}
-
-// kVar 9's producer loop (gemm1: one column tile nt0, nsteps = K / 64): the weight rows' codes and
-// scales of steps 4u .. 4u + 3 arrive by TMA in slot u % kRsSlots (codes [256 rows][128 bytes], 16-byte
-// chunk c of row r at chunk c ^ (r & 7), then scales [256 rows][16 bytes]); producer thread 0 arms
-// the slot's full barrier and issues the 4 copies (gate and up halves, codes and scales), kRsSlots
-// fills ahead, refilling a slot once all 128 producers read it (its empty barrier). Rows past N lie
-// outside the maps and arrive as zeros, as dead items do; so do the K steps past K of a last partial
-// fill. Each step, thread pt reads its 8 items (rows it * 32 + pt / 4, k-block pt % 4) with shared
-// loads and dequantizes them into fp16 tile s % NB as ws_produce does.
-template <int NB>
-__device__ __forceinline__ void ws_produce_rs_tma(unsigned char* smem, uint32_t full0, uint32_t empty0, uint32_t sfull0,
-                                                  uint32_t sempty0, const TmaMaps* tm, int pt, int e, int nt0,
-                                                  int nsteps) {
-  const int kb = pt & 3, rb = pt >> 2;
-  const uint32_t tiles = smem_u32(smem), slots = tiles + NB * kRsBufBytes;
-  const int nfills = (nsteps + kRsSlotSteps - 1) / kRsSlotSteps;
-  auto issue = [&](int u) {
-    const int slot = u % kRsSlots;
-    const uint32_t dst = slots + slot * kRsSlotBytes, bar = sfull0 + slot * 8;
-    mbar_expect_tx(bar, kRsSlotBytes);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      tma_load_3d(dst + half * kCols1 * 128, &tm->codes, u * 128, nt0 * kCols1, 2 * e + half, bar);
-      tma_load_3d(dst + kRsSlotCodes + half * kCols1 * 16, &tm->scales, u * 16, nt0 * kCols1, 2 * e + half, bar);
-    }
-  };
-  if (pt == 0)
-    for (int u = 0; u < kRsSlots && u < nfills; ++u) issue(u);
-  uint32_t off0, off1;
-  ws_chunk_offsets(pt, off0, off1);
-  // Per-thread parts of the slot addresses: row rb of each 32-row item block (row & 7 == rb & 7).
-  const uint32_t code_row = rb * 128 + (kb & 1) * 8, sc_row = kRsSlotCodes + rb * 16 + kb;
-  for (int s = 0; s < nsteps; ++s) {
-    const int u = s / kRsSlotSteps, sub = s % kRsSlotSteps, slot = u % kRsSlots;
-    const uint32_t sbase = slots + slot * kRsSlotBytes;
-    if (sub == 0) mbar_wait(sfull0 + slot * 8, (u / kRsSlots) & 1);
-    const uint32_t ca = sbase + code_row + ((((sub << 1) | (kb >> 1)) ^ (rb & 7)) << 4);
-    const uint32_t sa = sbase + sc_row + sub * 4;
-    uint2 c2[kRsItems];
-    uint32_t s2[kRsItems];
-#pragma unroll
-    for (int it = 0; it < kRsItems; ++it) {
-      c2[it] = lds64(ca + it * 32 * 128);
-      s2[it] = lds_u8(sa + it * 32 * 16);
-    }
-    if (sub == kRsSlotSteps - 1 || s == nsteps - 1) {
-      mbar_arrive(sempty0 + slot * 8);
-      if (pt == 0 && u + kRsSlots < nfills) {
-        mbar_wait(sempty0 + slot * 8, (u / kRsSlots) & 1);
-        issue(u + kRsSlots);
-      }
-    }
-    ws_fill_tile<NB, kRsItems, kRsBufBytes>(tiles, full0, empty0, s, off0, off1, c2, s2);
-  }
-}
-
 // One consumer K step (both warp-specialized kernels): wait for fp16 tile s % NB, issue its 4 wgmmas
 // (warpgroup wm's 64 rows x all 256 weight rows; skipped when the rows are all dead), and wait
 // until only this step's group is in flight, so step s - 1's tile may be released.
@@ -1129,41 +1022,29 @@ __device__ __forceinline__ void ws_consume_step(float (&acc)[4][8][4], uint32_t 
 // tid >= 256: the producer warpgroup.
 template <bool kGemm1, int kVar>
 __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, const int32_t* row_src, uint64_t* mbar, int e,
-                                        int64_t r0, int nrows, int nt0, int nt1, bool warp_live,
-                                        const TmaMaps* tm = nullptr) {
+                                        int64_t r0, int nrows, int nt0, int nt1, bool warp_live) {
   constexpr int NB = ws_stages<kGemm1, kVar>();
   constexpr bool kHalf = ws_stage_out<kGemm1, kVar>() < kStageOutBytes;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int KT = p.K / BK;
   const int nsteps = (nt1 - nt0) * KT;
   const uint32_t full0 = smem_u32(mbar), empty0 = full0 + NB * 8;
-  const uint32_t sfull0 = empty0 + NB * 8, sempty0 = sfull0 + kRsSlots * 8;  // kVar 9: staging slots
   if (tid == 0) {
     for (int i = 0; i < NB; ++i) {
       mbar_init(full0 + i * 8, kProducers);  // producer arrivals
       mbar_init(empty0 + i * 8, kThreads);   // 256 consumer arrivals
     }
-    if constexpr (kVar == 9) {
-      for (int i = 0; i < kRsSlots; ++i) {
-        mbar_init(sfull0 + i * 8, 1);            // thread 0's expect_tx arrival + the TMA bytes
-        mbar_init(sempty0 + i * 8, kProducers);  // every producer read the slot
-      }
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
-    }
   }
   __syncthreads();
-  if constexpr (ws_rs<kVar>())
+  if constexpr (kVar == 6)
     MOEPROF_SET_ROLE_REGS_RS(tid >= kThreads);
   else
     MOEPROF_SET_ROLE_REGS(tid >= kThreads);
 
   if (tid >= kThreads) {
     // ---------------- producers ----------------
-    if constexpr (kVar == 9)
-      ws_produce_rs_tma<NB>(smem, full0, empty0, sfull0, sempty0, tm, tid - kThreads, e, nt0, nsteps);
-    else
-      ws_produce<kGemm1, NB, kVar == 6>(p, smem, full0, empty0, tid - kThreads, e, KT, nt0, nsteps,
-                                        [&](int, int row) { return row_src[row]; });
+    ws_produce<kGemm1, NB, kVar == 6>(p, smem, full0, empty0, tid - kThreads, e, KT, nt0, nsteps,
+                                      [&](int, int row) { return row_src[row]; });
     return;
   }
 
@@ -1203,7 +1084,7 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
       }
     }
   };
-  if constexpr (ws_rs<kVar>()) {
+  if constexpr (kVar == 6) {
     // This thread's A fragment rows: ra and ra + 8 of the tile (dead rows read row 0, as the
     // producers' dead items do). A rows do not depend on the column tile: step s is K tile s % KT.
     const int ra = wm * 64 + wn * 16 + g;
@@ -1304,8 +1185,7 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
 // kWs instantiations return after ws_body: the rest of the body is unreachable there (warning 128).
 #pragma nv_diag_suppress 128
 template <bool kGemm1, int kVar>
-__global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 1)
-    tiled_kernel(Args p, const __grid_constant__ TmaMaps tm = TmaMaps{}) {
+__global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 1) tiled_kernel(Args p) {
   constexpr bool kSkip = kVar >= 1, kStaged = !kGemm1 && kVar >= 2, kWg = kVar >= 3, kWs = kVar >= 4;
   constexpr int kNT = kWs ? kThreads + kProducers : kThreads;  // kWs: + 1 producer warpgroup
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -1313,7 +1193,7 @@ __global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 
   unsigned char* const smem = kWg ? smem_raw + ((kAlignPad - (smem_u32(smem_raw) & (kAlignPad - 1))) & (kAlignPad - 1)) : smem_raw;
   __shared__ int32_t row_src[BM];
   __shared__ int32_t warp_tot[kNT / 32];
-  __shared__ __align__(8) uint64_t mbar[2 * kMaxBarPairs];  // kWs: full[NB], empty[NB] (kVar 9: + the slots')
+  __shared__ __align__(8) uint64_t mbar[2 * kWsStages];  // kWs: full[NB], empty[NB]
   __shared__ int64_t info[3];  // expert, first padded row, rows
 
   constexpr int kCols = kGemm1 ? kCols1 : kCols2;
@@ -1424,7 +1304,7 @@ __global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 
   }
   if constexpr (kWs) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    ws_body<kGemm1, kVar>(p, smem, row_src, mbar, e, r0, nrows, nt0, nt1, warp_live, &tm);
+    ws_body<kGemm1, kVar>(p, smem, row_src, mbar, e, r0, nrows, nt0, nt1, warp_live);
 #else
     __trap();
 #endif
@@ -2130,7 +2010,7 @@ bool smem_ok() {
 }
 
 template <bool kGemm1, int kVar>
-cudaError_t launch(Args p, cudaStream_t stream, const TmaMaps& tm = TmaMaps{}) {
+cudaError_t launch(Args p, cudaStream_t stream) {
   if (p.P <= 0 || p.N <= 0) return cudaSuccess;
   constexpr int kCols = kGemm1 ? kCols1 : kCols2;
   constexpr int kNPer = n_per<kGemm1, kVar>();
@@ -2141,7 +2021,7 @@ cudaError_t launch(Args p, cudaStream_t stream, const TmaMaps& tm = TmaMaps{}) {
   p.grid_m = static_cast<int>(grid_m);
   p.n_groups = static_cast<int>(n_groups);
   tiled_kernel<kGemm1, kVar><<<static_cast<unsigned>(grid_m * n_groups), kVar >= 4 ? kThreads + kProducers : kThreads,
-                               smem_bytes<kGemm1, kVar>(), stream>>>(p, tm);
+                               smem_bytes<kGemm1, kVar>(), stream>>>(p);
   return last_launch_error();
 }
 
@@ -2167,37 +2047,6 @@ bool make_out_map(const Args& p, CUtensorMap& m) {
   const cuuint32_t box[2] = {64, 16}, ones[2] = {1, 1};
   return encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.out, dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-// kVar 9's tensor maps of gemm1's weights (TmaMaps): boxes of 4 K steps (128 code bytes, 128-byte
-// swizzle; 16 scale bytes) x 128 rows of one plane. False where the driver has no
-// cuTensorMapEncodeTiled or the layout breaks TMA's rules (16-byte aligned bases and row strides).
-bool make_rs_maps(const Args& p, TmaMaps& m) {
-  using Encode = PFN_cuTensorMapEncodeTiled_v12000;
-  static const Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return Encode{nullptr};
-    }
-    return reinterpret_cast<Encode>(fn);
-  }();
-  if (encode == nullptr || !aligned(p.w, p.ld_w, 16) || !aligned(p.w_sc, p.ld_w_sc, 16)) return false;
-  const cuuint64_t planes = static_cast<cuuint64_t>(p.E) * 2, n = static_cast<cuuint64_t>(p.N);
-  const cuuint32_t ones[3] = {1, 1, 1};
-  auto one = [&](CUtensorMap& map, const uint8_t* base, int64_t ld, int64_t width, cuuint32_t box_w,
-                 CUtensorMapSwizzle sw) {
-    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(width), n, planes};
-    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(ld), static_cast<cuuint64_t>(ld) * n};
-    const cuuint32_t box[3] = {box_w, static_cast<cuuint32_t>(kCols1), 1};
-    return encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<uint8_t*>(base), dims, strides, box, ones,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-  };
-  return one(m.codes, p.w, p.ld_w, p.K / 2, kRsSlotSteps * (BK / 2), CU_TENSOR_MAP_SWIZZLE_128B) &&
-         one(m.scales, p.w_sc, p.ld_w_sc, p.K / 16, kRsSlotSteps * (BK / 16), CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 // kWgmmaPersist (variant 7) / kWgmmaPersistRA (variant 8, kResA): one CTA per SM, each walking its
@@ -2261,17 +2110,6 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
     case 3: if (!wgmma_ok() || !smem_ok<kGemm1, 3>()) return false; err = launch<kGemm1, 3>(p, stream); return true;
     case 4: if (!wgmma_ok() || !smem_ok<kGemm1, 4>()) return false; err = launch<kGemm1, 4>(p, stream); return true;
     case 5: if (!wgmma_ok() || !smem_ok<kGemm1, 5>()) return false; err = launch<kGemm1, 5>(p, stream); return true;
-    case 9:  // kWgmmaWsRs: gemm1's weights by TMA where the maps can be made, else variant 6
-#if !defined(MOEPROF_RS_NO_TMA)
-      if constexpr (kGemm1) {
-        TmaMaps tm{};
-        if (wgmma_ok() && aligned(p.a, p.ld_a, 16) && smem_ok<true, 9>() && make_rs_maps(p, tm)) {
-          err = launch<true, 9>(p, stream, tm);
-          return true;
-        }
-      }
-#endif
-      [[fallthrough]];
     case 6:  // the consumers' 16-byte A code loads
       if (!wgmma_ok() || !aligned(p.a, p.ld_a, 16) || !smem_ok<kGemm1, 6>()) return false;
       err = launch<kGemm1, 6>(p, stream);
@@ -2301,7 +2139,7 @@ int variant_of(Fp4GemmPath path, bool gemm1) {
     case Fp4GemmPath::kWgmma: return 3;
     case Fp4GemmPath::kWgmmaWs: return 4;
     case Fp4GemmPath::kWgmmaWs2: return 5;
-    case Fp4GemmPath::kWgmmaWsRs: return 9;
+    case Fp4GemmPath::kWgmmaWsRs: return 6;
     case Fp4GemmPath::kWgmmaPersist: return 7;
     case Fp4GemmPath::kWgmmaPersistRA: return 8;
     default: return 2;

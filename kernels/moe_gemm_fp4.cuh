@@ -35,7 +35,7 @@ namespace moeprof::kern {
 // column tile) and rings only the weight rows (2 tiles); gemm1 and larger K run kWgmmaPersist.
 // kWgmmaWsRs: kWgmmaWs2, but the consumer warpgroups dequantize their own A rows into registers and
 // multiply with the wgmma RS form (A from registers, B from shared memory); the producers dequantize
-// only the weight rows, into a ring of 6 weight tiles. Also needs 16-byte aligned A code rows.
+// only the weight rows, into a ring of 4 weight tiles (32 KiB each). Also needs 16-byte aligned A code rows.
 // All paths give bit-identical results.
 enum class Fp4GemmPath : int {
   kAuto = 0, kLegacy = 1, kTiled = 2, kTiledSkip = 3, kTiledStaged = 4, kWgmma = 5, kWgmmaWs = 6, kWgmmaWs2 = 7,

@@ -69,7 +69,7 @@ PY
       OUT="$L/trace" step trace_check 200 bash scripts/gpu_trace_check.sh "$B"
       rc=$?; row trace_check "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "see trace_check.log" ;;
     bench)
-      step bench_moe_gemm 90 "$B/bench/gpu/bench_moe_gemm"; row bench_moe_gemm "rc=$?" "$(tail -n 3 "$L/bench_moe_gemm.log" | tr '\n' ' ' | head -c 160)"
+      step bench_moe_gemm 150 "$B/bench/gpu/bench_moe_gemm"; row bench_moe_gemm "rc=$?" "$(tail -n 3 "$L/bench_moe_gemm.log" | tr '\n' ' ' | head -c 160)"
       step bench_attention 60 "$B/bench/gpu/bench_attention"; row bench_attention "rc=$?" "$(tail -n 2 "$L/bench_attention.log" | tr '\n' ' ' | head -c 160)"
       # The references in the same call: PyTorch SDPA (cuDNN) and torch._grouped_mm at the same shapes.
       step torch_reference 90 python3 bench/gpu/torch_reference.py; row torch_reference "rc=$?" "$(grep -E '^RESULT' "$L/torch_reference.log" | tr -s ' ' | tr '\n' ';' | head -c 200)" ;;
@@ -194,11 +194,12 @@ print(('PASS' if ok else 'FAIL'), f'baseline {b} reuse {c} (pred {pc}) fixes {f}
       step cs_ops 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$B/tests/gpu/cuda_ops_test" '[gpu]' -r compact
       rc=$?; row cs_ops_memcheck "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E 'ERROR SUMMARY' "$L/cs_ops.log" | tail -n1)" ;;
     gemm-sanitizer)
-      # synccheck / racecheck on the persistent GEMMs' barrier protocols (mbarriers, named barriers,
-      # the resident A tiles' a_free barriers): the e4m3 scale sweep, kWgmmaPersist (8) and
-      # kWgmmaPersistRA (9) against kWgmma, all three shapes.
+      # synccheck / racecheck on the warp-specialized GEMMs' barrier protocols (mbarriers, named
+      # barriers, the resident A tiles' a_free barriers, the weight-only ring of the RS form): the
+      # e4m3 scale sweep, kWgmmaPersist (8), kWgmmaPersistRA (9) and kWgmmaWsRs (10) against
+      # kWgmma, all three shapes.
       for tool in synccheck racecheck; do
-        step "cs_sweep_$tool" 300 env MOEPROF_SWEEP_PATHS=8,9 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+        step "cs_sweep_$tool" 300 env MOEPROF_SWEEP_PATHS=8,9,10 compute-sanitizer --tool "$tool" --error-exitcode 9 \
           "$B/tests/gpu/cuda_ops_test" '*every e4m3 scale byte*' -r compact
         rc=$?
         row "cs_sweep_$tool" "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/cs_sweep_$tool.log" | tail -n1)"

@@ -20,8 +20,7 @@ def main(gemm_cu, quant_cuh, out):
     subs = [('extern __shared__ __align__(128) unsigned char smem_raw[];', 'unsigned char* smem_raw = emu::cta_smem;'),
             ('__shared__ int32_t row_src[BM];', 'int32_t* row_src = emu::row_src;'),
             ('__shared__ int32_t warp_tot[kNT / 32];', 'int32_t* warp_tot = emu::warp_tot;'),
-            ('__shared__ __align__(8) uint64_t mbar[2 * kMaxBarPairs];',
-             'uint64_t* mbar = nullptr;'),
+            ('__shared__ __align__(8) uint64_t mbar[2 * kWsStages];', 'uint64_t* mbar = nullptr;'),
             ('__shared__ int64_t info[3];', 'int64_t* info = emu::info;')]
     for o, n in subs:
         if o not in body:
