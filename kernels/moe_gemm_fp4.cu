@@ -831,8 +831,8 @@ __device__ __forceinline__ void ws_item_store(uint32_t rowp, uint32_t off0, uint
 }
 
 // One producer K step s into fp16 tile s % NB of the ring at shared address `tiles`: wait until
-// the consumers freed it, dequantize the thread's 12 items (codes c2, scales s2) into it, publish
-// it to the async proxy and arrive on its full barrier.
+// the consumers freed it, dequantize the thread's NI items (codes c2, scales s2: 12, or kWgmmaWsRs's 8
+// weight items in its 32 KiB tiles) into it, publish it to the async proxy and arrive on its full barrier.
 template <int NB, int NI = kPItems, int kTileBytes = kBufBytes>
 __device__ __forceinline__ void ws_fill_tile(uint32_t tiles, uint32_t full0, uint32_t empty0, int s, uint32_t off0,
                                              uint32_t off1, const uint2 (&c2)[NI],
