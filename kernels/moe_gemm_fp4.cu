@@ -337,11 +337,13 @@ static_assert(kProducers * kProducerRegs + kThreads * kConsumerRegs <= (kThreads
 // Both kernels take their share right after the prologue, in their own code: the same two asm
 // statements wrapped in a function left ptxas allocating for 168 (the persistent gemm2 spilled
 // 116-132 bytes).
-#define MOEPROF_SET_ROLE_REGS(producer)                                                        \
-  do {                                                                                         \
-    if (producer) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs)); \
-    else asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));          \
+// p_op / c_op: "inc" or "dec", the direction of each role's change from the launch's 168.
+#define MOEPROF_SET_ROLE_REGS_SPLIT(producer, p_op, p_regs, c_op, c_regs)                   \
+  do {                                                                                      \
+    if (producer) asm volatile("setmaxnreg." p_op ".sync.aligned.u32 %0;\n" ::"n"(p_regs)); \
+    else asm volatile("setmaxnreg." c_op ".sync.aligned.u32 %0;\n" ::"n"(c_regs));          \
   } while (0)
+#define MOEPROF_SET_ROLE_REGS(producer) MOEPROF_SET_ROLE_REGS_SPLIT(producer, "inc", kProducerRegs, "dec", kConsumerRegs)
 // kVar 5 (gemm2 only differs): 4 stages, the bf16 output staged in two 128-column halves (4 KiB per
 // warp) and 7 column tiles per CTA.
 // kVar 6 (kWgmmaWsRs): kVar 5's warp roles, tiles and epilogues, but the consumers dequantize their
@@ -359,11 +361,8 @@ constexpr int kRsProducerRegs = 120, kRsConsumerRegs = 192;
 static_assert(BM * kHPitch * 4 <= kRsStages * kRsBufBytes, "gemm1 epilogue tile fits the weight ring");
 static_assert(kProducers * kRsProducerRegs + kThreads * kRsConsumerRegs <= (kThreads + kProducers) * 168,
               "the register split fits the launch's 168 registers per thread");
-#define MOEPROF_SET_ROLE_REGS_RS(producer)                                                       \
-  do {                                                                                           \
-    if (producer) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRsProducerRegs)); \
-    else asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRsConsumerRegs));          \
-  } while (0)
+#define MOEPROF_SET_ROLE_REGS_RS(producer) \
+  MOEPROF_SET_ROLE_REGS_SPLIT(producer, "dec", kRsProducerRegs, "inc", kRsConsumerRegs)
 template <bool kGemm1, int kVar>
 constexpr int ws_stages() { return kVar == 6 ? kRsStages : (kGemm1 || kVar == 5 ? kWsStages : 3); }
 template <int kVar>
