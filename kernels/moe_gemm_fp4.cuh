@@ -12,8 +12,7 @@ namespace moeprof::kern {
 // 4-byte aligned, P < 2^31, the path's dynamic shared memory grantable; the wgmma paths (kWgmma,
 // kWgmmaWs, kWgmmaWs2, kWgmmaPersist, kWgmmaPersistRA, kWgmmaWsRs) also need the kernels built for
 // sm_90a (kernels/CMakeLists.txt does this for the default architecture 90) and a compute capability
-// 9.0 device. Any forced tiled
-// path that cannot run returns cudaErrorInvalidValue.
+// 9.0 device. Any forced tiled path that cannot run returns cudaErrorInvalidValue.
 // kLegacy: the first 64x128 kernel (any K % 16 == 0).
 // kTiled: 128 x 256 x 64 CTA tiles per expert, FP4 codes + scales through a 4-stage cp.async ring,
 // dequantized (exactly) to fp16 in shared memory one K step ahead of ldmatrix + mma.sync; same
