@@ -503,6 +503,17 @@ __device__ __forceinline__ void e2m1x8_to_f16x8_fast(uint32_t w, uint32_t s2, ui
 // 2^(e-1) (1 + m/2) to 2^(e-7) (1 + m/2): exact for all 16 codes. x: codes 0..3, y: codes 4..7.
 __device__ __forceinline__ void e2m1x8_to_e4m3x8(uint32_t w, uint32_t& x, uint32_t& y) { e2m1x8_bytes<2>(w, x, y); }
 
+// kWgmmaWsRs's byte selection (host-testable: the emulator's selftest checks it). A consumer lane
+// with q = lane % 4 needs, of each k16 block j of its A row, codes 16 j + 2q, + 1 (the m16n8k16
+// fragment's a0 / a1) and 16 j + 8 + 2q, + 1 (a2 / a3): byte q of the row's code words 2 j and
+// 2 j + 1 (word w = codes 8 w .. 8 w + 7, two per byte, low nibble first). From the step's words
+// u0 (0..3) and u1 (4..7), w01 gets byte q of words 0..3 and w23 of words 4..7, in word order.
+__device__ __forceinline__ uint32_t rs_byte_sel(int q) { return static_cast<uint32_t>(q | ((q + 4) << 4)) * 0x101u; }
+__device__ __forceinline__ void rs_pick_bytes(uint4 u0, uint4 u1, uint32_t sel, uint32_t& w01, uint32_t& w23) {
+  w01 = __byte_perm(__byte_perm(u0.x, u0.y, sel), __byte_perm(u0.z, u0.w, sel), 0x5410u);
+  w23 = __byte_perm(__byte_perm(u1.x, u1.y, sel), __byte_perm(u1.z, u1.w, sel), 0x5410u);
+}
+
 // fp16x2 (both halves) holding e4m3(v) * 2^7, exact (|.| <= 57344); NaN (0x7F / 0xFF) stays NaN.
 // e4m3 exponent/mantissa bits -> fp16 bits 13..7 give e4m3 * 2^-8 (fp16 subnormal for e4m3
 // subnormals), then one exact multiply by 2^15.
@@ -958,13 +969,13 @@ __device__ __forceinline__ void rs_load(RsRaw& r, const uint8_t* ca, const uint8
 }
 // One row's step (code words u0, u1: k 0..31 and 32..63; 4 scale bytes sc, one per k16 block) ->
 // this thread's f16x2 values of the row in each k16 block j: lo[j] codes 16 j + 2q, + 1 (byte q of
-// code word 2 j), hi[j] codes 16 j + 8 + 2q, + 1 (byte q of word 2 j + 1). `sel` picks byte q of two
-// words. The values are ws_item_store's: e4m3 bytes e2m1 * 2^-6, the hardware conversion, one multiply
+// code word 2 j), hi[j] codes 16 j + 8 + 2q, + 1 (byte q of word 2 j + 1) (rs_pick_bytes with
+// sel = rs_byte_sel(q)). The values are ws_item_store's: e4m3 bytes e2m1 * 2^-6, the hardware conversion, one multiply
 // by scale / 2 (the same fp16 bits).
 __device__ __forceinline__ void rs_row(uint4 u0, uint4 u1, uint32_t sc, uint32_t sel, uint32_t (&lo)[4],
                                        uint32_t (&hi)[4]) {
-  const uint32_t w01 = __byte_perm(__byte_perm(u0.x, u0.y, sel), __byte_perm(u0.z, u0.w, sel), 0x5410u);
-  const uint32_t w23 = __byte_perm(__byte_perm(u1.x, u1.y, sel), __byte_perm(u1.z, u1.w, sel), 0x5410u);
+  uint32_t w01, w23;
+  rs_pick_bytes(u0, u1, sel, w01, w23);
   const uint32_t f01 = hmul2_f16(cvt_e4m3x2_lo(sc), 0x38003800u);  // scale / 2 of blocks 0, 1
   const uint32_t f23 = hmul2_f16(cvt_e4m3x2_hi(sc), 0x38003800u);  // blocks 2, 3
   const uint32_t f[4] = {__byte_perm(f01, 0u, 0x1010u), __byte_perm(f01, 0u, 0x3232u), __byte_perm(f23, 0u, 0x1010u),
@@ -1092,7 +1103,7 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
     const uint8_t* const cb = p.a + static_cast<int64_t>(srb >= 0 ? srb : 0) * p.ld_a;
     const uint8_t* const xa = p.a_sc + static_cast<int64_t>(sra >= 0 ? sra : 0) * p.ld_a_sc;
     const uint8_t* const xb = p.a_sc + static_cast<int64_t>(srb >= 0 ? srb : 0) * p.ld_a_sc;
-    const uint32_t sel = static_cast<uint32_t>(q | ((q + 4) << 4)) * 0x101u;
+    const uint32_t sel = rs_byte_sel(q);
     RsRaw raw;
     int kl = 0;  // K tile of the codes in raw
     auto load = [&](int kt) { rs_load(raw, ca, cb, xa, xb, kt); };

@@ -277,6 +277,33 @@ int selftest() {
       if (got != want || std::signbit(got) != std::signbit(want)) ++bad;
     }
   }
+  // kWgmmaWsRs's A-fragment byte selection: for each lane class q and random code rows (one K step,
+  // 64 codes), the bytes rs_pick_bytes hands to the conversion must hold, in order, the codes
+  // 16 j + 2q, 16 j + 2q + 1 (fragment a0/a1) and 16 j + 8 + 2q, + 1 (a2/a3) of blocks j = 0, 1 (w01)
+  // and j = 2, 3 (w23), low nibble first.
+  {
+    std::mt19937 rng(20261203u);
+    long pick_bad = 0;
+    for (int trial = 0; trial < 4096; ++trial) {
+      uint8_t row[32];
+      for (auto& c : row) c = uint8_t(rng());
+      auto word = [&](int w) { return uint32_t(row[4 * w]) | uint32_t(row[4 * w + 1]) << 8 | uint32_t(row[4 * w + 2]) << 16 | uint32_t(row[4 * w + 3]) << 24; };
+      const uint4 u0{word(0), word(1), word(2), word(3)}, u1{word(4), word(5), word(6), word(7)};
+      auto code = [&](int k) { return (row[k / 2] >> (4 * (k & 1))) & 0xF; };
+      for (int q = 0; q < 4; ++q) {
+        uint32_t w01, w23;
+        v2::rs_pick_bytes(u0, u1, v2::rs_byte_sel(q), w01, w23);
+        for (int j = 0; j < 4; ++j)
+          for (int half = 0; half < 2; ++half) {  // 0: a0/a1 (k 2q, 2q + 1), 1: a2/a3 (k 8 + 2q, + 1)
+            const uint32_t byte = ((j < 2 ? w01 : w23) >> (8 * (2 * (j & 1) + half))) & 0xFF;
+            const int k0 = 16 * j + 8 * half + 2 * q;
+            if ((byte & 0xF) != uint32_t(code(k0)) || (byte >> 4) != uint32_t(code(k0 + 1))) ++pick_bad;
+          }
+      }
+    }
+    bad += pick_bad;
+    std::printf("selftest: RS fragment byte picks wrong %ld of %d\n", pick_bad, 4096 * 4 * 8);
+  }
   std::printf("selftest: dequant mismatches %ld, inexact f16 products %ld %s\n", bad, (long)emu::inexact,
               bad == 0 && emu::inexact == 0 ? "ok" : "FAIL");
   return bad == 0 && emu::inexact == 0 ? 0 : 1;
