@@ -969,9 +969,9 @@ __device__ __forceinline__ void rs_load(RsRaw& r, const uint8_t* ca, const uint8
 }
 // One row's step (code words u0, u1: k 0..31 and 32..63; 4 scale bytes sc, one per k16 block) ->
 // this thread's f16x2 values of the row in each k16 block j: lo[j] codes 16 j + 2q, + 1 (byte q of
-// code word 2 j), hi[j] codes 16 j + 8 + 2q, + 1 (byte q of word 2 j + 1) (rs_pick_bytes with
-// sel = rs_byte_sel(q)). The values are ws_item_store's: e4m3 bytes e2m1 * 2^-6, the hardware conversion, one multiply
-// by scale / 2 (the same fp16 bits).
+// code word 2 j), hi[j] codes 16 j + 8 + 2q, + 1 (byte q of word 2 j + 1), picked by rs_pick_bytes
+// with sel = rs_byte_sel(q). The values are ws_item_store's: e4m3 bytes e2m1 * 2^-6, the hardware
+// conversion, one multiply by scale / 2 (the same fp16 bits).
 __device__ __forceinline__ void rs_row(uint4 u0, uint4 u1, uint32_t sc, uint32_t sel, uint32_t (&lo)[4],
                                        uint32_t (&hi)[4]) {
   uint32_t w01, w23;
@@ -1027,7 +1027,7 @@ __device__ __forceinline__ void ws_consume_step(float (&acc)[4][8][4], uint32_t 
   acc_fence(acc);
 }
 
-// Warp-specialized main loop + epilogues of variant 4 (see the comment at kWsStages). Called by all
+// Warp-specialized main loop + epilogues of variants 4-6 (see the comment at kWsStages). Called by all
 // 384 threads after the tile setup; tid < 256: consumers (same fragment/epilogue code as variant 3),
 // tid >= 256: the producer warpgroup.
 template <bool kGemm1, int kVar>
