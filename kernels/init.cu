@@ -1,5 +1,7 @@
 #include "kernels/init.cuh"
 
+#include "kernels/common/fp4_tiled.h"
+
 namespace moeprof::kern {
 namespace {
 
@@ -11,6 +13,7 @@ struct InitArgs {
   uint64_t seed;
   float a, b;       // scale | lo, hi
   int32_t ilo, ihi;  // ints range | iota start
+  int64_t tiled_h = 0, tiled_i = 0;  // > 0: gemm1's tiled w13 layout (kernels/common/fp4_tiled.h)
 };
 
 template <InitKind K>
@@ -19,7 +22,11 @@ __global__ void init_kernel(InitArgs p) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / p.cols, c = i - r * p.cols;
-    const int64_t at = r * p.ld + c;
+    int64_t at = r * p.ld + c;
+    if constexpr (K == InitKind::kBytes || K == InitKind::kE4m3)
+      if (p.tiled_h > 0)
+        at = K == InitKind::kBytes ? gemm1_tiled_code_offset(r, c, p.tiled_h, p.tiled_i)
+                                   : gemm1_tiled_scale_offset(r, c, p.tiled_h, p.tiled_i);
     if constexpr (K == InitKind::kUniformBf16 || K == InitKind::kUniformF32) {
       const float u = hash_unit(p.seed, static_cast<uint64_t>(i));
       const float v = __fmul_rn(p.a, __fsub_rn(__fmul_rn(2.0f, u), 1.0f));
@@ -65,6 +72,14 @@ cudaError_t launch_init_e4m3(uint8_t* out, int64_t rows, int64_t cols, int64_t l
 }
 cudaError_t launch_init_bytes(uint8_t* out, int64_t rows, int64_t cols, int64_t ld, uint64_t seed, cudaStream_t stream) {
   return run<InitKind::kBytes>(InitArgs{out, rows, cols, ld, seed, 0.0f, 0.0f, 0, 0}, stream);
+}
+cudaError_t launch_init_gemm1_tiled(uint8_t* codes, uint8_t* scales, int64_t E, int64_t H, int64_t I, uint64_t seed_codes,
+                                    uint64_t seed_scales, float lo, float hi, cudaStream_t stream) {
+  if (E <= 0 || !gemm1_tiled_ok(H, I)) return cudaErrorInvalidValue;
+  InitArgs c{codes, E * 2 * I, H / 2, H / 2, seed_codes, 0.0f, 0.0f, 0, 0, H, I};
+  KERN_RETURN_IF_ERROR(run<InitKind::kBytes>(c, stream));
+  InitArgs sc{scales, E * 2 * I, H / 16, H / 16, seed_scales, lo, hi, 0, 0, H, I};
+  return run<InitKind::kE4m3>(sc, stream);
 }
 cudaError_t launch_init_ints(int32_t* out, int64_t rows, int64_t cols, int64_t ld, uint64_t seed, int32_t lo,
                              int32_t hi, cudaStream_t stream) {

@@ -1,5 +1,6 @@
 #include "kernels/moe_gemm_fp4.cuh"
 
+#include "kernels/common/fp4_tiled.h"
 #include "kernels/fp4_quant.cuh"
 
 #include <cuda.h>
@@ -363,10 +364,22 @@ static_assert(kProducers * kRsProducerRegs + kThreads * kRsConsumerRegs <= (kThr
               "the register split fits the launch's 168 registers per thread");
 #define MOEPROF_SET_ROLE_REGS_RS(producer) \
   MOEPROF_SET_ROLE_REGS_SPLIT(producer, "dec", kRsProducerRegs, "inc", kRsConsumerRegs)
+// kVar 9: the tiled producers need fewer registers (4 16-byte loads in flight instead of 16
+// pointers and 16 loads), so the consumers get 200.
+constexpr int kRsTProducerRegs = 104, kRsTConsumerRegs = 200;
+static_assert(kProducers * kRsTProducerRegs + kThreads * kRsTConsumerRegs <= (kThreads + kProducers) * 168,
+              "the register split fits the launch's 168 registers per thread");
+#define MOEPROF_SET_ROLE_REGS_RST(producer) \
+  MOEPROF_SET_ROLE_REGS_SPLIT(producer, "dec", kRsTProducerRegs, "inc", kRsTConsumerRegs)
+// kVar 9 (kWgmmaWsRs on Fp4WeightLayout::kGemm1Tiled weights, gemm1 only): kVar 6, but the producers
+// read the weight tile's step from its tiled block (kernels/common/fp4_tiled.h): four 16-byte code
+// loads and one 8-byte scale load per thread, each warp's load contiguous (512 / 256 bytes), instead
+// of 8 code and 8 scale loads touching 8 rows' lines each; the same items, tiles and bits.
+constexpr bool is_rs(int kVar) { return kVar == 6 || kVar == 9; }
 template <bool kGemm1, int kVar>
-constexpr int ws_stages() { return kVar == 6 ? kRsStages : (kGemm1 || kVar == 5 ? kWsStages : 3); }
+constexpr int ws_stages() { return is_rs(kVar) ? kRsStages : (kGemm1 || kVar == 5 ? kWsStages : 3); }
 template <int kVar>
-constexpr int ws_buf_bytes() { return kVar == 6 ? kRsBufBytes : kBufBytes; }
+constexpr int ws_buf_bytes() { return is_rs(kVar) ? kRsBufBytes : kBufBytes; }
 template <bool kGemm1, int kVar>
 constexpr int ws_stage_out() { return kVar >= 5 ? kStageOutBytes / 2 : kStageOutBytes; }
 template <bool kGemm1, int kVar>
@@ -831,6 +844,15 @@ constexpr uint32_t kItemBytes = (kProducers / 4) * 128;  // one producer item's 
 
 // One 16-element item per thread: codes c (8 bytes) with scale byte sc, dequantized to fp16 and stored
 // as the thread's two 16-byte chunks (offsets off0 / off1) of the item's rows at shared address rowp.
+// ws_item_store_sh takes the scale already as fp16x2 scale / 2 (sh).
+__device__ __forceinline__ void ws_item_store_sh(uint32_t rowp, uint32_t off0, uint32_t off1, uint32_t cx, uint32_t cy,
+                                                 uint32_t sh) {
+  uint32_t o[8];
+  e2m1x8_to_f16x8_cvt(cx, sh, o);
+  e2m1x8_to_f16x8_cvt(cy, sh, o + 4);
+  sts128(rowp + off0, o[0], o[1], o[2], o[3]);
+  sts128(rowp + off1, o[4], o[5], o[6], o[7]);
+}
 __device__ __forceinline__ void ws_item_store(uint32_t rowp, uint32_t off0, uint32_t off1, uint2 c, uint32_t sc) {
   uint32_t o[8];
   const uint32_t f = e4m3_to_f16x2_half_cvt(sc);
@@ -942,6 +964,67 @@ __device__ __forceinline__ void ws_produce(const Args& p, unsigned char* smem, u
   }
 }
 
+// kVar 9's producers: the 8 weight items of step s come from block (e, nt0, 0) + s of the tiled
+// layout (kernels/common/fp4_tiled.h; a column tile's steps are consecutive blocks): four 16-byte
+// code loads (items 2j, 2j + 1) and one 8-byte scale load (items 0..7), the next step's in flight
+// while step s is dequantized, as ws_produce does. L1::no_allocate: no reuse in the SM.
+__device__ __forceinline__ uint4 ldg128_na(const uint8_t* ptr) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(ptr));
+  return v;
+}
+__device__ __forceinline__ uint2 ldg64_na(const uint8_t* ptr) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(ptr));
+  return v;
+}
+template <int NB>
+__device__ __forceinline__ void ws_produce_tiled(const Args& p, unsigned char* smem, uint32_t full0, uint32_t empty0,
+                                                 int pt, int e, int KT, int nt0, int nsteps) {
+  const int64_t blk0 = (static_cast<int64_t>(e) * (p.N / kCols1) + nt0) * KT;
+  const uint8_t* const cp = p.w + blk0 * kTiledCodeBlock + pt * 16;
+  const uint8_t* const sp = p.w_sc + blk0 * kTiledScaleBlock + pt * 8;
+  // (32-bit step offsets: one tile's steps span less than 2^31 bytes)
+  auto load = [&](int s, uint4 (&cd)[4], uint2& sc) {
+    const uint32_t co = static_cast<uint32_t>(s) * static_cast<uint32_t>(kTiledCodeBlock);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) cd[j] = ldg128_na(cp + co + j * 2048);
+    sc = ldg64_na(sp + static_cast<uint32_t>(s) * static_cast<uint32_t>(kTiledScaleBlock));
+  };
+  const uint32_t tiles = smem_u32(smem);
+  uint32_t off0, off1;
+  ws_chunk_offsets(pt, off0, off1);
+  auto fill = [&](int s, const uint4 (&cd)[4], uint2 sc) {
+    const int b = s % NB;
+    mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
+    const uint32_t buf = tiles + b * kRsBufBytes;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      // scale / 2 of items 2j, 2j + 1 as an fp16 pair (exact), then one per item.
+      const uint32_t f = hmul2_f16(j & 1 ? cvt_e4m3x2_hi(j < 2 ? sc.x : sc.y) : cvt_e4m3x2_lo(j < 2 ? sc.x : sc.y),
+                                   0x38003800u);
+      ws_item_store_sh(buf + (2 * j) * kItemBytes, off0, off1, cd[j].x, cd[j].y, __byte_perm(f, 0u, 0x1010u));
+      ws_item_store_sh(buf + (2 * j + 1) * kItemBytes, off0, off1, cd[j].z, cd[j].w, __byte_perm(f, 0u, 0x3232u));
+    }
+    fence_proxy_async();
+    mbar_arrive(full0 + b * 8);
+  };
+  // Two register sets, the step loop unrolled by 2: step s + 1's loads go into the set step s - 1 used.
+  uint4 ca[4], cb[4];
+  uint2 sa, sb;
+  load(0, ca, sa);
+  for (int s = 0; s < nsteps; s += 2) {
+    if (s + 1 < nsteps) load(s + 1, cb, sb);
+    fill(s, ca, sa);
+    if (s + 1 < nsteps) {
+      if (s + 2 < nsteps) load(s + 2, ca, sa);
+      fill(s + 1, cb, sb);
+    }
+  }
+}
+
 // kWgmmaWsRs's consumer-side A operand: this thread's two fragment rows (ra, ra + 8) of one K step,
 // 32 code bytes and 4 scale bytes each (16- and 4-byte read-only loads with the L2::256B hint).
 struct RsRaw {
@@ -1046,15 +1129,20 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
     }
   }
   __syncthreads();
-  if constexpr (kVar == 6)
+  if constexpr (kVar == 9)
+    MOEPROF_SET_ROLE_REGS_RST(tid >= kThreads);
+  else if constexpr (kVar == 6)
     MOEPROF_SET_ROLE_REGS_RS(tid >= kThreads);
   else
     MOEPROF_SET_ROLE_REGS(tid >= kThreads);
 
   if (tid >= kThreads) {
     // ---------------- producers ----------------
-    ws_produce<kGemm1, NB, kVar == 6>(p, smem, full0, empty0, tid - kThreads, e, KT, nt0, nsteps,
-                                      [&](int, int row) { return row_src[row]; });
+    if constexpr (kVar == 9)
+      ws_produce_tiled<NB>(p, smem, full0, empty0, tid - kThreads, e, KT, nt0, nsteps);
+    else
+      ws_produce<kGemm1, NB, is_rs(kVar)>(p, smem, full0, empty0, tid - kThreads, e, KT, nt0, nsteps,
+                                        [&](int, int row) { return row_src[row]; });
     return;
   }
 
@@ -1094,7 +1182,7 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
       }
     }
   };
-  if constexpr (kVar == 6) {
+  if constexpr (is_rs(kVar)) {
     // This thread's A fragment rows: ra and ra + 8 of the tile (dead rows read row 0, as the
     // producers' dead items do). A rows do not depend on the column tile: step s is K tile s % KT.
     const int ra = wm * 64 + wn * 16 + g;
@@ -2125,6 +2213,15 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
       err = launch<kGemm1, 6>(p, stream);
       return true;
     case 7: if (!wgmma_ok() || !persist_smem_ok<kGemm1, false>()) return false; err = persist_launch<kGemm1, false>(p, stream); return true;
+    case 9:  // kWgmmaWsRs on tiled weights (gemm1 only): 16-byte code / 8-byte scale loads of the blocks
+      if constexpr (kGemm1) {
+        if (!wgmma_ok() || !aligned(p.a, p.ld_a, 16) || !gemm1_tiled_ok(p.K, p.N) || !aligned(p.w, 16, 16) ||
+            !aligned(p.w_sc, 8, 8) || !smem_ok<true, 9>())
+          return false;
+        err = launch<true, 9>(p, stream);
+        return true;
+      }
+      return false;
     default:
       // Resident A tiles: gemm2 with K <= kRaMaxK; elsewhere (gemm1, larger K) the kWgmmaPersist layout.
       if constexpr (!kGemm1) {
@@ -2177,9 +2274,24 @@ cudaError_t launch_moe_gemm1_fp4(const uint8_t* a, int64_t ld_a, const uint8_t* 
                                  int64_t ld_w_scales, const float* w13_gs, const int32_t* offsets,
                                  const int32_t* permuted_to_token, int64_t P, int64_t E, int64_t H, int64_t I,
                                  float out_gs, uint8_t* out, int64_t ld_out, uint8_t* out_scales,
-                                 int64_t ld_out_scales, cudaStream_t stream, Fp4GemmPath path) {
+                                 int64_t ld_out_scales, cudaStream_t stream, Fp4GemmPath path,
+                                 Fp4WeightLayout w_layout) {
   if (H % 16 != 0 || I % 16 != 0 || H <= 0 || I <= 0 || E <= 0) return cudaErrorInvalidValue;
   if (!aligned8(a, ld_a) || !aligned8(w13, ld_w)) return cudaErrorMisalignedAddress;
+  if (w_layout == Fp4WeightLayout::kGemm1Tiled) {
+    // Only kWgmmaWsRs reads the tiled layout: no fallback (the row-major paths would misread it).
+    if (path != Fp4GemmPath::kAuto && path != Fp4GemmPath::kWgmmaWsRs) return cudaErrorInvalidValue;
+    v2::Args t{};
+    t.a = a; t.ld_a = ld_a; t.a_sc = a_scales; t.ld_a_sc = ld_a_scales; t.a_gs = a_gs;
+    t.w = w13; t.ld_w = H / 2; t.w_sc = w13_scales; t.ld_w_sc = H / 16; t.w_gs = w13_gs;
+    t.offsets = offsets; t.p2t = permuted_to_token; t.P = P; t.E = static_cast<int>(E);
+    t.K = static_cast<int>(H); t.N = static_cast<int>(I);
+    t.out_gs = out_gs; t.out_q = out; t.ld_out_q = ld_out; t.out_sc = out_scales; t.ld_out_sc = ld_out_scales;
+    t.q_vec = v2::aligned(out, ld_out, 8);
+    cudaError_t err = cudaSuccess;
+    if (v2::try_launch<true>(t, 9, stream, err)) return err;
+    return cudaErrorInvalidValue;
+  }
   if (path != Fp4GemmPath::kLegacy) {
     v2::Args t{};
     t.a = a; t.ld_a = ld_a; t.a_sc = a_scales; t.ld_a_sc = ld_a_scales; t.a_gs = a_gs;
@@ -2239,6 +2351,38 @@ cudaError_t launch_moe_gemm2_fp4(const uint8_t* h, int64_t ld_h, const uint8_t* 
   p.out = out; p.ld_out = ld_out;
   p.vec_out = reinterpret_cast<uintptr_t>(out) % 16 == 0 && ld_out % 8 == 0;
   return launch<false>(p, stream);
+}
+
+namespace {
+// One thread per 8 code bytes (a 16-element item) of a weight row: the item's codes and its scale
+// byte go to their tiled places (kernels/common/fp4_tiled.h).
+__global__ void pack_gemm1_tiled_kernel(const uint8_t* w, int64_t ld_w, const uint8_t* w_sc, int64_t ld_w_sc,
+                                        int64_t rows, int64_t H, int64_t I, uint8_t* out, uint8_t* out_sc) {
+  const int64_t items = H / 16;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < rows * items;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = idx / items, kblk = idx % items;
+    const uint2 c = *reinterpret_cast<const uint2*>(w + row * ld_w + kblk * 8);
+    *reinterpret_cast<uint2*>(out + gemm1_tiled_code_offset(row, kblk * 8, H, I)) = c;
+    out_sc[gemm1_tiled_scale_offset(row, kblk, H, I)] = w_sc[row * ld_w_sc + kblk];
+  }
+}
+}  // namespace
+
+bool gemm1_tiled_supported(int64_t H, int64_t I) {
+  return gemm1_tiled_ok(H, I) && v2::wgmma_ok() && v2::smem_ok<true, 9>();
+}
+
+cudaError_t launch_pack_gemm1_weights_tiled(const uint8_t* w13, int64_t ld_w, const uint8_t* w13_scales,
+                                            int64_t ld_w_scales, int64_t E, int64_t H, int64_t I, uint8_t* out,
+                                            uint8_t* out_scales, cudaStream_t stream) {
+  if (E <= 0 || !gemm1_tiled_ok(H, I)) return cudaErrorInvalidValue;
+  if (!aligned8(w13, ld_w) || reinterpret_cast<uintptr_t>(out) % 8 != 0) return cudaErrorMisalignedAddress;
+  const int64_t n = E * 2 * I * (H / 16);
+  const unsigned blocks = static_cast<unsigned>(n / 256 + 1 < 65536 ? n / 256 + 1 : 65536);
+  pack_gemm1_tiled_kernel<<<blocks, 256, 0, stream>>>(w13, ld_w, w13_scales, ld_w_scales, E * 2 * I, H, I, out,
+                                                      out_scales);
+  return last_launch_error();
 }
 
 }  // namespace moeprof::kern

@@ -48,6 +48,14 @@ enum class Fp4GemmPath : int {
 inline constexpr Fp4GemmPath kDefaultGemm1Path = Fp4GemmPath::kWgmmaWsRs;
 inline constexpr Fp4GemmPath kDefaultGemm2Path = Fp4GemmPath::kWgmmaPersistRA;
 
+// gemm1's weight layout: kRowMajor (w13 [E*2I, H/2] codes + [E*2I, H/16] scales with row strides
+// ld_w / ld_w_scales), or kGemm1Tiled (kernels/common/fp4_tiled.h: the same bytes in the order
+// kWgmmaWsRs's producers load them; needs H % 64 == 0, I % 128 == 0, 16-byte aligned codes and
+// 8-byte aligned scales; ld_w / ld_w_scales are ignored). Only kAuto / kWgmmaWsRs read kGemm1Tiled,
+// and only where kWgmmaWsRs can run (sm_90a, 16-byte aligned A code rows): elsewhere the launch
+// returns cudaErrorInvalidValue, so a caller picks the layout with gemm1_tiled_supported().
+enum class Fp4WeightLayout : int { kRowMajor = 0, kGemm1Tiled = 1 };
+
 // gemm1: for padded row r of expert e (offsets[e] <= r < offsets[e+1]) with t = permuted_to_token[r]:
 //   acc[n] = sum_k deq(a[t, k]) * deq(w13[e*2I + n, k]); gate = acc[n] * (a_gs * w13_gs[e]),
 //   up = acc[I + n] * (a_gs * w13_gs[e]); h = bf16(silu(gate) * up) -> NVFP4 with out_gs into
@@ -60,7 +68,19 @@ cudaError_t launch_moe_gemm1_fp4(const uint8_t* a, int64_t ld_a, const uint8_t* 
                                  const int32_t* permuted_to_token, int64_t P, int64_t E, int64_t H, int64_t I,
                                  float out_gs, uint8_t* out, int64_t ld_out, uint8_t* out_scales,
                                  int64_t ld_out_scales, cudaStream_t stream,
-                                 Fp4GemmPath path = Fp4GemmPath::kAuto);
+                                 Fp4GemmPath path = Fp4GemmPath::kAuto,
+                                 Fp4WeightLayout w_layout = Fp4WeightLayout::kRowMajor);
+
+// True where gemm1 can read kGemm1Tiled weights of these sizes on the current device (the sizes'
+// conditions, an sm_90a build, a compute capability 9.0 device, the kernel's shared memory);
+// the A code rows must still be 16-byte aligned at each launch.
+bool gemm1_tiled_supported(int64_t H, int64_t I);
+
+// Copies row-major w13 codes / scales (as launch_moe_gemm1_fp4 takes them) into the kGemm1Tiled
+// layout: out [E*2I*H/2] bytes, out_scales [E*2I*H/16] bytes (no overlap with the inputs).
+cudaError_t launch_pack_gemm1_weights_tiled(const uint8_t* w13, int64_t ld_w, const uint8_t* w13_scales,
+                                            int64_t ld_w_scales, int64_t E, int64_t H, int64_t I, uint8_t* out,
+                                            uint8_t* out_scales, cudaStream_t stream);
 
 // gemm2: out[r, n] = bf16(sum_k deq(h[r, k]) * deq(w2[e*H + n, k]) * (h_gs * w2_gs[e])) for rows
 // r < offsets[E] with permuted_to_token[r] >= 0; all other rows of out [P, H] are zeros.

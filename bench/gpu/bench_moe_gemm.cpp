@@ -160,8 +160,15 @@ const std::pair<const char*, Fp4GemmPath> kTiledPaths[] = {
     {"[wgmma_persist_ra]", Fp4GemmPath::kWgmmaPersistRA}, {"[wgmma_ws_rs]", Fp4GemmPath::kWgmmaWsRs}};
 constexpr int kNumTiled = static_cast<int>(sizeof(kTiledPaths) / sizeof(kTiledPaths[0]));
 
-void cross_check(const std::string& name, const Fp4Case& c, Fp4GemmPath path, cudaStream_t s) {
+// tiled: the checked path's gemm1 reads a kGemm1Tiled copy of w13 (packed here) instead.
+void cross_check(const std::string& name, const Fp4Case& c, Fp4GemmPath path, cudaStream_t s, bool tiled = false) {
   const int64_t P = c.P, H = c.H, I = c.I;
+  uint8_t *wt = nullptr, *wt_s = nullptr;
+  if (tiled) {
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&wt), c.E * 2 * I * H / 2));
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&wt_s), c.E * 2 * I * H / 16));
+    BENCH_CHECK(launch_pack_gemm1_weights_tiled(c.w13, H / 2, c.w13_s, H / 16, c.E, H, I, wt, wt_s, s));
+  }
   uint8_t *hq[2], *hs[2];
   uint16_t* o[2];
   for (int v = 0; v < 2; ++v) {
@@ -173,9 +180,12 @@ void cross_check(const std::string& name, const Fp4Case& c, Fp4GemmPath path, cu
     BENCH_CHECK(cudaMemsetAsync(o[v], 0xAB, P * H * 2, s));
   }
   const Fp4GemmPath paths[2] = {Fp4GemmPath::kLegacy, path};
-  for (int v = 0; v < 2; ++v)
-    BENCH_CHECK(launch_moe_gemm1_fp4(c.a, H / 2, c.a_s, H / 16, 0.05f, c.w13, H / 2, c.w13_s, H / 16, c.gs, c.offsets,
-                                     c.p2t, P, c.E, H, I, 0.02f, hq[v], I / 2, hs[v], I / 16, s, paths[v]));
+  for (int v = 0; v < 2; ++v) {
+    const bool t = tiled && v == 1;
+    BENCH_CHECK(launch_moe_gemm1_fp4(c.a, H / 2, c.a_s, H / 16, 0.05f, t ? wt : c.w13, H / 2, t ? wt_s : c.w13_s, H / 16,
+                                     c.gs, c.offsets, c.p2t, P, c.E, H, I, 0.02f, hq[v], I / 2, hs[v], I / 16, s,
+                                     paths[v], t ? Fp4WeightLayout::kGemm1Tiled : Fp4WeightLayout::kRowMajor));
+  }
   // gemm2 of both paths on the legacy gemm1 output
   for (int v = 0; v < 2; ++v)
     BENCH_CHECK(launch_moe_gemm2_fp4(hq[0], I / 2, hs[0], I / 16, 0.02f, c.w2, I / 2, c.w2_s, I / 16, c.gs, c.offsets,
@@ -187,6 +197,10 @@ void cross_check(const std::string& name, const Fp4Case& c, Fp4GemmPath path, cu
   check_gemm2(name + " gemm2", fetch(o[0], P * H), fetch(o[1], P * H), dead, P, H);
   for (int v = 0; v < 2; ++v) {
     BENCH_CHECK(cudaFree(hq[v])); BENCH_CHECK(cudaFree(hs[v])); BENCH_CHECK(cudaFree(o[v]));
+  }
+  if (tiled) {
+    BENCH_CHECK(cudaFree(wt));
+    BENCH_CHECK(cudaFree(wt_s));
   }
 }
 
@@ -226,6 +240,7 @@ void odd_case(int64_t T, int64_t k, int64_t E, int64_t H, int64_t I, int64_t til
   std::snprintf(name, sizeof name, "tiled vs legacy T=%lld k=%lld E=%lld H=%lld I=%lld tile=%lld", (long long)T,
                 (long long)k, (long long)E, (long long)H, (long long)I, (long long)tile);
   for (const auto& [tag, path] : kTiledPaths) cross_check(std::string(tag) + " " + name, c, path, s);
+  if (gemm1_tiled_supported(H, I)) cross_check(std::string("[wgmma_ws_rs tiled-w]") + " " + name, c, Fp4GemmPath::kAuto, s, true);
   for (void* p : bufs) BENCH_CHECK(cudaFree(p));
 }
 }  // namespace
@@ -283,15 +298,27 @@ int main(int argc, char** argv) {
   BENCH_CHECK(launch_init_bytes(w2, E * H, I / 2, I / 2, 5, s));
   BENCH_CHECK(launch_init_e4m3(w2_s, E * H, I / 16, I / 16, 6, 0.05f, 1.0f, s));
   BENCH_CHECK(launch_init_uniform(gs, false, 1, E, E, 8, 0.01f, s));
+  // The executor's layout for gemm1's weights where the device supports it (CudaBackend stores w13
+  // tiled then): a packed copy, timed as the headline kAuto figure; the row-major kAuto as _rowmajor.
+  const bool tiled_w = gemm1_tiled_supported(H, I);
+  uint8_t *w13t = nullptr, *w13t_s = nullptr;
+  if (tiled_w) {
+    w13t = static_cast<uint8_t*>(dalloc(E * 2 * I * H / 2));
+    w13t_s = static_cast<uint8_t*>(dalloc(E * 2 * I * H / 16));
+    BENCH_CHECK(launch_pack_gemm1_weights_tiled(w13, H / 2, w13_s, H / 16, E, H, I, w13t, w13t_s, s));
+  }
 
   // MOEPROF_BENCH_PROFILE=1: one launch of each default-path GEMM and nothing else (for ncu:
   // `ncu -k regex:"tiled_kernel|persist_kernel" -c 2 bench_moe_gemm`, scripts/device_all.sh step ncu).
   if (const char* prof = std::getenv("MOEPROF_BENCH_PROFILE"); prof && *prof && *prof != '0') {
     // MOEPROF_BENCH_PROFILE=<path number> profiles that Fp4GemmPath instead of kAuto (1 = kAuto too).
     const int pv = std::atoi(prof);
+    // (kAuto profiles gemm1 on the tiled weights where the device supports them.)
     const Fp4GemmPath path = pv > 1 ? static_cast<Fp4GemmPath>(pv) : Fp4GemmPath::kAuto;
-    BENCH_CHECK(launch_moe_gemm1_fp4(a, H / 2, a_s, H / 16, 0.05f, w13, H / 2, w13_s, H / 16, gs, offsets, p2t, P, E, H,
-                                     I, 0.02f, h, I / 2, h_s, I / 16, s, path));
+    const bool t = tiled_w && path == Fp4GemmPath::kAuto;
+    BENCH_CHECK(launch_moe_gemm1_fp4(a, H / 2, a_s, H / 16, 0.05f, t ? w13t : w13, H / 2, t ? w13t_s : w13_s, H / 16, gs,
+                                     offsets, p2t, P, E, H, I, 0.02f, h, I / 2, h_s, I / 16, s, path,
+                                     t ? Fp4WeightLayout::kGemm1Tiled : Fp4WeightLayout::kRowMajor));
     BENCH_CHECK(launch_moe_gemm2_fp4(h, I / 2, h_s, I / 16, 0.02f, w2, I / 2, w2_s, I / 16, gs, offsets, p2t, P, E, I, H,
                                      out, H, s, path));
     BENCH_CHECK(cudaStreamSynchronize(s));
@@ -312,12 +339,14 @@ int main(int argc, char** argv) {
     Fp4Case main_case{a, a_s, w13, w13_s, w2, w2_s, gs, offsets, p2t, P, E, H, I};
     for (const auto& [tag, path] : kTiledPaths) cross_check(std::string(tag) + " tiled vs legacy (bench shape)", main_case, path, s);
     cross_check("auto vs legacy (bench shape)", main_case, Fp4GemmPath::kAuto, s);
+    if (tiled_w) cross_check("auto tiled-w vs legacy (bench shape)", main_case, Fp4GemmPath::kAuto, s, true);
   }
 
-  auto g1 = [&](Fp4GemmPath path) {
+  auto g1 = [&](Fp4GemmPath path, bool t = false) {
     return time_ms(s, 2, 7, [&] {
-      BENCH_CHECK(launch_moe_gemm1_fp4(a, H / 2, a_s, H / 16, 0.05f, w13, H / 2, w13_s, H / 16, gs, offsets, p2t, P, E,
-                                       H, I, 0.02f, h, I / 2, h_s, I / 16, s, path));
+      BENCH_CHECK(launch_moe_gemm1_fp4(a, H / 2, a_s, H / 16, 0.05f, t ? w13t : w13, H / 2, t ? w13t_s : w13_s, H / 16,
+                                       gs, offsets, p2t, P, E, H, I, 0.02f, h, I / 2, h_s, I / 16, s, path,
+                                       t ? Fp4WeightLayout::kGemm1Tiled : Fp4WeightLayout::kRowMajor));
     });
   };
   auto g2 = [&](Fp4GemmPath path) {
@@ -328,6 +357,10 @@ int main(int argc, char** argv) {
   };
   if (quick) {
     const double f1q = 2.0 * N_rows * (2 * I) * H, f2q = 2.0 * N_rows * H * I;
+    if (tiled_w) {
+      const double a1 = g1(Fp4GemmPath::kAuto, true);
+      std::printf("QUICK %-16s gemm1 %.3f ms %.1f TFLOP/s\n", "[tiled-w auto]", a1, f1q / (a1 * 1e-3) / 1e12);
+    }
     for (int v = 0; v < kNumTiled; ++v) {
       if (static_cast<int>(kTiledPaths[v].second) < static_cast<int>(Fp4GemmPath::kWgmmaWs)) continue;
       const double a1 = g1(kTiledPaths[v].second), a2 = g2(kTiledPaths[v].second);
@@ -336,7 +369,8 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  const double g1_legacy = g1(Fp4GemmPath::kLegacy), g1_ms = g1(Fp4GemmPath::kAuto);
+  const double g1_legacy = g1(Fp4GemmPath::kLegacy), g1_ms = g1(Fp4GemmPath::kAuto, tiled_w);
+  const double g1_rowmajor = tiled_w ? g1(Fp4GemmPath::kAuto) : g1_ms;
   const double g2_legacy = g2(Fp4GemmPath::kLegacy), g2_ms = g2(Fp4GemmPath::kAuto);
   const char* const kVarNames[kNumTiled] = {"tiled", "tiled_skip", "tiled_staged", "wgmma", "wgmma_ws", "wgmma_ws2", "wgmma_persist",
                                             "wgmma_persist_ra", "wgmma_ws_rs"};
@@ -349,6 +383,7 @@ int main(int argc, char** argv) {
 
   // cuBLASLt bf16 baselines (weights pre-dequantized; values are random bf16: timing only).
   BENCH_CHECK(cudaFree(w13)); BENCH_CHECK(cudaFree(w2));
+  if (tiled_w) BENCH_CHECK(cudaFree(w13t));
   auto* xa = static_cast<uint16_t*>(dalloc(P * H * 2));    // gathered bf16 activations [P, H]
   auto* wb13 = static_cast<uint16_t*>(dalloc(E * 2 * I * H * 2));
   auto* hb = static_cast<uint16_t*>(dalloc(P * I * 2));
@@ -386,6 +421,8 @@ int main(int argc, char** argv) {
   auto tf = [](double flops, double ms) { return flops / (ms * 1e-3) / 1e12; };
   std::printf("RESULT moe_permute ms=%.3f\n", permute_ms);
   std::printf("RESULT gemm1_fp4_fused ms=%.3f tflops=%.1f\n", g1_ms, tf(f1, g1_ms));
+  std::printf("INFO gemm1 weight layout (kAuto, as CudaBackend stores w13) = %s\n", tiled_w ? "kGemm1Tiled" : "kRowMajor");
+  std::printf("RESULT gemm1_fp4_fused_rowmajor ms=%.3f tflops=%.1f\n", g1_rowmajor, tf(f1, g1_rowmajor));
   std::printf("RESULT gemm2_fp4 ms=%.3f tflops=%.1f\n", g2_ms, tf(f2, g2_ms));
   std::printf("INFO default tiled paths (kAuto) = Fp4GemmPath %d (gemm1), %d (gemm2)\n", static_cast<int>(kDefaultGemm1Path),
               static_cast<int>(kDefaultGemm2Path));

@@ -123,6 +123,14 @@ class Backend {
   Status init_bytes(Tensor& t, uint64_t seed);
   // i32: v = lo + hash(seed, i) % (hi - lo), hi > lo.
   Status init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi);
+  // gemm1's expert weights with the values init_bytes(w13, seed_codes) and init_e4m3(w13_scales,
+  // seed_scales, lo, hi) give, stored in the layout this backend's moe_gemm1_fp4 reads fastest:
+  // row-major on the CPU; on the CUDA backend, where its kernel can read it, the tiled layout of
+  // kernels/common/fp4_tiled.h (the same bytes in another order; copy_to_host returns them as
+  // stored), remembered for these two tensors until they are freed. w13 [E*2I, H/2] fp4x2 and
+  // w13_scales [E*2I, H/16] e4m3, both contiguous, num_experts = E >= 1.
+  Status init_moe_w13(Tensor& w13, Tensor& w13_scales, int64_t num_experts, uint64_t seed_codes, uint64_t seed_scales,
+                      float lo, float hi);
   // i32: v = start + i.
   Status iota(Tensor& t, int32_t start);
 
@@ -227,6 +235,11 @@ class Backend {
   virtual Status do_init_e4m3(Tensor& t, uint64_t seed, float lo, float hi) = 0;
   virtual Status do_init_bytes(Tensor& t, uint64_t seed) = 0;
   virtual Status do_init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) = 0;
+  virtual Status do_init_moe_w13(Tensor& w13, Tensor& w13_scales, int64_t /*num_experts*/, uint64_t seed_codes,
+                                 uint64_t seed_scales, float lo, float hi) {
+    MOEPROF_RETURN_IF_ERROR(do_init_bytes(w13, seed_codes));
+    return do_init_e4m3(w13_scales, seed_scales, lo, hi);
+  }
   virtual Status do_iota(Tensor& t, int32_t start) = 0;
   virtual Status do_embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) = 0;
   virtual Status do_rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;

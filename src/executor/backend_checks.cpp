@@ -197,6 +197,21 @@ Status Backend::init_bytes(Tensor& t, uint64_t seed) {
   return do_init_bytes(t, seed);
 }
 
+Status Backend::init_moe_w13(Tensor& w13, Tensor& w13_scales, int64_t num_experts, uint64_t seed_codes,
+                             uint64_t seed_scales, float lo, float hi) {
+  const char* op = "init_moe_w13";
+  if (num_experts < 1) return fail(op, "num_experts", "be >= 1 (got " + std::to_string(num_experts) + ")");
+  MOEPROF_RETURN_IF_ERROR(need_fp4_width(op, "w13", w13, "H"));
+  const int64_t R = w13.rows(), H = 2 * w13.cols();
+  if (R < 2 * num_experts || R % (2 * num_experts) != 0)
+    return fail(op, "w13", "have E*2I rows for E = " + std::to_string(num_experts) + got(w13));
+  MOEPROF_RETURN_IF_ERROR(need_contiguous(op, "w13", w13));
+  MOEPROF_RETURN_IF_ERROR(need_shape(op, "w13_scales", w13_scales, DType::kE4M3, R, H / 16));
+  MOEPROF_RETURN_IF_ERROR(need_contiguous(op, "w13_scales", w13_scales));
+  OpTimer timer(op_timer_target(), op, OpCost{0, tb(w13) + tb(w13_scales)});
+  return do_init_moe_w13(w13, w13_scales, num_experts, seed_codes, seed_scales, lo, hi);
+}
+
 Status Backend::init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) {
   MOEPROF_RETURN_IF_ERROR(need_dtype("init_ints", "t", t, DType::kI32));
   if (hi <= lo)

@@ -19,6 +19,7 @@
 #include "kernels/init.cuh"
 #include "kernels/kv_cache.cuh"
 #include "kernels/mla_attention.cuh"
+#include "kernels/moe_gemm_fp4.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rope.cuh"
 
@@ -132,6 +133,7 @@ Result<void*> CudaBackend::do_allocate(size_t bytes, MemKind kind, const AllocTa
 
 void CudaBackend::do_free(void* ptr, size_t /*bytes*/, MemKind kind) {
   if (ptr == nullptr) return;
+  tiled_w13_.erase(ptr);
   if (kind == MemKind::kSymmetric && symm_pool_ != nullptr && symm_pool_->free(ptr)) return;  // stream order keeps it safe
   cudaError_t e;
   switch (kind) {
@@ -211,6 +213,20 @@ Status CudaBackend::do_init_e4m3(Tensor& t, uint64_t seed, float lo, float hi) {
 
 Status CudaBackend::do_init_bytes(Tensor& t, uint64_t seed) {
   MOEPROF_CUDA_CHECK("init_bytes", kern::launch_init_bytes(u8p(t), t.rows(), t.cols(), t.ld(), seed, stream_));
+  return Status::ok();
+}
+
+Status CudaBackend::do_init_moe_w13(Tensor& w13, Tensor& w13_scales, int64_t num_experts, uint64_t seed_codes,
+                                    uint64_t seed_scales, float lo, float hi) {
+  const int64_t H = 2 * w13.cols(), I = w13.rows() / (2 * num_experts);
+  const bool aligned = reinterpret_cast<uintptr_t>(w13.raw()) % 16 == 0 && reinterpret_cast<uintptr_t>(w13_scales.raw()) % 8 == 0;
+  if (!aligned || !kern::gemm1_tiled_supported(H, I)) {
+    tiled_w13_.erase(w13.raw());
+    return Backend::do_init_moe_w13(w13, w13_scales, num_experts, seed_codes, seed_scales, lo, hi);
+  }
+  MOEPROF_CUDA_CHECK("init_moe_w13", kern::launch_init_gemm1_tiled(u8p(w13), u8p(w13_scales), num_experts, H, I,
+                                                                   seed_codes, seed_scales, lo, hi, stream_));
+  tiled_w13_[w13.raw()] = TiledW13{w13_scales.raw(), w13.rows()};
   return Status::ok();
 }
 

@@ -77,6 +77,9 @@ class CudaBackend : public Backend {
   Status do_init_e4m3(Tensor& t, uint64_t seed, float lo, float hi) override;
   Status do_init_bytes(Tensor& t, uint64_t seed) override;
   Status do_init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) override;
+  // The tiled layout (kernels/common/fp4_tiled.h) where kern::gemm1_tiled_supported, else row-major.
+  Status do_init_moe_w13(Tensor& w13, Tensor& w13_scales, int64_t num_experts, uint64_t seed_codes,
+                         uint64_t seed_scales, float lo, float hi) override;
   Status do_iota(Tensor& t, int32_t start) override;
   Status do_embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) override;
   Status do_rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
@@ -142,6 +145,13 @@ class CudaBackend : public Backend {
   int nccl_size_ = 1;
   SymmetricPool* symm_pool_ = nullptr;
   bool free_failure_reported_ = false;
+  // gemm1 weights stored tiled by do_init_moe_w13, by code address (erased when freed): their
+  // scales' address and the codes' rows, so moe_gemm1_fp4 passes the layout only for that pair.
+  struct TiledW13 {
+    const void* scales;
+    int64_t rows;
+  };
+  std::map<const void*, TiledW13> tiled_w13_;
   size_t pool_reserved_unused() const;
 };
 

@@ -78,11 +78,25 @@ Status CudaBackend::do_moe_gemm1_fp4(const Tensor& a, const Tensor& a_scales, fl
                                      const Tensor& w13_scales, const Tensor& w13_gs, const Tensor& offsets,
                                      const Tensor& permuted_to_token, float out_gs, Tensor& out, Tensor& out_scales) {
   const int64_t E = w13_gs.numel(), H = a.cols() * 2, I = out.cols() * 2, P = out.rows();
+  // w13 stored tiled by init_moe_w13: only with its own scales and all its rows.
+  kern::Fp4WeightLayout layout = kern::Fp4WeightLayout::kRowMajor;
+  if (const auto it = tiled_w13_.find(w13.raw()); it != tiled_w13_.end()) {
+    if (it->second.scales != w13_scales.raw() || it->second.rows != w13.rows())
+      return Status::bad_input("moe_gemm1_fp4: w13 holds the tiled layout of init_moe_w13 and must come with its own "
+                               "w13_scales and all its " + std::to_string(it->second.rows) + " rows");
+    // The kernel also needs 16-byte aligned A code rows: else (a view of an odd width) no path reads
+    // the tiled weights and the launch fails with the message below.
+    if (reinterpret_cast<uintptr_t>(a.raw()) % 16 != 0 || a.ld() % 16 != 0)
+      return Status::bad_input("moe_gemm1_fp4: a must have 16-byte aligned rows with tiled w13 (got a " +
+                               a.shape_string() + " with row stride " + std::to_string(a.ld()) + ")");
+    layout = kern::Fp4WeightLayout::kGemm1Tiled;
+  }
   MOEPROF_CUDA_CHECK("moe_gemm1_fp4",
                      kern::launch_moe_gemm1_fp4(u8p(a), a.ld(), u8p(a_scales), a_scales.ld(), a_gs, u8p(w13), w13.ld(),
                                                 u8p(w13_scales), w13_scales.ld(), f32p(w13_gs), i32p(offsets),
                                                 i32p(permuted_to_token), P, E, H, I, out_gs, u8p(out), out.ld(),
-                                                u8p(out_scales), out_scales.ld(), stream_));
+                                                u8p(out_scales), out_scales.ld(), stream_, kern::Fp4GemmPath::kAuto,
+                                                layout));
   return Status::ok();
 }
 

@@ -7,10 +7,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <random>
 #include <vector>
 
 #include "executor/backends.h"
+#include "kernels/common/fp4_tiled.h"
 #include "kernels/common/fp_formats.h"
 #include "tests/executor/reference.h"
 
@@ -518,4 +520,71 @@ TEST_CASE("moe_gemm1_fp4 / moe_gemm2_fp4 match the float64 reference", "[nvfp4][
                                                      << " / " << scales_total);
   CHECK(codes_diff * 100 <= codes_total);   // <= 1% of codes
   CHECK(scales_diff * 100 <= scales_total);  // <= 1% of block scales
+}
+
+// ---- gemm1's tiled w13 layout (kernels/common/fp4_tiled.h) -------------------------------------
+
+// The layout's functions against the kernel's side written out independently: kWgmmaWsRs's
+// producer thread pt reads load j of block (e, nt, kt) as items 2j and 2j + 1, item `it` being
+// tile row (it * 128 + pt) >> 2 (ws_produce's item mapping) at k16 block pt & 3, and tile row br
+// being gate row nt * 128 + br of expert e for br < 128, else up row I + nt * 128 + br - 128
+// (weight_row). Every code byte and scale lands on its own offset (a bijection).
+TEST_CASE("gemm1 tiled w13 layout: a bijection in the producers' load order", "[nvfp4][layout]") {
+  using kern::gemm1_tiled_code_offset;
+  using kern::gemm1_tiled_scale_offset;
+  CHECK(kern::gemm1_tiled_ok(7168, 512));
+  CHECK(kern::gemm1_tiled_ok(64, 128));
+  CHECK_FALSE(kern::gemm1_tiled_ok(7168, 192));  // I % 128
+  CHECK_FALSE(kern::gemm1_tiled_ok(832 + 16, 256));  // H % 64
+  CHECK_FALSE(kern::gemm1_tiled_ok(0, 128));
+  for (const auto& [E, H, I] : {std::tuple<int64_t, int64_t, int64_t>{3, 192, 384}, {1, 64, 128}, {2, 7168, 256}}) {
+    INFO("E=" << E << " H=" << H << " I=" << I);
+    const int64_t rows = E * 2 * I, cb = H / 2, sb = H / 16;
+    std::vector<uint8_t> seen(static_cast<size_t>(rows * cb), 0), seen_s(static_cast<size_t>(rows * sb), 0);
+    size_t bad = 0;
+    for (int64_t row = 0; row < rows; ++row) {
+      for (int64_t c = 0; c < cb; ++c) {
+        const int64_t o = gemm1_tiled_code_offset(row, c, H, I);
+        if (o < 0 || o >= rows * cb || seen[static_cast<size_t>(o)]++) ++bad;
+      }
+      for (int64_t b = 0; b < sb; ++b) {
+        const int64_t o = gemm1_tiled_scale_offset(row, b, H, I);
+        if (o < 0 || o >= rows * sb || seen_s[static_cast<size_t>(o)]++) ++bad;
+      }
+    }
+    CHECK(bad == 0);
+    size_t wrong = 0;
+    const int64_t NT = I / 128, KT = H / 64;
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t nt = 0; nt < NT; ++nt)
+        for (int64_t kt = 0; kt < KT; ++kt) {
+          const int64_t block = (e * NT + nt) * KT + kt;
+          for (int pt = 0; pt < 128; ++pt)
+            for (int it = 0; it < 8; ++it) {
+              const int br = (it * 128 + pt) >> 2, kb = pt & 3;
+              const int64_t row = e * 2 * I + (br < 128 ? nt * 128 + br : I + nt * 128 + (br - 128));
+              for (int b = 0; b < 8; ++b)
+                wrong += gemm1_tiled_code_offset(row, kt * 32 + kb * 8 + b, H, I) !=
+                         block * 8192 + ((it / 2) * 128 + pt) * 16 + (it % 2) * 8 + b;
+              wrong += gemm1_tiled_scale_offset(row, kt * 4 + kb, H, I) != block * 1024 + pt * 8 + it;
+            }
+        }
+    CHECK(wrong == 0);
+  }
+}
+
+// The CPU backend keeps gemm1's weights row-major: init_moe_w13 gives init_bytes' and
+// init_e4m3's bytes, at a size the CUDA backend would store tiled and at one it would not.
+TEST_CASE("CpuBackend init_moe_w13 equals init_bytes + init_e4m3 (row-major)", "[nvfp4][layout]") {
+  auto b = make_cpu_backend();
+  for (const auto& [E, H, I] : {std::tuple<int64_t, int64_t, int64_t>{3, 192, 384}, {5, 80, 48}}) {
+    INFO("E=" << E << " H=" << H << " I=" << I);
+    Tensor w = empty(*b, DType::kFP4x2, E * 2 * I, H / 2), s = empty(*b, DType::kE4M3, E * 2 * I, H / 16);
+    Tensor wr = empty(*b, DType::kFP4x2, E * 2 * I, H / 2), sr = empty(*b, DType::kE4M3, E * 2 * I, H / 16);
+    REQUIRE(b->init_moe_w13(w, s, E, 1234, 5678, 16.0f, 64.0f).is_ok());
+    REQUIRE(b->init_bytes(wr, 1234).is_ok());
+    REQUIRE(b->init_e4m3(sr, 5678, 16.0f, 64.0f).is_ok());
+    CHECK(download<uint8_t>(*b, w) == download<uint8_t>(*b, wr));
+    CHECK(download<uint8_t>(*b, s) == download<uint8_t>(*b, sr));
+  }
 }

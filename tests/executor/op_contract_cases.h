@@ -115,6 +115,21 @@ inline std::vector<ContractOp> contract_ops() {
   ops.push_back(contract_op<One>(
       "init_bytes", one(D::kFP4x2), [](Backend& b, One& a) { return b.init_bytes(a.t, 1); }, writes_t,
       {{"t", "init_bytes: t must be u8 or fp4x2 (got e4m3 2x3)", [](const Mk& m, One& a) { a.t = m.t(D::kE4M3, 2, 3); }}}));
+  struct W13 { Tensor w, s; int64_t e = kE; };
+  ops.push_back(contract_op<W13>(
+      "init_moe_w13",
+      [](const Mk& m) { return W13{m.t(D::kFP4x2, kE * 2 * kI, kH / 2), m.t(D::kE4M3, kE * 2 * kI, kH / 16)}; },
+      [](Backend& b, W13& a) { return b.init_moe_w13(a.w, a.s, a.e, 3, 4, 16.0f, 64.0f); },
+      [](W13& a) { return std::vector<Tensor*>{&a.w, &a.s}; },
+      {{"num_experts", "init_moe_w13: num_experts must be >= 1 (got 0)", [](const Mk&, W13& a) { a.e = 0; }},
+       {"w13", "init_moe_w13: w13 must be fp4x2 (got e4m3 64x16)",
+        [](const Mk& m, W13& a) { a.w = m.t(D::kE4M3, kE * 2 * kI, kH / 2); }},
+       {"w13", "init_moe_w13: w13 must have E*2I rows for E = 2 (got fp4x2 62x16)",
+        [](const Mk& m, W13& a) { a.w = m.t(D::kFP4x2, kE * 2 * kI - 2, kH / 2); }},
+       {"w13", "init_moe_w13: w13 must be contiguous (got fp4x2 64x16 with row stride 24)",
+        [](const Mk& m, W13& a) { a.w = m.view(D::kFP4x2, kE * 2 * kI, kH / 2 + 8, 0, kH / 2); }},
+       {"w13_scales", "init_moe_w13: w13_scales must be e4m3 64x2 (got e4m3 64x3)",
+        [](const Mk& m, W13& a) { a.s = m.t(D::kE4M3, kE * 2 * kI, 3); }}}));
   struct Ints { Tensor t; int32_t lo = -5, hi = 17; };
   ops.push_back(contract_op<Ints>(
       "init_ints", [](const Mk& m) { return Ints{m.t(D::kI32, 2, 3)}; },

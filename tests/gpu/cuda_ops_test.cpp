@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "executor/backends.h"
+#include "kernels/common/fp4_tiled.h"
 #include "kernels/common/fp_formats.h"
 #include "kernels/common/random.h"
 #include "kernels/mla_attention.cuh"
@@ -808,6 +809,29 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
         if (e1 == cudaSuccess) check_gemm1(fetch<uint8_t>(g, hp.g), fetch<uint8_t>(g, hsp.g));
         if (e2 == cudaSuccess) check_gemm2(fetch<uint16_t>(g, op.g));
       }
+      // gemm1 on a kGemm1Tiled copy of w13 (kAuto): where the sizes allow it, against the CPU too;
+      // elsewhere the launch refuses (cudaErrorInvalidValue) rather than misread the layout.
+      if (major == 9 && minor == 0) {
+        INFO("gemm1 on tiled w13");
+        Both wt = out(DType::kFP4x2, q.E * 2 * q.I, q.H / 2, "w13_tiled");
+        Both wts = out(DType::kE4M3, q.E * 2 * q.I, q.H / 16, "w13_s_tiled");
+        Both hp = out(DType::kFP4x2, r.P, q.I / 2, "h_tiled");
+        Both hsp = out(DType::kE4M3, r.P, q.I / 16, "h_s_tiled");
+        const bool ok = kern::gemm1_tiled_ok(q.H, q.I);
+        REQUIRE(g.synchronize().is_ok());
+        REQUIRE(kern::launch_pack_gemm1_weights_tiled(cp(w13.g), w13.g.ld(), cp(w13s.g), w13s.g.ld(), q.E, q.H, q.I,
+                                                      static_cast<uint8_t*>(wt.g.raw()), static_cast<uint8_t*>(wts.g.raw()),
+                                                      nullptr) == (ok ? cudaSuccess : cudaErrorInvalidValue));
+        const cudaError_t e1 = kern::launch_moe_gemm1_fp4(
+            cp(a.g), a.g.ld(), cp(as.g), as.g.ld(), a_gs, cp(wt.g), wt.g.ld(), cp(wts.g), wts.g.ld(),
+            static_cast<const float*>(w13gs.g.raw()), static_cast<const int32_t*>(offsets.g.raw()),
+            static_cast<const int32_t*>(perm.g.raw()), r.P, q.E, q.H, q.I, out_gs, static_cast<uint8_t*>(hp.g.raw()),
+            hp.g.ld(), static_cast<uint8_t*>(hsp.g.raw()), hsp.g.ld(), nullptr, Fp4GemmPath::kAuto,
+            kern::Fp4WeightLayout::kGemm1Tiled);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        REQUIRE(e1 == (ok ? cudaSuccess : cudaErrorInvalidValue));
+        if (ok) check_gemm1(fetch<uint8_t>(g, hp.g), fetch<uint8_t>(g, hsp.g));
+      }
     }
 
     // combine on the CPU's gemm2 output: exact, with and without a shared-expert input.
@@ -940,7 +964,107 @@ TEST_CASE("cuda FP4 GEMM warp-specialized paths give kWgmma's bits for every e4m
       REQUIRE(bad == 0);
       CHECK(nan_bits == 0);
     }
+    // kWgmmaWsRs on a kGemm1Tiled copy of w13 (counted as path 10): the packed bytes are exactly
+    // the row-major ones at their fp4_tiled.h offsets, and gemm1 gives kWgmma's bits.
+    if (kern::gemm1_tiled_ok(H, I) && (only.size() <= 2 || only.find(",10,") != std::string::npos)) {
+      INFO("kWgmmaWsRs on tiled w13");
+      ++compared;
+      Both wt = out(DType::kFP4x2, E * 2 * I, H / 2, "w13_tiled");
+      Both wts = out(DType::kE4M3, E * 2 * I, H / 16, "w13_s_tiled");
+      REQUIRE(g.synchronize().is_ok());
+      REQUIRE(kern::launch_pack_gemm1_weights_tiled(cp(w13.g), w13.g.ld(), cp(w13_s.g), w13_s.g.ld(), E, H, I,
+                                                    static_cast<uint8_t*>(wt.g.raw()), static_cast<uint8_t*>(wts.g.raw()),
+                                                    nullptr) == cudaSuccess);
+      REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+      const std::vector<uint8_t> codes = fetch<uint8_t>(c, w13.c), packed = fetch<uint8_t>(g, wt.g);
+      const std::vector<uint8_t> packed_s = fetch<uint8_t>(g, wts.g);
+      size_t misplaced = 0;
+      for (int64_t row = 0; row < E * 2 * I; ++row) {
+        for (int64_t b = 0; b < H / 2; ++b)
+          misplaced += packed[static_cast<size_t>(kern::gemm1_tiled_code_offset(row, b, H, I))] !=
+                       codes[static_cast<size_t>(row * (H / 2) + b)];
+        for (int64_t b = 0; b < H / 16; ++b)
+          misplaced += packed_s[static_cast<size_t>(kern::gemm1_tiled_scale_offset(row, b, H, I))] !=
+                       w13s[static_cast<size_t>(row * (H / 16) + b)];
+      }
+      REQUIRE(misplaced == 0);
+      Both hq = out(DType::kFP4x2, r.P, I / 2, "h_out_tiled");
+      Both hqs = out(DType::kE4M3, r.P, I / 16, "h_s_out_tiled");
+      REQUIRE(kern::launch_moe_gemm1_fp4(cp(a.g), a.g.ld(), cp(a_s.g), a_s.g.ld(), 1.0f, cp(wt.g), wt.g.ld(), cp(wts.g),
+                                         wts.g.ld(), static_cast<const float*>(w13gs.g.raw()),
+                                         static_cast<const int32_t*>(offsets.g.raw()),
+                                         static_cast<const int32_t*>(perm.g.raw()), r.P, E, H, I, 0.05f,
+                                         static_cast<uint8_t*>(hq.g.raw()), hq.g.ld(), static_cast<uint8_t*>(hqs.g.raw()),
+                                         hqs.g.ld(), nullptr, Fp4GemmPath::kWgmmaWsRs,
+                                         kern::Fp4WeightLayout::kGemm1Tiled) == cudaSuccess);
+      REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+      require_equal(ref.q, fetch<uint8_t>(g, hq.g), "gemm1 codes (tiled w13)");
+      require_equal(ref.qs, fetch<uint8_t>(g, hqs.g), "gemm1 scales (tiled w13)");
+    }
     REQUIRE(compared > 0);  // a MOEPROF_SWEEP_PATHS that names none of them compares nothing
+  }
+}
+
+// CudaBackend stores gemm1's weights tiled where its kernel reads them (init_moe_w13): the same
+// values as the CPU's row-major init at their fp4_tiled.h offsets; gemm1 through the backend on
+// them gives the bits of the row-major weights; a size the kernel cannot tile stays row-major;
+// the tiled codes with other scales are refused with one line.
+TEST_CASE("cuda init_moe_w13: tiled where gemm1 reads it, same values, same gemm1 bits", "[gpu]") {
+  REQUIRE_GPU();
+  auto& c = *env().cpu;
+  auto& g = *env().gpu;
+  struct Case { int64_t E, H, I; bool tiled; };
+  const bool sm90 = kern::gemm1_tiled_supported(192, 384);
+  for (const Case& q : {Case{3, 192, 384, sm90}, Case{5, 80, 48, false}}) {
+    INFO("E=" << q.E << " H=" << q.H << " I=" << q.I);
+    const int64_t R = q.E * 2 * q.I;
+    Both w = out(DType::kFP4x2, R, q.H / 2, "w13"), ws = out(DType::kE4M3, R, q.H / 16, "w13_s");
+    REQUIRE(c.init_moe_w13(w.c, ws.c, q.E, 4242, 4343, 16.0f, 64.0f).is_ok());
+    REQUIRE(g.init_moe_w13(w.g, ws.g, q.E, 4242, 4343, 16.0f, 64.0f).is_ok());
+    const auto rc = fetch<uint8_t>(c, w.c), rcs = fetch<uint8_t>(c, ws.c);
+    const auto gc = fetch<uint8_t>(g, w.g), gcs = fetch<uint8_t>(g, ws.g);
+    size_t misplaced = 0;
+    for (int64_t row = 0; row < R; ++row) {
+      for (int64_t b = 0; b < q.H / 2; ++b) {
+        const int64_t at = q.tiled ? kern::gemm1_tiled_code_offset(row, b, q.H, q.I) : row * (q.H / 2) + b;
+        misplaced += gc[static_cast<size_t>(at)] != rc[static_cast<size_t>(row * (q.H / 2) + b)];
+      }
+      for (int64_t b = 0; b < q.H / 16; ++b) {
+        const int64_t at = q.tiled ? kern::gemm1_tiled_scale_offset(row, b, q.H, q.I) : row * (q.H / 16) + b;
+        misplaced += gcs[static_cast<size_t>(at)] != rcs[static_cast<size_t>(row * (q.H / 16) + b)];
+      }
+    }
+    REQUIRE(misplaced == 0);
+    if (q.tiled) CHECK(gc != rc);  // really another order
+    // gemm1 through the backend: tiled weights vs row-major copies (init_bytes / init_e4m3) on the GPU.
+    const int64_t T = 97, k = 4;
+    Both ids = both(DType::kI32, T, k, topk_ids_host(T, k, q.E, 31), "ids");
+    PermuteOut r = run_permute(ids, T, k, q.E, 16);
+    Both offsets = both(DType::kI32, 1, q.E + 1, fetch<int32_t>(c, r.offsets.c), "offsets");
+    Both perm = both(DType::kI32, 1, r.P, fetch<int32_t>(c, r.p2t.c), "p2t");
+    Both a = both(DType::kFP4x2, T, q.H / 2, rand_bytes(T * q.H / 2, 300), "a");
+    Both as = both(DType::kE4M3, T, q.H / 16, rand_e4m3(T * q.H / 16, 301, 0.05f, 1.0f), "a_s");
+    Both gs = both(DType::kF32, 1, q.E, rand_f32(q.E, 302, 1e-4f, 3e-4f), "w13_gs");
+    Both wr = out(DType::kFP4x2, R, q.H / 2, "w13_rm"), wrs = out(DType::kE4M3, R, q.H / 16, "w13_s_rm");
+    REQUIRE(g.init_bytes(wr.g, 4242).is_ok());
+    REQUIRE(g.init_e4m3(wrs.g, 4343, 16.0f, 64.0f).is_ok());
+    Both h1 = out(DType::kFP4x2, r.P, q.I / 2, "h1"), h1s = out(DType::kE4M3, r.P, q.I / 16, "h1_s");
+    Both h2 = out(DType::kFP4x2, r.P, q.I / 2, "h2"), h2s = out(DType::kE4M3, r.P, q.I / 16, "h2_s");
+    REQUIRE(g.moe_gemm1_fp4(a.g, as.g, 1.0f, w.g, ws.g, gs.g, offsets.g, perm.g, 0.05f, h1.g, h1s.g).is_ok());
+    REQUIRE(g.moe_gemm1_fp4(a.g, as.g, 1.0f, wr.g, wrs.g, gs.g, offsets.g, perm.g, 0.05f, h2.g, h2s.g).is_ok());
+    REQUIRE(g.synchronize().is_ok());
+    const auto q1 = fetch<uint8_t>(g, h1.g), q2 = fetch<uint8_t>(g, h2.g);
+    require_equal(q1, q2, "gemm1 codes, tiled vs row-major w13");
+    require_equal(fetch<uint8_t>(g, h1s.g), fetch<uint8_t>(g, h2s.g), "gemm1 scales, tiled vs row-major w13");
+    size_t nonzero = 0;
+    for (uint8_t v : q1) nonzero += v != 0;
+    CHECK(nonzero > q1.size() / 2);
+    if (q.tiled) {
+      const Status st = g.moe_gemm1_fp4(a.g, as.g, 1.0f, w.g, wrs.g, gs.g, offsets.g, perm.g, 0.05f, h1.g, h1s.g);
+      CHECK(st.code() == ErrorCode::kBadInput);
+      CHECK(st.message() == "moe_gemm1_fp4: w13 holds the tiled layout of init_moe_w13 and must come with its own "
+                            "w13_scales and all its " + std::to_string(R) + " rows");
+    }
   }
 }
 
