@@ -1036,6 +1036,11 @@ __device__ __forceinline__ uint4 ldg128_l2(const uint8_t* ptr) {
   asm("ld.global.nc.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(ptr));
   return v;
 }
+__device__ __forceinline__ uint2 ldg64_l2(const uint8_t* ptr) {
+  uint2 v;
+  asm("ld.global.nc.L2::256B.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(ptr));
+  return v;
+}
 __device__ __forceinline__ uint32_t ldg32_l2(const uint8_t* ptr) {
   uint32_t v;
   asm("ld.global.nc.L2::256B.u32 %0, [%1];\n" : "=r"(v) : "l"(ptr));
@@ -1194,12 +1199,50 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
     const uint32_t sel = rs_byte_sel(q);
     RsRaw raw;
     int kl = 0;  // K tile of the codes in raw
-    auto load = [&](int kt) { rs_load(raw, ca, cb, xa, xb, kt); };
-    auto make = [&](uint32_t (&f)[4][4]) { rs_fragments(raw, sel, f); };
+    // kVar 9: the two rows' scales of steps 2m and 2m + 1 in one 8-byte load each, made at the even
+    // step (spa / spb), the odd step's fragments taking the second word: half the consumers' scale
+    // loads (measured 1% faster, docs/performance.md, tenth session). The step loop below is
+    // unrolled by 2 and gemm1 has one column tile, so step s is K tile s and the parity of each
+    // make() is static (par). Rows not 8-byte aligned, and the last step of an odd KT, load 4 bytes.
+    constexpr bool kPair = kVar == 9;
+    const bool pair_ok = ((reinterpret_cast<uintptr_t>(p.a_sc) | static_cast<uintptr_t>(p.ld_a_sc)) & 7u) == 0;
+    uint2 spa = make_uint2(0u, 0u), spb = make_uint2(0u, 0u);
+    auto load = [&](int kt) {
+      if constexpr (kPair) {
+        raw.a0 = ldg128_l2(ca + kt * 32);
+        raw.a1 = ldg128_l2(ca + kt * 32 + 16);
+        raw.b0 = ldg128_l2(cb + kt * 32);
+        raw.b1 = ldg128_l2(cb + kt * 32 + 16);
+        if ((kt & 1) == 0) {
+          if (kt + 1 < KT && pair_ok) {
+            spa = ldg64_l2(xa + kt * 4);
+            spb = ldg64_l2(xb + kt * 4);
+          } else {
+            spa.x = ldg32_l2(xa + kt * 4);
+            spb.x = ldg32_l2(xb + kt * 4);
+            if (kt + 1 < KT) {
+              spa.y = ldg32_l2(xa + kt * 4 + 4);
+              spb.y = ldg32_l2(xb + kt * 4 + 4);
+            }
+          }
+        }
+      } else {
+        rs_load(raw, ca, cb, xa, xb, kt);
+      }
+    };
+    auto make = [&](uint32_t (&f)[4][4], auto par) {
+      if constexpr (kPair) {
+        raw.sa = decltype(par)::value ? spa.y : spa.x;
+        raw.sb = decltype(par)::value ? spb.y : spb.x;
+      }
+      rs_fragments(raw, sel, f);
+    };
+    using P0 = std::integral_constant<int, 0>;
+    using P1 = std::integral_constant<int, 1>;
     uint32_t fa0[4][4], fa1[4][4];
     if (warp_live) {
       load(0);
-      make(fa0);
+      make(fa0, P0{});
       if (nsteps > 1) {
         kl = KT > 1 ? 1 : 0;
         load(kl);
@@ -1208,7 +1251,7 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
     // Step s: wgmmas of step s from cur; once step s - 1's are done, its weight tile goes back to the
     // producers and step s + 1's fragments are made into nxt (step s - 1's registers) from raw, which
     // then takes step s + 2's codes.
-    auto step = [&](int s, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4]) {
+    auto step = [&](int s, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], auto par_next) {
       const int b = s % NB;
       mbar_wait(full0 + b * 8, (s / NB) & 1);
       const uint32_t bbase = tiles + b * kRsBufBytes;
@@ -1223,7 +1266,7 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
       acc_fence(acc);
       if (s > 0) mbar_arrive(empty0 + ((s - 1) % NB) * 8);
       if (warp_live && s + 1 < nsteps) {
-        make(nxt);
+        make(nxt, par_next);
         if (s + 2 < nsteps) {
           if (++kl == KT) kl = 0;
           load(kl);
@@ -1232,8 +1275,8 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
       column_epilogue(s);
     };
     for (int s = 0; s < nsteps; s += 2) {
-      step(s, fa0, fa1);
-      if (s + 1 < nsteps) step(s + 1, fa1, fa0);
+      step(s, fa0, fa1, P1{});
+      if (s + 1 < nsteps) step(s + 1, fa1, fa0, P0{});
     }
   } else {
     for (int s = 0; s < nsteps; ++s) {
