@@ -158,7 +158,8 @@ print(('PASS' if ok else 'FAIL'), f'baseline {b} reuse {c} (pred {pc}) fixes {f}
       NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -n1)
       SEC="--section SpeedOfLight --section WarpStateStats --section SourceCounters --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --section SchedulerStats --section ComputeWorkloadAnalysis"
       export MOEPROF_BENCH_PROFILE=1
-      step ncu_gemm 150 "$NCU" --clock-control none $SEC -k regex:"tiled_kernel|persist_kernel" -c 2 -f -o "$L/ncu_gemm" "$B/bench/gpu/bench_moe_gemm"
+      # (-c 3: the regex also matches bench_moe_gemm's pack_gemm1_tiled_kernel, launched first.)
+      step ncu_gemm 150 "$NCU" --clock-control none $SEC -k regex:"tiled_kernel|persist_kernel" -c 3 -f -o "$L/ncu_gemm" "$B/bench/gpu/bench_moe_gemm"
       rc=$?; unset MOEPROF_BENCH_PROFILE
       row ncu_gemm "rc=$rc" "$(grep -cE '==PROF==' "$L/ncu_gemm.log") prof lines"
       step ncu_ops 150 "$NCU" --clock-control none $SEC -k regex:'fp4_quantize|rmsnorm|moe_combine|router|rope|silu|kv_cache|mla_build_k' --launch-skip 10 -c 12 -f -o "$L/ncu_ops" \
