@@ -84,8 +84,8 @@ Status CudaBackend::do_moe_gemm1_fp4(const Tensor& a, const Tensor& a_scales, fl
     if (it->second.scales != w13_scales.raw() || it->second.rows != w13.rows())
       return Status::bad_input("moe_gemm1_fp4: w13 holds the tiled layout of init_moe_w13 and must come with its own "
                                "w13_scales and all its " + std::to_string(it->second.rows) + " rows");
-    // The kernel also needs 16-byte aligned A code rows: else (a view of an odd width) no path reads
-    // the tiled weights and the launch fails with the message below.
+    // The kernel also needs 16-byte aligned A code rows: else (a view of an odd width) no path can
+    // read the tiled weights, so the call is refused here with one line.
     if (reinterpret_cast<uintptr_t>(a.raw()) % 16 != 0 || a.ld() % 16 != 0)
       return Status::bad_input("moe_gemm1_fp4: a must have 16-byte aligned rows with tiled w13 (got a " +
                                a.shape_string() + " with row stride " + std::to_string(a.ld()) + ")");
