@@ -854,12 +854,7 @@ __device__ __forceinline__ void ws_item_store_sh(uint32_t rowp, uint32_t off0, u
   sts128(rowp + off1, o[4], o[5], o[6], o[7]);
 }
 __device__ __forceinline__ void ws_item_store(uint32_t rowp, uint32_t off0, uint32_t off1, uint2 c, uint32_t sc) {
-  uint32_t o[8];
-  const uint32_t f = e4m3_to_f16x2_half_cvt(sc);
-  e2m1x8_to_f16x8_cvt(c.x, f, o);
-  e2m1x8_to_f16x8_cvt(c.y, f, o + 4);
-  sts128(rowp + off0, o[0], o[1], o[2], o[3]);
-  sts128(rowp + off1, o[4], o[5], o[6], o[7]);
+  ws_item_store_sh(rowp, off0, off1, c.x, c.y, e4m3_to_f16x2_half_cvt(sc));
 }
 
 // One producer K step s into fp16 tile s % NB of the ring at shared address `tiles`: wait until
@@ -2320,30 +2315,27 @@ cudaError_t launch_moe_gemm1_fp4(const uint8_t* a, int64_t ld_a, const uint8_t* 
                                  int64_t ld_out_scales, cudaStream_t stream, Fp4GemmPath path,
                                  Fp4WeightLayout w_layout) {
   if (H % 16 != 0 || I % 16 != 0 || H <= 0 || I <= 0 || E <= 0) return cudaErrorInvalidValue;
+  const bool tiled = w_layout == Fp4WeightLayout::kGemm1Tiled;
+  if (tiled) {  // (row strides of the tiled weights are implied: H / 2 and H / 16)
+    ld_w = H / 2;
+    ld_w_scales = H / 16;
+  }
   if (!aligned8(a, ld_a) || !aligned8(w13, ld_w)) return cudaErrorMisalignedAddress;
-  if (w_layout == Fp4WeightLayout::kGemm1Tiled) {
+  v2::Args t{};
+  t.a = a; t.ld_a = ld_a; t.a_sc = a_scales; t.ld_a_sc = ld_a_scales; t.a_gs = a_gs;
+  t.w = w13; t.ld_w = ld_w; t.w_sc = w13_scales; t.ld_w_sc = ld_w_scales; t.w_gs = w13_gs;
+  t.offsets = offsets; t.p2t = permuted_to_token; t.P = P; t.E = static_cast<int>(E);
+  t.K = static_cast<int>(H); t.N = static_cast<int>(I);
+  t.out_gs = out_gs; t.out_q = out; t.ld_out_q = ld_out; t.out_sc = out_scales; t.ld_out_sc = ld_out_scales;
+  t.q_vec = v2::aligned(out, ld_out, 8);
+  cudaError_t err = cudaSuccess;
+  if (tiled) {
     // Only kWgmmaWsRs reads the tiled layout: no fallback (the row-major paths would misread it).
     if (path != Fp4GemmPath::kAuto && path != Fp4GemmPath::kWgmmaWsRs) return cudaErrorInvalidValue;
-    v2::Args t{};
-    t.a = a; t.ld_a = ld_a; t.a_sc = a_scales; t.ld_a_sc = ld_a_scales; t.a_gs = a_gs;
-    t.w = w13; t.ld_w = H / 2; t.w_sc = w13_scales; t.ld_w_sc = H / 16; t.w_gs = w13_gs;
-    t.offsets = offsets; t.p2t = permuted_to_token; t.P = P; t.E = static_cast<int>(E);
-    t.K = static_cast<int>(H); t.N = static_cast<int>(I);
-    t.out_gs = out_gs; t.out_q = out; t.ld_out_q = ld_out; t.out_sc = out_scales; t.ld_out_sc = ld_out_scales;
-    t.q_vec = v2::aligned(out, ld_out, 8);
-    cudaError_t err = cudaSuccess;
     if (v2::try_launch<true>(t, 9, stream, err)) return err;
     return cudaErrorInvalidValue;
   }
   if (path != Fp4GemmPath::kLegacy) {
-    v2::Args t{};
-    t.a = a; t.ld_a = ld_a; t.a_sc = a_scales; t.ld_a_sc = ld_a_scales; t.a_gs = a_gs;
-    t.w = w13; t.ld_w = ld_w; t.w_sc = w13_scales; t.ld_w_sc = ld_w_scales; t.w_gs = w13_gs;
-    t.offsets = offsets; t.p2t = permuted_to_token; t.P = P; t.E = static_cast<int>(E);
-    t.K = static_cast<int>(H); t.N = static_cast<int>(I);
-    t.out_gs = out_gs; t.out_q = out; t.ld_out_q = ld_out; t.out_sc = out_scales; t.ld_out_sc = ld_out_scales;
-    t.q_vec = v2::aligned(out, ld_out, 8);
-    cudaError_t err = cudaSuccess;
     if (v2::try_launch<true>(t, v2::variant_of(path, true), stream, err)) return err;
     if (path != Fp4GemmPath::kAuto) return cudaErrorInvalidValue;
     // kAuto: a default that cannot run here (no sm_90a, too little shared memory) falls back to
