@@ -13,7 +13,9 @@ struct InitArgs {
   uint64_t seed;
   float a, b;       // scale | lo, hi
   int32_t ilo, ihi;  // ints range | iota start
-  int64_t tiled_h = 0, tiled_i = 0;  // > 0: gemm1's tiled w13 layout (kernels/common/fp4_tiled.h)
+  // tiled 1 / 2: gemm1's w13 / gemm2's w2 in their tiled layouts (kernels/common/fp4_tiled.h)
+  int tiled = 0;
+  int64_t tiled_h = 0, tiled_i = 0;
 };
 
 template <InitKind K>
@@ -24,9 +26,12 @@ __global__ void init_kernel(InitArgs p) {
     const int64_t r = i / p.cols, c = i - r * p.cols;
     int64_t at = r * p.ld + c;
     if constexpr (K == InitKind::kBytes || K == InitKind::kE4m3)
-      if (p.tiled_h > 0)
+      if (p.tiled == 1)
         at = K == InitKind::kBytes ? gemm1_tiled_code_offset(r, c, p.tiled_h, p.tiled_i)
                                    : gemm1_tiled_scale_offset(r, c, p.tiled_h, p.tiled_i);
+      else if (p.tiled == 2)
+        at = K == InitKind::kBytes ? gemm2_tiled_code_offset(r, c, p.tiled_i, p.tiled_h)
+                                   : gemm2_tiled_scale_offset(r, c, p.tiled_i, p.tiled_h);
     if constexpr (K == InitKind::kUniformBf16 || K == InitKind::kUniformF32) {
       const float u = hash_unit(p.seed, static_cast<uint64_t>(i));
       const float v = __fmul_rn(p.a, __fsub_rn(__fmul_rn(2.0f, u), 1.0f));
@@ -76,9 +81,17 @@ cudaError_t launch_init_bytes(uint8_t* out, int64_t rows, int64_t cols, int64_t 
 cudaError_t launch_init_gemm1_tiled(uint8_t* codes, uint8_t* scales, int64_t E, int64_t H, int64_t I, uint64_t seed_codes,
                                     uint64_t seed_scales, float lo, float hi, cudaStream_t stream) {
   if (E <= 0 || !gemm1_tiled_ok(H, I)) return cudaErrorInvalidValue;
-  InitArgs c{codes, E * 2 * I, H / 2, H / 2, seed_codes, 0.0f, 0.0f, 0, 0, H, I};
+  InitArgs c{codes, E * 2 * I, H / 2, H / 2, seed_codes, 0.0f, 0.0f, 0, 0, 1, H, I};
   KERN_RETURN_IF_ERROR(run<InitKind::kBytes>(c, stream));
-  InitArgs sc{scales, E * 2 * I, H / 16, H / 16, seed_scales, lo, hi, 0, 0, H, I};
+  InitArgs sc{scales, E * 2 * I, H / 16, H / 16, seed_scales, lo, hi, 0, 0, 1, H, I};
+  return run<InitKind::kE4m3>(sc, stream);
+}
+cudaError_t launch_init_gemm2_tiled(uint8_t* codes, uint8_t* scales, int64_t E, int64_t I, int64_t H, uint64_t seed_codes,
+                                    uint64_t seed_scales, float lo, float hi, cudaStream_t stream) {
+  if (E <= 0 || !gemm2_tiled_ok(I, H)) return cudaErrorInvalidValue;
+  InitArgs c{codes, E * H, I / 2, I / 2, seed_codes, 0.0f, 0.0f, 0, 0, 2, H, I};
+  KERN_RETURN_IF_ERROR(run<InitKind::kBytes>(c, stream));
+  InitArgs sc{scales, E * H, I / 16, I / 16, seed_scales, lo, hi, 0, 0, 2, H, I};
   return run<InitKind::kE4m3>(sc, stream);
 }
 cudaError_t launch_init_ints(int32_t* out, int64_t rows, int64_t cols, int64_t ld, uint64_t seed, int32_t lo,

@@ -18,6 +18,9 @@ cudaError_t launch_init_bytes(uint8_t* out, int64_t rows, int64_t cols, int64_t 
 // launch_init_e4m3's for row * (H/16) + b, each stored at its tiled offset.
 cudaError_t launch_init_gemm1_tiled(uint8_t* codes, uint8_t* scales, int64_t E, int64_t H, int64_t I, uint64_t seed_codes,
                                     uint64_t seed_scales, float lo, float hi, cudaStream_t stream);
+// gemm2's expert weights w2 (E*H rows of I elements) the same way, in gemm2's tiled layout.
+cudaError_t launch_init_gemm2_tiled(uint8_t* codes, uint8_t* scales, int64_t E, int64_t I, int64_t H, uint64_t seed_codes,
+                                    uint64_t seed_scales, float lo, float hi, cudaStream_t stream);
 // i32: lo + hash % (hi - lo).
 cudaError_t launch_init_ints(int32_t* out, int64_t rows, int64_t cols, int64_t ld, uint64_t seed, int32_t lo,
                              int32_t hi, cudaStream_t stream);

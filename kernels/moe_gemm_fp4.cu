@@ -975,6 +975,19 @@ __device__ __forceinline__ uint2 ldg64_na(const uint8_t* ptr) {
   asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(ptr));
   return v;
 }
+// One tiled block's 8 weight items of this thread (codes cd[j]: items 2j, 2j + 1; scale bytes in item
+// order in sc), dequantized into the 8 item rows of the fp16 tile at shared address buf.
+__device__ __forceinline__ void ws_tiled_items_store(uint32_t buf, uint32_t off0, uint32_t off1, const uint4 (&cd)[4],
+                                                     uint2 sc) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    // scale / 2 of items 2j, 2j + 1 as an fp16 pair (exact), then one per item.
+    const uint32_t f =
+        hmul2_f16(j & 1 ? cvt_e4m3x2_hi(j < 2 ? sc.x : sc.y) : cvt_e4m3x2_lo(j < 2 ? sc.x : sc.y), 0x38003800u);
+    ws_item_store_sh(buf + (2 * j) * kItemBytes, off0, off1, cd[j].x, cd[j].y, __byte_perm(f, 0u, 0x1010u));
+    ws_item_store_sh(buf + (2 * j + 1) * kItemBytes, off0, off1, cd[j].z, cd[j].w, __byte_perm(f, 0u, 0x3232u));
+  }
+}
 template <int NB>
 __device__ __forceinline__ void ws_produce_tiled(const Args& p, unsigned char* smem, uint32_t full0, uint32_t empty0,
                                                  int pt, int e, int KT, int nt0, int nsteps) {
@@ -994,15 +1007,7 @@ __device__ __forceinline__ void ws_produce_tiled(const Args& p, unsigned char* s
   auto fill = [&](int s, const uint4 (&cd)[4], uint2 sc) {
     const int b = s % NB;
     mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
-    const uint32_t buf = tiles + b * kRsBufBytes;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      // scale / 2 of items 2j, 2j + 1 as an fp16 pair (exact), then one per item.
-      const uint32_t f = hmul2_f16(j & 1 ? cvt_e4m3x2_hi(j < 2 ? sc.x : sc.y) : cvt_e4m3x2_lo(j < 2 ? sc.x : sc.y),
-                                   0x38003800u);
-      ws_item_store_sh(buf + (2 * j) * kItemBytes, off0, off1, cd[j].x, cd[j].y, __byte_perm(f, 0u, 0x1010u));
-      ws_item_store_sh(buf + (2 * j + 1) * kItemBytes, off0, off1, cd[j].z, cd[j].w, __byte_perm(f, 0u, 0x3232u));
-    }
+    ws_tiled_items_store(tiles + b * kRsBufBytes, off0, off1, cd, sc);
     fence_proxy_async();
     mbar_arrive(full0 + b * 8);
   };
@@ -1780,11 +1785,16 @@ struct TileInfo {
   int e, nrows;
 };
 
-template <bool kGemm1, bool kResA>
+// kTW (gemm2 only): the weights in the Fp4WeightLayout::kGemm2Tiled layout (kernels/common/fp4_tiled.h):
+// the producers load a step's 8 weight items with four 16-byte code loads and one 8-byte scale load
+// of the column tile's block, as kVar 9's producers do for gemm1; the A items and everything else
+// are unchanged (same tiles, same bits).
+template <bool kGemm1, bool kResA, bool kTW>
 __global__ void __launch_bounds__(kThreads + kProducers, 1)
     persist_kernel(Args p, const __grid_constant__ CUtensorMap out_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!(kGemm1 && kResA), "resident A tiles: gemm2 only (gemm1 has one column tile per item)");
+  static_assert(!(kGemm1 && kTW), "tiled weights in the persistent kernel: gemm2 only");
   constexpr int NB = kResA ? kRaStages : kWsStages;
   constexpr int kCols = kGemm1 ? kCols1 : kCols2;
   constexpr int kNPer = n_per<kGemm1, 5>();
@@ -1848,11 +1858,16 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
     ws_chunk_offsets(pt, off0, off1);
     int ce = 0, cbase = 0;  // scan cursor: expert ce's tiles start at tile index cbase
     int s = 0, ti = 0;
-    const uint8_t* code_p[kPItems];
-    const uint8_t* sc_p[kPItems];
+    constexpr int kRowItems = kTW ? kPItems / 3 : kPItems;  // items read row by row (kTW: the A items)
+    const uint8_t* code_p[kRowItems];
+    const uint8_t* sc_p[kRowItems];
+    const uint8_t* wt_code = nullptr;  // kTW: this thread's bytes of the column tile's first block
+    const uint8_t* wt_sc = nullptr;
     int32_t a_src[kPItems / 3];
-    uint2 cd[kPItems];
-    uint32_t sc[kPItems];
+    uint2 cd[kRowItems];
+    uint32_t sc[kRowItems];
+    uint4 wcd[4];  // kTW: the weight items' codes (items 2j, 2j + 1 in wcd[j]) and scales
+    uint2 wsc;
     for (int64_t w = blockIdx.x; w < work; w += gridDim.x, ++ti) {
       const int m = static_cast<int>(w / p.n_groups), ng = static_cast<int>(w % p.n_groups);
       int e = 0, nrows = 0;
@@ -1901,8 +1916,13 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
       for (int it = 0; it < kPItems / 3; ++it) a_src[it] = src_of((it * kProducers + pt) >> 2);
       // A dead item reads row 0 of its operand, as in ws_produce: no test per load.
       auto set_ptrs = [&](int nt) {
+        if constexpr (kTW) {
+          const int64_t blk = (static_cast<int64_t>(e) * NT + nt) * KT;
+          wt_code = p.w + blk * kTiledCodeBlock + pt * 16;
+          wt_sc = p.w_sc + blk * kTiledScaleBlock + pt * 8;
+        }
 #pragma unroll
-        for (int it = 0; it < kPItems; ++it) {
+        for (int it = 0; it < kRowItems; ++it) {
           const int row = (it * kProducers + pt) >> 2;
           if (it < kPItems / 3) {
             const int64_t src = a_src[it] >= 0 ? a_src[it] : 0;
@@ -1916,16 +1936,25 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
           }
         }
       };
-      auto load_into = [&](uint2 (&cdx)[kPItems], uint32_t (&scx)[kPItems], int kt, bool with_a) {
+      auto load_into = [&](uint2 (&cdx)[kRowItems], uint32_t (&scx)[kRowItems], uint4 (&wcx)[4], uint2& wsx, int kt,
+                           bool with_a) {
 #pragma unroll
-        for (int it = 0; it < kPItems; ++it) {
+        for (int it = 0; it < kRowItems; ++it) {
           if (kResA && it < kPItems / 3 && !with_a) continue;
           cdx[it] = ldg_code_l2(code_p[it] + kt * 32);
           scx[it] = ldg_scale_l2(sc_p[it] + kt * 4);
         }
+        if constexpr (kTW) {  // (32-bit step offsets: one tile's steps span less than 2^31 bytes)
+          const uint32_t co = static_cast<uint32_t>(kt) * static_cast<uint32_t>(kTiledCodeBlock);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) wcx[j] = ldg128_na(wt_code + co + j * 2048);
+          wsx = ldg64_na(wt_sc + static_cast<uint32_t>(kt) * static_cast<uint32_t>(kTiledScaleBlock));
+        }
       };
-      // Step j's tile (s: the CTA's running step) from codes c2 / scales s2.
-      auto fill = [&](int j, int s, const uint2 (&c2)[kPItems], const uint32_t (&s2)[kPItems]) {
+      // Step j's tile (s: the CTA's running step) from codes c2 / scales s2 (kTW: the weight items
+      // from w2c / w2s).
+      auto fill = [&](int j, int s, const uint2 (&c2)[kRowItems], const uint32_t (&s2)[kRowItems],
+                      const uint4 (&w2c)[4], uint2 w2s) {
         if constexpr (kResA) {
           // B tile of step s into ring slot s % 2; in the item's first column tile (j < KT) also A
           // tile j, once the consumers are done with the previous item's A tile j (its last column
@@ -1939,9 +1968,22 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
             for (int it = 0; it < kPItems / 3; ++it) ws_item_store(abuf + it * kItemBytes, off0, off1, c2[it], s2[it]);
           }
           const uint32_t bbuf = tiles_p + kRaKT * kRaATile + b * kRaBTile;
+          if constexpr (kTW) {
+            ws_tiled_items_store(bbuf, off0, off1, w2c, w2s);
+          } else {
 #pragma unroll
-          for (int it = kPItems / 3; it < kPItems; ++it)
-            ws_item_store(bbuf + (it - kPItems / 3) * kItemBytes, off0, off1, c2[it], s2[it]);
+            for (int it = kPItems / 3; it < kPItems; ++it)
+              ws_item_store(bbuf + (it - kPItems / 3) * kItemBytes, off0, off1, c2[it], s2[it]);
+          }
+          fence_proxy_async();
+          mbar_arrive(full0 + b * 8);
+        } else if constexpr (kTW) {  // ws_fill_tile with the weight items from their block
+          const int b = s % NB;
+          mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
+          const uint32_t buf = tiles_p + b * kBufBytes;
+#pragma unroll
+          for (int it = 0; it < kPItems / 3; ++it) ws_item_store(buf + it * kItemBytes, off0, off1, c2[it], s2[it]);
+          ws_tiled_items_store(buf + (kPItems / 3) * kItemBytes, off0, off1, w2c, w2s);
           fence_proxy_async();
           mbar_arrive(full0 + b * 8);
         } else {
@@ -1951,7 +1993,7 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
       };
       const int nsteps = (nt1 - nt0) * KT;
       set_ptrs(nt0);
-      load_into(cd, sc, 0, true);
+      load_into(cd, sc, wcd, wsc, 0, true);
       int kn = 0, ntn = nt0;  // k tile and column tile of step j + 1 (as in ws_produce)
       auto next = [&](int j) {  // advance (kn, ntn) to step j + 1
         if (++kn == KT) {
@@ -1961,15 +2003,21 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
         return j + 1 < KT;
       };
       for (int j = 0; j < nsteps; ++j, ++s) {
-        uint2 c2[kPItems];
-        uint32_t s2[kPItems];
+        uint2 c2[kRowItems];
+        uint32_t s2[kRowItems];
+        uint4 w2c[4];
 #pragma unroll
-        for (int it = 0; it < kPItems; ++it) { c2[it] = cd[it]; s2[it] = sc[it]; }
+        for (int it = 0; it < kRowItems; ++it) { c2[it] = cd[it]; s2[it] = sc[it]; }
+        if constexpr (kTW) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) w2c[i] = wcd[i];
+        }
+        const uint2 w2s = wsc;
         if (j + 1 < nsteps) {
           const bool wa = next(j);
-          load_into(cd, sc, kn, wa);
+          load_into(cd, sc, wcd, wsc, kn, wa);
         }
-        fill(j, s, c2, s2);
+        fill(j, s, c2, s2, w2c, w2s);
       }
     }
     return;
@@ -2187,15 +2235,15 @@ bool make_out_map(const Args& p, CUtensorMap& m) {
 
 // kWgmmaPersist (variant 7) / kWgmmaPersistRA (variant 8, kResA): one CTA per SM, each walking its
 // share of the work items.
-template <bool kGemm1, bool kResA>
+template <bool kGemm1, bool kResA, bool kTW = false>
 bool persist_smem_ok() {
-  if (cudaFuncSetAttribute(persist_kernel<kGemm1, kResA>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  if (cudaFuncSetAttribute(persist_kernel<kGemm1, kResA, kTW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            persist_smem_bytes()) == cudaSuccess)
     return true;
   (void)cudaGetLastError();
   return false;
 }
-template <bool kGemm1, bool kResA>
+template <bool kGemm1, bool kResA, bool kTW = false>
 cudaError_t persist_launch(Args p, cudaStream_t stream) {
   if (p.P <= 0 || p.N <= 0) return cudaSuccess;
   constexpr int kCols = kGemm1 ? kCols1 : kCols2;
@@ -2212,7 +2260,7 @@ cudaError_t persist_launch(Args p, cudaStream_t stream) {
   }
   CUtensorMap out_map{};
   p.tma_out = !kGemm1 && make_out_map(p, out_map);
-  persist_kernel<kGemm1, kResA>
+  persist_kernel<kGemm1, kResA, kTW>
       <<<static_cast<unsigned>(sms), kThreads + kProducers, persist_smem_bytes(), stream>>>(p, out_map);
   return last_launch_error();
 }
@@ -2257,6 +2305,20 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
             !aligned(p.w_sc, 8, 8) || !smem_ok<true, 9>())
           return false;
         err = launch<true, 9>(p, stream);
+        return true;
+      }
+      return false;
+    case 10:  // kWgmmaPersist on kGemm2Tiled weights (gemm2 only)
+    case 11:  // kWgmmaPersistRA on kGemm2Tiled weights (gemm2 only; kWgmmaPersist's layout where K > kRaMaxK)
+      if constexpr (!kGemm1) {
+        if (!wgmma_ok() || !gemm2_tiled_ok(p.K, p.N) || !aligned(p.w, 16, 16) || !aligned(p.w_sc, 8, 8)) return false;
+        if (var == 11 && p.K <= kRaMaxK) {
+          if (!persist_smem_ok<false, true, true>()) return false;
+          err = persist_launch<false, true, true>(p, stream);
+          return true;
+        }
+        if (!persist_smem_ok<false, false, true>()) return false;
+        err = persist_launch<false, false, true>(p, stream);
         return true;
       }
       return false;
@@ -2357,8 +2419,18 @@ cudaError_t launch_moe_gemm2_fp4(const uint8_t* h, int64_t ld_h, const uint8_t* 
                                  float h_gs, const uint8_t* w2, int64_t ld_w, const uint8_t* w2_scales,
                                  int64_t ld_w_scales, const float* w2_gs, const int32_t* offsets,
                                  const int32_t* permuted_to_token, int64_t P, int64_t E, int64_t I, int64_t H,
-                                 uint16_t* out, int64_t ld_out, cudaStream_t stream, Fp4GemmPath path) {
+                                 uint16_t* out, int64_t ld_out, cudaStream_t stream, Fp4GemmPath path,
+                                 Fp4WeightLayout w_layout) {
   if (I % 16 != 0 || I <= 0 || H <= 0 || E <= 0) return cudaErrorInvalidValue;
+  if (w_layout == Fp4WeightLayout::kGemm1Tiled) return cudaErrorInvalidValue;
+  const bool tiled = w_layout == Fp4WeightLayout::kGemm2Tiled;
+  if (tiled) {  // (row strides of the tiled weights are implied: I / 2 and I / 16)
+    ld_w = I / 2;
+    ld_w_scales = I / 16;
+    // Only the persistent kernels read the tiled layout: no fallback (the others would misread it).
+    if (path != Fp4GemmPath::kAuto && path != Fp4GemmPath::kWgmmaPersist && path != Fp4GemmPath::kWgmmaPersistRA)
+      return cudaErrorInvalidValue;
+  }
   if (!aligned8(h, ld_h) || !aligned8(w2, ld_w)) return cudaErrorMisalignedAddress;
   if (path != Fp4GemmPath::kLegacy) {
     v2::Args t{};
@@ -2370,6 +2442,8 @@ cudaError_t launch_moe_gemm2_fp4(const uint8_t* h, int64_t ld_h, const uint8_t* 
     t.vec_out = v2::aligned(out, ld_out, 2) && reinterpret_cast<uintptr_t>(out) % 4 == 0;
     t.vec16_out = reinterpret_cast<uintptr_t>(out) % 16 == 0 && ld_out % 8 == 0;
     cudaError_t err = cudaSuccess;
+    if (tiled) return v2::try_launch<false>(t, path == Fp4GemmPath::kWgmmaPersist ? 10 : 11, stream, err) ? err
+                                                                                                       : cudaErrorInvalidValue;
     if (v2::try_launch<false>(t, v2::variant_of(path, false), stream, err)) return err;
     if (path != Fp4GemmPath::kAuto) return cudaErrorInvalidValue;
     // kAuto: a default that cannot run here (no sm_90a, too little shared memory) falls back to
@@ -2390,17 +2464,30 @@ cudaError_t launch_moe_gemm2_fp4(const uint8_t* h, int64_t ld_h, const uint8_t* 
 
 namespace {
 // One thread per 8 code bytes (a 16-element item) of a weight row: the item's codes and its scale
-// byte go to their tiled places (kernels/common/fp4_tiled.h).
-__global__ void pack_gemm1_tiled_kernel(const uint8_t* w, int64_t ld_w, const uint8_t* w_sc, int64_t ld_w_sc,
-                                        int64_t rows, int64_t H, int64_t I, uint8_t* out, uint8_t* out_sc) {
-  const int64_t items = H / 16;
+// byte go to their tiled places (kernels/common/fp4_tiled.h). K: the row's elements; gemm1: K = H,
+// N = I; gemm2: K = I, N = H.
+template <bool kGemm1>
+__global__ void pack_tiled_kernel(const uint8_t* w, int64_t ld_w, const uint8_t* w_sc, int64_t ld_w_sc, int64_t rows,
+                                  int64_t K, int64_t N, uint8_t* out, uint8_t* out_sc) {
+  const int64_t items = K / 16;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < rows * items;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = idx / items, kblk = idx % items;
     const uint2 c = *reinterpret_cast<const uint2*>(w + row * ld_w + kblk * 8);
-    *reinterpret_cast<uint2*>(out + gemm1_tiled_code_offset(row, kblk * 8, H, I)) = c;
-    out_sc[gemm1_tiled_scale_offset(row, kblk, H, I)] = w_sc[row * ld_w_sc + kblk];
+    const int64_t co = kGemm1 ? gemm1_tiled_code_offset(row, kblk * 8, K, N) : gemm2_tiled_code_offset(row, kblk * 8, K, N);
+    const int64_t so = kGemm1 ? gemm1_tiled_scale_offset(row, kblk, K, N) : gemm2_tiled_scale_offset(row, kblk, K, N);
+    *reinterpret_cast<uint2*>(out + co) = c;
+    out_sc[so] = w_sc[row * ld_w_sc + kblk];
   }
+}
+template <bool kGemm1>
+cudaError_t pack_tiled(const uint8_t* w, int64_t ld_w, const uint8_t* w_sc, int64_t ld_w_sc, int64_t rows, int64_t K,
+                       int64_t N, uint8_t* out, uint8_t* out_sc, cudaStream_t stream) {
+  if (!aligned8(w, ld_w) || reinterpret_cast<uintptr_t>(out) % 8 != 0) return cudaErrorMisalignedAddress;
+  const int64_t n = rows * (K / 16);
+  const unsigned blocks = static_cast<unsigned>(n / 256 + 1 < 65536 ? n / 256 + 1 : 65536);
+  pack_tiled_kernel<kGemm1><<<blocks, 256, 0, stream>>>(w, ld_w, w_sc, ld_w_sc, rows, K, N, out, out_sc);
+  return last_launch_error();
 }
 }  // namespace
 
@@ -2408,16 +2495,23 @@ bool gemm1_tiled_supported(int64_t H, int64_t I) {
   return gemm1_tiled_ok(H, I) && v2::wgmma_ok() && v2::smem_ok<true, 9>();
 }
 
+bool gemm2_tiled_supported(int64_t I, int64_t H) {
+  return gemm2_tiled_ok(I, H) && v2::wgmma_ok() && v2::persist_smem_ok<false, false, true>() &&
+         (I > v2::kRaMaxK || v2::persist_smem_ok<false, true, true>());
+}
+
 cudaError_t launch_pack_gemm1_weights_tiled(const uint8_t* w13, int64_t ld_w, const uint8_t* w13_scales,
                                             int64_t ld_w_scales, int64_t E, int64_t H, int64_t I, uint8_t* out,
                                             uint8_t* out_scales, cudaStream_t stream) {
   if (E <= 0 || !gemm1_tiled_ok(H, I)) return cudaErrorInvalidValue;
-  if (!aligned8(w13, ld_w) || reinterpret_cast<uintptr_t>(out) % 8 != 0) return cudaErrorMisalignedAddress;
-  const int64_t n = E * 2 * I * (H / 16);
-  const unsigned blocks = static_cast<unsigned>(n / 256 + 1 < 65536 ? n / 256 + 1 : 65536);
-  pack_gemm1_tiled_kernel<<<blocks, 256, 0, stream>>>(w13, ld_w, w13_scales, ld_w_scales, E * 2 * I, H, I, out,
-                                                      out_scales);
-  return last_launch_error();
+  return pack_tiled<true>(w13, ld_w, w13_scales, ld_w_scales, E * 2 * I, H, I, out, out_scales, stream);
+}
+
+cudaError_t launch_pack_gemm2_weights_tiled(const uint8_t* w2, int64_t ld_w, const uint8_t* w2_scales,
+                                            int64_t ld_w_scales, int64_t E, int64_t I, int64_t H, uint8_t* out,
+                                            uint8_t* out_scales, cudaStream_t stream) {
+  if (E <= 0 || !gemm2_tiled_ok(I, H)) return cudaErrorInvalidValue;
+  return pack_tiled<false>(w2, ld_w, w2_scales, ld_w_scales, E * H, I, H, out, out_scales, stream);
 }
 
 }  // namespace moeprof::kern

@@ -48,13 +48,17 @@ enum class Fp4GemmPath : int {
 inline constexpr Fp4GemmPath kDefaultGemm1Path = Fp4GemmPath::kWgmmaWsRs;
 inline constexpr Fp4GemmPath kDefaultGemm2Path = Fp4GemmPath::kWgmmaPersistRA;
 
-// gemm1's weight layout: kRowMajor (w13 [E*2I, H/2] codes + [E*2I, H/16] scales with row strides
-// ld_w / ld_w_scales), or kGemm1Tiled (kernels/common/fp4_tiled.h: the same bytes in the order
-// kWgmmaWsRs's producers load them; needs H % 64 == 0, I % 128 == 0, 16-byte aligned codes and
-// 8-byte aligned scales; ld_w / ld_w_scales are ignored). Only kAuto / kWgmmaWsRs read kGemm1Tiled,
-// and only where kWgmmaWsRs can run (sm_90a, 16-byte aligned A code rows): elsewhere the launch
-// returns cudaErrorInvalidValue, so a caller picks the layout with gemm1_tiled_supported().
-enum class Fp4WeightLayout : int { kRowMajor = 0, kGemm1Tiled = 1 };
+// The weights' layout: kRowMajor (w13 [E*2I, H/2] codes + [E*2I, H/16] scales, w2 [E*H, I/2] +
+// [E*H, I/16], with row strides ld_w / ld_w_scales), or the same bytes in the order the producers
+// of the production kernels load them (kernels/common/fp4_tiled.h; 16-byte aligned codes, 8-byte
+// aligned scales; ld_w / ld_w_scales are ignored):
+//  kGemm1Tiled (gemm1's w13; H % 64 == 0, I % 128 == 0): read only by kAuto / kWgmmaWsRs, and only
+//    where kWgmmaWsRs can run (sm_90a, 16-byte aligned A code rows);
+//  kGemm2Tiled (gemm2's w2; I % 64 == 0, H % 256 == 0): read only by kAuto / kWgmmaPersistRA (the
+//    resident-A kernel at I <= 512, kWgmmaPersist's above) and kWgmmaPersist, on sm_90a.
+// Elsewhere (and for the other GEMM's layout) the launch returns cudaErrorInvalidValue, so a caller
+// picks the layout with gemm1_tiled_supported() / gemm2_tiled_supported().
+enum class Fp4WeightLayout : int { kRowMajor = 0, kGemm1Tiled = 1, kGemm2Tiled = 2 };
 
 // gemm1: for padded row r of expert e (offsets[e] <= r < offsets[e+1]) with t = permuted_to_token[r]:
 //   acc[n] = sum_k deq(a[t, k]) * deq(w13[e*2I + n, k]); gate = acc[n] * (a_gs * w13_gs[e]),
@@ -89,6 +93,17 @@ cudaError_t launch_moe_gemm2_fp4(const uint8_t* h, int64_t ld_h, const uint8_t* 
                                  int64_t ld_w_scales, const float* w2_gs, const int32_t* offsets,
                                  const int32_t* permuted_to_token, int64_t P, int64_t E, int64_t I, int64_t H,
                                  uint16_t* out, int64_t ld_out, cudaStream_t stream,
-                                 Fp4GemmPath path = Fp4GemmPath::kAuto);
+                                 Fp4GemmPath path = Fp4GemmPath::kAuto,
+                                 Fp4WeightLayout w_layout = Fp4WeightLayout::kRowMajor);
+
+// True where gemm2 can read kGemm2Tiled weights of these sizes on the current device (the sizes'
+// conditions, an sm_90a build, a compute capability 9.0 device, the kernels' shared memory).
+bool gemm2_tiled_supported(int64_t I, int64_t H);
+
+// Copies row-major w2 codes / scales into the kGemm2Tiled layout: out [E*H*I/2] bytes, out_scales
+// [E*H*I/16] bytes (no overlap with the inputs).
+cudaError_t launch_pack_gemm2_weights_tiled(const uint8_t* w2, int64_t ld_w, const uint8_t* w2_scales,
+                                            int64_t ld_w_scales, int64_t E, int64_t I, int64_t H, uint8_t* out,
+                                            uint8_t* out_scales, cudaStream_t stream);
 
 }  // namespace moeprof::kern

@@ -158,8 +158,8 @@ print(('PASS' if ok else 'FAIL'), f'baseline {b} reuse {c} (pred {pc}) fixes {f}
       NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -n1)
       SEC="--section SpeedOfLight --section WarpStateStats --section SourceCounters --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --section SchedulerStats --section ComputeWorkloadAnalysis"
       export MOEPROF_BENCH_PROFILE=1
-      # (-c 3: the regex also matches bench_moe_gemm's pack_gemm1_tiled_kernel, launched first.)
-      step ncu_gemm 150 "$NCU" --clock-control none $SEC -k regex:"tiled_kernel|persist_kernel" -c 3 -f -o "$L/ncu_gemm" "$B/bench/gpu/bench_moe_gemm"
+      # (The regex leaves out bench_moe_gemm's pack_tiled_kernel launches: "_tiled_kernel" does not match.)
+      step ncu_gemm 150 "$NCU" --clock-control none $SEC -k regex:"(^|:)(tiled|persist)_kernel" -c 2 -f -o "$L/ncu_gemm" "$B/bench/gpu/bench_moe_gemm"
       rc=$?; unset MOEPROF_BENCH_PROFILE
       row ncu_gemm "rc=$rc" "$(grep -cE '==PROF==' "$L/ncu_gemm.log") prof lines"
       step ncu_ops 150 "$NCU" --clock-control none $SEC -k regex:'fp4_quantize|rmsnorm|moe_combine|router|rope|silu|kv_cache|mla_build_k' --launch-skip 10 -c 12 -f -o "$L/ncu_ops" \
@@ -197,10 +197,11 @@ print(('PASS' if ok else 'FAIL'), f'baseline {b} reuse {c} (pred {pc}) fixes {f}
     gemm-sanitizer)
       # synccheck / racecheck on the warp-specialized GEMMs' barrier protocols (mbarriers, named
       # barriers, the resident A tiles' a_free barriers, the weight-only ring of the RS form): the
-      # e4m3 scale sweep, kWgmmaPersist (8), kWgmmaPersistRA (9) and kWgmmaWsRs (10) against
-      # kWgmma, all three shapes.
+      # e4m3 scale sweep, kWgmmaPersist (8), kWgmmaPersistRA (9), kWgmmaWsRs (10, also on tiled w13)
+      # and gemm2 on tiled w2 (11: kAuto's resident-A kernel, 12: kWgmmaPersist) against kWgmma,
+      # all three shapes.
       for tool in synccheck racecheck; do
-        step "cs_sweep_$tool" 300 env MOEPROF_SWEEP_PATHS=8,9,10 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+        step "cs_sweep_$tool" 300 env MOEPROF_SWEEP_PATHS=8,9,10,11,12 compute-sanitizer --tool "$tool" --error-exitcode 9 \
           "$B/tests/gpu/cuda_ops_test" '*every e4m3 scale byte*' -r compact
         rc=$?
         row "cs_sweep_$tool" "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/cs_sweep_$tool.log" | tail -n1)"

@@ -160,14 +160,25 @@ const std::pair<const char*, Fp4GemmPath> kTiledPaths[] = {
     {"[wgmma_persist_ra]", Fp4GemmPath::kWgmmaPersistRA}, {"[wgmma_ws_rs]", Fp4GemmPath::kWgmmaWsRs}};
 constexpr int kNumTiled = static_cast<int>(sizeof(kTiledPaths) / sizeof(kTiledPaths[0]));
 
-// tiled: the checked path's gemm1 reads a kGemm1Tiled copy of w13 (packed here) instead.
+// tiled: the checked path's GEMMs read tiled copies of the weights (packed here) where the path
+// reads that layout and the device supports it: gemm1 kGemm1Tiled w13 (kAuto, kWgmmaWsRs), gemm2
+// kGemm2Tiled w2 (kAuto, kWgmmaPersist, kWgmmaPersistRA).
 void cross_check(const std::string& name, const Fp4Case& c, Fp4GemmPath path, cudaStream_t s, bool tiled = false) {
   const int64_t P = c.P, H = c.H, I = c.I;
-  uint8_t *wt = nullptr, *wt_s = nullptr;
-  if (tiled) {
+  const bool t1 = tiled && (path == Fp4GemmPath::kAuto || path == Fp4GemmPath::kWgmmaWsRs) && gemm1_tiled_supported(H, I);
+  const bool t2 = tiled &&
+                  (path == Fp4GemmPath::kAuto || path == Fp4GemmPath::kWgmmaPersist || path == Fp4GemmPath::kWgmmaPersistRA) &&
+                  gemm2_tiled_supported(I, H);
+  uint8_t *wt = nullptr, *wt_s = nullptr, *w2t = nullptr, *w2t_s = nullptr;
+  if (t1) {
     BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&wt), c.E * 2 * I * H / 2));
     BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&wt_s), c.E * 2 * I * H / 16));
     BENCH_CHECK(launch_pack_gemm1_weights_tiled(c.w13, H / 2, c.w13_s, H / 16, c.E, H, I, wt, wt_s, s));
+  }
+  if (t2) {
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&w2t), c.E * H * I / 2));
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&w2t_s), c.E * H * I / 16));
+    BENCH_CHECK(launch_pack_gemm2_weights_tiled(c.w2, I / 2, c.w2_s, I / 16, c.E, I, H, w2t, w2t_s, s));
   }
   uint8_t *hq[2], *hs[2];
   uint16_t* o[2];
@@ -181,15 +192,18 @@ void cross_check(const std::string& name, const Fp4Case& c, Fp4GemmPath path, cu
   }
   const Fp4GemmPath paths[2] = {Fp4GemmPath::kLegacy, path};
   for (int v = 0; v < 2; ++v) {
-    const bool t = tiled && v == 1;
+    const bool t = t1 && v == 1;
     BENCH_CHECK(launch_moe_gemm1_fp4(c.a, H / 2, c.a_s, H / 16, 0.05f, t ? wt : c.w13, H / 2, t ? wt_s : c.w13_s, H / 16,
                                      c.gs, c.offsets, c.p2t, P, c.E, H, I, 0.02f, hq[v], I / 2, hs[v], I / 16, s,
                                      paths[v], t ? Fp4WeightLayout::kGemm1Tiled : Fp4WeightLayout::kRowMajor));
   }
   // gemm2 of both paths on the legacy gemm1 output
-  for (int v = 0; v < 2; ++v)
-    BENCH_CHECK(launch_moe_gemm2_fp4(hq[0], I / 2, hs[0], I / 16, 0.02f, c.w2, I / 2, c.w2_s, I / 16, c.gs, c.offsets,
-                                     c.p2t, P, c.E, I, H, o[v], H, s, paths[v]));
+  for (int v = 0; v < 2; ++v) {
+    const bool t = t2 && v == 1;
+    BENCH_CHECK(launch_moe_gemm2_fp4(hq[0], I / 2, hs[0], I / 16, 0.02f, t ? w2t : c.w2, I / 2, t ? w2t_s : c.w2_s, I / 16,
+                                     c.gs, c.offsets, c.p2t, P, c.E, I, H, o[v], H, s, paths[v],
+                                     t ? Fp4WeightLayout::kGemm2Tiled : Fp4WeightLayout::kRowMajor));
+  }
   BENCH_CHECK(cudaStreamSynchronize(s));
   const auto dead = dead_rows(c.offsets, c.p2t, P, c.E);
   check_gemm1(name + " gemm1", fetch(hq[0], P * I / 2), fetch(hs[0], P * I / 16), fetch(hq[1], P * I / 2),
@@ -198,10 +212,8 @@ void cross_check(const std::string& name, const Fp4Case& c, Fp4GemmPath path, cu
   for (int v = 0; v < 2; ++v) {
     BENCH_CHECK(cudaFree(hq[v])); BENCH_CHECK(cudaFree(hs[v])); BENCH_CHECK(cudaFree(o[v]));
   }
-  if (tiled) {
-    BENCH_CHECK(cudaFree(wt));
-    BENCH_CHECK(cudaFree(wt_s));
-  }
+  for (uint8_t* b : {wt, wt_s, w2t, w2t_s})
+    if (b) BENCH_CHECK(cudaFree(b));
 }
 
 // A small routed case with its own data: T tokens, top-k of E experts (random ids, some experts
@@ -240,7 +252,11 @@ void odd_case(int64_t T, int64_t k, int64_t E, int64_t H, int64_t I, int64_t til
   std::snprintf(name, sizeof name, "tiled vs legacy T=%lld k=%lld E=%lld H=%lld I=%lld tile=%lld", (long long)T,
                 (long long)k, (long long)E, (long long)H, (long long)I, (long long)tile);
   for (const auto& [tag, path] : kTiledPaths) cross_check(std::string(tag) + " " + name, c, path, s);
-  if (gemm1_tiled_supported(H, I)) cross_check(std::string("[wgmma_ws_rs tiled-w]") + " " + name, c, Fp4GemmPath::kAuto, s, true);
+  if (gemm1_tiled_supported(H, I) || gemm2_tiled_supported(I, H)) {
+    cross_check(std::string("[auto tiled-w]") + " " + name, c, Fp4GemmPath::kAuto, s, true);
+    if (gemm2_tiled_supported(I, H))
+      cross_check(std::string("[wgmma_persist tiled-w]") + " " + name, c, Fp4GemmPath::kWgmmaPersist, s, true);
+  }
   for (void* p : bufs) BENCH_CHECK(cudaFree(p));
 }
 }  // namespace
@@ -307,6 +323,13 @@ int main(int argc, char** argv) {
     w13t_s = static_cast<uint8_t*>(dalloc(E * 2 * I * H / 16));
     BENCH_CHECK(launch_pack_gemm1_weights_tiled(w13, H / 2, w13_s, H / 16, E, H, I, w13t, w13t_s, s));
   }
+  const bool tiled_w2 = gemm2_tiled_supported(I, H);  // the same for gemm2's w2
+  uint8_t *w2t = nullptr, *w2t_s = nullptr;
+  if (tiled_w2) {
+    w2t = static_cast<uint8_t*>(dalloc(E * H * I / 2));
+    w2t_s = static_cast<uint8_t*>(dalloc(E * H * I / 16));
+    BENCH_CHECK(launch_pack_gemm2_weights_tiled(w2, I / 2, w2_s, I / 16, E, I, H, w2t, w2t_s, s));
+  }
 
   // MOEPROF_BENCH_PROFILE=1: one launch of each default-path GEMM and nothing else (for ncu:
   // `ncu -k regex:"tiled_kernel|persist_kernel" -c 2 bench_moe_gemm`, scripts/device_all.sh step ncu).
@@ -315,12 +338,13 @@ int main(int argc, char** argv) {
     const int pv = std::atoi(prof);
     // (kAuto profiles gemm1 on the tiled weights where the device supports them.)
     const Fp4GemmPath path = pv > 1 ? static_cast<Fp4GemmPath>(pv) : Fp4GemmPath::kAuto;
-    const bool t = tiled_w && path == Fp4GemmPath::kAuto;
+    const bool t = tiled_w && path == Fp4GemmPath::kAuto, t2 = tiled_w2 && path == Fp4GemmPath::kAuto;
     BENCH_CHECK(launch_moe_gemm1_fp4(a, H / 2, a_s, H / 16, 0.05f, t ? w13t : w13, H / 2, t ? w13t_s : w13_s, H / 16, gs,
                                      offsets, p2t, P, E, H, I, 0.02f, h, I / 2, h_s, I / 16, s, path,
                                      t ? Fp4WeightLayout::kGemm1Tiled : Fp4WeightLayout::kRowMajor));
-    BENCH_CHECK(launch_moe_gemm2_fp4(h, I / 2, h_s, I / 16, 0.02f, w2, I / 2, w2_s, I / 16, gs, offsets, p2t, P, E, I, H,
-                                     out, H, s, path));
+    BENCH_CHECK(launch_moe_gemm2_fp4(h, I / 2, h_s, I / 16, 0.02f, t2 ? w2t : w2, I / 2, t2 ? w2t_s : w2_s, I / 16, gs,
+                                     offsets, p2t, P, E, I, H, out, H, s, path,
+                                     t2 ? Fp4WeightLayout::kGemm2Tiled : Fp4WeightLayout::kRowMajor));
     BENCH_CHECK(cudaStreamSynchronize(s));
     std::printf("profile launches done\n");
     return 0;
@@ -339,7 +363,9 @@ int main(int argc, char** argv) {
     Fp4Case main_case{a, a_s, w13, w13_s, w2, w2_s, gs, offsets, p2t, P, E, H, I};
     for (const auto& [tag, path] : kTiledPaths) cross_check(std::string(tag) + " tiled vs legacy (bench shape)", main_case, path, s);
     cross_check("auto vs legacy (bench shape)", main_case, Fp4GemmPath::kAuto, s);
-    if (tiled_w) cross_check("auto tiled-w vs legacy (bench shape)", main_case, Fp4GemmPath::kAuto, s, true);
+    if (tiled_w || tiled_w2) cross_check("auto tiled-w vs legacy (bench shape)", main_case, Fp4GemmPath::kAuto, s, true);
+    if (tiled_w2)
+      cross_check("wgmma_persist tiled-w vs legacy (bench shape)", main_case, Fp4GemmPath::kWgmmaPersist, s, true);
   }
 
   auto g1 = [&](Fp4GemmPath path, bool t = false) {
@@ -349,10 +375,11 @@ int main(int argc, char** argv) {
                                        t ? Fp4WeightLayout::kGemm1Tiled : Fp4WeightLayout::kRowMajor));
     });
   };
-  auto g2 = [&](Fp4GemmPath path) {
+  auto g2 = [&](Fp4GemmPath path, bool t = false) {
     return time_ms(s, 2, 7, [&] {
-      BENCH_CHECK(launch_moe_gemm2_fp4(h, I / 2, h_s, I / 16, 0.02f, w2, I / 2, w2_s, I / 16, gs, offsets, p2t, P, E, I,
-                                       H, out, H, s, path));
+      BENCH_CHECK(launch_moe_gemm2_fp4(h, I / 2, h_s, I / 16, 0.02f, t ? w2t : w2, I / 2, t ? w2t_s : w2_s, I / 16, gs,
+                                       offsets, p2t, P, E, I, H, out, H, s, path,
+                                       t ? Fp4WeightLayout::kGemm2Tiled : Fp4WeightLayout::kRowMajor));
     });
   };
   if (quick) {
@@ -360,6 +387,11 @@ int main(int argc, char** argv) {
     if (tiled_w) {
       const double a1 = g1(Fp4GemmPath::kAuto, true);
       std::printf("QUICK %-16s gemm1 %.3f ms %.1f TFLOP/s\n", "[tiled-w auto]", a1, f1q / (a1 * 1e-3) / 1e12);
+    }
+    if (tiled_w2) {
+      const double a2 = g2(Fp4GemmPath::kAuto, true), p2 = g2(Fp4GemmPath::kWgmmaPersist, true);
+      std::printf("QUICK %-16s gemm2 %.3f ms %.1f TFLOP/s  (kWgmmaPersist tiled-w %.3f ms)\n", "[tiled-w auto]", a2,
+                  f2q / (a2 * 1e-3) / 1e12, p2);
     }
     for (int v = 0; v < kNumTiled; ++v) {
       if (static_cast<int>(kTiledPaths[v].second) < static_cast<int>(Fp4GemmPath::kWgmmaWs)) continue;
@@ -371,7 +403,8 @@ int main(int argc, char** argv) {
   }
   const double g1_legacy = g1(Fp4GemmPath::kLegacy), g1_ms = g1(Fp4GemmPath::kAuto, tiled_w);
   const double g1_rowmajor = tiled_w ? g1(Fp4GemmPath::kAuto) : g1_ms;
-  const double g2_legacy = g2(Fp4GemmPath::kLegacy), g2_ms = g2(Fp4GemmPath::kAuto);
+  const double g2_legacy = g2(Fp4GemmPath::kLegacy), g2_ms = g2(Fp4GemmPath::kAuto, tiled_w2);
+  const double g2_rowmajor = tiled_w2 ? g2(Fp4GemmPath::kAuto) : g2_ms;
   const char* const kVarNames[kNumTiled] = {"tiled", "tiled_skip", "tiled_staged", "wgmma", "wgmma_ws", "wgmma_ws2", "wgmma_persist",
                                             "wgmma_persist_ra", "wgmma_ws_rs"};
   double g1_var[kNumTiled], g2_var[kNumTiled];
@@ -384,6 +417,7 @@ int main(int argc, char** argv) {
   // cuBLASLt bf16 baselines (weights pre-dequantized; values are random bf16: timing only).
   BENCH_CHECK(cudaFree(w13)); BENCH_CHECK(cudaFree(w2));
   if (tiled_w) BENCH_CHECK(cudaFree(w13t));
+  if (tiled_w2) BENCH_CHECK(cudaFree(w2t));
   auto* xa = static_cast<uint16_t*>(dalloc(P * H * 2));    // gathered bf16 activations [P, H]
   auto* wb13 = static_cast<uint16_t*>(dalloc(E * 2 * I * H * 2));
   auto* hb = static_cast<uint16_t*>(dalloc(P * I * 2));
@@ -424,6 +458,8 @@ int main(int argc, char** argv) {
   std::printf("INFO gemm1 weight layout (kAuto, as CudaBackend stores w13) = %s\n", tiled_w ? "kGemm1Tiled" : "kRowMajor");
   std::printf("RESULT gemm1_fp4_fused_rowmajor ms=%.3f tflops=%.1f\n", g1_rowmajor, tf(f1, g1_rowmajor));
   std::printf("RESULT gemm2_fp4 ms=%.3f tflops=%.1f\n", g2_ms, tf(f2, g2_ms));
+  std::printf("INFO gemm2 weight layout (kAuto, as CudaBackend stores w2) = %s\n", tiled_w2 ? "kGemm2Tiled" : "kRowMajor");
+  std::printf("RESULT gemm2_fp4_rowmajor ms=%.3f tflops=%.1f\n", g2_rowmajor, tf(f2, g2_rowmajor));
   std::printf("INFO default tiled paths (kAuto) = Fp4GemmPath %d (gemm1), %d (gemm2)\n", static_cast<int>(kDefaultGemm1Path),
               static_cast<int>(kDefaultGemm2Path));
   for (int v = 0; v < kNumTiled; ++v)

@@ -131,6 +131,10 @@ class Backend {
   // w13_scales [E*2I, H/16] e4m3, both contiguous, num_experts = E >= 1.
   Status init_moe_w13(Tensor& w13, Tensor& w13_scales, int64_t num_experts, uint64_t seed_codes, uint64_t seed_scales,
                       float lo, float hi);
+  // gemm2's expert weights the same way (moe_gemm2_fp4's layout): w2 [E*H, I/2] fp4x2 and
+  // w2_scales [E*H, I/16] e4m3, both contiguous, num_experts = E >= 1.
+  Status init_moe_w2(Tensor& w2, Tensor& w2_scales, int64_t num_experts, uint64_t seed_codes, uint64_t seed_scales,
+                     float lo, float hi);
   // i32: v = start + i.
   Status iota(Tensor& t, int32_t start);
 
@@ -239,6 +243,11 @@ class Backend {
                                  uint64_t seed_scales, float lo, float hi) {
     MOEPROF_RETURN_IF_ERROR(do_init_bytes(w13, seed_codes));
     return do_init_e4m3(w13_scales, seed_scales, lo, hi);
+  }
+  virtual Status do_init_moe_w2(Tensor& w2, Tensor& w2_scales, int64_t /*num_experts*/, uint64_t seed_codes,
+                                uint64_t seed_scales, float lo, float hi) {
+    MOEPROF_RETURN_IF_ERROR(do_init_bytes(w2, seed_codes));
+    return do_init_e4m3(w2_scales, seed_scales, lo, hi);
   }
   virtual Status do_iota(Tensor& t, int32_t start) = 0;
   virtual Status do_embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) = 0;

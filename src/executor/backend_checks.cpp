@@ -212,6 +212,21 @@ Status Backend::init_moe_w13(Tensor& w13, Tensor& w13_scales, int64_t num_expert
   return do_init_moe_w13(w13, w13_scales, num_experts, seed_codes, seed_scales, lo, hi);
 }
 
+Status Backend::init_moe_w2(Tensor& w2, Tensor& w2_scales, int64_t num_experts, uint64_t seed_codes,
+                            uint64_t seed_scales, float lo, float hi) {
+  const char* op = "init_moe_w2";
+  if (num_experts < 1) return fail(op, "num_experts", "be >= 1 (got " + std::to_string(num_experts) + ")");
+  MOEPROF_RETURN_IF_ERROR(need_fp4_width(op, "w2", w2, "I"));
+  const int64_t R = w2.rows(), I = 2 * w2.cols();
+  if (R < num_experts || R % num_experts != 0)
+    return fail(op, "w2", "have E*H rows for E = " + std::to_string(num_experts) + got(w2));
+  MOEPROF_RETURN_IF_ERROR(need_contiguous(op, "w2", w2));
+  MOEPROF_RETURN_IF_ERROR(need_shape(op, "w2_scales", w2_scales, DType::kE4M3, R, I / 16));
+  MOEPROF_RETURN_IF_ERROR(need_contiguous(op, "w2_scales", w2_scales));
+  OpTimer timer(op_timer_target(), op, OpCost{0, tb(w2) + tb(w2_scales)});
+  return do_init_moe_w2(w2, w2_scales, num_experts, seed_codes, seed_scales, lo, hi);
+}
+
 Status Backend::init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) {
   MOEPROF_RETURN_IF_ERROR(need_dtype("init_ints", "t", t, DType::kI32));
   if (hi <= lo)

@@ -133,7 +133,7 @@ Result<void*> CudaBackend::do_allocate(size_t bytes, MemKind kind, const AllocTa
 
 void CudaBackend::do_free(void* ptr, size_t /*bytes*/, MemKind kind) {
   if (ptr == nullptr) return;
-  tiled_w13_.erase(ptr);
+  tiled_weights_.erase(ptr);
   if (kind == MemKind::kSymmetric && symm_pool_ != nullptr && symm_pool_->free(ptr)) return;  // stream order keeps it safe
   cudaError_t e;
   switch (kind) {
@@ -221,12 +221,26 @@ Status CudaBackend::do_init_moe_w13(Tensor& w13, Tensor& w13_scales, int64_t num
   const int64_t H = 2 * w13.cols(), I = w13.rows() / (2 * num_experts);
   const bool aligned = reinterpret_cast<uintptr_t>(w13.raw()) % 16 == 0 && reinterpret_cast<uintptr_t>(w13_scales.raw()) % 8 == 0;
   if (!aligned || !kern::gemm1_tiled_supported(H, I)) {
-    tiled_w13_.erase(w13.raw());
+    tiled_weights_.erase(w13.raw());
     return Backend::do_init_moe_w13(w13, w13_scales, num_experts, seed_codes, seed_scales, lo, hi);
   }
   MOEPROF_CUDA_CHECK("init_moe_w13", kern::launch_init_gemm1_tiled(u8p(w13), u8p(w13_scales), num_experts, H, I,
                                                                    seed_codes, seed_scales, lo, hi, stream_));
-  tiled_w13_[w13.raw()] = TiledW13{w13_scales.raw(), w13.rows()};
+  tiled_weights_[w13.raw()] = TiledWeights{w13_scales.raw(), w13.rows(), 1};
+  return Status::ok();
+}
+
+Status CudaBackend::do_init_moe_w2(Tensor& w2, Tensor& w2_scales, int64_t num_experts, uint64_t seed_codes,
+                                   uint64_t seed_scales, float lo, float hi) {
+  const int64_t I = 2 * w2.cols(), H = w2.rows() / num_experts;
+  const bool aligned = reinterpret_cast<uintptr_t>(w2.raw()) % 16 == 0 && reinterpret_cast<uintptr_t>(w2_scales.raw()) % 8 == 0;
+  if (!aligned || !kern::gemm2_tiled_supported(I, H)) {
+    tiled_weights_.erase(w2.raw());
+    return Backend::do_init_moe_w2(w2, w2_scales, num_experts, seed_codes, seed_scales, lo, hi);
+  }
+  MOEPROF_CUDA_CHECK("init_moe_w2", kern::launch_init_gemm2_tiled(u8p(w2), u8p(w2_scales), num_experts, I, H, seed_codes,
+                                                                  seed_scales, lo, hi, stream_));
+  tiled_weights_[w2.raw()] = TiledWeights{w2_scales.raw(), w2.rows(), 2};
   return Status::ok();
 }
 

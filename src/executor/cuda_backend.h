@@ -77,9 +77,12 @@ class CudaBackend : public Backend {
   Status do_init_e4m3(Tensor& t, uint64_t seed, float lo, float hi) override;
   Status do_init_bytes(Tensor& t, uint64_t seed) override;
   Status do_init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) override;
-  // The tiled layout (kernels/common/fp4_tiled.h) where kern::gemm1_tiled_supported, else row-major.
+  // The tiled layouts (kernels/common/fp4_tiled.h) where kern::gemm1_tiled_supported /
+  // kern::gemm2_tiled_supported, else row-major.
   Status do_init_moe_w13(Tensor& w13, Tensor& w13_scales, int64_t num_experts, uint64_t seed_codes,
                          uint64_t seed_scales, float lo, float hi) override;
+  Status do_init_moe_w2(Tensor& w2, Tensor& w2_scales, int64_t num_experts, uint64_t seed_codes,
+                        uint64_t seed_scales, float lo, float hi) override;
   Status do_iota(Tensor& t, int32_t start) override;
   Status do_embedding(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) override;
   Status do_rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
@@ -145,13 +148,19 @@ class CudaBackend : public Backend {
   int nccl_size_ = 1;
   SymmetricPool* symm_pool_ = nullptr;
   bool free_failure_reported_ = false;
-  // gemm1 weights stored tiled by do_init_moe_w13, by code address (erased when freed): their
-  // scales' address and the codes' rows, so moe_gemm1_fp4 passes the layout only for that pair.
-  struct TiledW13 {
+  // Expert weights stored tiled by do_init_moe_w13 (gemm 1) / do_init_moe_w2 (gemm 2), by code
+  // address (erased when freed): their scales' address and the codes' rows, so moe_gemm1_fp4 /
+  // moe_gemm2_fp4 pass the layout only for that pair.
+  struct TiledWeights {
     const void* scales;
     int64_t rows;
+    int gemm;
   };
-  std::map<const void*, TiledW13> tiled_w13_;
+  std::map<const void*, TiledWeights> tiled_weights_;
+  // Whether moe_gemm<gemm>_fp4 (op) reads weights `w` with scales `w_scales` in that GEMM's tiled
+  // layout (stored so by init_moe_w13 / init_moe_w2), or a one-line bad_input where they hold the
+  // other GEMM's tiled layout or come without their own scales or all their rows.
+  Result<bool> weights_tiled(const char* op, int gemm, const Tensor& w, const Tensor& w_scales) const;
   size_t pool_reserved_unused() const;
 };
 

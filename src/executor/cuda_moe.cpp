@@ -78,19 +78,13 @@ Status CudaBackend::do_moe_gemm1_fp4(const Tensor& a, const Tensor& a_scales, fl
                                      const Tensor& w13_scales, const Tensor& w13_gs, const Tensor& offsets,
                                      const Tensor& permuted_to_token, float out_gs, Tensor& out, Tensor& out_scales) {
   const int64_t E = w13_gs.numel(), H = a.cols() * 2, I = out.cols() * 2, P = out.rows();
-  // w13 stored tiled by init_moe_w13: only with its own scales and all its rows.
-  kern::Fp4WeightLayout layout = kern::Fp4WeightLayout::kRowMajor;
-  if (const auto it = tiled_w13_.find(w13.raw()); it != tiled_w13_.end()) {
-    if (it->second.scales != w13_scales.raw() || it->second.rows != w13.rows())
-      return Status::bad_input("moe_gemm1_fp4: w13 holds the tiled layout of init_moe_w13 and must come with its own "
-                               "w13_scales and all its " + std::to_string(it->second.rows) + " rows");
-    // The kernel also needs 16-byte aligned A code rows: else (a view of an odd width) no path can
-    // read the tiled weights, so the call is refused here with one line.
-    if (reinterpret_cast<uintptr_t>(a.raw()) % 16 != 0 || a.ld() % 16 != 0)
-      return Status::bad_input("moe_gemm1_fp4: a must have 16-byte aligned rows with tiled w13 (got a " +
-                               a.shape_string() + " with row stride " + std::to_string(a.ld()) + ")");
-    layout = kern::Fp4WeightLayout::kGemm1Tiled;
-  }
+  MOEPROF_ASSIGN_OR_RETURN(const bool tiled, weights_tiled("moe_gemm1_fp4", 1, w13, w13_scales));
+  const auto layout = tiled ? kern::Fp4WeightLayout::kGemm1Tiled : kern::Fp4WeightLayout::kRowMajor;
+  // The kernel also needs 16-byte aligned A code rows: else (a view of an odd width) no path can
+  // read the tiled weights, so the call is refused here with one line.
+  if (tiled && (reinterpret_cast<uintptr_t>(a.raw()) % 16 != 0 || a.ld() % 16 != 0))
+    return Status::bad_input("moe_gemm1_fp4: a must have 16-byte aligned rows with tiled w13 (got a " +
+                             a.shape_string() + " with row stride " + std::to_string(a.ld()) + ")");
   MOEPROF_CUDA_CHECK("moe_gemm1_fp4",
                      kern::launch_moe_gemm1_fp4(u8p(a), a.ld(), u8p(a_scales), a_scales.ld(), a_gs, u8p(w13), w13.ld(),
                                                 u8p(w13_scales), w13_scales.ld(), f32p(w13_gs), i32p(offsets),
@@ -104,11 +98,29 @@ Status CudaBackend::do_moe_gemm2_fp4(const Tensor& h, const Tensor& h_scales, fl
                                      const Tensor& w2_scales, const Tensor& w2_gs, const Tensor& offsets,
                                      const Tensor& permuted_to_token, Tensor& out) {
   const int64_t E = w2_gs.numel(), I = h.cols() * 2, H = out.cols(), P = out.rows();
+  MOEPROF_ASSIGN_OR_RETURN(const bool tiled, weights_tiled("moe_gemm2_fp4", 2, w2, w2_scales));
   MOEPROF_CUDA_CHECK("moe_gemm2_fp4",
                      kern::launch_moe_gemm2_fp4(u8p(h), h.ld(), u8p(h_scales), h_scales.ld(), h_gs, u8p(w2), w2.ld(),
                                                 u8p(w2_scales), w2_scales.ld(), f32p(w2_gs), i32p(offsets),
-                                                i32p(permuted_to_token), P, E, I, H, bf16p(out), out.ld(), stream_));
+                                                i32p(permuted_to_token), P, E, I, H, bf16p(out), out.ld(), stream_,
+                                                kern::Fp4GemmPath::kAuto,
+                                                tiled ? kern::Fp4WeightLayout::kGemm2Tiled : kern::Fp4WeightLayout::kRowMajor));
   return Status::ok();
+}
+
+Result<bool> CudaBackend::weights_tiled(const char* op, int gemm, const Tensor& w, const Tensor& w_scales) const {
+  const auto it = tiled_weights_.find(w.raw());
+  if (it == tiled_weights_.end()) return false;
+  const char* const name = gemm == 1 ? "w13" : "w2";
+  const std::string owner = it->second.gemm == 1 ? "init_moe_w13" : "init_moe_w2";
+  if (it->second.gemm != gemm)
+    return Status::bad_input(std::string(op) + ": " + name + " holds the tiled layout of " + owner +
+                             " (the other GEMM's weights)");
+  if (it->second.scales != w_scales.raw() || it->second.rows != w.rows())
+    return Status::bad_input(std::string(op) + ": " + name + " holds the tiled layout of " + owner +
+                             " and must come with its own " + name + "_scales and all its " +
+                             std::to_string(it->second.rows) + " rows");
+  return true;
 }
 
 Status CudaBackend::do_moe_combine(const Tensor& gemm2_out, const Tensor& expanded_to_permuted,

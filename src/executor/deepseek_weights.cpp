@@ -319,10 +319,11 @@ Status DeepseekModel::init_weights() {
     MOEPROF_RETURN_IF_ERROR(be_.init_moe_w13(L.w13, L.w13_scales, E, seed_codes, seed_scales, 16.0f, 64.0f));
     const float gs13 = 1.0f / (std::sqrt(float(H)) * 2.8f * 40.0f);
     MOEPROF_ASSIGN_OR_RETURN(L.w13_gs, host_vec(l, DType::kF32, E, gs13, 0.25f * gs13, "experts.w13_weight_scale_2", sm));
+    // w2 likewise, in gemm2's layout.
     MOEPROF_ASSIGN_OR_RETURN(L.w2, alloc(DType::kFP4x2, E * H, I / 2, "experts.w2_weight", sm));
-    MOEPROF_RETURN_IF_ERROR(be_.init_bytes(L.w2, mix_seed(seed, l, ++tensor_idx)));
     MOEPROF_ASSIGN_OR_RETURN(L.w2_scales, alloc(DType::kE4M3, E * H, I / 16, "experts.w2_weight_scale", sm));
-    MOEPROF_RETURN_IF_ERROR(be_.init_e4m3(L.w2_scales, mix_seed(seed, l, ++tensor_idx), 16.0f, 64.0f));
+    const uint64_t seed_codes2 = mix_seed(seed, l, ++tensor_idx), seed_scales2 = mix_seed(seed, l, ++tensor_idx);
+    MOEPROF_RETURN_IF_ERROR(be_.init_moe_w2(L.w2, L.w2_scales, E, seed_codes2, seed_scales2, 16.0f, 64.0f));
     const float gs2 = 1.0f / (std::sqrt(float(I)) * 2.8f * 40.0f);
     MOEPROF_ASSIGN_OR_RETURN(L.w2_gs, host_vec(l, DType::kF32, E, gs2, 0.25f * gs2, "experts.w2_weight_scale_2", sm));
     if (!shared_experts) shared_experts = &L;

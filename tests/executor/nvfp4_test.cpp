@@ -573,6 +573,55 @@ TEST_CASE("gemm1 tiled w13 layout: a bijection in the producers' load order", "[
   }
 }
 
+// gemm2's tiled w2 layout, the same way: the persistent kernels' producer thread pt loads items
+// 2j, 2j + 1 of its weight items (it = 4..11 of ws_produce's mapping, tile row
+// ((it * 128 + pt) >> 2) - 128, k16 block pt & 3) with load j of block (e, nt, kt), and tile row br
+// is w2 row e * H + nt * 256 + br (weight_row). K = I here, NT = H / 256 column tiles.
+TEST_CASE("gemm2 tiled w2 layout: a bijection in the producers' load order", "[nvfp4][layout]") {
+  using kern::gemm2_tiled_code_offset;
+  using kern::gemm2_tiled_scale_offset;
+  CHECK(kern::gemm2_tiled_ok(512, 7168));
+  CHECK(kern::gemm2_tiled_ok(1408, 2048));  // DeepSeek-V2-Lite at TP=1
+  CHECK(kern::gemm2_tiled_ok(64, 256));
+  CHECK_FALSE(kern::gemm2_tiled_ok(512, 832));   // H % 256
+  CHECK_FALSE(kern::gemm2_tiled_ok(1088 + 16, 512));  // I % 64
+  CHECK_FALSE(kern::gemm2_tiled_ok(0, 256));
+  for (const auto& [E, I, H] : {std::tuple<int64_t, int64_t, int64_t>{3, 192, 768}, {1, 64, 256}, {2, 1088, 512}}) {
+    INFO("E=" << E << " I=" << I << " H=" << H);
+    const int64_t rows = E * H, cb = I / 2, sb = I / 16;
+    std::vector<uint8_t> seen(static_cast<size_t>(rows * cb), 0), seen_s(static_cast<size_t>(rows * sb), 0);
+    size_t bad = 0;
+    for (int64_t row = 0; row < rows; ++row) {
+      for (int64_t c = 0; c < cb; ++c) {
+        const int64_t o = gemm2_tiled_code_offset(row, c, I, H);
+        if (o < 0 || o >= rows * cb || seen[static_cast<size_t>(o)]++) ++bad;
+      }
+      for (int64_t b = 0; b < sb; ++b) {
+        const int64_t o = gemm2_tiled_scale_offset(row, b, I, H);
+        if (o < 0 || o >= rows * sb || seen_s[static_cast<size_t>(o)]++) ++bad;
+      }
+    }
+    CHECK(bad == 0);
+    size_t wrong = 0;
+    const int64_t NT = H / 256, KT = I / 64;
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t nt = 0; nt < NT; ++nt)
+        for (int64_t kt = 0; kt < KT; ++kt) {
+          const int64_t block = (e * NT + nt) * KT + kt;
+          for (int pt = 0; pt < 128; ++pt)
+            for (int it = 4; it < 12; ++it) {
+              const int br = ((it * 128 + pt) >> 2) - 128, kb = pt & 3, wi = it - 4;
+              const int64_t row = e * H + nt * 256 + br;
+              for (int b = 0; b < 8; ++b)
+                wrong += gemm2_tiled_code_offset(row, kt * 32 + kb * 8 + b, I, H) !=
+                         block * 8192 + ((wi / 2) * 128 + pt) * 16 + (wi % 2) * 8 + b;
+              wrong += gemm2_tiled_scale_offset(row, kt * 4 + kb, I, H) != block * 1024 + pt * 8 + wi;
+            }
+        }
+    CHECK(wrong == 0);
+  }
+}
+
 // The CPU backend keeps gemm1's weights row-major: init_moe_w13 gives init_bytes' and
 // init_e4m3's bytes, at a size the CUDA backend would store tiled and at one it would not.
 TEST_CASE("CpuBackend init_moe_w13 equals init_bytes + init_e4m3 (row-major)", "[nvfp4][layout]") {
@@ -584,6 +633,21 @@ TEST_CASE("CpuBackend init_moe_w13 equals init_bytes + init_e4m3 (row-major)", "
     REQUIRE(b->init_moe_w13(w, s, E, 1234, 5678, 16.0f, 64.0f).is_ok());
     REQUIRE(b->init_bytes(wr, 1234).is_ok());
     REQUIRE(b->init_e4m3(sr, 5678, 16.0f, 64.0f).is_ok());
+    CHECK(download<uint8_t>(*b, w) == download<uint8_t>(*b, wr));
+    CHECK(download<uint8_t>(*b, s) == download<uint8_t>(*b, sr));
+  }
+}
+
+// init_moe_w2 on the CPU backend: init_bytes' and init_e4m3's bytes, row-major.
+TEST_CASE("CpuBackend init_moe_w2 equals init_bytes + init_e4m3 (row-major)", "[nvfp4][layout]") {
+  auto b = make_cpu_backend();
+  for (const auto& [E, I, H] : {std::tuple<int64_t, int64_t, int64_t>{3, 192, 768}, {5, 48, 80}}) {
+    INFO("E=" << E << " I=" << I << " H=" << H);
+    Tensor w = empty(*b, DType::kFP4x2, E * H, I / 2), s = empty(*b, DType::kE4M3, E * H, I / 16);
+    Tensor wr = empty(*b, DType::kFP4x2, E * H, I / 2), sr = empty(*b, DType::kE4M3, E * H, I / 16);
+    REQUIRE(b->init_moe_w2(w, s, E, 4321, 8765, 16.0f, 64.0f).is_ok());
+    REQUIRE(b->init_bytes(wr, 4321).is_ok());
+    REQUIRE(b->init_e4m3(sr, 8765, 16.0f, 64.0f).is_ok());
     CHECK(download<uint8_t>(*b, w) == download<uint8_t>(*b, wr));
     CHECK(download<uint8_t>(*b, s) == download<uint8_t>(*b, sr));
   }

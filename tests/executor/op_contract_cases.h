@@ -130,6 +130,19 @@ inline std::vector<ContractOp> contract_ops() {
         [](const Mk& m, W13& a) { a.w = m.view(D::kFP4x2, kE * 2 * kI, kH / 2 + 8, 0, kH / 2); }},
        {"w13_scales", "init_moe_w13: w13_scales must be e4m3 64x2 (got e4m3 64x3)",
         [](const Mk& m, W13& a) { a.s = m.t(D::kE4M3, kE * 2 * kI, 3); }}}));
+  ops.push_back(contract_op<W13>(
+      "init_moe_w2",
+      [](const Mk& m) { return W13{m.t(D::kFP4x2, kE * kH, kI / 2), m.t(D::kE4M3, kE * kH, kI / 16)}; },
+      [](Backend& b, W13& a) { return b.init_moe_w2(a.w, a.s, a.e, 3, 4, 16.0f, 64.0f); },
+      [](W13& a) { return std::vector<Tensor*>{&a.w, &a.s}; },
+      {{"num_experts", "init_moe_w2: num_experts must be >= 1 (got -1)", [](const Mk&, W13& a) { a.e = -1; }},
+       {"w2", "init_moe_w2: w2 must be fp4x2 (got u8 64x8)", [](const Mk& m, W13& a) { a.w = m.t(D::kU8, kE * kH, kI / 2); }},
+       {"w2", "init_moe_w2: w2 must have E*H rows for E = 2 (got fp4x2 63x8)",
+        [](const Mk& m, W13& a) { a.w = m.t(D::kFP4x2, kE * kH - 1, kI / 2); }},
+       {"w2", "init_moe_w2: w2 must be contiguous (got fp4x2 64x8 with row stride 16)",
+        [](const Mk& m, W13& a) { a.w = m.view(D::kFP4x2, kE * kH, kI / 2 + 8, 0, kI / 2); }},
+       {"w2_scales", "init_moe_w2: w2_scales must be e4m3 64x1 (got e4m3 32x1)",
+        [](const Mk& m, W13& a) { a.s = m.t(D::kE4M3, kE * kH / 2, 1); }}}));
   struct Ints { Tensor t; int32_t lo = -5, hi = 17; };
   ops.push_back(contract_op<Ints>(
       "init_ints", [](const Mk& m) { return Ints{m.t(D::kI32, 2, 3)}; },

@@ -36,7 +36,7 @@ TEST_CASE("op contract: every op of Backend has cases", "[cpu][contract]") {
     CHECK(!op.bad.empty());
   }
   // copy_from_host / copy_to_host take host pointers: tested below.
-  const std::set<std::string> want = {"init_uniform",   "init_e4m3",        "init_bytes",     "init_moe_w13",   "init_ints",
+  const std::set<std::string> want = {"init_uniform",   "init_e4m3",        "init_bytes",     "init_moe_w13",   "init_moe_w2",    "init_ints",
                                       "iota",           "embedding",        "rmsnorm",        "fused_add_rmsnorm", "add_rmsnorm",
                                       "linear",         "rope",             "mla_build_k",    "kv_cache_write",
                                       "causal_attention", "silu_and_mul",   "add_inplace",    "all_reduce",

@@ -832,6 +832,34 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
         REQUIRE(e1 == (ok ? cudaSuccess : cudaErrorInvalidValue));
         if (ok) check_gemm1(fetch<uint8_t>(g, hp.g), fetch<uint8_t>(g, hsp.g));
       }
+      // gemm2 on a kGemm2Tiled copy of w2 (kAuto, kWgmmaPersist; kWgmmaWs2 and gemm1's layout are
+      // refused), likewise.
+      if (major == 9 && minor == 0) {
+        Both wt = out(DType::kFP4x2, q.E * q.H, q.I / 2, "w2_tiled");
+        Both wts = out(DType::kE4M3, q.E * q.H, q.I / 16, "w2_s_tiled");
+        const bool ok = kern::gemm2_tiled_ok(q.I, q.H);
+        REQUIRE(g.synchronize().is_ok());
+        REQUIRE(kern::launch_pack_gemm2_weights_tiled(cp(w2.g), w2.g.ld(), cp(w2s.g), w2s.g.ld(), q.E, q.I, q.H,
+                                                      static_cast<uint8_t*>(wt.g.raw()), static_cast<uint8_t*>(wts.g.raw()),
+                                                      nullptr) == (ok ? cudaSuccess : cudaErrorInvalidValue));
+        for (auto [path, layout] : {std::pair{Fp4GemmPath::kAuto, kern::Fp4WeightLayout::kGemm2Tiled},
+                                    std::pair{Fp4GemmPath::kWgmmaPersist, kern::Fp4WeightLayout::kGemm2Tiled},
+                                    std::pair{Fp4GemmPath::kWgmmaWs2, kern::Fp4WeightLayout::kGemm2Tiled},
+                                    std::pair{Fp4GemmPath::kAuto, kern::Fp4WeightLayout::kGemm1Tiled}}) {
+          INFO("gemm2 on tiled w2, Fp4GemmPath " << static_cast<int>(path) << ", layout " << static_cast<int>(layout));
+          Both op = out(DType::kBF16, r.P, q.H, "gemm2_out_tiled");
+          REQUIRE(g.synchronize().is_ok());
+          const cudaError_t e2 = kern::launch_moe_gemm2_fp4(
+              cp(h2.g), h2.g.ld(), cp(h2s.g), h2s.g.ld(), h_gs, cp(wt.g), wt.g.ld(), cp(wts.g), wts.g.ld(),
+              static_cast<const float*>(w2gs.g.raw()), static_cast<const int32_t*>(offsets.g.raw()),
+              static_cast<const int32_t*>(perm.g.raw()), r.P, q.E, q.I, q.H, static_cast<uint16_t*>(op.g.raw()),
+              op.g.ld(), nullptr, path, layout);
+          REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+          const bool runs = ok && path != Fp4GemmPath::kWgmmaWs2 && layout == kern::Fp4WeightLayout::kGemm2Tiled;
+          REQUIRE(e2 == (runs ? cudaSuccess : cudaErrorInvalidValue));
+          if (runs) check_gemm2(fetch<uint16_t>(g, op.g));
+        }
+      }
     }
 
     // combine on the CPU's gemm2 output: exact, with and without a shared-expert input.
@@ -1001,6 +1029,55 @@ TEST_CASE("cuda FP4 GEMM warp-specialized paths give kWgmma's bits for every e4m
       require_equal(ref.q, fetch<uint8_t>(g, hq.g), "gemm1 codes (tiled w13)");
       require_equal(ref.qs, fetch<uint8_t>(g, hqs.g), "gemm1 scales (tiled w13)");
     }
+    // gemm2 on a kGemm2Tiled copy of w2: kAuto (the resident-A kernel here, counted as path 11)
+    // and kWgmmaPersist (path 12) give kWgmma's bits; the packed bytes sit at their offsets.
+    const bool want11 = only.size() <= 2 || only.find(",11,") != std::string::npos;
+    const bool want12 = only.size() <= 2 || only.find(",12,") != std::string::npos;
+    if (kern::gemm2_tiled_ok(I, H) && (want11 || want12)) {
+      INFO("gemm2 on tiled w2");
+      Both wt = out(DType::kFP4x2, E * H, I / 2, "w2_tiled");
+      Both wts = out(DType::kE4M3, E * H, I / 16, "w2_s_tiled");
+      REQUIRE(g.synchronize().is_ok());
+      REQUIRE(kern::launch_pack_gemm2_weights_tiled(cp(w2.g), w2.g.ld(), cp(w2_s.g), w2_s.g.ld(), E, I, H,
+                                                    static_cast<uint8_t*>(wt.g.raw()), static_cast<uint8_t*>(wts.g.raw()),
+                                                    nullptr) == cudaSuccess);
+      REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+      const std::vector<uint8_t> codes = fetch<uint8_t>(c, w2.c), packed = fetch<uint8_t>(g, wt.g);
+      const std::vector<uint8_t> packed_s = fetch<uint8_t>(g, wts.g);
+      size_t misplaced = 0;
+      for (int64_t row = 0; row < E * H; ++row) {
+        for (int64_t b = 0; b < I / 2; ++b)
+          misplaced += packed[static_cast<size_t>(kern::gemm2_tiled_code_offset(row, b, I, H))] !=
+                       codes[static_cast<size_t>(row * (I / 2) + b)];
+        for (int64_t b = 0; b < I / 16; ++b)
+          misplaced += packed_s[static_cast<size_t>(kern::gemm2_tiled_scale_offset(row, b, I, H))] !=
+                       w2s[static_cast<size_t>(row * (I / 16) + b)];
+      }
+      REQUIRE(misplaced == 0);
+      for (Fp4GemmPath path : {Fp4GemmPath::kAuto, Fp4GemmPath::kWgmmaPersist}) {
+        if (!(path == Fp4GemmPath::kAuto ? want11 : want12)) continue;
+        INFO("tiled w2, Fp4GemmPath " << static_cast<int>(path));
+        ++compared;
+        Both o = out(DType::kBF16, r.P, H, "gemm2_out_tiled");
+        REQUIRE(g.synchronize().is_ok());
+        REQUIRE(kern::launch_moe_gemm2_fp4(cp(h.g), h.g.ld(), cp(h_s.g), h_s.g.ld(), 1.0f, cp(wt.g), wt.g.ld(),
+                                           cp(wts.g), wts.g.ld(), static_cast<const float*>(w2gs.g.raw()),
+                                           static_cast<const int32_t*>(offsets.g.raw()),
+                                           static_cast<const int32_t*>(perm.g.raw()), r.P, E, I, H,
+                                           static_cast<uint16_t*>(o.g.raw()), o.g.ld(), nullptr, path,
+                                           kern::Fp4WeightLayout::kGemm2Tiled) == cudaSuccess);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        const std::vector<uint16_t> got = fetch<uint16_t>(g, o.g);
+        size_t bad = 0;
+        for (size_t i = 0; i < ref.o.size(); ++i) {
+          const bool na = (ref.o[i] & 0x7F80u) == 0x7F80u && (ref.o[i] & 0x7Fu) != 0;
+          const bool nb = (got[i] & 0x7F80u) == 0x7F80u && (got[i] & 0x7Fu) != 0;
+          bad += na ? !nb : got[i] != ref.o[i];
+        }
+        INFO("gemm2 outputs differing from kWgmma: " << bad);
+        REQUIRE(bad == 0);
+      }
+    }
     REQUIRE(compared > 0);  // a MOEPROF_SWEEP_PATHS that names none of them compares nothing
   }
 }
@@ -1065,6 +1142,85 @@ TEST_CASE("cuda init_moe_w13: tiled where gemm1 reads it, same values, same gemm
       CHECK(st.message() == "moe_gemm1_fp4: w13 holds the tiled layout of init_moe_w13 and must come with its own "
                             "w13_scales and all its " + std::to_string(R) + " rows");
     }
+  }
+}
+
+// The same for gemm2's weights (init_moe_w2): tiled where the persistent kernels read them, the CPU's
+// values at their offsets, gemm2 through the backend with the row-major copies' bits, and the
+// refusals: other scales, and one GEMM's tiled weights passed to the other.
+TEST_CASE("cuda init_moe_w2: tiled where gemm2 reads it, same values, same gemm2 bits", "[gpu]") {
+  REQUIRE_GPU();
+  auto& c = *env().cpu;
+  auto& g = *env().gpu;
+  struct Case { int64_t E, I, H; bool tiled; };
+  const bool sm90 = kern::gemm2_tiled_supported(192, 768);
+  // I = 192: the resident-A kernel; I = 576: kWgmmaPersist's layout (K > 512); H = 80: row-major.
+  for (const Case& q : {Case{3, 192, 768, sm90}, Case{2, 576, 512, sm90}, Case{5, 48, 80, false}}) {
+    INFO("E=" << q.E << " I=" << q.I << " H=" << q.H);
+    const int64_t R = q.E * q.H;
+    Both w = out(DType::kFP4x2, R, q.I / 2, "w2"), ws = out(DType::kE4M3, R, q.I / 16, "w2_s");
+    REQUIRE(c.init_moe_w2(w.c, ws.c, q.E, 5252, 5353, 16.0f, 64.0f).is_ok());
+    REQUIRE(g.init_moe_w2(w.g, ws.g, q.E, 5252, 5353, 16.0f, 64.0f).is_ok());
+    const auto rc = fetch<uint8_t>(c, w.c), rcs = fetch<uint8_t>(c, ws.c);
+    const auto gc = fetch<uint8_t>(g, w.g), gcs = fetch<uint8_t>(g, ws.g);
+    size_t misplaced = 0;
+    for (int64_t row = 0; row < R; ++row) {
+      for (int64_t b = 0; b < q.I / 2; ++b) {
+        const int64_t at = q.tiled ? kern::gemm2_tiled_code_offset(row, b, q.I, q.H) : row * (q.I / 2) + b;
+        misplaced += gc[static_cast<size_t>(at)] != rc[static_cast<size_t>(row * (q.I / 2) + b)];
+      }
+      for (int64_t b = 0; b < q.I / 16; ++b) {
+        const int64_t at = q.tiled ? kern::gemm2_tiled_scale_offset(row, b, q.I, q.H) : row * (q.I / 16) + b;
+        misplaced += gcs[static_cast<size_t>(at)] != rcs[static_cast<size_t>(row * (q.I / 16) + b)];
+      }
+    }
+    REQUIRE(misplaced == 0);
+    if (q.tiled) CHECK(gc != rc);  // really another order
+    const int64_t T = 113, k = 4;
+    Both ids = both(DType::kI32, T, k, topk_ids_host(T, k, q.E, 41), "ids");
+    PermuteOut r = run_permute(ids, T, k, q.E, 16);
+    Both offsets = both(DType::kI32, 1, q.E + 1, fetch<int32_t>(c, r.offsets.c), "offsets");
+    Both perm = both(DType::kI32, 1, r.P, fetch<int32_t>(c, r.p2t.c), "p2t");
+    Both h = both(DType::kFP4x2, r.P, q.I / 2, rand_bytes(r.P * q.I / 2, 310), "h");
+    Both hs = both(DType::kE4M3, r.P, q.I / 16, rand_e4m3(r.P * q.I / 16, 311, 0.05f, 1.0f), "h_s");
+    Both gs = both(DType::kF32, 1, q.E, rand_f32(q.E, 312, 1e-4f, 3e-4f), "w2_gs");
+    Both wr = out(DType::kFP4x2, R, q.I / 2, "w2_rm"), wrs = out(DType::kE4M3, R, q.I / 16, "w2_s_rm");
+    REQUIRE(g.init_bytes(wr.g, 5252).is_ok());
+    REQUIRE(g.init_e4m3(wrs.g, 5353, 16.0f, 64.0f).is_ok());
+    Both o1 = out(DType::kBF16, r.P, q.H, "o1"), o2 = out(DType::kBF16, r.P, q.H, "o2");
+    REQUIRE(g.moe_gemm2_fp4(h.g, hs.g, 1.0f, w.g, ws.g, gs.g, offsets.g, perm.g, o1.g).is_ok());
+    REQUIRE(g.moe_gemm2_fp4(h.g, hs.g, 1.0f, wr.g, wrs.g, gs.g, offsets.g, perm.g, o2.g).is_ok());
+    REQUIRE(g.synchronize().is_ok());
+    const auto v1 = fetch<uint16_t>(g, o1.g);
+    require_equal(v1, fetch<uint16_t>(g, o2.g), "gemm2 output, tiled vs row-major w2");
+    size_t nonzero = 0;
+    for (uint16_t v : v1) nonzero += (v & 0x7FFFu) != 0;
+    CHECK(nonzero > v1.size() / 2);
+    if (q.tiled) {
+      const Status st = g.moe_gemm2_fp4(h.g, hs.g, 1.0f, w.g, wrs.g, gs.g, offsets.g, perm.g, o1.g);
+      CHECK(st.code() == ErrorCode::kBadInput);
+      CHECK(st.message() == "moe_gemm2_fp4: w2 holds the tiled layout of init_moe_w2 and must come with its own "
+                            "w2_scales and all its " + std::to_string(R) + " rows");
+    }
+  }
+  // gemm1's tiled weights handed to gemm2 (as w2 of a shape that fits): refused, not misread.
+  if (kern::gemm1_tiled_supported(256, 128)) {
+    const int64_t E = 2, H = 256, I = 128;  // w13 [E*2I, H/2] = [512, 128] is also a w2 [E*H, I'/2] with I' = 256
+    Both w13 = out(DType::kFP4x2, E * 2 * I, H / 2, "w13"), w13s = out(DType::kE4M3, E * 2 * I, H / 16, "w13_s");
+    REQUIRE(g.init_moe_w13(w13.g, w13s.g, E, 1, 2, 16.0f, 64.0f).is_ok());
+    const int64_t T = 40, k = 2, I2 = 256;
+    Both ids = both(DType::kI32, T, k, topk_ids_host(T, k, E, 43), "ids");
+    PermuteOut r = run_permute(ids, T, k, E, 16);
+    Both offsets = both(DType::kI32, 1, E + 1, fetch<int32_t>(c, r.offsets.c), "offsets");
+    Both perm = both(DType::kI32, 1, r.P, fetch<int32_t>(c, r.p2t.c), "p2t");
+    Both h = both(DType::kFP4x2, r.P, I2 / 2, rand_bytes(r.P * I2 / 2, 320), "h");
+    Both hs = both(DType::kE4M3, r.P, I2 / 16, rand_e4m3(r.P * I2 / 16, 321, 0.05f, 1.0f), "h_s");
+    Both gs = both(DType::kF32, 1, E, rand_f32(E, 322, 1e-4f, 3e-4f), "gs");
+    Both o = out(DType::kBF16, r.P, H, "o");
+    const Status st = g.moe_gemm2_fp4(h.g, hs.g, 1.0f, w13.g, w13s.g, gs.g, offsets.g, perm.g, o.g);
+    CHECK(st.code() == ErrorCode::kBadInput);
+    CHECK(st.message() == "moe_gemm2_fp4: w2 holds the tiled layout of init_moe_w13 (the other GEMM's weights)");
+    REQUIRE(g.synchronize().is_ok());
   }
 }
 
