@@ -13,9 +13,10 @@ struct InitArgs {
   uint64_t seed;
   float a, b;       // scale | lo, hi
   int32_t ilo, ihi;  // ints range | iota start
-  // tiled 1 / 2: gemm1's w13 / gemm2's w2 in their tiled layouts (kernels/common/fp4_tiled.h)
+  // tiled 1 / 2: gemm1's w13 / gemm2's w2 in their tiled layouts (kernels/common/fp4_tiled.h;
+  // tiled_k / tiled_n: the GEMM's K and N)
   int tiled = 0;
-  int64_t tiled_h = 0, tiled_i = 0;
+  int64_t tiled_k = 0, tiled_n = 0;
 };
 
 template <InitKind K>
@@ -26,12 +27,9 @@ __global__ void init_kernel(InitArgs p) {
     const int64_t r = i / p.cols, c = i - r * p.cols;
     int64_t at = r * p.ld + c;
     if constexpr (K == InitKind::kBytes || K == InitKind::kE4m3)
-      if (p.tiled == 1)
-        at = K == InitKind::kBytes ? gemm1_tiled_code_offset(r, c, p.tiled_h, p.tiled_i)
-                                   : gemm1_tiled_scale_offset(r, c, p.tiled_h, p.tiled_i);
-      else if (p.tiled == 2)
-        at = K == InitKind::kBytes ? gemm2_tiled_code_offset(r, c, p.tiled_i, p.tiled_h)
-                                   : gemm2_tiled_scale_offset(r, c, p.tiled_i, p.tiled_h);
+      if (p.tiled != 0)
+        at = K == InitKind::kBytes ? tiled_code_offset(p.tiled, r, c, p.tiled_k, p.tiled_n)
+                                   : tiled_scale_offset(p.tiled, r, c, p.tiled_k, p.tiled_n);
     if constexpr (K == InitKind::kUniformBf16 || K == InitKind::kUniformF32) {
       const float u = hash_unit(p.seed, static_cast<uint64_t>(i));
       const float v = __fmul_rn(p.a, __fsub_rn(__fmul_rn(2.0f, u), 1.0f));
@@ -89,9 +87,9 @@ cudaError_t launch_init_gemm1_tiled(uint8_t* codes, uint8_t* scales, int64_t E, 
 cudaError_t launch_init_gemm2_tiled(uint8_t* codes, uint8_t* scales, int64_t E, int64_t I, int64_t H, uint64_t seed_codes,
                                     uint64_t seed_scales, float lo, float hi, cudaStream_t stream) {
   if (E <= 0 || !gemm2_tiled_ok(I, H)) return cudaErrorInvalidValue;
-  InitArgs c{codes, E * H, I / 2, I / 2, seed_codes, 0.0f, 0.0f, 0, 0, 2, H, I};
+  InitArgs c{codes, E * H, I / 2, I / 2, seed_codes, 0.0f, 0.0f, 0, 0, 2, I, H};
   KERN_RETURN_IF_ERROR(run<InitKind::kBytes>(c, stream));
-  InitArgs sc{scales, E * H, I / 16, I / 16, seed_scales, lo, hi, 0, 0, 2, H, I};
+  InitArgs sc{scales, E * H, I / 16, I / 16, seed_scales, lo, hi, 0, 0, 2, I, H};
   return run<InitKind::kE4m3>(sc, stream);
 }
 cudaError_t launch_init_ints(int32_t* out, int64_t rows, int64_t cols, int64_t ld, uint64_t seed, int32_t lo,

@@ -2474,10 +2474,8 @@ __global__ void pack_tiled_kernel(const uint8_t* w, int64_t ld_w, const uint8_t*
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = idx / items, kblk = idx % items;
     const uint2 c = *reinterpret_cast<const uint2*>(w + row * ld_w + kblk * 8);
-    const int64_t co = kGemm1 ? gemm1_tiled_code_offset(row, kblk * 8, K, N) : gemm2_tiled_code_offset(row, kblk * 8, K, N);
-    const int64_t so = kGemm1 ? gemm1_tiled_scale_offset(row, kblk, K, N) : gemm2_tiled_scale_offset(row, kblk, K, N);
-    *reinterpret_cast<uint2*>(out + co) = c;
-    out_sc[so] = w_sc[row * ld_w_sc + kblk];
+    *reinterpret_cast<uint2*>(out + tiled_code_offset(kGemm1 ? 1 : 2, row, kblk * 8, K, N)) = c;
+    out_sc[tiled_scale_offset(kGemm1 ? 1 : 2, row, kblk, K, N)] = w_sc[row * ld_w_sc + kblk];
   }
 }
 template <bool kGemm1>

@@ -36,46 +36,46 @@ MOEPROF_HD int64_t tiled_scale_in_block(int br, int64_t kblk) {
 MOEPROF_HD bool gemm1_tiled_ok(int64_t H, int64_t I) { return H > 0 && I > 0 && H % 64 == 0 && I % 128 == 0; }
 MOEPROF_HD bool gemm2_tiled_ok(int64_t I, int64_t H) { return I > 0 && H > 0 && I % 64 == 0 && H % 256 == 0; }
 
-// Tile row br (0..255) and block index of w13 row `row` (0 .. E*2I - 1) at K step kt.
-MOEPROF_HD void gemm1_tiled_place(int64_t row, int64_t kt, int64_t H, int64_t I, int64_t& block, int& br) {
-  const int64_t e = row / (2 * I), r = row % (2 * I);
-  const int64_t half = r / I, n = r % I;
-  br = static_cast<int>(half * 128 + n % 128);
-  block = (e * (I / 128) + n / 128) * (H / 64) + kt;
+// Tile row br (0..255) and block index of weight row `row` at K step kt. gemm 1: w13 rows
+// 0 .. E*2I - 1, K = H, N = I; gemm 2: w2 rows 0 .. E*H - 1, K = I, N = H.
+MOEPROF_HD void tiled_place(int gemm, int64_t row, int64_t kt, int64_t K, int64_t N, int64_t& block, int& br) {
+  if (gemm == 1) {
+    const int64_t e = row / (2 * N), r = row % (2 * N);
+    const int64_t half = r / N, n = r % N;
+    br = static_cast<int>(half * 128 + n % 128);
+    block = (e * (N / 128) + n / 128) * (K / 64) + kt;
+  } else {
+    const int64_t e = row / N, n = row % N;
+    br = static_cast<int>(n % 256);
+    block = (e * (N / 256) + n / 256) * (K / 64) + kt;
+  }
 }
-// Tile row br and block index of w2 row `row` (0 .. E*H - 1) at K step kt.
-MOEPROF_HD void gemm2_tiled_place(int64_t row, int64_t kt, int64_t I, int64_t H, int64_t& block, int& br) {
-  const int64_t e = row / H, n = row % H;
-  br = static_cast<int>(n % 256);
-  block = (e * (H / 256) + n / 256) * (I / 64) + kt;
-}
-
-// Byte offset in the tiled code buffer of code byte `kbyte` (0 .. H/2 - 1) of w13 row `row`.
-MOEPROF_HD int64_t gemm1_tiled_code_offset(int64_t row, int64_t kbyte, int64_t H, int64_t I) {
+// Byte offset in the tiled code buffer of code byte `kbyte` (0 .. K/2 - 1) of weight row `row`.
+MOEPROF_HD int64_t tiled_code_offset(int gemm, int64_t row, int64_t kbyte, int64_t K, int64_t N) {
   int64_t block;
   int br;
-  gemm1_tiled_place(row, kbyte / 32, H, I, block, br);
+  tiled_place(gemm, row, kbyte / 32, K, N, block, br);
   return block * kTiledCodeBlock + tiled_code_in_block(br, kbyte);
 }
-// Byte offset in the tiled scale buffer of scale `kblk` (0 .. H/16 - 1) of w13 row `row`.
-MOEPROF_HD int64_t gemm1_tiled_scale_offset(int64_t row, int64_t kblk, int64_t H, int64_t I) {
+// Byte offset in the tiled scale buffer of scale `kblk` (0 .. K/16 - 1) of weight row `row`.
+MOEPROF_HD int64_t tiled_scale_offset(int gemm, int64_t row, int64_t kblk, int64_t K, int64_t N) {
   int64_t block;
   int br;
-  gemm1_tiled_place(row, kblk / 4, H, I, block, br);
+  tiled_place(gemm, row, kblk / 4, K, N, block, br);
   return block * kTiledScaleBlock + tiled_scale_in_block(br, kblk);
 }
-// The same for w2 (rows 0 .. E*H - 1, code bytes 0 .. I/2 - 1, scales 0 .. I/16 - 1).
+// The same by GEMM, with each GEMM's own argument order.
+MOEPROF_HD int64_t gemm1_tiled_code_offset(int64_t row, int64_t kbyte, int64_t H, int64_t I) {
+  return tiled_code_offset(1, row, kbyte, H, I);
+}
+MOEPROF_HD int64_t gemm1_tiled_scale_offset(int64_t row, int64_t kblk, int64_t H, int64_t I) {
+  return tiled_scale_offset(1, row, kblk, H, I);
+}
 MOEPROF_HD int64_t gemm2_tiled_code_offset(int64_t row, int64_t kbyte, int64_t I, int64_t H) {
-  int64_t block;
-  int br;
-  gemm2_tiled_place(row, kbyte / 32, I, H, block, br);
-  return block * kTiledCodeBlock + tiled_code_in_block(br, kbyte);
+  return tiled_code_offset(2, row, kbyte, I, H);
 }
 MOEPROF_HD int64_t gemm2_tiled_scale_offset(int64_t row, int64_t kblk, int64_t I, int64_t H) {
-  int64_t block;
-  int br;
-  gemm2_tiled_place(row, kblk / 4, I, H, block, br);
-  return block * kTiledScaleBlock + tiled_scale_in_block(br, kblk);
+  return tiled_scale_offset(2, row, kblk, I, H);
 }
 
 }  // namespace moeprof::kern

@@ -197,17 +197,26 @@ Status Backend::init_bytes(Tensor& t, uint64_t seed) {
   return do_init_bytes(t, seed);
 }
 
+namespace {
+// init_moe_w13 / init_moe_w2's arguments: codes w [E * per_expert * N, K/2] fp4x2 and scales
+// [same rows, K/16] e4m3, both contiguous (rows: "E*2I" or "E*H"; k_dim: "H" or "I").
+Status check_moe_weights(const char* op, const char* w_name, const char* s_name, const Tensor& w, const Tensor& s,
+                         int64_t num_experts, int64_t per_expert, const char* rows, const char* k_dim) {
+  if (num_experts < 1) return fail(op, "num_experts", "be >= 1 (got " + std::to_string(num_experts) + ")");
+  MOEPROF_RETURN_IF_ERROR(need_fp4_width(op, w_name, w, k_dim));
+  const int64_t R = w.rows(), K = 2 * w.cols();
+  if (R < per_expert * num_experts || R % (per_expert * num_experts) != 0)
+    return fail(op, w_name, std::string("have ") + rows + " rows for E = " + std::to_string(num_experts) + got(w));
+  MOEPROF_RETURN_IF_ERROR(need_contiguous(op, w_name, w));
+  MOEPROF_RETURN_IF_ERROR(need_shape(op, s_name, s, DType::kE4M3, R, K / 16));
+  return need_contiguous(op, s_name, s);
+}
+}  // namespace
+
 Status Backend::init_moe_w13(Tensor& w13, Tensor& w13_scales, int64_t num_experts, uint64_t seed_codes,
                              uint64_t seed_scales, float lo, float hi) {
   const char* op = "init_moe_w13";
-  if (num_experts < 1) return fail(op, "num_experts", "be >= 1 (got " + std::to_string(num_experts) + ")");
-  MOEPROF_RETURN_IF_ERROR(need_fp4_width(op, "w13", w13, "H"));
-  const int64_t R = w13.rows(), H = 2 * w13.cols();
-  if (R < 2 * num_experts || R % (2 * num_experts) != 0)
-    return fail(op, "w13", "have E*2I rows for E = " + std::to_string(num_experts) + got(w13));
-  MOEPROF_RETURN_IF_ERROR(need_contiguous(op, "w13", w13));
-  MOEPROF_RETURN_IF_ERROR(need_shape(op, "w13_scales", w13_scales, DType::kE4M3, R, H / 16));
-  MOEPROF_RETURN_IF_ERROR(need_contiguous(op, "w13_scales", w13_scales));
+  MOEPROF_RETURN_IF_ERROR(check_moe_weights(op, "w13", "w13_scales", w13, w13_scales, num_experts, 2, "E*2I", "H"));
   OpTimer timer(op_timer_target(), op, OpCost{0, tb(w13) + tb(w13_scales)});
   return do_init_moe_w13(w13, w13_scales, num_experts, seed_codes, seed_scales, lo, hi);
 }
@@ -215,14 +224,7 @@ Status Backend::init_moe_w13(Tensor& w13, Tensor& w13_scales, int64_t num_expert
 Status Backend::init_moe_w2(Tensor& w2, Tensor& w2_scales, int64_t num_experts, uint64_t seed_codes,
                             uint64_t seed_scales, float lo, float hi) {
   const char* op = "init_moe_w2";
-  if (num_experts < 1) return fail(op, "num_experts", "be >= 1 (got " + std::to_string(num_experts) + ")");
-  MOEPROF_RETURN_IF_ERROR(need_fp4_width(op, "w2", w2, "I"));
-  const int64_t R = w2.rows(), I = 2 * w2.cols();
-  if (R < num_experts || R % num_experts != 0)
-    return fail(op, "w2", "have E*H rows for E = " + std::to_string(num_experts) + got(w2));
-  MOEPROF_RETURN_IF_ERROR(need_contiguous(op, "w2", w2));
-  MOEPROF_RETURN_IF_ERROR(need_shape(op, "w2_scales", w2_scales, DType::kE4M3, R, I / 16));
-  MOEPROF_RETURN_IF_ERROR(need_contiguous(op, "w2_scales", w2_scales));
+  MOEPROF_RETURN_IF_ERROR(check_moe_weights(op, "w2", "w2_scales", w2, w2_scales, num_experts, 1, "E*H", "I"));
   OpTimer timer(op_timer_target(), op, OpCost{0, tb(w2) + tb(w2_scales)});
   return do_init_moe_w2(w2, w2_scales, num_experts, seed_codes, seed_scales, lo, hi);
 }
