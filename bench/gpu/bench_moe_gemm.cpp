@@ -266,7 +266,18 @@ int main(int argc, char** argv) {
   const int64_t T = argc > 1 ? std::atoll(argv[1]) : 16384;
   const int64_t E = argc > 2 ? std::atoll(argv[2]) : 384;
   const int64_t k = argc > 3 ? std::atoll(argv[3]) : 8;
-  const int64_t H = 7168, I = 512, tile = 64;
+  // MOEPROF_BENCH_H: another hidden size (a multiple of 256; e.g. to split a kernel's time into a
+  // per-K-step part and a fixed part per tile by timing two K).
+  const int64_t H = [] {
+    const char* h = std::getenv("MOEPROF_BENCH_H");
+    const long long v = h && *h ? std::atoll(h) : 7168;
+    if (v <= 0 || v % 256 != 0) {
+      std::fprintf(stderr, "bench_moe_gemm: MOEPROF_BENCH_H must be a positive multiple of 256 (got %s)\n", h);
+      std::exit(2);
+    }
+    return static_cast<int64_t>(v);
+  }();
+  const int64_t I = 512, tile = 64;
   const int64_t N_rows = T * k, P = N_rows + E * (tile - 1);
   std::printf("bench_moe_gemm: T=%lld k=%lld E=%lld H=%lld I=%lld tile=%lld P=%lld\n", (long long)T, (long long)k,
               (long long)E, (long long)H, (long long)I, (long long)tile, (long long)P);
