@@ -989,8 +989,9 @@ __device__ __forceinline__ void ws_tiled_items_store(uint32_t buf, uint32_t off0
   }
 }
 template <int NB>
+// s0: the ring step of the first step (the persistent kernel's running count; 0 otherwise).
 __device__ __forceinline__ void ws_produce_tiled(const Args& p, unsigned char* smem, uint32_t full0, uint32_t empty0,
-                                                 int pt, int e, int KT, int nt0, int nsteps) {
+                                                 int pt, int e, int KT, int nt0, int nsteps, int s0 = 0) {
   const int64_t blk0 = (static_cast<int64_t>(e) * (p.N / kCols1) + nt0) * KT;
   const uint8_t* const cp = p.w + blk0 * kTiledCodeBlock + pt * 16;
   const uint8_t* const sp = p.w_sc + blk0 * kTiledScaleBlock + pt * 8;
@@ -1004,7 +1005,8 @@ __device__ __forceinline__ void ws_produce_tiled(const Args& p, unsigned char* s
   const uint32_t tiles = smem_u32(smem);
   uint32_t off0, off1;
   ws_chunk_offsets(pt, off0, off1);
-  auto fill = [&](int s, const uint4 (&cd)[4], uint2 sc) {
+  auto fill = [&](int sl, const uint4 (&cd)[4], uint2 sc) {
+    const int s = s0 + sl;
     const int b = s % NB;
     mbar_wait(empty0 + b * 8, ((s / NB) & 1) ^ 1);
     ws_tiled_items_store(tiles + b * kRsBufBytes, off0, off1, cd, sc);
@@ -1785,6 +1787,111 @@ struct TileInfo {
   int e, nrows;
 };
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The persistent kernels' producers: expert e, first padded row r0 and rows (<= BM) of row tile m
+// (tiles in expert order, ceil(rows_e / BM) per expert). A warp-wide scan from the cursor (ce: an
+// expert whose tiles start at tile index cbase), which only moves forward: a CTA's tiles come in
+// increasing order. Every producer warp finds the same values; m < the tile count ends the loop.
+__device__ __forceinline__ void find_row_tile(const Args& p, int m, int lane, int& ce, int& cbase, int& e, int64_t& r0,
+                                              int& nrows) {
+  for (;;) {
+    const int ex = ce + lane;
+    int64_t sa = 0, ta = 0;
+    int c = 0;
+    if (ex < p.E) {
+      seg_of(p, ex, sa, ta);
+      c = static_cast<int>((ta - sa + BM - 1) / BM);
+    }
+    int incl = c;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += y;
+    }
+    const int excl = incl - c;
+    const unsigned ball = __ballot_sync(0xffffffffu, c > 0 && m >= cbase + excl && m < cbase + incl);
+    if (ball != 0u) {
+      const int L = __ffs(ball) - 1;
+      const int ex_l = __shfl_sync(0xffffffffu, excl, L);
+      const int64_t s_l = __shfl_sync(0xffffffffu, sa, L), t_l = __shfl_sync(0xffffffffu, ta, L);
+      e = ce + L;
+      r0 = s_l + static_cast<int64_t>(m - cbase - ex_l) * BM;
+      nrows = static_cast<int>(t_l - r0 < BM ? t_l - r0 : BM);
+      cbase += ex_l;
+      ce = e;
+      return;
+    }
+    cbase += __shfl_sync(0xffffffffu, incl, 31);
+    ce += 32;
+  }
+}
+
+// The persistent kernels' consumers, first: zero rows [offsets[E], P), all columns: one row per
+// consumer warp at a time, the warps of all CTAs striding over the rows, the lanes over the row's
+// columns (16-byte stores where the output allows them). No division: an element-wise loop with a
+// 64-bit divide per element took about a tenth of the consumers' time in gemm2 (Nsight Compute
+// source counters, docs/performance.md).
+template <bool kGemm1>
+__device__ __forceinline__ void zero_tail_rows(const Args& p, int warp, int lane) {
+  int64_t total = p.offsets[p.E];
+  total = total < 0 ? 0 : (total > p.P ? p.P : total);
+  const int64_t wstride = static_cast<int64_t>(gridDim.x) * (kThreads / 32);
+  for (int64_t r = total + static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + warp; r < p.P; r += wstride) {
+    if constexpr (kGemm1) {
+      for (int c = lane; c < p.N / 2; c += 32) p.out_q[r * p.ld_out_q + c] = 0;
+      for (int c = lane; c < p.N / 16; c += 32) p.out_sc[r * p.ld_out_sc + c] = 0;
+    } else if (p.vec16_out) {
+      uint16_t* const row = p.out + r * p.ld_out;
+      const int n8 = p.N & ~7;
+      for (int c = lane * 8; c < n8; c += 32 * 8) *reinterpret_cast<uint4*>(row + c) = make_uint4(0u, 0u, 0u, 0u);
+      if (lane < p.N - n8) row[n8 + lane] = 0;
+    } else {
+      for (int c = lane; c < p.N; c += 32) p.out[r * p.ld_out + c] = 0;
+    }
+  }
+}
+
+// The persistent kernels' gemm1 epilogue of column tile nt: h = silu(gate) * up (bf16) through the
+// 128 x 128 bf16 tile at `epi` (16-byte chunks ^ (row & 7)), then NVFP4 requant and stores. All
+// 256 consumer threads; the two named barriers order the tile's reuse.
+__device__ __forceinline__ void gemm1_persist_epilogue(const Args& p, const float (&acc)[4][8][4], unsigned char* epi,
+                                                       const int32_t* row_src, int64_t r0, int nrows, int nt,
+                                                       float gsc, int tid) {
+  const int lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, q = lane & 3, wm = warp >> 2, wn = warp & 3;
+  bar_consumers();  // every consumer is done reading the previous tile's h
+  const int row_w = wm * 64 + wn * 16 + g;
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float hv[2];
+#pragma unroll
+      for (int c = 0; c < 2; ++c) hv[c] = silu_mul_h<false>(acc, j, 2 * hh + c, gsc, 0.0f);
+      const int row = row_w + hh * 8;
+      *reinterpret_cast<uint32_t*>(epi + row * 256 + ((j ^ (row & 7)) << 4) + q * 4) = pack_bf16x2(hv[0], hv[1]);
+    }
+  bar_consumers();
+#pragma unroll 1
+  for (int it = 0; it < (BM * kCols1 / 16) / kThreads; ++it) {
+    const int item = it * kThreads + tid;
+    const int row = item >> 3, blk = item & 7;
+    const int n = nt * kCols1 + blk * 16;
+    if (row >= nrows || n >= p.N) continue;
+    const uint4 u0 = *reinterpret_cast<const uint4*>(epi + row * 256 + (((2 * blk) ^ (row & 7)) << 4));
+    const uint4 u1 = *reinterpret_cast<const uint4*>(epi + row * 256 + (((2 * blk + 1) ^ (row & 7)) << 4));
+    const uint32_t u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+    float hv[16];  // the bf16 values, exactly
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      hv[2 * c] = __uint_as_float(u[c] << 16);
+      hv[2 * c + 1] = __uint_as_float(u[c] & 0xFFFF0000u);
+    }
+    store_requant_block(p, hv, row_src[row] >= 0, r0 + row, n);
+  }
+}
+#endif
+
 // kTW (gemm2 only): the weights in the Fp4WeightLayout::kGemm2Tiled layout (kernels/common/fp4_tiled.h):
 // the producers load a step's 8 weight items with four 16-byte code loads and one 8-byte scale load
 // of the column tile's block, as kVar 9's producers do for gemm1; the A items and everything else
@@ -1872,36 +1979,7 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
       const int m = static_cast<int>(w / p.n_groups), ng = static_cast<int>(w % p.n_groups);
       int e = 0, nrows = 0;
       int64_t r0 = 0;
-      for (;;) {  // every producer warp finds the same (e, r0, nrows); m < tiles ends the loop
-        const int ex = ce + lane;
-        int64_t sa = 0, ta = 0;
-        int c = 0;
-        if (ex < p.E) {
-          seg_of(p, ex, sa, ta);
-          c = static_cast<int>((ta - sa + BM - 1) / BM);
-        }
-        int incl = c;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-          const int y = __shfl_up_sync(0xffffffffu, incl, o);
-          if (lane >= o) incl += y;
-        }
-        const int excl = incl - c;
-        const unsigned ball = __ballot_sync(0xffffffffu, c > 0 && m >= cbase + excl && m < cbase + incl);
-        if (ball != 0u) {
-          const int L = __ffs(ball) - 1;
-          const int ex_l = __shfl_sync(0xffffffffu, excl, L);
-          const int64_t s_l = __shfl_sync(0xffffffffu, sa, L), t_l = __shfl_sync(0xffffffffu, ta, L);
-          e = ce + L;
-          r0 = s_l + static_cast<int64_t>(m - cbase - ex_l) * BM;
-          nrows = static_cast<int>(t_l - r0 < BM ? t_l - r0 : BM);
-          cbase += ex_l;
-          ce = e;
-          break;
-        }
-        cbase += __shfl_sync(0xffffffffu, incl, 31);
-        ce += 32;
-      }
+      find_row_tile(p, m, lane, ce, cbase, e, r0, nrows);
       const int nt0 = ng * kNPer, nt1 = nt0 + kNPer < NT ? nt0 + kNPer : NT;
       auto src_of = [&](int row) -> int32_t {
         if (row >= nrows) return -1;
@@ -2024,29 +2102,7 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
   }
 
   // ---------------- consumers ----------------
-  {
-    // Zero rows [offsets[E], P), all columns: one row per consumer warp at a time, the warps of all
-    // CTAs striding over the rows, the lanes over the row's columns (16-byte stores where the output
-    // allows them). No division: an element-wise loop with a 64-bit divide per element took about a
-    // tenth of the consumers' time in gemm2 (Nsight Compute source counters, docs/performance.md).
-    int64_t total = p.offsets[p.E];
-    total = total < 0 ? 0 : (total > p.P ? p.P : total);
-    const int64_t wstride = static_cast<int64_t>(gridDim.x) * (kThreads / 32);
-    for (int64_t r = total + static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + warp; r < p.P; r += wstride) {
-      if constexpr (kGemm1) {
-        for (int c = lane; c < p.N / 2; c += 32) p.out_q[r * p.ld_out_q + c] = 0;
-        for (int c = lane; c < p.N / 16; c += 32) p.out_sc[r * p.ld_out_sc + c] = 0;
-      } else if (p.vec16_out) {
-        uint16_t* const row = p.out + r * p.ld_out;
-        const int n8 = p.N & ~7;
-        for (int c = lane * 8; c < n8; c += 32 * 8) *reinterpret_cast<uint4*>(row + c) = make_uint4(0u, 0u, 0u, 0u);
-        if (lane < p.N - n8) row[n8 + lane] = 0;
-      } else {
-        for (int c = lane; c < p.N; c += 32) p.out[r * p.ld_out + c] = 0;
-      }
-    }
-  }
-  const int g = lane >> 2, q = lane & 3;
+  zero_tail_rows<kGemm1>(p, warp, lane);
   const int wm = warp >> 2, wn = warp & 3;
   const uint32_t tiles_u32 = smem_u32(smem);
   float acc[4][8][4];
@@ -2129,44 +2185,187 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
         __syncwarp();
       }
     }
-    if constexpr (kGemm1) {
-      const int64_t r0 = vinfo[ti & 1].r0;
-      const int nrows = vinfo[ti & 1].nrows;
-      const float gsc = __fmul_rn(p.a_gs, p.w_gs[vinfo[ti & 1].e]);
-      bar_consumers();  // every consumer is done reading the previous tile's h
-      const int row_w = wm * 64 + wn * 16 + g;
-#pragma unroll
-      for (int j = 0; j < 16; ++j)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          float hv[2];
-#pragma unroll
-          for (int c = 0; c < 2; ++c) hv[c] = silu_mul_h<false>(acc, j, 2 * hh + c, gsc, 0.0f);
-          const int row = row_w + hh * 8;
-          *reinterpret_cast<uint32_t*>(epi + row * 256 + ((j ^ (row & 7)) << 4) + q * 4) = pack_bf16x2(hv[0], hv[1]);
-        }
-      bar_consumers();
-#pragma unroll 1
-      for (int it = 0; it < (BM * kCols1 / 16) / kThreads; ++it) {
-        const int item = it * kThreads + tid;
-        const int row = item >> 3, blk = item & 7;
-        const int n = nt0 * kCols1 + blk * 16;
-        if (row >= nrows || n >= p.N) continue;
-        const uint4 u0 = *reinterpret_cast<const uint4*>(epi + row * 256 + (((2 * blk) ^ (row & 7)) << 4));
-        const uint4 u1 = *reinterpret_cast<const uint4*>(epi + row * 256 + (((2 * blk + 1) ^ (row & 7)) << 4));
-        const uint32_t u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-        float hv[16];  // the bf16 values, exactly
-#pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          hv[2 * c] = __uint_as_float(u[c] << 16);
-          hv[2 * c + 1] = __uint_as_float(u[c] & 0xFFFF0000u);
-        }
-        store_requant_block(p, hv, row_src[row] >= 0, r0 + row, n);
-      }
-    }
+    if constexpr (kGemm1)
+      gemm1_persist_epilogue(p, acc, epi, row_src, vinfo[ti & 1].r0, vinfo[ti & 1].nrows, nt0,
+                             __fmul_rn(p.a_gs, p.w_gs[vinfo[ti & 1].e]), tid);
     mbar_arrive(free0 + (ti & 1) * 8);  // rsrc / tile_info slot ti & 1 may take tile ti + 2
   }
   if (!kGemm1 && p.tma_out && lane == 0) bulk_wait_read0();  // the staging outlives the last TMA store's reads
+#else
+  __trap();
+#endif
+}
+
+// kWgmmaPersist on kGemm1Tiled weights (variant 13, gemm1 only): kVar 9 (the RS consumers, the tiled
+// weight-only ring) as a persistent kernel: one CTA per SM walks its share of the (row tile, column
+// tile) work items like persist_kernel, so the prologue (expert scan, barriers, register split) runs
+// once per SM instead of once per tile, and the producers run on into the next item's weight steps
+// while the consumers do the epilogue (SiLU-mul + requant through their own 32 KiB bf16 h tile,
+// gemm1_persist_epilogue). The ring step s counts on across items; rsrc / tile_info are double
+// buffered (free barriers) as in persist_kernel. Same items, fragments and epilogue values:
+// bit-identical to kVar 9.
+constexpr int persist_rs_smem_bytes() { return kRsStages * kRsBufBytes + kEpiBytes + kAlignPad; }
+__global__ void __launch_bounds__(kThreads + kProducers, 1) persist_rs_kernel(Args p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int NB = kRsStages;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* const smem = smem_raw + ((kAlignPad - (smem_u32(smem_raw) & (kAlignPad - 1))) & (kAlignPad - 1));
+  unsigned char* const epi = smem + NB * kRsBufBytes;
+  __shared__ __align__(8) uint64_t mbar[2 * NB + 2];  // full[NB], empty[NB], tile_free[2]
+  __shared__ int32_t rsrc[2][BM];
+  __shared__ TileInfo tile_info[2];
+  __shared__ int32_t red[(kThreads + kProducers) / 32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int NT = p.N / kCols1;  // (kGemm1Tiled: I % 128 == 0)
+  const int KT = p.K / BK;
+  const uint32_t full0 = smem_u32(mbar), empty0 = full0 + NB * 8, free0 = empty0 + NB * 8;
+  {
+    int cnt = 0;
+    for (int e = tid; e < p.E; e += kThreads + kProducers) {
+      int64_t s, t;
+      seg_of(p, e, s, t);
+      cnt += static_cast<int>((t - s + BM - 1) / BM);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
+    if (lane == 0) red[warp] = cnt;
+    if (tid == 0) {
+      for (int i = 0; i < NB; ++i) {
+        mbar_init(full0 + i * 8, kProducers);
+        mbar_init(empty0 + i * 8, kThreads);
+      }
+      mbar_init(free0, kThreads);
+      mbar_init(free0 + 8, kThreads);
+    }
+    __syncthreads();
+  }
+  int tiles = 0;
+#pragma unroll
+  for (int w = 0; w < (kThreads + kProducers) / 32; ++w) tiles += red[w];
+  const int work = tiles * NT;  // < 2^31: the host checks (P / BM + E) * NT
+  MOEPROF_SET_ROLE_REGS_RST(tid >= kThreads);
+
+  if (tid >= kThreads) {
+    // ---------------- producers ----------------
+    const int pt = tid - kThreads;
+    int ce = 0, cbase = 0, s = 0, ti = 0;
+    for (int w = blockIdx.x; w < work; w += gridDim.x, ++ti) {
+      const int m = w / NT, nt = w % NT;
+      int e = 0, nrows = 0;
+      int64_t r0 = 0;
+      find_row_tile(p, m, lane, ce, cbase, e, r0, nrows);
+      // Publish the item in slot ti & 1 (free once the consumers are done with item ti - 2); the
+      // first step's full barrier makes it visible.
+      if (ti >= 2) mbar_wait(free0 + (ti & 1) * 8, ((ti >> 1) - 1) & 1);
+      int32_t src = -1;
+      if (pt < nrows) src = p.p2t[r0 + pt];
+      rsrc[ti & 1][pt] = src < 0 ? -1 : src;
+      if (pt == 0) tile_info[ti & 1] = TileInfo{r0, e, nrows};
+      ws_produce_tiled<NB>(p, smem, full0, empty0, pt, e, KT, nt, KT, s);
+      s += KT;
+    }
+    return;
+  }
+
+  // ---------------- consumers ----------------
+  zero_tail_rows<true>(p, warp, lane);
+  const int g = lane >> 2, q = lane & 3;
+  const int wm = warp >> 2, wn = warp & 3;
+  const uint32_t tiles_u32 = smem_u32(smem);
+  const uint32_t sel = rs_byte_sel(q);
+  const bool pair_ok = ((reinterpret_cast<uintptr_t>(p.a_sc) | static_cast<uintptr_t>(p.ld_a_sc)) & 7u) == 0;
+  const volatile TileInfo* vinfo = tile_info;
+  float acc[4][8][4];
+  int s = 0, ti = 0;
+  for (int w = blockIdx.x; w < work; w += gridDim.x, ++ti) {
+    const int nt = w % NT;
+    mbar_wait(full0 + (s % NB) * 8, (s / NB) & 1);  // the item's first step publishes it
+    const int32_t* row_src = rsrc[ti & 1];
+    bool warp_live = false;
+#pragma unroll 8
+    for (int r = 0; r < 64; ++r) warp_live |= row_src[wm * 64 + r] >= 0;
+    warp_live = __any_sync(0xffffffffu, warp_live);  // warp-uniform around the wgmmas (C7518)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
+    // kVar 9's consumer loop (ws_body): this thread's A rows ra, ra + 8 (dead rows read row 0), the
+    // rows' scales of K tiles 2m and 2m + 1 in one 8-byte load where aligned, fragments a step ahead.
+    const int ra = wm * 64 + wn * 16 + g;
+    const int32_t sra = row_src[ra], srb = row_src[ra + 8];
+    const uint8_t* const ca = p.a + static_cast<int64_t>(sra >= 0 ? sra : 0) * p.ld_a;
+    const uint8_t* const cb = p.a + static_cast<int64_t>(srb >= 0 ? srb : 0) * p.ld_a;
+    const uint8_t* const xa = p.a_sc + static_cast<int64_t>(sra >= 0 ? sra : 0) * p.ld_a_sc;
+    const uint8_t* const xb = p.a_sc + static_cast<int64_t>(srb >= 0 ? srb : 0) * p.ld_a_sc;
+    RsRaw raw;
+    uint2 spa = make_uint2(0u, 0u), spb = make_uint2(0u, 0u);
+    auto load = [&](int kt) {
+      raw.a0 = ldg128_l2(ca + kt * 32);
+      raw.a1 = ldg128_l2(ca + kt * 32 + 16);
+      raw.b0 = ldg128_l2(cb + kt * 32);
+      raw.b1 = ldg128_l2(cb + kt * 32 + 16);
+      if ((kt & 1) == 0) {
+        if (kt + 1 < KT && pair_ok) {
+          spa = ldg64_l2(xa + kt * 4);
+          spb = ldg64_l2(xb + kt * 4);
+        } else {
+          spa.x = ldg32_l2(xa + kt * 4);
+          spb.x = ldg32_l2(xb + kt * 4);
+          if (kt + 1 < KT) {
+            spa.y = ldg32_l2(xa + kt * 4 + 4);
+            spb.y = ldg32_l2(xb + kt * 4 + 4);
+          }
+        }
+      }
+    };
+    auto make = [&](uint32_t (&f)[4][4], auto par) {
+      raw.sa = decltype(par)::value ? spa.y : spa.x;
+      raw.sb = decltype(par)::value ? spb.y : spb.x;
+      rs_fragments(raw, sel, f);
+    };
+    using P0 = std::integral_constant<int, 0>;
+    using P1 = std::integral_constant<int, 1>;
+    uint32_t fa0[4][4], fa1[4][4];
+    if (warp_live) {
+      load(0);
+      make(fa0, P0{});
+      if (KT > 1) load(1);
+    }
+    // K tile kt (ring step s + kt): its wgmmas from cur; once step kt - 1's are done its weight tile
+    // goes back, and step kt + 1's fragments are made into nxt, raw then taking step kt + 2's codes.
+    auto step = [&](int kt, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], auto par_next) {
+      const int sg = s + kt, b = sg % NB;
+      mbar_wait(full0 + b * 8, (sg / NB) & 1);
+      const uint32_t bbase = tiles_u32 + b * kRsBufBytes;
+      if (warp_live) {
+        acc_fence(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) wgmma_m64n256k16_rs(acc, cur[kk], wgmma_desc(bbase + kk * 32));
+        wgmma_commit();
+      }
+      wgmma_wait<1>();
+      acc_fence(acc);
+      if (kt > 0) mbar_arrive(empty0 + ((sg - 1) % NB) * 8);
+      if (warp_live && kt + 1 < KT) {
+        make(nxt, par_next);
+        if (kt + 2 < KT) load(kt + 2);
+      }
+    };
+    for (int kt = 0; kt < KT; kt += 2) {
+      step(kt, fa0, fa1, P1{});
+      if (kt + 1 < KT) step(kt + 1, fa1, fa0, P0{});
+    }
+    wgmma_wait<0>();
+    acc_fence(acc);
+    s += KT;
+    mbar_arrive(empty0 + ((s - 1) % NB) * 8);  // the item's last step
+    gemm1_persist_epilogue(p, acc, epi, row_src, vinfo[ti & 1].r0, vinfo[ti & 1].nrows, nt,
+                           __fmul_rn(p.a_gs, p.w_gs[vinfo[ti & 1].e]), tid);
+    mbar_arrive(free0 + (ti & 1) * 8);  // rsrc / tile_info slot ti & 1 may take item ti + 2
+  }
 #else
   __trap();
 #endif
@@ -2265,6 +2464,30 @@ cudaError_t persist_launch(Args p, cudaStream_t stream) {
   return last_launch_error();
 }
 
+// Variant 13 (persist_rs_kernel): one CTA per SM, like persist_launch.
+bool persist_rs_smem_ok() {
+  if (cudaFuncSetAttribute(persist_rs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, persist_rs_smem_bytes()) ==
+      cudaSuccess)
+    return true;
+  (void)cudaGetLastError();
+  return false;
+}
+cudaError_t persist_rs_launch(Args p, cudaStream_t stream) {
+  if (p.P <= 0 || p.N <= 0) return cudaSuccess;
+  const int64_t nt = p.N / kCols1;
+  p.n_groups = static_cast<int>(nt);
+  p.grid_m = 0;  // (unused: the kernel counts the row tiles)
+  if (((p.P + BM - 1) / BM + p.E) * nt >= (int64_t{1} << 31)) return cudaErrorInvalidConfiguration;
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      sms <= 0) {
+    (void)cudaGetLastError();
+    return cudaErrorInvalidDevice;
+  }
+  persist_rs_kernel<<<static_cast<unsigned>(sms), kThreads + kProducers, persist_rs_smem_bytes(), stream>>>(p);
+  return last_launch_error();
+}
+
 // kWgmma (variant 3) runs only where the kernels were built for sm_90a (MOEPROF_HAVE_SM90A, set by
 // kernels/CMakeLists.txt) and the current device is compute capability 9.0 exactly (sm_90a code
 // runs nowhere else).
@@ -2308,6 +2531,15 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
         return true;
       }
       return false;
+    case 13:  // variant 9 as a persistent kernel (gemm1 only, tiled weights)
+      if constexpr (kGemm1) {
+        if (!wgmma_ok() || !aligned(p.a, p.ld_a, 16) || !gemm1_tiled_ok(p.K, p.N) || !aligned(p.w, 16, 16) ||
+            !aligned(p.w_sc, 8, 8) || !persist_rs_smem_ok())
+          return false;
+        err = persist_rs_launch(p, stream);
+        return true;
+      }
+      return false;
     case 10:  // kWgmmaPersist on kGemm2Tiled weights (gemm2 only)
     case 11:  // kWgmmaPersistRA on kGemm2Tiled weights (gemm2 only; kWgmmaPersist's layout where K > kRaMaxK)
       if constexpr (!kGemm1) {
@@ -2336,6 +2568,9 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
       return true;
   }
 }
+
+// kAuto's gemm1 on kGemm1Tiled weights: 9 (tiled_kernel<true, 9>) or 13 (persist_rs_kernel).
+constexpr int kDefaultGemm1TiledVariant = 13;
 
 // Path -> variant; kAuto takes kDefaultPath (change it there after measuring).
 int variant_of(Fp4GemmPath path, bool gemm1) {
@@ -2392,9 +2627,13 @@ cudaError_t launch_moe_gemm1_fp4(const uint8_t* a, int64_t ld_a, const uint8_t* 
   t.q_vec = v2::aligned(out, ld_out, 8);
   cudaError_t err = cudaSuccess;
   if (tiled) {
-    // Only kWgmmaWsRs reads the tiled layout: no fallback (the row-major paths would misread it).
-    if (path != Fp4GemmPath::kAuto && path != Fp4GemmPath::kWgmmaWsRs) return cudaErrorInvalidValue;
-    if (v2::try_launch<true>(t, 9, stream, err)) return err;
+    // Only kWgmmaWsRs (variant 9) and its persistent form (kWgmmaPersist: variant 13) read the tiled
+    // layout: no fallback (the row-major paths would misread it).
+    int var = -1;
+    if (path == Fp4GemmPath::kAuto) var = v2::kDefaultGemm1TiledVariant;
+    if (path == Fp4GemmPath::kWgmmaWsRs) var = 9;
+    if (path == Fp4GemmPath::kWgmmaPersist) var = 13;
+    if (var >= 0 && v2::try_launch<true>(t, var, stream, err)) return err;
     return cudaErrorInvalidValue;
   }
   if (path != Fp4GemmPath::kLegacy) {

@@ -201,7 +201,7 @@ print(('PASS' if ok else 'FAIL'), f'baseline {b} reuse {c} (pred {pc}) fixes {f}
       # and gemm2 on tiled w2 (11: kAuto's resident-A kernel, 12: kWgmmaPersist) against kWgmma,
       # all three shapes.
       for tool in synccheck racecheck; do
-        step "cs_sweep_$tool" 300 env MOEPROF_SWEEP_PATHS=8,9,10,11,12 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+        step "cs_sweep_$tool" 300 env MOEPROF_SWEEP_PATHS=8,9,10,11,12,13 compute-sanitizer --tool "$tool" --error-exitcode 9 \
           "$B/tests/gpu/cuda_ops_test" '*every e4m3 scale byte*' -r compact
         rc=$?
         row "cs_sweep_$tool" "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/cs_sweep_$tool.log" | tail -n1)"

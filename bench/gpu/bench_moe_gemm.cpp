@@ -161,11 +161,13 @@ const std::pair<const char*, Fp4GemmPath> kTiledPaths[] = {
 constexpr int kNumTiled = static_cast<int>(sizeof(kTiledPaths) / sizeof(kTiledPaths[0]));
 
 // tiled: the checked path's GEMMs read tiled copies of the weights (packed here) where the path
-// reads that layout and the device supports it: gemm1 kGemm1Tiled w13 (kAuto, kWgmmaWsRs), gemm2
-// kGemm2Tiled w2 (kAuto, kWgmmaPersist, kWgmmaPersistRA).
+// reads that layout and the device supports it: gemm1 kGemm1Tiled w13 (kAuto, kWgmmaWsRs,
+// kWgmmaPersist), gemm2 kGemm2Tiled w2 (kAuto, kWgmmaPersist, kWgmmaPersistRA).
 void cross_check(const std::string& name, const Fp4Case& c, Fp4GemmPath path, cudaStream_t s, bool tiled = false) {
   const int64_t P = c.P, H = c.H, I = c.I;
-  const bool t1 = tiled && (path == Fp4GemmPath::kAuto || path == Fp4GemmPath::kWgmmaWsRs) && gemm1_tiled_supported(H, I);
+  const bool t1 = tiled &&
+                  (path == Fp4GemmPath::kAuto || path == Fp4GemmPath::kWgmmaWsRs || path == Fp4GemmPath::kWgmmaPersist) &&
+                  gemm1_tiled_supported(H, I);
   const bool t2 = tiled &&
                   (path == Fp4GemmPath::kAuto || path == Fp4GemmPath::kWgmmaPersist || path == Fp4GemmPath::kWgmmaPersistRA) &&
                   gemm2_tiled_supported(I, H);
@@ -254,8 +256,7 @@ void odd_case(int64_t T, int64_t k, int64_t E, int64_t H, int64_t I, int64_t til
   for (const auto& [tag, path] : kTiledPaths) cross_check(std::string(tag) + " " + name, c, path, s);
   if (gemm1_tiled_supported(H, I) || gemm2_tiled_supported(I, H)) {
     cross_check(std::string("[auto tiled-w]") + " " + name, c, Fp4GemmPath::kAuto, s, true);
-    if (gemm2_tiled_supported(I, H))
-      cross_check(std::string("[wgmma_persist tiled-w]") + " " + name, c, Fp4GemmPath::kWgmmaPersist, s, true);
+    cross_check(std::string("[wgmma_persist tiled-w]") + " " + name, c, Fp4GemmPath::kWgmmaPersist, s, true);
   }
   for (void* p : bufs) BENCH_CHECK(cudaFree(p));
 }
@@ -375,7 +376,7 @@ int main(int argc, char** argv) {
     for (const auto& [tag, path] : kTiledPaths) cross_check(std::string(tag) + " tiled vs legacy (bench shape)", main_case, path, s);
     cross_check("auto vs legacy (bench shape)", main_case, Fp4GemmPath::kAuto, s);
     if (tiled_w || tiled_w2) cross_check("auto tiled-w vs legacy (bench shape)", main_case, Fp4GemmPath::kAuto, s, true);
-    if (tiled_w2)
+    if (tiled_w || tiled_w2)
       cross_check("wgmma_persist tiled-w vs legacy (bench shape)", main_case, Fp4GemmPath::kWgmmaPersist, s, true);
   }
 
@@ -396,8 +397,10 @@ int main(int argc, char** argv) {
   if (quick) {
     const double f1q = 2.0 * N_rows * (2 * I) * H, f2q = 2.0 * N_rows * H * I;
     if (tiled_w) {
-      const double a1 = g1(Fp4GemmPath::kAuto, true);
-      std::printf("QUICK %-16s gemm1 %.3f ms %.1f TFLOP/s\n", "[tiled-w auto]", a1, f1q / (a1 * 1e-3) / 1e12);
+      const double a1 = g1(Fp4GemmPath::kAuto, true), p1 = g1(Fp4GemmPath::kWgmmaPersist, true),
+                   r1 = g1(Fp4GemmPath::kWgmmaWsRs, true);
+      std::printf("QUICK %-16s gemm1 %.3f ms %.1f TFLOP/s  (kWgmmaPersist tiled-w %.3f ms, kWgmmaWsRs tiled-w %.3f ms)\n",
+                  "[tiled-w auto]", a1, f1q / (a1 * 1e-3) / 1e12, p1, r1);
     }
     if (tiled_w2) {
       const double a2 = g2(Fp4GemmPath::kAuto, true), p2 = g2(Fp4GemmPath::kWgmmaPersist, true);
@@ -414,6 +417,9 @@ int main(int argc, char** argv) {
   }
   const double g1_legacy = g1(Fp4GemmPath::kLegacy), g1_ms = g1(Fp4GemmPath::kAuto, tiled_w);
   const double g1_rowmajor = tiled_w ? g1(Fp4GemmPath::kAuto) : g1_ms;
+  // The two gemm1 kernels that read tiled w13 (kAuto runs one of them).
+  const double g1_t_rs = tiled_w ? g1(Fp4GemmPath::kWgmmaWsRs, true) : 0.0;
+  const double g1_t_persist = tiled_w ? g1(Fp4GemmPath::kWgmmaPersist, true) : 0.0;
   const double g2_legacy = g2(Fp4GemmPath::kLegacy), g2_ms = g2(Fp4GemmPath::kAuto, tiled_w2);
   const double g2_rowmajor = tiled_w2 ? g2(Fp4GemmPath::kAuto) : g2_ms;
   const char* const kVarNames[kNumTiled] = {"tiled", "tiled_skip", "tiled_staged", "wgmma", "wgmma_ws", "wgmma_ws2", "wgmma_persist",
@@ -468,6 +474,10 @@ int main(int argc, char** argv) {
   std::printf("RESULT gemm1_fp4_fused ms=%.3f tflops=%.1f\n", g1_ms, tf(f1, g1_ms));
   std::printf("INFO gemm1 weight layout (kAuto, as CudaBackend stores w13) = %s\n", tiled_w ? "kGemm1Tiled" : "kRowMajor");
   std::printf("RESULT gemm1_fp4_fused_rowmajor ms=%.3f tflops=%.1f\n", g1_rowmajor, tf(f1, g1_rowmajor));
+  if (tiled_w) {
+    std::printf("RESULT gemm1_fp4_fused_tiled_w_wgmma_ws_rs ms=%.3f tflops=%.1f\n", g1_t_rs, tf(f1, g1_t_rs));
+    std::printf("RESULT gemm1_fp4_fused_tiled_w_wgmma_persist ms=%.3f tflops=%.1f\n", g1_t_persist, tf(f1, g1_t_persist));
+  }
   std::printf("RESULT gemm2_fp4 ms=%.3f tflops=%.1f\n", g2_ms, tf(f2, g2_ms));
   std::printf("INFO gemm2 weight layout (kAuto, as CudaBackend stores w2) = %s\n", tiled_w2 ? "kGemm2Tiled" : "kRowMajor");
   std::printf("RESULT gemm2_fp4_rowmajor ms=%.3f tflops=%.1f\n", g2_rowmajor, tf(f2, g2_rowmajor));

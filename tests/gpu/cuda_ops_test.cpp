@@ -809,28 +809,34 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
         if (e1 == cudaSuccess) check_gemm1(fetch<uint8_t>(g, hp.g), fetch<uint8_t>(g, hsp.g));
         if (e2 == cudaSuccess) check_gemm2(fetch<uint16_t>(g, op.g));
       }
-      // gemm1 on a kGemm1Tiled copy of w13 (kAuto): where the sizes allow it, against the CPU too;
-      // elsewhere the launch refuses (cudaErrorInvalidValue) rather than misread the layout.
+      // gemm1 on a kGemm1Tiled copy of w13 (kAuto, kWgmmaWsRs, kWgmmaPersist): where the sizes
+      // allow it, against the CPU too; elsewhere, and for any other path, the launch refuses
+      // (cudaErrorInvalidValue) rather than misread the layout.
       if (major == 9 && minor == 0) {
-        INFO("gemm1 on tiled w13");
         Both wt = out(DType::kFP4x2, q.E * 2 * q.I, q.H / 2, "w13_tiled");
         Both wts = out(DType::kE4M3, q.E * 2 * q.I, q.H / 16, "w13_s_tiled");
-        Both hp = out(DType::kFP4x2, r.P, q.I / 2, "h_tiled");
-        Both hsp = out(DType::kE4M3, r.P, q.I / 16, "h_s_tiled");
         const bool ok = kern::gemm1_tiled_ok(q.H, q.I);
         REQUIRE(g.synchronize().is_ok());
         REQUIRE(kern::launch_pack_gemm1_weights_tiled(cp(w13.g), w13.g.ld(), cp(w13s.g), w13s.g.ld(), q.E, q.H, q.I,
                                                       static_cast<uint8_t*>(wt.g.raw()), static_cast<uint8_t*>(wts.g.raw()),
                                                       nullptr) == (ok ? cudaSuccess : cudaErrorInvalidValue));
-        const cudaError_t e1 = kern::launch_moe_gemm1_fp4(
-            cp(a.g), a.g.ld(), cp(as.g), as.g.ld(), a_gs, cp(wt.g), wt.g.ld(), cp(wts.g), wts.g.ld(),
-            static_cast<const float*>(w13gs.g.raw()), static_cast<const int32_t*>(offsets.g.raw()),
-            static_cast<const int32_t*>(perm.g.raw()), r.P, q.E, q.H, q.I, out_gs, static_cast<uint8_t*>(hp.g.raw()),
-            hp.g.ld(), static_cast<uint8_t*>(hsp.g.raw()), hsp.g.ld(), nullptr, Fp4GemmPath::kAuto,
-            kern::Fp4WeightLayout::kGemm1Tiled);
-        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-        REQUIRE(e1 == (ok ? cudaSuccess : cudaErrorInvalidValue));
-        if (ok) check_gemm1(fetch<uint8_t>(g, hp.g), fetch<uint8_t>(g, hsp.g));
+        for (Fp4GemmPath path : {Fp4GemmPath::kAuto, Fp4GemmPath::kWgmmaWsRs, Fp4GemmPath::kWgmmaPersist,
+                                 Fp4GemmPath::kWgmmaWs2}) {
+          INFO("gemm1 on tiled w13, Fp4GemmPath " << static_cast<int>(path));
+          Both hp = out(DType::kFP4x2, r.P, q.I / 2, "h_tiled");  // poisoned for each path
+          Both hsp = out(DType::kE4M3, r.P, q.I / 16, "h_s_tiled");
+          REQUIRE(g.synchronize().is_ok());
+          const cudaError_t e1 = kern::launch_moe_gemm1_fp4(
+              cp(a.g), a.g.ld(), cp(as.g), as.g.ld(), a_gs, cp(wt.g), wt.g.ld(), cp(wts.g), wts.g.ld(),
+              static_cast<const float*>(w13gs.g.raw()), static_cast<const int32_t*>(offsets.g.raw()),
+              static_cast<const int32_t*>(perm.g.raw()), r.P, q.E, q.H, q.I, out_gs, static_cast<uint8_t*>(hp.g.raw()),
+              hp.g.ld(), static_cast<uint8_t*>(hsp.g.raw()), hsp.g.ld(), nullptr, path,
+              kern::Fp4WeightLayout::kGemm1Tiled);
+          REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+          const bool runs = ok && path != Fp4GemmPath::kWgmmaWs2;
+          REQUIRE(e1 == (runs ? cudaSuccess : cudaErrorInvalidValue));
+          if (runs) check_gemm1(fetch<uint8_t>(g, hp.g), fetch<uint8_t>(g, hsp.g));
+        }
       }
       // gemm2 on a kGemm2Tiled copy of w2 (kAuto, kWgmmaPersist; kWgmmaWs2 and gemm1's layout are
       // refused), likewise.
@@ -992,11 +998,14 @@ TEST_CASE("cuda FP4 GEMM warp-specialized paths give kWgmma's bits for every e4m
       REQUIRE(bad == 0);
       CHECK(nan_bits == 0);
     }
-    // kWgmmaWsRs on a kGemm1Tiled copy of w13 (counted as path 10): the packed bytes are exactly
-    // the row-major ones at their fp4_tiled.h offsets, and gemm1 gives kWgmma's bits.
-    if (kern::gemm1_tiled_ok(H, I) && (only.size() <= 2 || only.find(",10,") != std::string::npos)) {
-      INFO("kWgmmaWsRs on tiled w13");
-      ++compared;
+    // kWgmmaWsRs on a kGemm1Tiled copy of w13 (counted as path 10) and its persistent form
+    // (kWgmmaPersist on tiled w13, counted as 13; at the third shape every CTA takes several work
+    // items): the packed bytes are exactly the row-major ones at their fp4_tiled.h offsets, and
+    // gemm1 gives kWgmma's bits.
+    const bool want10 = only.size() <= 2 || only.find(",10,") != std::string::npos;
+    const bool want13 = only.size() <= 2 || only.find(",13,") != std::string::npos;
+    if (kern::gemm1_tiled_ok(H, I) && (want10 || want13)) {
+      INFO("gemm1 on tiled w13");
       Both wt = out(DType::kFP4x2, E * 2 * I, H / 2, "w13_tiled");
       Both wts = out(DType::kE4M3, E * 2 * I, H / 16, "w13_s_tiled");
       REQUIRE(g.synchronize().is_ok());
@@ -1016,18 +1025,24 @@ TEST_CASE("cuda FP4 GEMM warp-specialized paths give kWgmma's bits for every e4m
                        w13s[static_cast<size_t>(row * (H / 16) + b)];
       }
       REQUIRE(misplaced == 0);
-      Both hq = out(DType::kFP4x2, r.P, I / 2, "h_out_tiled");
-      Both hqs = out(DType::kE4M3, r.P, I / 16, "h_s_out_tiled");
-      REQUIRE(kern::launch_moe_gemm1_fp4(cp(a.g), a.g.ld(), cp(a_s.g), a_s.g.ld(), 1.0f, cp(wt.g), wt.g.ld(), cp(wts.g),
-                                         wts.g.ld(), static_cast<const float*>(w13gs.g.raw()),
-                                         static_cast<const int32_t*>(offsets.g.raw()),
-                                         static_cast<const int32_t*>(perm.g.raw()), r.P, E, H, I, 0.05f,
-                                         static_cast<uint8_t*>(hq.g.raw()), hq.g.ld(), static_cast<uint8_t*>(hqs.g.raw()),
-                                         hqs.g.ld(), nullptr, Fp4GemmPath::kWgmmaWsRs,
-                                         kern::Fp4WeightLayout::kGemm1Tiled) == cudaSuccess);
-      REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-      require_equal(ref.q, fetch<uint8_t>(g, hq.g), "gemm1 codes (tiled w13)");
-      require_equal(ref.qs, fetch<uint8_t>(g, hqs.g), "gemm1 scales (tiled w13)");
+      for (Fp4GemmPath path : {Fp4GemmPath::kWgmmaWsRs, Fp4GemmPath::kWgmmaPersist}) {
+        if (!(path == Fp4GemmPath::kWgmmaWsRs ? want10 : want13)) continue;
+        INFO("tiled w13, Fp4GemmPath " << static_cast<int>(path));
+        ++compared;
+        Both hq = out(DType::kFP4x2, r.P, I / 2, "h_out_tiled");
+        Both hqs = out(DType::kE4M3, r.P, I / 16, "h_s_out_tiled");
+        REQUIRE(g.synchronize().is_ok());
+        REQUIRE(kern::launch_moe_gemm1_fp4(cp(a.g), a.g.ld(), cp(a_s.g), a_s.g.ld(), 1.0f, cp(wt.g), wt.g.ld(),
+                                           cp(wts.g), wts.g.ld(), static_cast<const float*>(w13gs.g.raw()),
+                                           static_cast<const int32_t*>(offsets.g.raw()),
+                                           static_cast<const int32_t*>(perm.g.raw()), r.P, E, H, I, 0.05f,
+                                           static_cast<uint8_t*>(hq.g.raw()), hq.g.ld(),
+                                           static_cast<uint8_t*>(hqs.g.raw()), hqs.g.ld(), nullptr, path,
+                                           kern::Fp4WeightLayout::kGemm1Tiled) == cudaSuccess);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        require_equal(ref.q, fetch<uint8_t>(g, hq.g), "gemm1 codes (tiled w13)");
+        require_equal(ref.qs, fetch<uint8_t>(g, hqs.g), "gemm1 scales (tiled w13)");
+      }
     }
     // gemm2 on a kGemm2Tiled copy of w2: kAuto (the resident-A kernel here, counted as path 11)
     // and kWgmmaPersist (path 12) give kWgmma's bits; the packed bytes sit at their offsets.
