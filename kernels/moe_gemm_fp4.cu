@@ -2569,7 +2569,9 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
   }
 }
 
-// kAuto's gemm1 on kGemm1Tiled weights: 9 (tiled_kernel<true, 9>) or 13 (persist_rs_kernel).
+// kAuto's gemm1 on kGemm1Tiled weights: 9 (tiled_kernel<true, 9>) or 13 (persist_rs_kernel). 13:
+// 1.8-2.3% faster at the bench shape, 4.4% at H = 3584, 6.5% at H = 1792 (interleaved A/B,
+// docs/performance.md, eleventh session): it saves a fixed time per tile.
 constexpr int kDefaultGemm1TiledVariant = 13;
 
 // Path -> variant; kAuto takes kDefaultPath (change it there after measuring).
@@ -2634,6 +2636,8 @@ cudaError_t launch_moe_gemm1_fp4(const uint8_t* a, int64_t ld_a, const uint8_t* 
     if (path == Fp4GemmPath::kWgmmaWsRs) var = 9;
     if (path == Fp4GemmPath::kWgmmaPersist) var = 13;
     if (var >= 0 && v2::try_launch<true>(t, var, stream, err)) return err;
+    // kAuto: the other of the two where the default cannot run (its shared memory not grantable).
+    if (path == Fp4GemmPath::kAuto && v2::try_launch<true>(t, var == 13 ? 9 : 13, stream, err)) return err;
     return cudaErrorInvalidValue;
   }
   if (path != Fp4GemmPath::kLegacy) {
@@ -2729,7 +2733,7 @@ cudaError_t pack_tiled(const uint8_t* w, int64_t ld_w, const uint8_t* w_sc, int6
 }  // namespace
 
 bool gemm1_tiled_supported(int64_t H, int64_t I) {
-  return gemm1_tiled_ok(H, I) && v2::wgmma_ok() && v2::smem_ok<true, 9>();
+  return gemm1_tiled_ok(H, I) && v2::wgmma_ok() && (v2::persist_rs_smem_ok() || v2::smem_ok<true, 9>());
 }
 
 bool gemm2_tiled_supported(int64_t I, int64_t H) {

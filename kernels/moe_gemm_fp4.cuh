@@ -44,7 +44,8 @@ enum class Fp4GemmPath : int {
 // The tiled variants kAuto runs (the production paths), one per GEMM. Change them after measuring
 // bench_moe_gemm on the GPU (it times every variant and cross-checks each against kLegacy).
 // The persistent kernels are faster for gemm2 (kWgmmaPersistRA the fastest at K <= 512, where it
-// differs from kWgmmaPersist) and slower for gemm1 (docs/performance.md).
+// differs from kWgmmaPersist) and, on row-major weights, slower for gemm1 (docs/performance.md);
+// on kGemm1Tiled weights kAuto runs kWgmmaWsRs's persistent form (below).
 inline constexpr Fp4GemmPath kDefaultGemm1Path = Fp4GemmPath::kWgmmaWsRs;
 inline constexpr Fp4GemmPath kDefaultGemm2Path = Fp4GemmPath::kWgmmaPersistRA;
 
@@ -52,8 +53,9 @@ inline constexpr Fp4GemmPath kDefaultGemm2Path = Fp4GemmPath::kWgmmaPersistRA;
 // [E*H, I/16], with row strides ld_w / ld_w_scales), or the same bytes in the order the producers
 // of the production kernels load them (kernels/common/fp4_tiled.h; 16-byte aligned codes, 8-byte
 // aligned scales; ld_w / ld_w_scales are ignored):
-//  kGemm1Tiled (gemm1's w13; H % 64 == 0, I % 128 == 0): read only by kAuto / kWgmmaWsRs, and only
-//    where kWgmmaWsRs can run (sm_90a, 16-byte aligned A code rows);
+//  kGemm1Tiled (gemm1's w13; H % 64 == 0, I % 128 == 0): read only by kWgmmaWsRs, kWgmmaPersist
+//    (kWgmmaWsRs's consumers and producers as a persistent kernel) and kAuto (the persistent one,
+//    else kWgmmaWsRs), and only where they can run (sm_90a, 16-byte aligned A code rows);
 //  kGemm2Tiled (gemm2's w2; I % 64 == 0, H % 256 == 0): read only by kAuto / kWgmmaPersistRA (the
 //    resident-A kernel at I <= 512, kWgmmaPersist's above) and kWgmmaPersist, on sm_90a.
 // Elsewhere (and for the other GEMM's layout) the launch returns cudaErrorInvalidValue, so a caller

@@ -394,6 +394,31 @@ int main(int argc, char** argv) {
                                        t ? Fp4WeightLayout::kGemm2Tiled : Fp4WeightLayout::kRowMajor));
     });
   };
+  // MOEPROF_BENCH_AB=1: the two gemm1 kernels on tiled w13 (kWgmmaWsRs, kWgmmaPersist), 6 rounds in
+  // ABBA order (the GPU's clock drifts over a run: back-to-back figures of one kernel differ by
+  // several percent), each round's times and the medians.
+  if (const char* ab = std::getenv("MOEPROF_BENCH_AB"); ab && *ab && *ab != '0' && tiled_w) {
+    std::vector<double> ta, tb;
+    for (int round = 0; round < 6; ++round) {
+      const bool a_first = round % 4 == 0 || round % 4 == 3;
+      double x = 0.0, y = 0.0;
+      if (a_first) {
+        x = g1(Fp4GemmPath::kWgmmaWsRs, true);
+        y = g1(Fp4GemmPath::kWgmmaPersist, true);
+      } else {
+        y = g1(Fp4GemmPath::kWgmmaPersist, true);
+        x = g1(Fp4GemmPath::kWgmmaWsRs, true);
+      }
+      ta.push_back(x);
+      tb.push_back(y);
+      std::printf("AB round %d: kWgmmaWsRs %.3f ms  kWgmmaPersist %.3f ms\n", round, x, y);
+    }
+    std::sort(ta.begin(), ta.end());
+    std::sort(tb.begin(), tb.end());
+    std::printf("AB H=%lld median: kWgmmaWsRs %.3f ms  kWgmmaPersist %.3f ms\n", static_cast<long long>(H),
+                (ta[2] + ta[3]) / 2, (tb[2] + tb[3]) / 2);
+    return 0;
+  }
   if (quick) {
     const double f1q = 2.0 * N_rows * (2 * I) * H, f2q = 2.0 * N_rows * H * I;
     if (tiled_w) {
