@@ -1096,6 +1096,81 @@ __device__ __forceinline__ void rs_fragments(const RsRaw& r, uint32_t sel, uint3
   }
 }
 
+// The RS consumers' A operand (kVar 6 / 9, persist_rs_kernel): this thread's fragment rows ra and
+// ra + 8 of the tile (row sources sra / srb; a dead row reads row 0, as the producers' dead items
+// do), their codes and scales loaded a K step ahead into raw. kPair (kVar 9, persist_rs_kernel): the
+// two rows' scales of K tiles 2m and 2m + 1 in one 8-byte load each at the even tile (spa / spb),
+// the odd tile's fragments taking the second word: half the consumers' scale loads (measured 1%
+// faster, docs/performance.md, tenth session). The callers' K loops are unrolled by 2, so the
+// parity of each make() is static (kPar). Rows not 8-byte aligned, and the last tile of an odd KT,
+// load 4 bytes.
+template <bool kPair>
+struct RsA {
+  const uint8_t *ca, *cb, *xa, *xb;
+  RsRaw raw;
+  uint2 spa, spb;
+  bool pair_ok;
+  __device__ __forceinline__ RsA(const Args& p, int32_t sra, int32_t srb)
+      : ca(p.a + static_cast<int64_t>(sra >= 0 ? sra : 0) * p.ld_a),
+        cb(p.a + static_cast<int64_t>(srb >= 0 ? srb : 0) * p.ld_a),
+        xa(p.a_sc + static_cast<int64_t>(sra >= 0 ? sra : 0) * p.ld_a_sc),
+        xb(p.a_sc + static_cast<int64_t>(srb >= 0 ? srb : 0) * p.ld_a_sc),
+        spa(make_uint2(0u, 0u)),
+        spb(make_uint2(0u, 0u)),
+        pair_ok(((reinterpret_cast<uintptr_t>(p.a_sc) | static_cast<uintptr_t>(p.ld_a_sc)) & 7u) == 0) {}
+  __device__ __forceinline__ void load(int kt, int KT) {
+    if constexpr (kPair) {
+      raw.a0 = ldg128_l2(ca + kt * 32);
+      raw.a1 = ldg128_l2(ca + kt * 32 + 16);
+      raw.b0 = ldg128_l2(cb + kt * 32);
+      raw.b1 = ldg128_l2(cb + kt * 32 + 16);
+      if ((kt & 1) == 0) {
+        if (kt + 1 < KT && pair_ok) {
+          spa = ldg64_l2(xa + kt * 4);
+          spb = ldg64_l2(xb + kt * 4);
+        } else {
+          spa.x = ldg32_l2(xa + kt * 4);
+          spb.x = ldg32_l2(xb + kt * 4);
+          if (kt + 1 < KT) {
+            spa.y = ldg32_l2(xa + kt * 4 + 4);
+            spb.y = ldg32_l2(xb + kt * 4 + 4);
+          }
+        }
+      }
+    } else {
+      rs_load(raw, ca, cb, xa, xb, kt);
+    }
+  }
+  template <int kPar>
+  __device__ __forceinline__ void make(uint32_t (&f)[4][4], uint32_t sel) {
+    if constexpr (kPair) {
+      raw.sa = kPar ? spa.y : spa.x;
+      raw.sb = kPar ? spb.y : spb.x;
+    }
+    rs_fragments(raw, sel, f);
+  }
+};
+
+// An RS consumer K step's wgmmas: wait for weight tile s % NB, issue the 4 RS wgmmas (A fragments
+// cur; skipped when the warpgroup's rows are all dead) and wait until only this step's group is in
+// flight, so step s - 1's tile may be released.
+template <int NB>
+__device__ __forceinline__ void rs_wgmma_step(float (&acc)[4][8][4], const uint32_t (&cur)[4][4], uint32_t tiles,
+                                              uint32_t full0, int s, bool warp_live) {
+  const int b = s % NB;
+  mbar_wait(full0 + b * 8, (s / NB) & 1);
+  const uint32_t bbase = tiles + b * kRsBufBytes;
+  if (warp_live) {
+    acc_fence(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) wgmma_m64n256k16_rs(acc, cur[kk], wgmma_desc(bbase + kk * 32));
+    wgmma_commit();
+  }
+  wgmma_wait<1>();
+  acc_fence(acc);
+}
+
 // One consumer K step (both warp-specialized kernels): wait for fp16 tile s % NB, issue its 4 wgmmas
 // (warpgroup wm's 64 rows x all 256 weight rows; skipped when the rows are all dead), and wait
 // until only this step's group is in flight, so step s - 1's tile may be released.
@@ -1190,95 +1265,40 @@ __device__ __forceinline__ void ws_body(const Args& p, unsigned char* smem, cons
     }
   };
   if constexpr (is_rs(kVar)) {
-    // This thread's A fragment rows: ra and ra + 8 of the tile (dead rows read row 0, as the
-    // producers' dead items do). A rows do not depend on the column tile: step s is K tile s % KT.
+    // This thread's A fragment rows: ra and ra + 8 of the tile. A rows do not depend on the column
+    // tile: step s is K tile s % KT (kl). kVar 9 pairs the scale loads: gemm1 has one column tile,
+    // so step s is K tile s and the parity of each make() is static.
     const int ra = wm * 64 + wn * 16 + g;
-    const int32_t sra = row_src[ra], srb = row_src[ra + 8];
-    const uint8_t* const ca = p.a + static_cast<int64_t>(sra >= 0 ? sra : 0) * p.ld_a;
-    const uint8_t* const cb = p.a + static_cast<int64_t>(srb >= 0 ? srb : 0) * p.ld_a;
-    const uint8_t* const xa = p.a_sc + static_cast<int64_t>(sra >= 0 ? sra : 0) * p.ld_a_sc;
-    const uint8_t* const xb = p.a_sc + static_cast<int64_t>(srb >= 0 ? srb : 0) * p.ld_a_sc;
+    RsA<kVar == 9> A(p, row_src[ra], row_src[ra + 8]);
     const uint32_t sel = rs_byte_sel(q);
-    RsRaw raw;
-    int kl = 0;  // K tile of the codes in raw
-    // kVar 9: the two rows' scales of steps 2m and 2m + 1 in one 8-byte load each, made at the even
-    // step (spa / spb), the odd step's fragments taking the second word: half the consumers' scale
-    // loads (measured 1% faster, docs/performance.md, tenth session). The step loop below is
-    // unrolled by 2 and gemm1 has one column tile, so step s is K tile s and the parity of each
-    // make() is static (par). Rows not 8-byte aligned, and the last step of an odd KT, load 4 bytes.
-    constexpr bool kPair = kVar == 9;
-    const bool pair_ok = ((reinterpret_cast<uintptr_t>(p.a_sc) | static_cast<uintptr_t>(p.ld_a_sc)) & 7u) == 0;
-    uint2 spa = make_uint2(0u, 0u), spb = make_uint2(0u, 0u);
-    auto load = [&](int kt) {
-      if constexpr (kPair) {
-        raw.a0 = ldg128_l2(ca + kt * 32);
-        raw.a1 = ldg128_l2(ca + kt * 32 + 16);
-        raw.b0 = ldg128_l2(cb + kt * 32);
-        raw.b1 = ldg128_l2(cb + kt * 32 + 16);
-        if ((kt & 1) == 0) {
-          if (kt + 1 < KT && pair_ok) {
-            spa = ldg64_l2(xa + kt * 4);
-            spb = ldg64_l2(xb + kt * 4);
-          } else {
-            spa.x = ldg32_l2(xa + kt * 4);
-            spb.x = ldg32_l2(xb + kt * 4);
-            if (kt + 1 < KT) {
-              spa.y = ldg32_l2(xa + kt * 4 + 4);
-              spb.y = ldg32_l2(xb + kt * 4 + 4);
-            }
-          }
-        }
-      } else {
-        rs_load(raw, ca, cb, xa, xb, kt);
-      }
-    };
-    auto make = [&](uint32_t (&f)[4][4], auto par) {
-      if constexpr (kPair) {
-        raw.sa = decltype(par)::value ? spa.y : spa.x;
-        raw.sb = decltype(par)::value ? spb.y : spb.x;
-      }
-      rs_fragments(raw, sel, f);
-    };
-    using P0 = std::integral_constant<int, 0>;
-    using P1 = std::integral_constant<int, 1>;
+    int kl = 0;  // K tile of the codes in A.raw
     uint32_t fa0[4][4], fa1[4][4];
     if (warp_live) {
-      load(0);
-      make(fa0, P0{});
+      A.load(0, KT);
+      A.template make<0>(fa0, sel);
       if (nsteps > 1) {
         kl = KT > 1 ? 1 : 0;
-        load(kl);
+        A.load(kl, KT);
       }
     }
     // Step s: wgmmas of step s from cur; once step s - 1's are done, its weight tile goes back to the
-    // producers and step s + 1's fragments are made into nxt (step s - 1's registers) from raw, which
-    // then takes step s + 2's codes.
+    // producers and step s + 1's fragments are made into nxt (step s - 1's registers) from A.raw,
+    // which then takes step s + 2's codes.
     auto step = [&](int s, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], auto par_next) {
-      const int b = s % NB;
-      mbar_wait(full0 + b * 8, (s / NB) & 1);
-      const uint32_t bbase = tiles + b * kRsBufBytes;
-      if (warp_live) {
-        acc_fence(acc);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk) wgmma_m64n256k16_rs(acc, cur[kk], wgmma_desc(bbase + kk * 32));
-        wgmma_commit();
-      }
-      wgmma_wait<1>();
-      acc_fence(acc);
+      rs_wgmma_step<NB>(acc, cur, tiles, full0, s, warp_live);
       if (s > 0) mbar_arrive(empty0 + ((s - 1) % NB) * 8);
       if (warp_live && s + 1 < nsteps) {
-        make(nxt, par_next);
+        A.template make<decltype(par_next)::value>(nxt, sel);
         if (s + 2 < nsteps) {
           if (++kl == KT) kl = 0;
-          load(kl);
+          A.load(kl, KT);
         }
       }
       column_epilogue(s);
     };
     for (int s = 0; s < nsteps; s += 2) {
-      step(s, fa0, fa1, P1{});
-      if (s + 1 < nsteps) step(s + 1, fa1, fa0, P0{});
+      step(s, fa0, fa1, std::integral_constant<int, 1>{});
+      if (s + 1 < nsteps) step(s + 1, fa1, fa0, std::integral_constant<int, 0>{});
     }
   } else {
     for (int s = 0; s < nsteps; ++s) {
@@ -1826,6 +1846,38 @@ __device__ __forceinline__ void find_row_tile(const Args& p, int m, int lane, in
   }
 }
 
+// The persistent kernels' prologue (all threads): the row tiles in all, the sum over experts of
+// ceil(rows_e / BM) (red: one int per warp), and the barriers: full[nb] (producer arrivals),
+// empty[nb] and tile_free[2] (consumer arrivals); thread 0 then runs more_init (a kernel's own).
+template <class MoreInit>
+__device__ __forceinline__ int persist_prologue(const Args& p, int32_t* red, int nb, uint32_t full0, uint32_t empty0,
+                                                uint32_t free0, MoreInit more_init) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int cnt = 0;
+  for (int e = tid; e < p.E; e += kThreads + kProducers) {
+    int64_t s, t;
+    seg_of(p, e, s, t);
+    cnt += static_cast<int>((t - s + BM - 1) / BM);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
+  if (lane == 0) red[warp] = cnt;
+  if (tid == 0) {
+    for (int i = 0; i < nb; ++i) {
+      mbar_init(full0 + i * 8, kProducers);
+      mbar_init(empty0 + i * 8, kThreads);
+    }
+    mbar_init(free0, kThreads);
+    mbar_init(free0 + 8, kThreads);
+    more_init();
+  }
+  __syncthreads();
+  int tiles = 0;
+#pragma unroll
+  for (int w = 0; w < (kThreads + kProducers) / 32; ++w) tiles += red[w];
+  return tiles;
+}
+
 // The persistent kernels' consumers, first: zero rows [offsets[E], P), all columns: one row per
 // consumer warp at a time, the warps of all CTAs striding over the rows, the lanes over the row's
 // columns (16-byte stores where the output allows them). No division: an element-wise loop with a
@@ -1919,32 +1971,10 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
   const uint32_t full0 = smem_u32(mbar), empty0 = full0 + NB * 8, free0 = empty0 + NB * 8;
   const uint32_t afree0 = free0 + 2 * 8;  // kResA: A tile kt is free once all consumers arrived on afree0 + 8 kt
 
-  // Row tiles in all: the sum over experts of ceil(rows_e / BM).
-  {
-    int cnt = 0;
-    for (int e = tid; e < p.E; e += kThreads + kProducers) {
-      int64_t s, t;
-      seg_of(p, e, s, t);
-      cnt += static_cast<int>((t - s + BM - 1) / BM);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
-    if (lane == 0) red[warp] = cnt;
-    if (tid == 0) {
-      for (int i = 0; i < NB; ++i) {
-        mbar_init(full0 + i * 8, kProducers);
-        mbar_init(empty0 + i * 8, kThreads);
-      }
-      mbar_init(free0, kThreads);
-      mbar_init(free0 + 8, kThreads);
-      if constexpr (kResA)
-        for (int i = 0; i < kRaKT; ++i) mbar_init(afree0 + i * 8, kThreads);
-    }
-    __syncthreads();
-  }
-  int tiles = 0;
-#pragma unroll
-  for (int w = 0; w < (kThreads + kProducers) / 32; ++w) tiles += red[w];
+  const int tiles = persist_prologue(p, red, NB, full0, empty0, free0, [&] {
+    if constexpr (kResA)
+      for (int i = 0; i < kRaKT; ++i) mbar_init(afree0 + i * 8, kThreads);
+  });
   const int64_t work = static_cast<int64_t>(tiles) * p.n_groups;  // < 2^31: the host checks (P / BM + E) * n_groups
   const volatile int& work_s = red[0];  // (the consumers re-read it: one register less in their loop)
   __syncthreads();
@@ -2219,29 +2249,7 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_rs_kernel(Ar
   const int NT = p.N / kCols1;  // (kGemm1Tiled: I % 128 == 0)
   const int KT = p.K / BK;
   const uint32_t full0 = smem_u32(mbar), empty0 = full0 + NB * 8, free0 = empty0 + NB * 8;
-  {
-    int cnt = 0;
-    for (int e = tid; e < p.E; e += kThreads + kProducers) {
-      int64_t s, t;
-      seg_of(p, e, s, t);
-      cnt += static_cast<int>((t - s + BM - 1) / BM);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
-    if (lane == 0) red[warp] = cnt;
-    if (tid == 0) {
-      for (int i = 0; i < NB; ++i) {
-        mbar_init(full0 + i * 8, kProducers);
-        mbar_init(empty0 + i * 8, kThreads);
-      }
-      mbar_init(free0, kThreads);
-      mbar_init(free0 + 8, kThreads);
-    }
-    __syncthreads();
-  }
-  int tiles = 0;
-#pragma unroll
-  for (int w = 0; w < (kThreads + kProducers) / 32; ++w) tiles += red[w];
+  const int tiles = persist_prologue(p, red, NB, full0, empty0, free0, [] {});
   const int work = tiles * NT;  // < 2^31: the host checks (P / BM + E) * NT
   MOEPROF_SET_ROLE_REGS_RST(tid >= kThreads);
 
@@ -2273,7 +2281,6 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_rs_kernel(Ar
   const int wm = warp >> 2, wn = warp & 3;
   const uint32_t tiles_u32 = smem_u32(smem);
   const uint32_t sel = rs_byte_sel(q);
-  const bool pair_ok = ((reinterpret_cast<uintptr_t>(p.a_sc) | static_cast<uintptr_t>(p.ld_a_sc)) & 7u) == 0;
   const volatile TileInfo* vinfo = tile_info;
   float acc[4][8][4];
   int s = 0, ti = 0;
@@ -2291,72 +2298,26 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_rs_kernel(Ar
       for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
-    // kVar 9's consumer loop (ws_body): this thread's A rows ra, ra + 8 (dead rows read row 0), the
-    // rows' scales of K tiles 2m and 2m + 1 in one 8-byte load where aligned, fragments a step ahead.
+    // kVar 9's consumer loop (ws_body), K tile kt at ring step s + kt.
     const int ra = wm * 64 + wn * 16 + g;
-    const int32_t sra = row_src[ra], srb = row_src[ra + 8];
-    const uint8_t* const ca = p.a + static_cast<int64_t>(sra >= 0 ? sra : 0) * p.ld_a;
-    const uint8_t* const cb = p.a + static_cast<int64_t>(srb >= 0 ? srb : 0) * p.ld_a;
-    const uint8_t* const xa = p.a_sc + static_cast<int64_t>(sra >= 0 ? sra : 0) * p.ld_a_sc;
-    const uint8_t* const xb = p.a_sc + static_cast<int64_t>(srb >= 0 ? srb : 0) * p.ld_a_sc;
-    RsRaw raw;
-    uint2 spa = make_uint2(0u, 0u), spb = make_uint2(0u, 0u);
-    auto load = [&](int kt) {
-      raw.a0 = ldg128_l2(ca + kt * 32);
-      raw.a1 = ldg128_l2(ca + kt * 32 + 16);
-      raw.b0 = ldg128_l2(cb + kt * 32);
-      raw.b1 = ldg128_l2(cb + kt * 32 + 16);
-      if ((kt & 1) == 0) {
-        if (kt + 1 < KT && pair_ok) {
-          spa = ldg64_l2(xa + kt * 4);
-          spb = ldg64_l2(xb + kt * 4);
-        } else {
-          spa.x = ldg32_l2(xa + kt * 4);
-          spb.x = ldg32_l2(xb + kt * 4);
-          if (kt + 1 < KT) {
-            spa.y = ldg32_l2(xa + kt * 4 + 4);
-            spb.y = ldg32_l2(xb + kt * 4 + 4);
-          }
-        }
-      }
-    };
-    auto make = [&](uint32_t (&f)[4][4], auto par) {
-      raw.sa = decltype(par)::value ? spa.y : spa.x;
-      raw.sb = decltype(par)::value ? spb.y : spb.x;
-      rs_fragments(raw, sel, f);
-    };
-    using P0 = std::integral_constant<int, 0>;
-    using P1 = std::integral_constant<int, 1>;
+    RsA<true> A(p, row_src[ra], row_src[ra + 8]);
     uint32_t fa0[4][4], fa1[4][4];
     if (warp_live) {
-      load(0);
-      make(fa0, P0{});
-      if (KT > 1) load(1);
+      A.load(0, KT);
+      A.make<0>(fa0, sel);
+      if (KT > 1) A.load(1, KT);
     }
-    // K tile kt (ring step s + kt): its wgmmas from cur; once step kt - 1's are done its weight tile
-    // goes back, and step kt + 1's fragments are made into nxt, raw then taking step kt + 2's codes.
     auto step = [&](int kt, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], auto par_next) {
-      const int sg = s + kt, b = sg % NB;
-      mbar_wait(full0 + b * 8, (sg / NB) & 1);
-      const uint32_t bbase = tiles_u32 + b * kRsBufBytes;
-      if (warp_live) {
-        acc_fence(acc);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk) wgmma_m64n256k16_rs(acc, cur[kk], wgmma_desc(bbase + kk * 32));
-        wgmma_commit();
-      }
-      wgmma_wait<1>();
-      acc_fence(acc);
-      if (kt > 0) mbar_arrive(empty0 + ((sg - 1) % NB) * 8);
+      rs_wgmma_step<NB>(acc, cur, tiles_u32, full0, s + kt, warp_live);
+      if (kt > 0) mbar_arrive(empty0 + ((s + kt - 1) % NB) * 8);
       if (warp_live && kt + 1 < KT) {
-        make(nxt, par_next);
-        if (kt + 2 < KT) load(kt + 2);
+        A.make<decltype(par_next)::value>(nxt, sel);
+        if (kt + 2 < KT) A.load(kt + 2, KT);
       }
     };
     for (int kt = 0; kt < KT; kt += 2) {
-      step(kt, fa0, fa1, P1{});
-      if (kt + 1 < KT) step(kt + 1, fa1, fa0, P0{});
+      step(kt, fa0, fa1, std::integral_constant<int, 1>{});
+      if (kt + 1 < KT) step(kt + 1, fa1, fa0, std::integral_constant<int, 0>{});
     }
     wgmma_wait<0>();
     acc_fence(acc);
