@@ -76,20 +76,14 @@ cudaError_t launch_init_e4m3(uint8_t* out, int64_t rows, int64_t cols, int64_t l
 cudaError_t launch_init_bytes(uint8_t* out, int64_t rows, int64_t cols, int64_t ld, uint64_t seed, cudaStream_t stream) {
   return run<InitKind::kBytes>(InitArgs{out, rows, cols, ld, seed, 0.0f, 0.0f, 0, 0}, stream);
 }
-cudaError_t launch_init_gemm1_tiled(uint8_t* codes, uint8_t* scales, int64_t E, int64_t H, int64_t I, uint64_t seed_codes,
-                                    uint64_t seed_scales, float lo, float hi, cudaStream_t stream) {
-  if (E <= 0 || !gemm1_tiled_ok(H, I)) return cudaErrorInvalidValue;
-  InitArgs c{codes, E * 2 * I, H / 2, H / 2, seed_codes, 0.0f, 0.0f, 0, 0, 1, H, I};
+cudaError_t launch_init_moe_tiled(int gemm, uint8_t* codes, uint8_t* scales, int64_t E, int64_t K, int64_t N,
+                                  uint64_t seed_codes, uint64_t seed_scales, float lo, float hi, cudaStream_t stream) {
+  if (E <= 0 || (gemm != 1 && gemm != 2) || !(gemm == 1 ? gemm1_tiled_ok(K, N) : gemm2_tiled_ok(K, N)))
+    return cudaErrorInvalidValue;
+  const int64_t rows = E * (gemm == 1 ? 2 * N : N);
+  InitArgs c{codes, rows, K / 2, K / 2, seed_codes, 0.0f, 0.0f, 0, 0, gemm, K, N};
   KERN_RETURN_IF_ERROR(run<InitKind::kBytes>(c, stream));
-  InitArgs sc{scales, E * 2 * I, H / 16, H / 16, seed_scales, lo, hi, 0, 0, 1, H, I};
-  return run<InitKind::kE4m3>(sc, stream);
-}
-cudaError_t launch_init_gemm2_tiled(uint8_t* codes, uint8_t* scales, int64_t E, int64_t I, int64_t H, uint64_t seed_codes,
-                                    uint64_t seed_scales, float lo, float hi, cudaStream_t stream) {
-  if (E <= 0 || !gemm2_tiled_ok(I, H)) return cudaErrorInvalidValue;
-  InitArgs c{codes, E * H, I / 2, I / 2, seed_codes, 0.0f, 0.0f, 0, 0, 2, I, H};
-  KERN_RETURN_IF_ERROR(run<InitKind::kBytes>(c, stream));
-  InitArgs sc{scales, E * H, I / 16, I / 16, seed_scales, lo, hi, 0, 0, 2, I, H};
+  InitArgs sc{scales, rows, K / 16, K / 16, seed_scales, lo, hi, 0, 0, gemm, K, N};
   return run<InitKind::kE4m3>(sc, stream);
 }
 cudaError_t launch_init_ints(int32_t* out, int64_t rows, int64_t cols, int64_t ld, uint64_t seed, int32_t lo,

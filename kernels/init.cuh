@@ -13,14 +13,12 @@ cudaError_t launch_init_e4m3(uint8_t* out, int64_t rows, int64_t cols, int64_t l
                              cudaStream_t stream);
 // bytes: hash & 0xFF.
 cudaError_t launch_init_bytes(uint8_t* out, int64_t rows, int64_t cols, int64_t ld, uint64_t seed, cudaStream_t stream);
-// gemm1's expert weights w13 (E*2I rows) in the tiled layout of kernels/common/fp4_tiled.h: code
-// byte (row, c) = launch_init_bytes's value for index row * (H/2) + c, scale (row, b) =
-// launch_init_e4m3's for row * (H/16) + b, each stored at its tiled offset.
-cudaError_t launch_init_gemm1_tiled(uint8_t* codes, uint8_t* scales, int64_t E, int64_t H, int64_t I, uint64_t seed_codes,
-                                    uint64_t seed_scales, float lo, float hi, cudaStream_t stream);
-// gemm2's expert weights w2 (E*H rows of I elements) the same way, in gemm2's tiled layout.
-cudaError_t launch_init_gemm2_tiled(uint8_t* codes, uint8_t* scales, int64_t E, int64_t I, int64_t H, uint64_t seed_codes,
-                                    uint64_t seed_scales, float lo, float hi, cudaStream_t stream);
+// A grouped GEMM's expert weights in its tiled layout (kernels/common/fp4_tiled.h): gemm 1: w13,
+// E*2N rows of K = H elements (N = I); gemm 2: w2, E*N rows of K = I elements (N = H). Code byte
+// (row, c) = launch_init_bytes's value for index row * (K/2) + c, scale (row, b) =
+// launch_init_e4m3's for row * (K/16) + b, each stored at its tiled offset.
+cudaError_t launch_init_moe_tiled(int gemm, uint8_t* codes, uint8_t* scales, int64_t E, int64_t K, int64_t N,
+                                  uint64_t seed_codes, uint64_t seed_scales, float lo, float hi, cudaStream_t stream);
 // i32: lo + hash % (hi - lo).
 cudaError_t launch_init_ints(int32_t* out, int64_t rows, int64_t cols, int64_t ld, uint64_t seed, int32_t lo,
                              int32_t hi, cudaStream_t stream);

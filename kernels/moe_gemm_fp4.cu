@@ -2003,8 +2003,8 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
     int32_t a_src[kPItems / 3];
     uint2 cd[kRowItems];
     uint32_t sc[kRowItems];
-    uint4 wcd[4];  // kTW: the weight items' codes (items 2j, 2j + 1 in wcd[j]) and scales
-    uint2 wsc;
+    uint4 wcd[4] = {};  // kTW: the weight items' codes (items 2j, 2j + 1 in wcd[j]) and scales
+    uint2 wsc = make_uint2(0u, 0u);
     for (int64_t w = blockIdx.x; w < work; w += gridDim.x, ++ti) {
       const int m = static_cast<int>(w / p.n_groups), ng = static_cast<int>(w % p.n_groups);
       int e = 0, nrows = 0;
@@ -2114,13 +2114,11 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1)
         uint2 c2[kRowItems];
         uint32_t s2[kRowItems];
         uint4 w2c[4];
+        const uint2 w2s = wsc;
 #pragma unroll
         for (int it = 0; it < kRowItems; ++it) { c2[it] = cd[it]; s2[it] = sc[it]; }
-        if constexpr (kTW) {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) w2c[i] = wcd[i];
-        }
-        const uint2 w2s = wsc;
+        for (int i = 0; i < 4; ++i) w2c[i] = wcd[i];
         if (j + 1 < nsteps) {
           const bool wa = next(j);
           load_into(cd, sc, wcd, wsc, kn, wa);
@@ -2575,6 +2573,7 @@ cudaError_t launch_moe_gemm1_fp4(const uint8_t* a, int64_t ld_a, const uint8_t* 
                                  int64_t ld_out_scales, cudaStream_t stream, Fp4GemmPath path,
                                  Fp4WeightLayout w_layout) {
   if (H % 16 != 0 || I % 16 != 0 || H <= 0 || I <= 0 || E <= 0) return cudaErrorInvalidValue;
+  if (w_layout == Fp4WeightLayout::kGemm2Tiled) return cudaErrorInvalidValue;  // (gemm2's layout)
   const bool tiled = w_layout == Fp4WeightLayout::kGemm1Tiled;
   if (tiled) {  // (row strides of the tiled weights are implied: H / 2 and H / 16)
     ld_w = H / 2;
@@ -2626,7 +2625,7 @@ cudaError_t launch_moe_gemm2_fp4(const uint8_t* h, int64_t ld_h, const uint8_t* 
                                  uint16_t* out, int64_t ld_out, cudaStream_t stream, Fp4GemmPath path,
                                  Fp4WeightLayout w_layout) {
   if (I % 16 != 0 || I <= 0 || H <= 0 || E <= 0) return cudaErrorInvalidValue;
-  if (w_layout == Fp4WeightLayout::kGemm1Tiled) return cudaErrorInvalidValue;
+  if (w_layout == Fp4WeightLayout::kGemm1Tiled) return cudaErrorInvalidValue;  // (gemm1's layout)
   const bool tiled = w_layout == Fp4WeightLayout::kGemm2Tiled;
   if (tiled) {  // (row strides of the tiled weights are implied: I / 2 and I / 16)
     ld_w = I / 2;

@@ -344,7 +344,7 @@ int main(int argc, char** argv) {
   }
 
   // MOEPROF_BENCH_PROFILE=1: one launch of each default-path GEMM and nothing else (for ncu:
-  // `ncu -k regex:"tiled_kernel|persist_kernel" -c 2 bench_moe_gemm`, scripts/device_all.sh step ncu).
+  // `ncu -k regex:"(^|:)(tiled|persist)_kernel" -c 2 bench_moe_gemm`, scripts/device_all.sh step ncu).
   if (const char* prof = std::getenv("MOEPROF_BENCH_PROFILE"); prof && *prof && *prof != '0') {
     // MOEPROF_BENCH_PROFILE=<path number> profiles that Fp4GemmPath instead of kAuto (1 = kAuto too).
     const int pv = std::atoi(prof);
@@ -375,9 +375,10 @@ int main(int argc, char** argv) {
     Fp4Case main_case{a, a_s, w13, w13_s, w2, w2_s, gs, offsets, p2t, P, E, H, I};
     for (const auto& [tag, path] : kTiledPaths) cross_check(std::string(tag) + " tiled vs legacy (bench shape)", main_case, path, s);
     cross_check("auto vs legacy (bench shape)", main_case, Fp4GemmPath::kAuto, s);
-    if (tiled_w || tiled_w2) cross_check("auto tiled-w vs legacy (bench shape)", main_case, Fp4GemmPath::kAuto, s, true);
-    if (tiled_w || tiled_w2)
+    if (tiled_w || tiled_w2) {
+      cross_check("auto tiled-w vs legacy (bench shape)", main_case, Fp4GemmPath::kAuto, s, true);
       cross_check("wgmma_persist tiled-w vs legacy (bench shape)", main_case, Fp4GemmPath::kWgmmaPersist, s, true);
+    }
   }
 
   auto g1 = [&](Fp4GemmPath path, bool t = false) {
@@ -458,8 +459,8 @@ int main(int argc, char** argv) {
 
   // cuBLASLt bf16 baselines (weights pre-dequantized; values are random bf16: timing only).
   BENCH_CHECK(cudaFree(w13)); BENCH_CHECK(cudaFree(w2));
-  if (tiled_w) BENCH_CHECK(cudaFree(w13t));
-  if (tiled_w2) BENCH_CHECK(cudaFree(w2t));
+  for (uint8_t* b : {w13t, w13t_s, w2t, w2t_s})
+    if (b) BENCH_CHECK(cudaFree(b));
   auto* xa = static_cast<uint16_t*>(dalloc(P * H * 2));    // gathered bf16 activations [P, H]
   auto* wb13 = static_cast<uint16_t*>(dalloc(E * 2 * I * H * 2));
   auto* hb = static_cast<uint16_t*>(dalloc(P * I * 2));

@@ -218,29 +218,27 @@ Status CudaBackend::do_init_bytes(Tensor& t, uint64_t seed) {
 
 Status CudaBackend::do_init_moe_w13(Tensor& w13, Tensor& w13_scales, int64_t num_experts, uint64_t seed_codes,
                                     uint64_t seed_scales, float lo, float hi) {
-  const int64_t H = 2 * w13.cols(), I = w13.rows() / (2 * num_experts);
-  const bool aligned = reinterpret_cast<uintptr_t>(w13.raw()) % 16 == 0 && reinterpret_cast<uintptr_t>(w13_scales.raw()) % 8 == 0;
-  if (!aligned || !kern::gemm1_tiled_supported(H, I)) {
-    tiled_weights_.erase(w13.raw());
-    return Backend::do_init_moe_w13(w13, w13_scales, num_experts, seed_codes, seed_scales, lo, hi);
-  }
-  MOEPROF_CUDA_CHECK("init_moe_w13", kern::launch_init_gemm1_tiled(u8p(w13), u8p(w13_scales), num_experts, H, I,
-                                                                   seed_codes, seed_scales, lo, hi, stream_));
-  tiled_weights_[w13.raw()] = TiledWeights{w13_scales.raw(), w13.rows(), 1};
-  return Status::ok();
+  return init_moe_weights("init_moe_w13", 1, w13, w13_scales, num_experts, seed_codes, seed_scales, lo, hi);
 }
 
 Status CudaBackend::do_init_moe_w2(Tensor& w2, Tensor& w2_scales, int64_t num_experts, uint64_t seed_codes,
                                    uint64_t seed_scales, float lo, float hi) {
-  const int64_t I = 2 * w2.cols(), H = w2.rows() / num_experts;
-  const bool aligned = reinterpret_cast<uintptr_t>(w2.raw()) % 16 == 0 && reinterpret_cast<uintptr_t>(w2_scales.raw()) % 8 == 0;
-  if (!aligned || !kern::gemm2_tiled_supported(I, H)) {
-    tiled_weights_.erase(w2.raw());
-    return Backend::do_init_moe_w2(w2, w2_scales, num_experts, seed_codes, seed_scales, lo, hi);
+  return init_moe_weights("init_moe_w2", 2, w2, w2_scales, num_experts, seed_codes, seed_scales, lo, hi);
+}
+
+Status CudaBackend::init_moe_weights(const char* op, int gemm, Tensor& w, Tensor& w_scales, int64_t num_experts,
+                                     uint64_t seed_codes, uint64_t seed_scales, float lo, float hi) {
+  // The GEMM's K and N: gemm1 w13 [E*2I, H/2] (K = H, N = I), gemm2 w2 [E*H, I/2] (K = I, N = H).
+  const int64_t K = 2 * w.cols(), N = w.rows() / (num_experts * (gemm == 1 ? 2 : 1));
+  const bool aligned = reinterpret_cast<uintptr_t>(w.raw()) % 16 == 0 && reinterpret_cast<uintptr_t>(w_scales.raw()) % 8 == 0;
+  if (!aligned || !(gemm == 1 ? kern::gemm1_tiled_supported(K, N) : kern::gemm2_tiled_supported(K, N))) {
+    tiled_weights_.erase(w.raw());
+    MOEPROF_RETURN_IF_ERROR(do_init_bytes(w, seed_codes));  // row-major, as the CPU backend stores them
+    return do_init_e4m3(w_scales, seed_scales, lo, hi);
   }
-  MOEPROF_CUDA_CHECK("init_moe_w2", kern::launch_init_gemm2_tiled(u8p(w2), u8p(w2_scales), num_experts, I, H, seed_codes,
-                                                                  seed_scales, lo, hi, stream_));
-  tiled_weights_[w2.raw()] = TiledWeights{w2_scales.raw(), w2.rows(), 2};
+  MOEPROF_CUDA_CHECK(op, kern::launch_init_moe_tiled(gemm, u8p(w), u8p(w_scales), num_experts, K, N, seed_codes,
+                                                     seed_scales, lo, hi, stream_));
+  tiled_weights_[w.raw()] = TiledWeights{w_scales.raw(), w.rows(), gemm};
   return Status::ok();
 }
 

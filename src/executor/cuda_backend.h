@@ -161,6 +161,10 @@ class CudaBackend : public Backend {
   // layout (stored so by init_moe_w13 / init_moe_w2), or a one-line bad_input where they hold the
   // other GEMM's tiled layout or come without their own scales or all their rows.
   Result<bool> weights_tiled(const char* op, int gemm, const Tensor& w, const Tensor& w_scales) const;
+  // do_init_moe_w13 (gemm 1) / do_init_moe_w2 (gemm 2): tiled where that GEMM's kernel reads the
+  // layout (and remembered in tiled_weights_), else row-major.
+  Status init_moe_weights(const char* op, int gemm, Tensor& w, Tensor& w_scales, int64_t num_experts,
+                          uint64_t seed_codes, uint64_t seed_scales, float lo, float hi);
   size_t pool_reserved_unused() const;
 };
 

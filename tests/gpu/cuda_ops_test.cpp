@@ -837,6 +837,13 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
           REQUIRE(e1 == (runs ? cudaSuccess : cudaErrorInvalidValue));
           if (runs) check_gemm1(fetch<uint8_t>(g, hp.g), fetch<uint8_t>(g, hsp.g));
         }
+        // gemm2's layout handed to gemm1: refused before any launch.
+        CHECK(kern::launch_moe_gemm1_fp4(cp(a.g), a.g.ld(), cp(as.g), as.g.ld(), a_gs, cp(wt.g), wt.g.ld(), cp(wts.g),
+                                         wts.g.ld(), static_cast<const float*>(w13gs.g.raw()),
+                                         static_cast<const int32_t*>(offsets.g.raw()),
+                                         static_cast<const int32_t*>(perm.g.raw()), r.P, q.E, q.H, q.I, out_gs, nullptr,
+                                         q.I / 2, nullptr, q.I / 16, nullptr, Fp4GemmPath::kAuto,
+                                         kern::Fp4WeightLayout::kGemm2Tiled) == cudaErrorInvalidValue);
       }
       // gemm2 on a kGemm2Tiled copy of w2 (kAuto, kWgmmaPersist; kWgmmaWs2 and gemm1's layout are
       // refused), likewise.
