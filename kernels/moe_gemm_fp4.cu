@@ -628,13 +628,25 @@ __device__ __forceinline__ float unscale(float a, float gsc, float g14) {
 
 // gemm1's h value from the m64n256 wgmma fragments: gate column 8 j + 2 q (+1) in acc[j / 8][j % 8]
 // (j = 0..15), the matching up column in j + 16; element i of the fragment (2 hh + c).
-// bf16(silu(gate) * up), as the legacy epilogue computes it.
+// silu(gate) * up in fp32 (silu_mul) and bf16(silu(gate) * up) (silu_mul_h), as the legacy epilogue
+// computes it.
 template <bool kFold>
-__device__ __forceinline__ float silu_mul_h(const float (&acc)[4][8][4], int j, int i, float gsc, float g14) {
+__device__ __forceinline__ float silu_mul(const float (&acc)[4][8][4], int j, int i, float gsc, float g14) {
   const float gate = unscale<kFold>(acc[j >> 3][j & 7][i], gsc, g14);
   const float up = unscale<kFold>(acc[(j + 16) >> 3][(j + 16) & 7][i], gsc, g14);
   const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
-  return round_bf16(__fmul_rn(silu, up));
+  return __fmul_rn(silu, up);
+}
+template <bool kFold>
+__device__ __forceinline__ float silu_mul_h(const float (&acc)[4][8][4], int j, int i, float gsc, float g14) {
+  return round_bf16(silu_mul<kFold>(acc, j, i, gsc, g14));
+}
+// pack_bf16x2(round_bf16(lo), round_bf16(hi)) (which is pack_bf16x2(lo, hi)) by one hardware
+// conversion: the same bits for every non-NaN value; a NaN takes the software form (its
+// payload-keeping quiet NaN, where the hardware gives the canonical one).
+__device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {
+  if (isnan(lo) || isnan(hi)) return pack_bf16x2(lo, hi);
+  return cvt_bf16x2(lo, hi);
 }
 
 // gemm2's output tile in two 128-column halves through a 16 x 256-byte staging tile per warp
@@ -1905,7 +1917,23 @@ __device__ __forceinline__ void zero_tail_rows(const Args& p, int warp, int lane
 
 // The persistent kernels' gemm1 epilogue of column tile nt: h = silu(gate) * up (bf16) through the
 // 128 x 128 bf16 tile at `epi` (16-byte chunks ^ (row & 7)), then NVFP4 requant and stores. All
-// 256 consumer threads; the two named barriers order the tile's reuse.
+// 256 consumer threads; the two named barriers order the tile's reuse. The epilogue does not
+// overlap the tensor cores' work (about 9% of gemm1's time, docs/performance.md), so its h tile
+// folds the global scales into one multiply where gsc * 2^14 is finite (unscale) and packs each
+// bf16 pair with one hardware conversion (bf16x2_rn): the bits of silu_mul_h + pack_bf16x2 with
+// fewer instructions (0.6% of gemm1's time, measured).
+template <bool kFold>
+__device__ __forceinline__ void gemm1_h_tile(const float (&acc)[4][8][4], unsigned char* epi, int row_w, int q,
+                                             float gsc, float g14) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = row_w + hh * 8;
+      *reinterpret_cast<uint32_t*>(epi + row * 256 + ((j ^ (row & 7)) << 4) + q * 4) =
+          bf16x2_rn(silu_mul<kFold>(acc, j, 2 * hh, gsc, g14), silu_mul<kFold>(acc, j, 2 * hh + 1, gsc, g14));
+    }
+}
 __device__ __forceinline__ void gemm1_persist_epilogue(const Args& p, const float (&acc)[4][8][4], unsigned char* epi,
                                                        const int32_t* row_src, int64_t r0, int nrows, int nt,
                                                        float gsc, int tid) {
@@ -1913,16 +1941,11 @@ __device__ __forceinline__ void gemm1_persist_epilogue(const Args& p, const floa
   const int g = lane >> 2, q = lane & 3, wm = warp >> 2, wn = warp & 3;
   bar_consumers();  // every consumer is done reading the previous tile's h
   const int row_w = wm * 64 + wn * 16 + g;
-#pragma unroll
-  for (int j = 0; j < 16; ++j)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      float hv[2];
-#pragma unroll
-      for (int c = 0; c < 2; ++c) hv[c] = silu_mul_h<false>(acc, j, 2 * hh + c, gsc, 0.0f);
-      const int row = row_w + hh * 8;
-      *reinterpret_cast<uint32_t*>(epi + row * 256 + ((j ^ (row & 7)) << 4) + q * 4) = pack_bf16x2(hv[0], hv[1]);
-    }
+  const float g14 = __fmul_rn(gsc, kUnscale);
+  if (isfinite(g14))
+    gemm1_h_tile<true>(acc, epi, row_w, q, gsc, g14);
+  else
+    gemm1_h_tile<false>(acc, epi, row_w, q, gsc, g14);
   bar_consumers();
 #pragma unroll 1
   for (int it = 0; it < (BM * kCols1 / 16) / kThreads; ++it) {

@@ -159,7 +159,7 @@ print(('PASS' if ok else 'FAIL'), f'baseline {b} reuse {c} (pred {pc}) fixes {f}
       SEC="--section SpeedOfLight --section WarpStateStats --section SourceCounters --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --section SchedulerStats --section ComputeWorkloadAnalysis"
       export MOEPROF_BENCH_PROFILE=1
       # (The regex leaves out bench_moe_gemm's pack_tiled_kernel launches: "_tiled_kernel" does not match.)
-      step ncu_gemm 150 "$NCU" --clock-control none $SEC -k regex:"(^|:)(tiled|persist)_kernel" -c 2 -f -o "$L/ncu_gemm" "$B/bench/gpu/bench_moe_gemm"
+      step ncu_gemm 150 "$NCU" --clock-control none $SEC -k regex:"(^|:)(tiled|persist|persist_rs)_kernel" -c 2 -f -o "$L/ncu_gemm" "$B/bench/gpu/bench_moe_gemm"
       rc=$?; unset MOEPROF_BENCH_PROFILE
       row ncu_gemm "rc=$rc" "$(grep -cE '==PROF==' "$L/ncu_gemm.log") prof lines"
       step ncu_ops 150 "$NCU" --clock-control none $SEC -k regex:'fp4_quantize|rmsnorm|moe_combine|router|rope|silu|kv_cache|mla_build_k' --launch-skip 10 -c 12 -f -o "$L/ncu_ops" \

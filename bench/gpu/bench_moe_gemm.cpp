@@ -344,7 +344,7 @@ int main(int argc, char** argv) {
   }
 
   // MOEPROF_BENCH_PROFILE=1: one launch of each default-path GEMM and nothing else (for ncu:
-  // `ncu -k regex:"(^|:)(tiled|persist)_kernel" -c 2 bench_moe_gemm`, scripts/device_all.sh step ncu).
+  // `ncu -k regex:"(^|:)(tiled|persist|persist_rs)_kernel" -c 2 bench_moe_gemm`, scripts/device_all.sh step ncu).
   if (const char* prof = std::getenv("MOEPROF_BENCH_PROFILE"); prof && *prof && *prof != '0') {
     // MOEPROF_BENCH_PROFILE=<path number> profiles that Fp4GemmPath instead of kAuto (1 = kAuto too).
     const int pv = std::atoi(prof);
