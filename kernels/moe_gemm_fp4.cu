@@ -641,13 +641,16 @@ template <bool kFold>
 __device__ __forceinline__ float silu_mul_h(const float (&acc)[4][8][4], int j, int i, float gsc, float g14) {
   return round_bf16(silu_mul<kFold>(acc, j, i, gsc, g14));
 }
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // pack_bf16x2(round_bf16(lo), round_bf16(hi)) (which is pack_bf16x2(lo, hi)) by one hardware
 // conversion: the same bits for every non-NaN value; a NaN takes the software form (its
-// payload-keeping quiet NaN, where the hardware gives the canonical one).
+// payload-keeping quiet NaN, where the hardware gives the canonical one). (The persistent kernels'
+// epilogue only; not in the CPU emulator's build.)
 __device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {
   if (isnan(lo) || isnan(hi)) return pack_bf16x2(lo, hi);
   return cvt_bf16x2(lo, hi);
 }
+#endif
 
 // gemm2's output tile in two 128-column halves through a 16 x 256-byte staging tile per warp
 // (`stg`, 4 KiB, chunk ^ (row & 7)): this warp owns tile rows row_w .. row_w + 15 as in
