@@ -1108,6 +1108,27 @@ TEST_CASE("cuda FP4 GEMM warp-specialized paths give kWgmma's bits for every e4m
 // values as the CPU's row-major init at their fp4_tiled.h offsets; gemm1 through the backend on
 // them gives the bits of the row-major weights; a size the kernel cannot tile stays row-major;
 // the tiled codes with other scales are refused with one line.
+// The bytes of R weight rows of K elements that the GPU (gc codes, gcs scales) does not hold where
+// the CPU's row-major copy (rc, rcs) says: at the tiled layout's offsets (code_at / scale_at: row,
+// byte in the row -> offset) when tiled, else at the same row-major offsets.
+template <class CodeAt, class ScaleAt>
+size_t misplaced_weight_bytes(const std::vector<uint8_t>& rc, const std::vector<uint8_t>& rcs,
+                              const std::vector<uint8_t>& gc, const std::vector<uint8_t>& gcs, int64_t R, int64_t K,
+                              bool tiled, CodeAt code_at, ScaleAt scale_at) {
+  size_t misplaced = 0;
+  for (int64_t row = 0; row < R; ++row) {
+    for (int64_t b = 0; b < K / 2; ++b) {
+      const int64_t at = tiled ? code_at(row, b) : row * (K / 2) + b;
+      misplaced += gc[static_cast<size_t>(at)] != rc[static_cast<size_t>(row * (K / 2) + b)];
+    }
+    for (int64_t b = 0; b < K / 16; ++b) {
+      const int64_t at = tiled ? scale_at(row, b) : row * (K / 16) + b;
+      misplaced += gcs[static_cast<size_t>(at)] != rcs[static_cast<size_t>(row * (K / 16) + b)];
+    }
+  }
+  return misplaced;
+}
+
 TEST_CASE("cuda init_moe_w13: tiled where gemm1 reads it, same values, same gemm1 bits", "[gpu]") {
   REQUIRE_GPU();
   auto& c = *env().cpu;
@@ -1122,18 +1143,9 @@ TEST_CASE("cuda init_moe_w13: tiled where gemm1 reads it, same values, same gemm
     REQUIRE(g.init_moe_w13(w.g, ws.g, q.E, 4242, 4343, 16.0f, 64.0f).is_ok());
     const auto rc = fetch<uint8_t>(c, w.c), rcs = fetch<uint8_t>(c, ws.c);
     const auto gc = fetch<uint8_t>(g, w.g), gcs = fetch<uint8_t>(g, ws.g);
-    size_t misplaced = 0;
-    for (int64_t row = 0; row < R; ++row) {
-      for (int64_t b = 0; b < q.H / 2; ++b) {
-        const int64_t at = q.tiled ? kern::gemm1_tiled_code_offset(row, b, q.H, q.I) : row * (q.H / 2) + b;
-        misplaced += gc[static_cast<size_t>(at)] != rc[static_cast<size_t>(row * (q.H / 2) + b)];
-      }
-      for (int64_t b = 0; b < q.H / 16; ++b) {
-        const int64_t at = q.tiled ? kern::gemm1_tiled_scale_offset(row, b, q.H, q.I) : row * (q.H / 16) + b;
-        misplaced += gcs[static_cast<size_t>(at)] != rcs[static_cast<size_t>(row * (q.H / 16) + b)];
-      }
-    }
-    REQUIRE(misplaced == 0);
+    REQUIRE(misplaced_weight_bytes(rc, rcs, gc, gcs, R, q.H, q.tiled,
+                                   [&](int64_t row, int64_t b) { return kern::gemm1_tiled_code_offset(row, b, q.H, q.I); },
+                                   [&](int64_t row, int64_t b) { return kern::gemm1_tiled_scale_offset(row, b, q.H, q.I); }) == 0);
     if (q.tiled) CHECK(gc != rc);  // really another order
     // gemm1 through the backend: tiled weights vs row-major copies (init_bytes / init_e4m3) on the GPU.
     const int64_t T = 97, k = 4;
@@ -1185,18 +1197,9 @@ TEST_CASE("cuda init_moe_w2: tiled where gemm2 reads it, same values, same gemm2
     REQUIRE(g.init_moe_w2(w.g, ws.g, q.E, 5252, 5353, 16.0f, 64.0f).is_ok());
     const auto rc = fetch<uint8_t>(c, w.c), rcs = fetch<uint8_t>(c, ws.c);
     const auto gc = fetch<uint8_t>(g, w.g), gcs = fetch<uint8_t>(g, ws.g);
-    size_t misplaced = 0;
-    for (int64_t row = 0; row < R; ++row) {
-      for (int64_t b = 0; b < q.I / 2; ++b) {
-        const int64_t at = q.tiled ? kern::gemm2_tiled_code_offset(row, b, q.I, q.H) : row * (q.I / 2) + b;
-        misplaced += gc[static_cast<size_t>(at)] != rc[static_cast<size_t>(row * (q.I / 2) + b)];
-      }
-      for (int64_t b = 0; b < q.I / 16; ++b) {
-        const int64_t at = q.tiled ? kern::gemm2_tiled_scale_offset(row, b, q.I, q.H) : row * (q.I / 16) + b;
-        misplaced += gcs[static_cast<size_t>(at)] != rcs[static_cast<size_t>(row * (q.I / 16) + b)];
-      }
-    }
-    REQUIRE(misplaced == 0);
+    REQUIRE(misplaced_weight_bytes(rc, rcs, gc, gcs, R, q.I, q.tiled,
+                                   [&](int64_t row, int64_t b) { return kern::gemm2_tiled_code_offset(row, b, q.I, q.H); },
+                                   [&](int64_t row, int64_t b) { return kern::gemm2_tiled_scale_offset(row, b, q.I, q.H); }) == 0);
     if (q.tiled) CHECK(gc != rc);  // really another order
     const int64_t T = 113, k = 4;
     Both ids = both(DType::kI32, T, k, topk_ids_host(T, k, q.E, 41), "ids");
