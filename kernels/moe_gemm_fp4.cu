@@ -29,6 +29,16 @@ struct GemmArgs {
   uint16_t* out; int64_t ld_out; bool vec_out;                                         // gemm2
 };
 
+// silu(x) = x / (1 + e^-x) in fp32, as the tiled kernels' gemm1 epilogues compute it (every path
+// but kLegacy): e^-x by the SFU's exp2 (__expf) and the division by its reciprocal (__fdividef,
+// which gives 0 where 1 + e^-x > 2^126, i.e. x < -87.3, instead of a value under 2^-119). A few
+// instructions instead of expf's and __fdiv_rn's sequences; h = bf16(silu(gate) * up) then differs
+// from the IEEE form only where the exact value sits within the intrinsics' error (a few fp32 ulps,
+// growing with |x| for __expf) of a bf16 rounding boundary. kLegacy keeps the IEEE form, so
+// bench_moe_gemm's cross-checks of every tiled path against it measure the difference
+// (docs/performance.md). The CPU emulator of the tiled kernels supplies its own.
+__device__ __forceinline__ float silu_f32(float x) { return __fdividef(x, __fadd_rn(1.0f, __expf(-x))); }
+
 // One 16-element FP4 block in flight: 8 code bytes + its e4m3 scale (scale 0 / codes 0 = zeros).
 struct Item {
   uint2 codes;
@@ -218,7 +228,7 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_fp4_kernel(GemmArgs p) {
           for (int c = 0; c < 16; ++c) {
             const float gate = Cs[row * kCPitch + blk * 16 + c];
             const float up = Cs[row * kCPitch + kBN / 2 + blk * 16 + c];
-            const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
+            const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));  // (the exact form: kLegacy)
             hv[c] = round_bf16(__fmul_rn(silu, up));
           }
           s = nvfp4_quantize16(hv, p.out_gs, packed);
@@ -629,13 +639,12 @@ __device__ __forceinline__ float unscale(float a, float gsc, float g14) {
 // gemm1's h value from the m64n256 wgmma fragments: gate column 8 j + 2 q (+1) in acc[j / 8][j % 8]
 // (j = 0..15), the matching up column in j + 16; element i of the fragment (2 hh + c).
 // silu(gate) * up in fp32 (silu_mul) and bf16(silu(gate) * up) (silu_mul_h), as the legacy epilogue
-// computes it.
+// computes it but for silu_f32 (the SFU's exp2 and reciprocal instead of expf and __fdiv_rn).
 template <bool kFold>
 __device__ __forceinline__ float silu_mul(const float (&acc)[4][8][4], int j, int i, float gsc, float g14) {
   const float gate = unscale<kFold>(acc[j >> 3][j & 7][i], gsc, g14);
   const float up = unscale<kFold>(acc[(j + 16) >> 3][(j + 16) & 7][i], gsc, g14);
-  const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
-  return __fmul_rn(silu, up);
+  return __fmul_rn(silu_f32(gate), up);
 }
 template <bool kFold>
 __device__ __forceinline__ float silu_mul_h(const float (&acc)[4][8][4], int j, int i, float gsc, float g14) {
@@ -777,18 +786,13 @@ __device__ __forceinline__ void store_out_tile_tma_k(const Args& p, const CUtens
 }
 #endif
 
-// gemm1's requantization of one 16-column block of the bf16-valued h tile (hs: its 16 values)
-// to NVFP4 codes + scale at padded row r, column n; a dead row (padding) gets codes and scale 0.
-// The values are bf16 already (exact in float), so the packed-compare form applies.
-__device__ __forceinline__ void store_requant_block(const Args& p, const float* hs, bool live, int64_t r, int n) {
+// gemm1's requantization of one 16-column block of the bf16 h tile (w: its 16 values as 8 packed
+// pairs, element 2c in the low half of w[c]) to NVFP4 codes + scale at padded row r, column n; a
+// dead row (padding) gets codes and scale 0.
+__device__ __forceinline__ void store_requant_words(const Args& p, const uint32_t (&w)[8], bool live, int64_t r, int n) {
   uint2 codes = make_uint2(0u, 0u);
   uint8_t sq = 0;
-  if (live) {
-    uint32_t w[8];
-#pragma unroll
-    for (int c = 0; c < 8; ++c) w[c] = (__float_as_uint(hs[2 * c]) >> 16) | (__float_as_uint(hs[2 * c + 1]) & 0xFFFF0000u);
-    sq = nvfp4_quantize16_bf16(w, p.out_gs, codes);
-  }
+  if (live) sq = nvfp4_quantize16_bf16(w, p.out_gs, codes);
   uint8_t* dq = p.out_q + r * p.ld_out_q + n / 2;
   if (p.q_vec) {
     *reinterpret_cast<uint2*>(dq) = codes;
@@ -797,6 +801,13 @@ __device__ __forceinline__ void store_requant_block(const Args& p, const float* 
     for (int c = 0; c < 8; ++c) dq[c] = static_cast<uint8_t>((c < 4 ? codes.x : codes.y) >> (8 * (c & 3)));
   }
   p.out_sc[r * p.ld_out_sc + n / 16] = sq;
+}
+// store_requant_block: the same from the 16 values as floats (hs; bf16-valued, exact in float).
+__device__ __forceinline__ void store_requant_block(const Args& p, const float* hs, bool live, int64_t r, int n) {
+  uint32_t w[8];
+#pragma unroll
+  for (int c = 0; c < 8; ++c) w[c] = (__float_as_uint(hs[2 * c]) >> 16) | (__float_as_uint(hs[2 * c + 1]) & 0xFFFF0000u);
+  store_requant_words(p, w, live, r, n);
 }
 
 // The global weight row behind B row br (0..255) of expert e's column tile nt; -1 past N. gemm1's
@@ -1743,8 +1754,8 @@ __global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 
   }
 
   if constexpr (kGemm1) {
-    // h = bf16(silu(gate) * up) into shared memory (aliases the operand tiles), then NVFP4 per
-    // 16-column block exactly as the legacy epilogue does.
+    // h = bf16(silu(gate) * up) into shared memory (aliases the operand tiles; SiLU by silu_f32),
+    // then NVFP4 per 16-column block exactly as the legacy epilogue does.
     cp_async_wait<0>();
     __syncthreads();
     float* Hs = reinterpret_cast<float*>(smem);
@@ -1772,7 +1783,7 @@ __global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 
           const int col = wn * 32 + j * 8 + 2 * q + (c & 1);
           const float gate = __fmul_rn(__fmul_rn(acc[i][j][c], kUnscale), gsc);
           const float up = __fmul_rn(__fmul_rn(acc[i][j + 4][c], kUnscale), gsc);
-          const float silu = __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate)));
+          const float silu = silu_f32(gate);
           Hs[row * kHPitch + col] = round_bf16(__fmul_rn(silu, up));
         }
     }
@@ -1959,13 +1970,7 @@ __device__ __forceinline__ void gemm1_persist_epilogue(const Args& p, const floa
     const uint4 u0 = *reinterpret_cast<const uint4*>(epi + row * 256 + (((2 * blk) ^ (row & 7)) << 4));
     const uint4 u1 = *reinterpret_cast<const uint4*>(epi + row * 256 + (((2 * blk + 1) ^ (row & 7)) << 4));
     const uint32_t u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-    float hv[16];  // the bf16 values, exactly
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      hv[2 * c] = __uint_as_float(u[c] << 16);
-      hv[2 * c + 1] = __uint_as_float(u[c] & 0xFFFF0000u);
-    }
-    store_requant_block(p, hv, row_src[row] >= 0, r0 + row, n);
+    store_requant_words(p, u, row_src[row] >= 0, r0 + row, n);
   }
 }
 #endif

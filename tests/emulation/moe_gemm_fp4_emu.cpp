@@ -80,6 +80,7 @@ inline int __any_sync(unsigned, int) { std::abort(); }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float silu_f32(float x) { return x / (1.0f + std::exp(-x)); }  // (kernels/moe_gemm_fp4.cu's, up to its rounding)
 inline uint16_t __float2half_rn(float f) { _Float16 h = static_cast<_Float16>(f); uint16_t u; std::memcpy(&u, &h, 2); return u; }
 inline float h2f(uint16_t u) { _Float16 h; std::memcpy(&h, &u, 2); return static_cast<float>(h); }
 inline uint16_t __half_as_ushort(uint16_t h) { return h; }
