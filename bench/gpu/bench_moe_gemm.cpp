@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -267,6 +268,10 @@ int main(int argc, char** argv) {
   const int64_t T = argc > 1 ? std::atoll(argv[1]) : 16384;
   const int64_t E = argc > 2 ? std::atoll(argv[2]) : 384;
   const int64_t k = argc > 3 ? std::atoll(argv[3]) : 8;
+  if (T <= 0 || E <= 0 || k <= 0) {
+    std::fprintf(stderr, "bench_moe_gemm: T, E and k must be positive\n");
+    return 2;
+  }
   // MOEPROF_BENCH_H: another hidden size (a multiple of 256; e.g. to split a kernel's time into a
   // per-K-step part and a fixed part per tile by timing two K).
   const int64_t H = [] {
@@ -294,7 +299,36 @@ int main(int argc, char** argv) {
   auto* offsets = static_cast<int32_t*>(dalloc((E + 1) * 4));
   auto* p2t = static_cast<int32_t*>(dalloc(P * 4));
   auto* e2p = static_cast<int32_t*>(dalloc(N_rows * 4));
-  BENCH_CHECK(launch_init_ints(ids, 1, N_rows, N_rows, 7, 0, static_cast<int32_t>(E), s));
+  // MOEPROF_BENCH_ZIPF=<s> (s > 0): routed rows drawn with P(expert of rank r) ~ 1 / (r + 1)^s over a
+  // fixed random order of the experts, instead of uniformly: skewed expert loads like a real
+  // router's, for the GEMMs' cost of partly filled row tiles (docs/performance.md).
+  const double zipf = [] {
+    const char* z = std::getenv("MOEPROF_BENCH_ZIPF");
+    const double v = z && *z ? std::atof(z) : 0.0;
+    if (!(v >= 0.0 && v <= 8.0)) {
+      std::fprintf(stderr, "bench_moe_gemm: MOEPROF_BENCH_ZIPF must be in [0, 8] (got %s)\n", z);
+      std::exit(2);
+    }
+    return v;
+  }();
+  if (zipf > 0.0) {
+    std::vector<int32_t> order(E);
+    for (int64_t e = 0; e < E; ++e) order[e] = static_cast<int32_t>(e);
+    std::mt19937_64 rng(7);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<double> cdf(E);
+    double acc = 0.0;
+    for (int64_t r = 0; r < E; ++r) cdf[r] = acc += 1.0 / std::pow(static_cast<double>(r + 1), zipf);
+    std::uniform_real_distribution<double> u(0.0, acc);
+    std::vector<int32_t> zids(N_rows);
+    for (auto& id : zids) {
+      const int64_t r = std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin();
+      id = order[std::min<int64_t>(r, E - 1)];
+    }
+    BENCH_CHECK(cudaMemcpy(ids, zids.data(), N_rows * 4, cudaMemcpyHostToDevice));
+  } else {
+    BENCH_CHECK(launch_init_ints(ids, 1, N_rows, N_rows, 7, 0, static_cast<int32_t>(E), s));
+  }
   size_t ws_bytes = 0;
   BENCH_CHECK(moe_permute_workspace_bytes(N_rows, E, &ws_bytes));
   void* ws = dalloc(ws_bytes);
@@ -307,6 +341,26 @@ int main(int argc, char** argv) {
   BENCH_CHECK(cudaMemcpy(host_ids.data(), ids, N_rows * 4, cudaMemcpyDeviceToHost));
   std::vector<int64_t> counts(E, 0);
   for (int32_t e : host_ids) ++counts[e];
+  {
+    // The routing's cost to the grouped GEMMs: each expert's rows padded to the tile (64), then cut
+    // into the kernels' 128-row tiles, every tile costing a full pass over K.
+    std::vector<int64_t> sorted = counts;
+    std::sort(sorted.begin(), sorted.end());
+    int64_t tiles = 0, used = 0;
+    for (int64_t c : counts) {
+      tiles += ((c + tile - 1) / tile * tile + 127) / 128;
+      used += c > 0;
+    }
+    char how[32] = " (uniform)";
+    if (zipf > 0.0) std::snprintf(how, sizeof how, " (zipf %.2f)", zipf);
+    std::printf("routing%s: rows per expert min %lld median %lld max %lld, %lld experts used, %lld row tiles of 128 "
+                "(%.1f%% above the %lld of a perfect packing)\n",
+                how,
+                static_cast<long long>(sorted.front()), static_cast<long long>(sorted[E / 2]),
+                static_cast<long long>(sorted.back()), static_cast<long long>(used), static_cast<long long>(tiles),
+                100.0 * (static_cast<double>(tiles) / static_cast<double>((N_rows + 127) / 128) - 1.0),
+                static_cast<long long>((N_rows + 127) / 128));
+  }
 
   // FP4 operands.
   auto* a = static_cast<uint8_t*>(dalloc(T * H / 2));
