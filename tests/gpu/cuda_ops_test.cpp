@@ -889,6 +889,27 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
   }
 }
 
+// The bytes of R weight rows of K elements that the GPU (gc codes, gcs scales) does not hold where
+// the CPU's row-major copy (rc, rcs) says: at the tiled layout's offsets (code_at / scale_at: row,
+// byte in the row -> offset) when tiled, else at the same row-major offsets.
+template <class CodeAt, class ScaleAt>
+size_t misplaced_weight_bytes(const std::vector<uint8_t>& rc, const std::vector<uint8_t>& rcs,
+                              const std::vector<uint8_t>& gc, const std::vector<uint8_t>& gcs, int64_t R, int64_t K,
+                              bool tiled, CodeAt code_at, ScaleAt scale_at) {
+  size_t misplaced = 0;
+  for (int64_t row = 0; row < R; ++row) {
+    for (int64_t b = 0; b < K / 2; ++b) {
+      const int64_t at = tiled ? code_at(row, b) : row * (K / 2) + b;
+      misplaced += gc[static_cast<size_t>(at)] != rc[static_cast<size_t>(row * (K / 2) + b)];
+    }
+    for (int64_t b = 0; b < K / 16; ++b) {
+      const int64_t at = tiled ? scale_at(row, b) : row * (K / 16) + b;
+      misplaced += gcs[static_cast<size_t>(at)] != rcs[static_cast<size_t>(row * (K / 16) + b)];
+    }
+  }
+  return misplaced;
+}
+
 // The warp-specialized producers convert e4m3 scales with the hardware cvt (e4m3x2 -> f16x2) and
 // build the fp16 codes with byte permutes; kWgmma converts with the bit-trick routine and feeds the
 // same wgmma. So every scale byte must give kWgmma's bits in every warp-specialized path: all 254
@@ -1022,16 +1043,9 @@ TEST_CASE("cuda FP4 GEMM warp-specialized paths give kWgmma's bits for every e4m
       REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
       const std::vector<uint8_t> codes = fetch<uint8_t>(c, w13.c), packed = fetch<uint8_t>(g, wt.g);
       const std::vector<uint8_t> packed_s = fetch<uint8_t>(g, wts.g);
-      size_t misplaced = 0;
-      for (int64_t row = 0; row < E * 2 * I; ++row) {
-        for (int64_t b = 0; b < H / 2; ++b)
-          misplaced += packed[static_cast<size_t>(kern::gemm1_tiled_code_offset(row, b, H, I))] !=
-                       codes[static_cast<size_t>(row * (H / 2) + b)];
-        for (int64_t b = 0; b < H / 16; ++b)
-          misplaced += packed_s[static_cast<size_t>(kern::gemm1_tiled_scale_offset(row, b, H, I))] !=
-                       w13s[static_cast<size_t>(row * (H / 16) + b)];
-      }
-      REQUIRE(misplaced == 0);
+      REQUIRE(misplaced_weight_bytes(codes, w13s, packed, packed_s, E * 2 * I, H, true,
+                                     [&](int64_t row, int64_t b) { return kern::gemm1_tiled_code_offset(row, b, H, I); },
+                                     [&](int64_t row, int64_t b) { return kern::gemm1_tiled_scale_offset(row, b, H, I); }) == 0);
       for (Fp4GemmPath path : {Fp4GemmPath::kWgmmaWsRs, Fp4GemmPath::kWgmmaPersist}) {
         if (!(path == Fp4GemmPath::kWgmmaWsRs ? want10 : want13)) continue;
         INFO("tiled w13, Fp4GemmPath " << static_cast<int>(path));
@@ -1066,16 +1080,9 @@ TEST_CASE("cuda FP4 GEMM warp-specialized paths give kWgmma's bits for every e4m
       REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
       const std::vector<uint8_t> codes = fetch<uint8_t>(c, w2.c), packed = fetch<uint8_t>(g, wt.g);
       const std::vector<uint8_t> packed_s = fetch<uint8_t>(g, wts.g);
-      size_t misplaced = 0;
-      for (int64_t row = 0; row < E * H; ++row) {
-        for (int64_t b = 0; b < I / 2; ++b)
-          misplaced += packed[static_cast<size_t>(kern::gemm2_tiled_code_offset(row, b, I, H))] !=
-                       codes[static_cast<size_t>(row * (I / 2) + b)];
-        for (int64_t b = 0; b < I / 16; ++b)
-          misplaced += packed_s[static_cast<size_t>(kern::gemm2_tiled_scale_offset(row, b, I, H))] !=
-                       w2s[static_cast<size_t>(row * (I / 16) + b)];
-      }
-      REQUIRE(misplaced == 0);
+      REQUIRE(misplaced_weight_bytes(codes, w2s, packed, packed_s, E * H, I, true,
+                                     [&](int64_t row, int64_t b) { return kern::gemm2_tiled_code_offset(row, b, I, H); },
+                                     [&](int64_t row, int64_t b) { return kern::gemm2_tiled_scale_offset(row, b, I, H); }) == 0);
       for (Fp4GemmPath path : {Fp4GemmPath::kAuto, Fp4GemmPath::kWgmmaPersist}) {
         if (!(path == Fp4GemmPath::kAuto ? want11 : want12)) continue;
         INFO("tiled w2, Fp4GemmPath " << static_cast<int>(path));
@@ -1108,27 +1115,6 @@ TEST_CASE("cuda FP4 GEMM warp-specialized paths give kWgmma's bits for every e4m
 // values as the CPU's row-major init at their fp4_tiled.h offsets; gemm1 through the backend on
 // them gives the bits of the row-major weights; a size the kernel cannot tile stays row-major;
 // the tiled codes with other scales are refused with one line.
-// The bytes of R weight rows of K elements that the GPU (gc codes, gcs scales) does not hold where
-// the CPU's row-major copy (rc, rcs) says: at the tiled layout's offsets (code_at / scale_at: row,
-// byte in the row -> offset) when tiled, else at the same row-major offsets.
-template <class CodeAt, class ScaleAt>
-size_t misplaced_weight_bytes(const std::vector<uint8_t>& rc, const std::vector<uint8_t>& rcs,
-                              const std::vector<uint8_t>& gc, const std::vector<uint8_t>& gcs, int64_t R, int64_t K,
-                              bool tiled, CodeAt code_at, ScaleAt scale_at) {
-  size_t misplaced = 0;
-  for (int64_t row = 0; row < R; ++row) {
-    for (int64_t b = 0; b < K / 2; ++b) {
-      const int64_t at = tiled ? code_at(row, b) : row * (K / 2) + b;
-      misplaced += gc[static_cast<size_t>(at)] != rc[static_cast<size_t>(row * (K / 2) + b)];
-    }
-    for (int64_t b = 0; b < K / 16; ++b) {
-      const int64_t at = tiled ? scale_at(row, b) : row * (K / 16) + b;
-      misplaced += gcs[static_cast<size_t>(at)] != rcs[static_cast<size_t>(row * (K / 16) + b)];
-    }
-  }
-  return misplaced;
-}
-
 TEST_CASE("cuda init_moe_w13: tiled where gemm1 reads it, same values, same gemm1 bits", "[gpu]") {
   REQUIRE_GPU();
   auto& c = *env().cpu;
