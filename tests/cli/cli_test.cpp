@@ -406,7 +406,7 @@ TEST_CASE("cli: help shows value names and defaults, not CLI11's validators", "[
 
 // Streaming (docs/planner.md, "Streaming"): the streamed figures equal the in-memory ones; what a
 // stream cannot give (hand-offs) is said, and commands that need the whole trace refuse --stream on.
-TEST_CASE("cli: --stream on gives the in-memory figures; ranks merge; export streams the same JSON lines", "[cli][stream]") {
+TEST_CASE("cli: --stream on gives the in-memory figures, ranks merge, export streams the same JSON lines", "[cli][stream]") {
   const std::string base = golden("baseline.mtrace"), reuse = golden("reuse.mtrace");
   auto s = run_cli("plan " + base + " --json --stream on");
   auto m = run_cli("plan " + base + " --json --stream off");

@@ -185,7 +185,7 @@ TEST_CASE("hostile reports and gate options", "[cli][hostile]") {
              "moeprof gate: FAIL: 1 run with an incomplete trace", true});
 }
 
-TEST_CASE("gate: a failed run and another workload fail; --allow-config-change passes the latter", "[cli][hostile]") {
+TEST_CASE("gate: a failed run and another workload fail, --allow-config-change passes the latter", "[cli][hostile]") {
   const auto dir = moeprof::testing::temp_dir("hostile_gate");
   const std::string base = moeprof::testing::slurp(std::string(MOEPROF_SOURCE_DIR) + "/tests/fuzz/corpus/report/seed-valid.json");
   std::string other = base;

@@ -91,7 +91,7 @@ TEST_CASE("merge_traces: each input's order is kept, ties go to the earlier inpu
   CHECK(m.str(m.records[2].name_id) == "b0");
 }
 
-TEST_CASE("merge_traces: truncation ORed, notes kept; empty input; file round trip", "[core][merge]") {
+TEST_CASE("merge_traces: truncation ORed, notes kept, empty input, file round trip", "[core][merge]") {
   CHECK(merge_traces({}).records.empty());
 
   std::vector<Trace> in = {rank_trace(0), rank_trace(1)};

@@ -25,6 +25,7 @@
 #include "kernels/mla_attention.cuh"
 #include "kernels/moe_gemm_fp4.cuh"
 #include "tests/executor/op_contract_cases.h"
+#include "tests/gpu_skip.h"
 
 using namespace moeprof;
 
@@ -47,11 +48,10 @@ Env& env() {
   return e;
 }
 
-#define REQUIRE_GPU()                                              \
-  if (!env().gpu) {                                                \
-    WARN("skipping: no usable GPU (" << env().why << ")");         \
-    return;                                                        \
-  }
+#define REQUIRE_GPU()                                                               \
+  do {                                                                              \
+    if (!env().gpu) MOEPROF_SKIP("the CUDA backend does not start: " + env().why); \
+  } while (0)
 
 // A tensor on both backends with the same contents.
 struct Both {
@@ -920,10 +920,7 @@ TEST_CASE("cuda FP4 GEMM warp-specialized paths give kWgmma's bits for every e4m
   int major = 0, minor = 0;
   REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
   REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess);
-  if (!(major == 9 && minor == 0)) {
-    WARN("skipping: the wgmma paths need a compute capability 9.0 GPU");
-    return;
-  }
+  if (!(major == 9 && minor == 0)) MOEPROF_SKIP("the wgmma paths need a compute capability 9.0 GPU");
   using kern::Fp4GemmPath;
   auto sweep = [](size_t n, uint32_t mul, uint32_t add) {
     std::vector<uint8_t> v(n);

@@ -10,6 +10,7 @@
 #include "executor/recorder.h"
 #include "executor/deepseek_model.h"
 #include "executor/run.h"
+#include "tests/gpu_skip.h"
 
 #include <filesystem>
 #include <unistd.h>
@@ -56,12 +57,9 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
 
 }  // namespace
 
-TEST_CASE("tiny model: GPU logits match the CPU reference; modes and repeats are bitwise identical", "[gpu][model]") {
+TEST_CASE("tiny model: GPU logits match the CPU reference, modes and repeats are bitwise identical", "[gpu][model]") {
   auto g = make_cuda_backend(0);
-  if (!g.is_ok()) {
-    WARN("skipping: no usable GPU (" << g.status().message() << ")");
-    return;
-  }
+  if (!g.is_ok()) MOEPROF_SKIP("the CUDA backend does not start: " + g.status().message());
   auto& gpu = *g.value();
   auto cpu = make_cpu_backend();
   for (int64_t T : {37, 100, 257}) {
@@ -103,10 +101,7 @@ TEST_CASE("tiny model: GPU logits match the CPU reference; modes and repeats are
 
 TEST_CASE("tiny model: op times on the GPU come from CUDA events and charge the same work as on the CPU", "[gpu][model][op_times]") {
   auto g = make_cuda_backend(0);
-  if (!g.is_ok()) {
-    WARN("skipping: no usable GPU (" << g.status().message() << ")");
-    return;
-  }
+  if (!g.is_ok()) MOEPROF_SKIP("the CUDA backend does not start: " + g.status().message());
   const auto dir = std::filesystem::temp_directory_path() / ("moeprof_gpu_op_times_" + std::to_string(::getpid()));
   RunPlan plan;
   plan.model = "tiny";

@@ -21,6 +21,7 @@
 #include "executor/run.h"
 #include "executor/tp_run.h"
 #include "model/config.h"
+#include "tests/gpu_skip.h"
 
 using namespace moeprof;
 namespace fs = std::filesystem;
@@ -214,10 +215,7 @@ void check_tp2_symm(const std::string& model, int64_t tokens, int64_t layers) {
 
 TEST_CASE("NCCL all_reduce through two CudaBackends sums across ranks", "[gpu][tp]") {
   const std::string why = skip_reason();
-  if (!why.empty()) {
-    WARN("skipping: " << why);
-    return;
-  }
+  if (!why.empty()) MOEPROF_SKIP(why);
   WARN("NCCL " << nccl_version());
   std::vector<std::unique_ptr<Backend>> be;
   for (int d = 0; d < 2; ++d) be.push_back(std::move(make_cuda_backend(d)).value());
@@ -275,20 +273,14 @@ TEST_CASE("NCCL all_reduce through two CudaBackends sums across ranks", "[gpu][t
 
 TEST_CASE("real TP=2: modes identical per rank, per-rank peaks equal the emulated run's", "[gpu][tp]") {
   const std::string why = skip_reason();
-  if (!why.empty()) {
-    WARN("skipping: " << why);
-    return;
-  }
+  if (!why.empty()) MOEPROF_SKIP(why);
   check_tp2("tiny", 100, 0);
   check_tp2("kimi-k2.5", 2048, 4);
 }
 
 TEST_CASE("real TP=2 with NCCL symmetric memory: reuse inside the pool, forced fallback", "[gpu][tp][symm]") {
   const std::string why = skip_reason();
-  if (!why.empty()) {
-    WARN("skipping: " << why);
-    return;
-  }
+  if (!why.empty()) MOEPROF_SKIP(why);
   check_tp2_symm("tiny", 100, 0);
   check_tp2_symm("kimi-k2.5", 2048, 4);
 }

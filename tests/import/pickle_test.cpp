@@ -95,7 +95,7 @@ TEST_CASE("pickle: floats, strings, bytes, bools, None, tuples, nested dicts") {
   CHECK(py_repr(r) == "{'a': (1.5, True, None), 'b\xc3\xa9': [b'\\x00x', False, ()], 'c': (-0.10000000000000001,)}");
 }
 
-TEST_CASE("pickle: the memo shares containers; later SETITEM keys win") {
+TEST_CASE("pickle: the memo shares containers, later SETITEM keys win") {
   // d = {'x': L, 'y': L} with L = [7] pickled once (MEMOIZE) and fetched again (BINGET); LONG_BINPUT,
   // LONG_BINGET and BINPUT with explicit slots; then a duplicate key 'x' (the last entry wins).
   std::string p = bytes({0x80, 0x04, '}', 0x94, '('});

@@ -180,7 +180,7 @@ TEST_CASE("every allocation is tagged with a name, a scope and a category", "[mo
   }
 }
 
-TEST_CASE("fallbacks: layer 0 gets a fresh buffer; mismatched or non-symmetric buffers are rejected",
+TEST_CASE("fallbacks: layer 0 gets a fresh buffer, mismatched or non-symmetric buffers are rejected",
           "[model][modes]") {
   // All layers MoE: layer 0's input is the embedding output (also the residual), never offered.
   const std::string all_moe = tiny_variant("tiny-all-moe", [](nlohmann::json& j) { j["first_k_dense_replace"] = 0; });

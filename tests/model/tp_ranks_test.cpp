@@ -48,7 +48,7 @@ std::set<std::string> names_of_kind(const Trace& t, MemKind kind) {
 
 }  // namespace
 
-TEST_CASE("symmetric memory: every MoE layer reuses inside the pool; a buffer outside it falls back", "[model][symm]") {
+TEST_CASE("symmetric memory: every MoE layer reuses inside the pool, a buffer outside it falls back", "[model][symm]") {
   auto cfg = resolve_model_config("tiny");
   REQUIRE(cfg.is_ok());
   const int64_t moe_layers_after_0 = [&] {
@@ -167,7 +167,7 @@ TEST_CASE("rank traces: rebuilt from their META and merged as --launch processes
   CHECK(wrong.status().message().find("expected rank 0 of 3") != std::string::npos);
 }
 
-TEST_CASE("rank launcher: all ranks succeed; one failure stops the others and is named", "[model][launch]") {
+TEST_CASE("rank launcher: all ranks succeed, one failure stops the others and is named", "[model][launch]") {
   const std::string dir = out_dir("launch");
   std::vector<RankProcess> ok;
   for (int r = 0; r < 3; ++r)

@@ -171,7 +171,7 @@ TEST_CASE("free records with a size take the alloc's size and count mismatches",
   CHECK(r.devices[0].peak_activation_ts == 2);
 }
 
-TEST_CASE("several devices: allocations keyed by (device, address); run level is the max", "[planner][analysis]") {
+TEST_CASE("several devices: allocations keyed by (device, address), run level is the max", "[planner][analysis]") {
   TraceBuilder b;
   b.alloc(1, 0x100, 1000, Category::kActivation, "", "a0", 0);
   b.alloc(2, 0x100, 600, Category::kActivation, "", "a1", 1);
@@ -371,7 +371,7 @@ struct Ev {
 };
 }  // namespace
 
-TEST_CASE("random traces: replay matches a brute-force replay; LOAD of the lifetimes equals the peak",
+TEST_CASE("random traces: replay matches a brute-force replay, LOAD of the lifetimes equals the peak",
           "[planner][analysis]") {
   std::mt19937_64 rng(12345);
   for (int iter = 0; iter < 30; ++iter) {
@@ -595,7 +595,7 @@ TEST_CASE("mem_kind_mask: frees and uses of left-out allocations are matched by 
   CHECK(none.lifetimes.empty());
 }
 
-TEST_CASE("graph memory at address 0: its free ends it; filtered out it leaves no anomaly", "[planner][analysis][filter]") {
+TEST_CASE("graph memory at address 0: its free ends it, filtered out it leaves no anomaly", "[planner][analysis][filter]") {
   TraceBuilder b;
   b.alloc(1, 0x0, 32u << 20, Category::kGraph, "", "graph");
   b.alloc(2, 0x10, 100, Category::kActivation, "", "x");

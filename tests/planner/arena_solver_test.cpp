@@ -210,7 +210,7 @@ TEST_CASE("solver: guillotine tilings where greedy fails are solved at LOAD", "[
   CHECK(greedy_failed == 8);
 }
 
-TEST_CASE("solver: global alignment rounds sizes and offsets; odd sizes", "[planner][arena][solver]") {
+TEST_CASE("solver: global alignment rounds sizes and offsets, odd sizes", "[planner][arena][solver]") {
   std::mt19937_64 rng(11);
   for (int iter = 0; iter < 40; ++iter) {
     std::vector<Buffer> bs;
@@ -306,7 +306,7 @@ TEST_CASE("solver: a component with too many overlapping pairs is planned by the
   CHECK(s.algorithm == "greedy:lower_asc_sweep");
 }
 
-TEST_CASE("engine: the sweep equals best-fit in lower order; every greedy plan is valid", "[planner][arena][solver]") {
+TEST_CASE("engine: the sweep equals best-fit in lower order, every greedy plan is valid", "[planner][arena][solver]") {
   std::mt19937_64 rng(3);
   for (int iter = 0; iter < 100; ++iter) {
     std::vector<Buffer> bs;

@@ -79,7 +79,7 @@ TEST_CASE("inferred categories: persistent, library workspaces and communication
   CHECK(p.by_record[4] == Category::kActivation);
 }
 
-TEST_CASE("category rules override the inference; errors name the line", "[planner][categories]") {
+TEST_CASE("category rules override the inference, errors name the line", "[planner][categories]") {
   Trace t = traced();
   auto rules = parse_category_rules("# comment\nkv_cache size=500\n\nactivation size=..100  # small ones\n", "cats");
   REQUIRE(rules.is_ok());

@@ -61,7 +61,7 @@ Trace layer_trace() {
 
 }  // namespace
 
-TEST_CASE("rules parse; errors name the line", "[planner][whatif]") {
+TEST_CASE("rules parse, errors name the line", "[planner][whatif]") {
   auto ok = parse_rules(
       "# comment\n\nfree-at-last-use name=post_norm scope=layer.*/attn   # trailing\n"
       "hand-off name=moe_output from name=x category=activation,unknown size=100..\n"
@@ -175,7 +175,7 @@ TEST_CASE("what-if: free-at-last-use, free after op, hand-off, drop on a hand-co
   }
 }
 
-TEST_CASE("what-if: free after scope uses marker ends; devices are separate", "[planner][whatif]") {
+TEST_CASE("what-if: free after scope uses marker ends, devices are separate", "[planner][whatif]") {
   TraceBuilder b;
   for (uint16_t dev : {uint16_t{0}, uint16_t{3}}) {
     const uint64_t base = dev * 1000;
@@ -224,7 +224,7 @@ TEST_CASE("what-if needs lifetimes and the event index", "[planner][whatif]") {
   CHECK(w.status().code() == ErrorCode::kBadInput);
 }
 
-TEST_CASE("ranked fixes: each step's rule reproduces its cumulative peak; the bound holds", "[planner][whatif]") {
+TEST_CASE("ranked fixes: each step's rule reproduces its cumulative peak, the bound holds", "[planner][whatif]") {
   // Three layers of the layer pattern, chained: x(l) = out(l-1).
   TraceBuilder b;
   uint64_t ts = 1;

@@ -37,7 +37,7 @@ TEST_CASE("tensor tags parse scope, name and category", "[profiler][nvtx]") {
   CHECK(t.category == Category::kActivation);
 }
 
-TEST_CASE("range stacks resolve to scope paths; tags are not levels", "[profiler][nvtx]") {
+TEST_CASE("range stacks resolve to scope paths, tags are not levels", "[profiler][nvtx]") {
   ResolvedScope r = resolve_scope({"prefill", "layer.3", "moe"});
   CHECK(r.path == "prefill/layer.3/moe");
   CHECK_FALSE(r.tagged);

@@ -57,7 +57,7 @@ TEST_CASE("native stacks: libc and the test binary appear, stacks are interned",
   CHECK(c.resolve(999999).empty());
 }
 
-TEST_CASE("python stacks without an interpreter capture nothing; modes parse", "[profiler][stacks]") {
+TEST_CASE("python stacks without an interpreter capture nothing, modes parse", "[profiler][stacks]") {
   StackCollector c(StackMode::kPython);
   CHECK(c.capture() == 0);
   StackMode m;

@@ -131,7 +131,7 @@ TEST_CASE("gate: tolerances are range-checked and never saturate", "[gate][evide
   CHECK(reports::validate_gate_options(o).message() == "--abs-tol 9223372036854775808: must be at most 2^63-1 bytes");
 }
 
-TEST_CASE("gate: figures at the byte limit are exact; beyond it the report is bad input", "[gate][evidence]") {
+TEST_CASE("gate: figures at the byte limit are exact, beyond it the report is bad input", "[gate][evidence]") {
   auto zero = report({run("r", 0)});
   auto max = report({run("r", kMaxBytes - 5000)});
   const auto up = reports::run_gate(zero, max, {});

@@ -307,7 +307,7 @@ TEST_CASE("stream: the adaptive timeline keeps each device's peak as a point", "
   }
 }
 
-TEST_CASE("stream: errors name the input; truncated inputs are reported", "[stream]") {
+TEST_CASE("stream: errors name the input, truncated inputs are reported", "[stream]") {
   CHECK(planner::analyze_stream({}, {}).status().code() == ErrorCode::kBadInput);
   auto missing = planner::analyze_stream({tmp_path("nope.mtrace")}, {});
   REQUIRE_FALSE(missing.is_ok());
