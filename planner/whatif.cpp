@@ -332,6 +332,7 @@ Result<WhatIfResult> what_if(const RunAnalysis& run, const std::vector<Rule>& ru
     eff.rule = rule.text();
     eff.origin = rule.origin;
     state.apply(rule, &eff, nullptr);
+    if (eff.matched == 0) eff.unmatched = explain_no_match(rule.target, run);
     res.rules.push_back(std::move(eff));
   }
   const uint64_t t0 = run.position_ts.empty() ? 0 : run.position_ts.front();

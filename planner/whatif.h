@@ -63,7 +63,15 @@ struct RuleEffect {
   uint64_t no_donor = 0;       // hand-off: no dead buffer to take over
   uint64_t unsafe = 0;         // freed before a later use (free ... after)
   uint64_t bytes_removed = 0;  // churn the rule saves (hand-off, drop)
+  // When the selector matched nothing: which of its parts matched no allocation of the run, with
+  // the nearest names there ("no allocation is named 'moe_outptu'; did you mean 'moe_output'?").
+  std::string unmatched;
 };
+
+// Why a selector matches no allocation of the run: its first part (name, scope, stack, category,
+// size, device) that no lifetime satisfies on its own, with the nearest names or scopes of the
+// run; or that the parts match separately but never together. "" when it matches something.
+std::string explain_no_match(const Selector& sel, const RunAnalysis& run);
 
 struct DevicePrediction {
   uint16_t device = 0;

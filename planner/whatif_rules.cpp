@@ -3,8 +3,10 @@
 #include <charconv>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
+#include "core/nearest.h"
 #include "core/utf8.h"
 #include "planner/stacks.h"
 #include "planner/whatif.h"
@@ -30,6 +32,45 @@ bool glob_match(std::string_view p, std::string_view s) {
   }
   while (pi < p.size() && p[pi] == '*') ++pi;
   return pi == p.size();
+}
+
+std::string explain_no_match(const Selector& sel, const RunAnalysis& run) {
+  for (const Lifetime& l : run.lifetimes)
+    if (sel.matches(l, run)) return "";
+  // Each part on its own, over every lifetime; the distinct names and scopes for suggestions.
+  std::set<std::string> names, scopes;
+  bool name_hit = sel.name.empty(), scope_hit = sel.scope.empty(), stack_hit = sel.stack.empty();
+  bool cat_hit = sel.categories == 0, size_hit = sel.min_bytes == 0 && sel.max_bytes == UINT64_MAX, device_hit = sel.device < 0;
+  for (const Lifetime& l : run.lifetimes) {
+    names.insert(run.str(l.name_id));
+    scopes.insert(run.str(l.scope_id));
+    Selector one;
+    if (!name_hit && glob_match(sel.name, run.str(l.name_id))) name_hit = true;
+    if (!scope_hit && glob_match(sel.scope, run.str(l.scope_id))) scope_hit = true;
+    if (!stack_hit) {
+      one.stack = sel.stack;
+      stack_hit = one.matches(l, run);
+    }
+    if (!cat_hit && (sel.categories & category_bit(l.category)) != 0) cat_hit = true;
+    if (!size_hit && l.bytes >= sel.min_bytes && l.bytes <= sel.max_bytes) size_hit = true;
+    if (!device_hit && l.device == sel.device) device_hit = true;
+  }
+  auto suggest = [](const std::string& pattern, const std::set<std::string>& have) {
+    // A glob is compared with the names' families ("layer.*/attn" for "layer.17/attn").
+    std::set<std::string> forms;
+    for (const auto& h : have) forms.insert(pattern.find('*') != std::string::npos ? family_scope(h) : h);
+    std::vector<std::string> cands(forms.begin(), forms.end());
+    std::erase(cands, std::string());
+    return did_you_mean(pattern, cands);
+  };
+  if (run.lifetimes.empty()) return "the run has no allocations";
+  if (!name_hit) return "no allocation is named '" + sel.name + "'" + suggest(sel.name, names);
+  if (!scope_hit) return "no allocation has the scope '" + sel.scope + "'" + suggest(sel.scope, scopes);
+  if (!stack_hit) return "no allocation's stack has a frame with '" + sel.stack + "'";
+  if (!cat_hit) return "no allocation is in the selected categories";
+  if (!size_hit) return "no allocation has a size in the selected range";
+  if (!device_hit) return "no allocation is on device " + std::to_string(sel.device);
+  return "each part matches some allocation, but no allocation matches all of them";
 }
 
 bool Selector::matches(const Lifetime& l, const RunAnalysis& run) const {

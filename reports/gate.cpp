@@ -73,7 +73,7 @@ std::string show_value(const nlohmann::ordered_json& v) {
 // Workload keys (a change fails unless allow_config_change) and descriptive ones (notes).
 void check_meta_differences(const nlohmann::ordered_json& b, const nlohmann::ordered_json& c, const std::string& run,
                             const GateOptions& opts, GateResult* res) {
-  for (const char* key : {"model", "tokens", "layers", "tp_size", "tp_rank"}) {
+  for (const char* key : kWorkloadKeys) {
     if (!b.contains(key) || !c.contains(key) || b[key] == c[key]) continue;
     ++res->config_changes;
     if (!opts.allow_config_change) ++res->failures;
@@ -234,12 +234,15 @@ std::string gate_markdown(const GateResult& r, const GateOptions& opts) {
     std::string status = gate_status_name(c.status);
     if (c.status == GateStatus::kImprovement && c.failed) status = "unexpected improvement";
     std::string mark = c.failed ? "❌ " : "✅ ";
+    // Every byte column in exact bytes (the gate compares to the byte).
+    const uint64_t mag = c.current >= c.baseline ? c.current - c.baseline : c.baseline - c.current;
+    const std::string delta = mag == 0 ? "0 B" : (c.current > c.baseline ? "+" : "-") + format_exact_bytes(mag);
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {}{} |\n", md_cell(c.run), c.metric,
-                       c.has_baseline ? with_commas_u(c.baseline) : "-",
-                       c.has_current ? with_commas_u(c.current) : "-",
-                       c.has_baseline && c.has_current ? format_change_bytes(c.baseline, c.current) : "-",
+                       c.has_baseline ? format_exact_bytes(c.baseline) : "-",
+                       c.has_current ? format_exact_bytes(c.current) : "-",
+                       c.has_baseline && c.has_current ? delta : "-",
                        c.has_baseline && c.has_current ? format_percent(c.delta, c.baseline) : "-",
-                       c.has_baseline ? with_commas_u(c.allowed) : "-", mark, status);
+                       c.has_baseline ? format_exact_bytes(c.allowed) : "-", mark, status);
   }
   if (!r.notes.empty()) {
     out += "\nNotes:\n";

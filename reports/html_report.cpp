@@ -64,8 +64,8 @@ std::string runs_section(const ordered_json& report) {
   for (const auto& r : report["runs"]) {
     out += fmt::format("<tr data-run=\"{}\"><td><b>{}</b></td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td><td>{} / {}</td>"
                        "<td class=\"n peak-act\">{}</td>",
-                       h(json_str(r, "name")), h(json_str(r, "name")), h(json_str(r, "mode")), h(json_str(r, "model")),
-                       with_commas(json_i64(r, "tokens")), h(run_tp_label(r)), h(json_str(r, "backend")), h(json_str(r, "device_name")),
+                       h(json_str(r, "name")), h(json_str(r, "name")), h(json_str(r, "mode")), h(or_dash(json_str(r, "model"))),
+                       json_i64(r, "tokens") > 0 ? with_commas(json_i64(r, "tokens")) : "-", h(run_tp_label(r).empty() ? "-" : run_tp_label(r)), h(json_str(r, "backend")), h(json_str(r, "device_name")),
                        html::bytes(json_u64(r, "peak_activation_bytes")));
     if (predicted) {
       std::string cell;

@@ -96,8 +96,8 @@ std::string report_markdown(const ordered_json& report) {
   out += "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|\n";
   for (const auto& r : report["runs"]) {
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", md_cell(json_str(r, "name")),
-                       md_cell(json_str(r, "mode")), md_cell(json_str(r, "model")), with_commas(json_i64(r, "tokens")),
-                       md_cell(run_tp_label(r)), md_cell(json_str(r, "backend")), bytes_cell(json_u64(r, "peak_activation_bytes")),
+                       md_cell(json_str(r, "mode")), md_cell(or_dash(json_str(r, "model"))), json_i64(r, "tokens") > 0 ? with_commas(json_i64(r, "tokens")) : "-",
+                       md_cell(run_tp_label(r).empty() ? "-" : run_tp_label(r)), md_cell(json_str(r, "backend")), bytes_cell(json_u64(r, "peak_activation_bytes")),
                        bytes_cell(json_u64(r, "peak_total_bytes")), bytes_cell(json_u64(r, "churn_bytes")), with_commas_u(json_u64(r, "allocations")),
                        with_commas_u(r.contains("anomalies") ? json_u64(r["anomalies"], "total") : 0));
   }

@@ -91,7 +91,26 @@ inline std::string entry_label(const nlohmann::ordered_json& e) {
 
 // "rank/size", with " (emulated)" when one device ran one rank's shapes (extra.tp_emulated), or
 // "all N ranks of N" for a merged multi-GPU trace (extra.ranks).
+// The run fields that define a workload: runs that differ in one are different workloads, and
+// their difference is not a change of memory behaviour (the gate fails on it; compare says so).
+inline constexpr const char* kWorkloadKeys[] = {"model", "tokens", "layers", "tp_size", "tp_rank"};
+
+// "model tiny vs kimi-k2.5", one per workload key whose values differ (a run object each).
+inline std::vector<std::string> workload_differences(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b) {
+  std::vector<std::string> out;
+  auto shown = [](const nlohmann::ordered_json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+  for (const char* key : kWorkloadKeys)
+    if (a.contains(key) && b.contains(key) && a[key] != b[key]) out.push_back(std::string(key) + " " + shown(a[key]) + " vs " + shown(b[key]));
+  return out;
+}
+
+// "-" for a field the run does not have (tables).
+inline std::string or_dash(const std::string& s) { return s.empty() ? "-" : s; }
+
+// "" for a run of one device without TP (a traced or imported program, a TP=1 run): tables show
+// "-", the text header leaves it out, never "0/1".
 inline std::string run_tp_label(const nlohmann::ordered_json& run) {
+  if (json_i64(run, "tp_size") <= 1) return "";
   std::string label = std::to_string(json_i64(run, "tp_rank")) + "/" + std::to_string(json_i64(run, "tp_size"));
   if (!run.contains("extra") || !run["extra"].is_object()) return label;
   const auto& x = run["extra"];

@@ -77,6 +77,15 @@ Result<LoadedRun> load_run(const std::vector<std::string>& paths, const LoadOpti
       return Status::bad_input(opts.needs_memory + " needs the whole trace in memory: drop --stream on");
     stream = false;
   }
+  if (paths.size() > 1) {
+    // Ranks of one run only when their metadata says so (trace_merge.h): never two unrelated runs.
+    std::vector<RunMeta> metas;
+    for (const std::string& p : paths) {
+      MOEPROF_ASSIGN_OR_RETURN(RunMeta m, read_trace_meta(p));
+      metas.push_back(std::move(m));
+    }
+    MOEPROF_RETURN_IF_ERROR(check_rank_traces(metas, paths));
+  }
   LoadedRun run;
   if (stream) {
     planner::StreamOptions so;

@@ -1,6 +1,7 @@
 #include "reports/text_report.h"
 
 #include <algorithm>
+#include <array>
 
 #include <fmt/format.h>
 
@@ -33,18 +34,18 @@ std::string comparison_text(const ordered_json& c, const std::string& a_file, co
     for (const auto& w : c["warnings"])
       if (w.is_string()) out += "warning: " + w.get<std::string>() + "\n";
   out += fmt::format("A: run {} ({})\nB: run {} ({})\nchanges are B - A (negative: B uses less)\n\n", a, a_file, b, b_file);
-  out += fmt::format("  {:<42} {:>16} {:>16} {:>30} {:>8}\n", "", "A", "B", "B - A", "%");
+  // The headline table: the columns as wide as their widest cell, so large figures never run together.
+  std::vector<std::array<std::string, 5>> rows = {{"", "A", "B", "B - A", "%"}};
   auto row = [&](const std::string& what, uint64_t va, uint64_t vb, int64_t d) {
-    out += fmt::format("  {:<42} {:>16} {:>16} {:>30} {:>8}\n", what, format_bytes(va), format_bytes(vb), change_exact(d), format_percent(d, va));
+    rows.push_back({what, format_bytes(va), format_bytes(vb), change_exact(d), format_percent(d, va)});
   };
   row("peak activation", json_u64(c, "baseline_peak_activation_bytes"), json_u64(c, "candidate_peak_activation_bytes"),
       json_i64(c, "peak_activation_delta_bytes"));
   row("peak total", json_u64(c, "baseline_peak_total_bytes"), json_u64(c, "candidate_peak_total_bytes"), json_i64(c, "peak_total_delta_bytes"));
   row("churn", json_u64(c, "baseline_churn_bytes"), json_u64(c, "candidate_churn_bytes"), json_i64(c, "churn_delta_bytes"));
   const int64_t da = json_i64(c, "allocations_delta");
-  out += fmt::format("  {:<42} {:>16} {:>16} {:>30} {:>8}\n", "allocations", with_commas_u(json_u64(c, "baseline_allocations")),
-                     with_commas_u(json_u64(c, "candidate_allocations")), (da > 0 ? "+" : "") + with_commas(da),
-                     format_percent(da, json_u64(c, "baseline_allocations")));
+  rows.push_back({"allocations", with_commas_u(json_u64(c, "baseline_allocations")), with_commas_u(json_u64(c, "candidate_allocations")),
+                  (da > 0 ? "+" : "") + with_commas(da), format_percent(da, json_u64(c, "baseline_allocations"))});
   if (c.contains("live_at_peak_delta_by_category") && c.contains("baseline_live_at_peak_by_category")) {
     for (const auto& [cat, v] : c["live_at_peak_delta_by_category"].items()) {
       const uint64_t va = json_u64(c["baseline_live_at_peak_by_category"], cat.c_str());
@@ -52,27 +53,42 @@ std::string comparison_text(const ordered_json& c, const std::string& a_file, co
       if (va || vb) row("live at the activation peak: " + cat, va, vb, v.get<int64_t>());
     }
   }
+  std::array<size_t, 5> w = {42, 16, 16, 30, 8};
+  for (const auto& r : rows)
+    for (size_t k = 0; k < w.size(); ++k) w[k] = std::max(w[k], r[k].size());
+  for (const auto& r : rows)
+    out += fmt::format("  {:<{}} {:>{}} {:>{}} {:>{}} {:>{}}\n", r[0], w[0], r[1], w[1], r[2], w[2], r[3], w[3], r[4], w[4]);
   if (c.contains("live_at_peak_diff") && c["live_at_peak_diff"].is_object()) {
     const auto& d = c["live_at_peak_diff"];
     out += fmt::format("\nlive at the peak, tensor by tensor ({} tensor(s), {}, unchanged at both peaks):\n",
                        with_commas_u(json_u64(d, "unchanged_tensors")), format_bytes(json_u64(d, "unchanged_bytes")));
-    size_t wname = 26, wscope = 28;
+    size_t wname = 26, wscope = 28, wa = 12, wb = 12, wd = 30;
+    auto cell = [&](const nlohmann::ordered_json& r, const char* key) {
+      return json_u64(r, key) ? format_bytes(json_u64(r, key)) : std::string("-");
+    };
+    const std::string sum_a = format_bytes(json_u64(d, "baseline_bytes") - json_u64(d, "unchanged_bytes"));
+    const std::string sum_b = format_bytes(json_u64(d, "candidate_bytes") - json_u64(d, "unchanged_bytes"));
+    const std::string sum_d = change_exact(json_i64(d, "delta_bytes"));
+    wa = std::max(wa, sum_a.size());
+    wb = std::max(wb, sum_b.size());
+    wd = std::max(wd, sum_d.size());
     for (const auto& r : d["rows"]) {
       wname = std::min<size_t>(std::max(wname, entry_label(r).size()), 72);
       wscope = std::min<size_t>(std::max({wscope, json_str(r, "baseline_scope").size(), json_str(r, "candidate_scope").size()}), 56);
+      wa = std::max(wa, cell(r, "baseline_bytes").size());
+      wb = std::max(wb, cell(r, "candidate_bytes").size());
+      wd = std::max(wd, change_exact(json_i64(r, "delta_bytes")).size());
     }
-    out += fmt::format("  {:<14} {:<{}} {:<{}} {:<{}} {:>12} {:>12} {:>30}\n", "change", "tensor", wname, "scope in A", wscope, "scope in B", wscope,
-                       "A", "B", "B - A");
+    out += fmt::format("  {:<14} {:<{}} {:<{}} {:<{}} {:>{}} {:>{}} {:>{}}\n", "change", "tensor", wname, "scope in A", wscope, "scope in B",
+                       wscope, "A", wa, "B", wb, "B - A", wd);
     for (const auto& r : d["rows"]) {
-      auto cell = [&](const char* key) { return json_u64(r, key) ? format_bytes(json_u64(r, key)) : std::string("-"); };
       auto scope = [&](const char* key) { return json_str(r, key).empty() ? std::string("-") : json_str(r, key); };
-      out += fmt::format("  {:<14} {:<{}} {:<{}} {:<{}} {:>12} {:>12} {:>30}\n", json_str(r, "change"), entry_label(r), wname,
-                         scope("baseline_scope"), wscope, scope("candidate_scope"), wscope, cell("baseline_bytes"), cell("candidate_bytes"),
-                         change_exact(json_i64(r, "delta_bytes")));
+      out += fmt::format("  {:<14} {:<{}} {:<{}} {:<{}} {:>{}} {:>{}} {:>{}}\n", json_str(r, "change"), entry_label(r), wname,
+                         scope("baseline_scope"), wscope, scope("candidate_scope"), wscope, cell(r, "baseline_bytes"), wa,
+                         cell(r, "candidate_bytes"), wb, change_exact(json_i64(r, "delta_bytes")), wd);
     }
-    out += fmt::format("  {:<14} {:<{}} {:<{}} {:<{}} {:>12} {:>12} {:>30}\n", "sum", "", wname, "", wscope, "", wscope,
-                       format_bytes(json_u64(d, "baseline_bytes") - json_u64(d, "unchanged_bytes")),
-                       format_bytes(json_u64(d, "candidate_bytes") - json_u64(d, "unchanged_bytes")), change_exact(json_i64(d, "delta_bytes")));
+    out += fmt::format("  {:<14} {:<{}} {:<{}} {:<{}} {:>{}} {:>{}} {:>{}}\n", "sum", "", wname, "", wscope, "", wscope, sum_a, wa, sum_b, wb,
+                       sum_d, wd);
   }
   if (c.contains("scope_deltas") && !c["scope_deltas"].empty()) {
     out += fmt::format("\nscopes whose high-water changed:\n  {:<44} {:>16} {:>16} {:>16} {:>28}\n", "scope", "activation hw A", "activation hw B",
@@ -103,7 +119,9 @@ std::vector<std::string> run_warnings(const ordered_json& r) {
                             json_str(r, "truncation_note").empty() ? "truncated" : json_str(r, "truncation_note")));
   if (json_u64(r, "dropped_records"))
     w.push_back(fmt::format("{}: {} dropped records: the figures are lower bounds", name, with_commas_u(json_u64(r, "dropped_records"))));
-  if (json_u64(r, "allocations") == 0) w.push_back(fmt::format("{}: no allocations recorded", name));
+  if (json_u64(r, "allocations") == 0)
+    w.push_back(fmt::format("{}: no allocations recorded{}", name,
+                            json_str(r, "mode") == "imported" ? kEmptySnapshotAdvice : ""));
   return w;
 }
 
@@ -112,10 +130,13 @@ std::string run_text(const ordered_json& r) {
   // Warnings first: a failed run's or a truncated trace's figures cover only the part read.
   for (const auto& w : run_warnings(r)) out += "warning: " + w + "\n";
   for (const auto& n : run_notes(r)) out += "note: " + n + "\n";
-  auto or_dash = [&](const char* key) { return json_str(r, key).empty() ? std::string("-") : json_str(r, key); };
-  out += fmt::format("run {}: mode {}, model {}, {} tokens, TP {}, backend {}{}\n", json_str(r, "name"), or_dash("mode"), or_dash("model"),
-                     with_commas(json_i64(r, "tokens")), run_tp_label(r), or_dash("backend"),
-                     json_str(r, "device_name").empty() ? "" : " (" + json_str(r, "device_name") + ")");
+  // What the run's metadata holds: a traced or imported program has no model, tokens or TP.
+  std::string head = "run " + json_str(r, "name") + ": mode " + or_dash(json_str(r, "mode"));
+  if (!json_str(r, "model").empty()) head += ", model " + json_str(r, "model");
+  if (json_i64(r, "tokens") > 0) head += ", " + with_commas(json_i64(r, "tokens")) + " tokens";
+  if (!run_tp_label(r).empty()) head += ", TP " + run_tp_label(r);
+  head += ", backend " + or_dash(json_str(r, "backend")) + (json_str(r, "device_name").empty() ? "" : " (" + json_str(r, "device_name") + ")");
+  out += head + "\n";
   // A trace with no allocation has no peak to headline: "none recorded", never a misleading 0 B.
   const bool nothing = json_u64(r, "allocations") == 0;
   auto figure = [&](const char* key) { return nothing ? std::string("none recorded") : bytes_exact(json_u64(r, key)); };
@@ -123,6 +144,16 @@ std::string run_text(const ordered_json& r) {
   out += fmt::format("  peak total       {}\n", figure("peak_total_bytes"));
   out += fmt::format("  churn            {}\n", figure("churn_bytes"));
   out += fmt::format("  allocations      {}\n", with_commas_u(json_u64(r, "allocations")));
+  // The caching allocator's segments (a PyTorch snapshot's, a traced pool's): what the process held.
+  uint64_t reserved = 0, reserved_device = 0;
+  if (r.contains("devices"))
+    for (const auto& d : r["devices"])
+      if (json_u64(d, "pool_reserved_peak_bytes") > reserved) {
+        reserved = json_u64(d, "pool_reserved_peak_bytes");
+        reserved_device = json_u64(d, "device");
+      }
+  if (reserved > 0)
+    out += fmt::format("  reserved peak    {} (the allocator's segments, device {})\n", bytes_exact(reserved), reserved_device);
   const auto& live = r["live_at_peak"];
   if (!live["device"].is_number()) {
     out += "\nno allocation was replayed: there is no peak\n";

@@ -19,6 +19,11 @@ std::string comparison_text(const nlohmann::ordered_json& c, const std::string& 
 // names the run. Empty for a complete run.
 std::vector<std::string> run_warnings(const nlohmann::ordered_json& run);
 
+// Appended where an imported PyTorch snapshot holds no allocation: how to record one.
+inline constexpr const char* kEmptySnapshotAdvice =
+    " (the snapshot holds no allocation history: call torch.cuda.memory._record_memory_history() before the code to "
+    "profile, then torch.cuda.memory._dump_snapshot(FILE))";
+
 // A run object (make_run_json) for `moeprof plan`: run_warnings first, the peaks ("none recorded"
 // rather than 0 B when nothing was allocated), the live set at the peak, scopes, reuse findings,
 // anomalies (a failed run and a truncation among them).

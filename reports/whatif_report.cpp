@@ -28,7 +28,7 @@ ordered_json what_if_json(const planner::WhatIfResult& w, const planner::RunAnal
   if (!w.note.empty()) j["note"] = w.note;
   ordered_json rules = ordered_json::array();
   for (const auto& r : w.rules)
-    rules.push_back({{"rule", r.rule},         {"origin", r.origin},       {"matched", r.matched},
+    rules.push_back({{"rule", r.rule},         {"origin", r.origin},       {"matched", r.matched}, {"unmatched", r.unmatched},
                      {"applied", r.applied},   {"no_uses", r.no_uses},     {"no_anchor", r.no_anchor},
                      {"no_donor", r.no_donor}, {"unsafe", r.unsafe},       {"bytes_removed", r.bytes_removed}});
   j["rules"] = rules;
@@ -87,6 +87,7 @@ std::string what_if_text(const planner::WhatIfResult& w, size_t top_entries) {
       if (r.no_donor) out += fmt::format(", {} without a dead buffer to take", r.no_donor);
       if (r.unsafe) out += fmt::format(", {} UNSAFE (freed before a later use)", r.unsafe);
       out += "\n";
+      if (!r.unmatched.empty()) out += fmt::format("  warning: the rule at {} matched nothing: {}\n", r.origin, r.unmatched);
     }
   }
   out += fmt::format("  peak activation  measured {:>14}  predicted {:>14}  ({}, {})\n", format_bytes(w.measured_peak_activation_bytes),

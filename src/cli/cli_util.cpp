@@ -1,7 +1,11 @@
 #include "cli/cli_util.h"
 
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
+
+#include "reports/format.h"
 
 namespace moeprof::cli {
 
@@ -25,6 +29,53 @@ Status write_stdout(std::string_view text) {
     return Status::run_failure(std::string("writing to standard output failed: ") + (e ? std::strerror(e) : "short write"));
   }
   return Status::ok();
+}
+
+namespace {
+
+std::string shown_value(const std::string& v) { return v.size() > 40 ? v.substr(0, 40) + "..." : v; }
+
+std::string plain_number(double x) {
+  if (x == static_cast<double>(static_cast<int64_t>(x)) && std::fabs(x) < 1e15) return reports::with_commas(static_cast<int64_t>(x));
+  return fmt::format("{}", x);
+}
+
+}  // namespace
+
+CLI::Validator integer_range(int64_t lo, int64_t hi) {
+  const std::string range = "must be an integer from " + reports::with_commas(lo) + " to " + reports::with_commas(hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& v) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const long long x = std::strtoll(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || errno == ERANGE || x < lo || x > hi) return range + " (got " + shown_value(v) + ")";
+        return "";
+      },
+      "");
+}
+
+CLI::Validator seconds_range(double lo, double hi) {
+  const std::string range = "must be a number of seconds from " + plain_number(lo) + " to " + plain_number(hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& v) -> std::string {
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        if (v.empty() || *end != '\0' || !std::isfinite(x) || x < lo || x > hi) return range + " (got " + shown_value(v) + ")";
+        return "";
+      },
+      "");
+}
+
+CLI::Validator positive_number() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        if (v.empty() || *end != '\0' || !std::isfinite(x) || !(x > 0)) return "must be a number greater than 0 (got " + shown_value(v) + ")";
+        return "";
+      },
+      "");
 }
 
 void add_category_options(CLI::App* cmd, CategoryArgs* a) {

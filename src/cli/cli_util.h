@@ -1,6 +1,7 @@
 // What every subcommand shares: one error format, notes on stderr, checked writes to stdout.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -28,6 +29,14 @@ void note(std::string_view cmd, fmt::format_string<Args...> f, Args&&... args) {
 // Writes text to stdout and flushes; a failed write (a closed pipe, a full disk, /dev/full) is a
 // kRunFailure, so results are never lost with exit 0.
 Status write_stdout(std::string_view text);
+
+// Range checks whose error is one short line with the option's real range, e.g.
+// "--top: must be an integer from 1 to 1,000,000 (got 0)" (CLI11's own prints the limits of a
+// double). A value that is not a number gets the same line.
+CLI::Validator integer_range(int64_t lo, int64_t hi);
+CLI::Validator seconds_range(double lo, double hi);
+// "must be a number greater than 0".
+CLI::Validator positive_number();
 
 // --categories auto|infer|keep and --category-rules FILE (planner/categories.h), shared by the
 // commands that read traces.

@@ -115,11 +115,11 @@ void register_arena(CLI::App& app, int* exit_code) {
   cmd->add_option("--out-csv", args->write_offsets, "write the input rows plus an offset column to this file (\"-\": stdout)")
       ->type_name("FILE");
   cmd->add_option("--time-limit", args->time_limit, "seconds for the whole run (0: greedy only)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(seconds_range(0, 86400))
       ->type_name("SECONDS")
       ->capture_default_str();
   cmd->add_option("--capacity", args->capacity, "the arena must fit in this many bytes (exit 3 if no plan is found)")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_range(1, INT64_MAX))
       ->type_name("BYTES");
   cmd->callback([args, exit_code] { *exit_code = run_arena(*args); });
 }

@@ -40,7 +40,7 @@ void register_compare(CLI::App& app, int* exit_code) {
   cmd->add_option("candidate", args->b, "trace B; every change is B - A")->required()->type_name("FILE");
   cmd->add_flag("--json", args->json, "print the comparison as JSON on stdout (the report's comparison object)");
   cmd->add_option("--out-md", args->out_md, "write the comparison as Markdown to this file")->type_name("FILE");
-  cmd->add_option("--top", args->top, "entries listed per table")->check(CLI::PositiveNumber)->type_name("N")->capture_default_str();
+  cmd->add_option("--top", args->top, "entries listed per table")->check(integer_range(1, 1000000))->type_name("N")->capture_default_str();
   cmd->add_option("--predicted-by", args->predicted_by,
                   "also predict B's peak from trace A with these what-if rules and show it beside the measured one")
       ->type_name("RULES");
@@ -101,9 +101,19 @@ void register_compare(CLI::App& app, int* exit_code) {
     reports::ReportOptions wopts;
     wopts.top_entries = wopts.top_scopes = wopts.list_limit = 1;
     wopts.include_timeline = wopts.include_memory_timeline = false;
-    for (size_t i = 0; i < runs.size(); ++i)
-      for (auto& w : reports::run_warnings(reports::make_run_json(runs[i], names[i], wopts)))
-        warnings.push_back(std::string(i == 0 ? "baseline " : "candidate ") + w);
+    std::vector<nlohmann::ordered_json> run_json;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      run_json.push_back(reports::make_run_json(runs[i], names[i], wopts));
+      for (auto& w : reports::run_warnings(run_json.back())) warnings.push_back(std::string(i == 0 ? "baseline " : "candidate ") + w);
+    }
+    // Another workload (as the gate says): the changes are those of the workload, not a change of
+    // memory behaviour.
+    if (auto diff = reports::workload_differences(run_json[0], run_json[1]); !diff.empty()) {
+      std::string what;
+      for (const auto& d : diff) what += (what.empty() ? "" : ", ") + d;
+      warnings.push_back("A and B run different workloads (" + what + "): the changes below are the workloads' difference, "
+                         "not a change of memory behaviour");
+    }
     planner::Comparison cmp = planner::compare(runs[0], runs[1]);
     cmp.baseline_name = names[0];
     cmp.candidate_name = names[1];

@@ -39,7 +39,7 @@ void register_export(CLI::App& app, int* exit_code) {
                   "write a Perfetto trace to this file: a counter per category, the peaks, allocations by scope, markers, kernels")
       ->type_name("FILE");
   cmd->add_option("--max-slices", args->max_slices, "allocation slices kept (the largest)")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_range(1, 100000000))
       ->type_name("N")
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "print what was written (files, records, bytes) as JSON on stdout");

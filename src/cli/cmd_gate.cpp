@@ -87,8 +87,13 @@ void register_gate(CLI::App& app, int* exit_code) {
       }
       if (path != "-") note("gate", "wrote {}", path);
     }
-    const std::string out = args->json ? reports::json_text(reports::gate_json(res, args->opts), 2) + "\n"
-                                       : reports::gate_verdict(res, args->opts) + "\n\n" + md.substr(md.find('\n') + 2);
+    std::string out = args->json ? reports::json_text(reports::gate_json(res, args->opts), 2) + "\n"
+                                 : reports::gate_verdict(res, args->opts) + "\n\n" + md.substr(md.find('\n') + 2);
+    // How to accept an intended change: the current figures become the baseline.
+    if (!res.passed() && !args->json)
+      out += "\nIf the change is intended, make the current figures the baseline and commit it:\n  moeprof gate --baseline " +
+             args->baseline + " --current " + args->current + " --out-baseline " + args->baseline +
+             (res.config_changes ? " --allow-config-change" : "") + "\n(docs/gate.md, \"Accepting a change\")\n";
     if (Status st = write_stdout(out); !st) {
       *exit_code = fail("gate", st);
       return;

@@ -15,6 +15,7 @@
 #include "import/torch_snapshot.h"
 #include "planner/analysis.h"
 #include "reports/format.h"
+#include "reports/text_report.h"
 
 namespace moeprof::cli {
 
@@ -175,7 +176,7 @@ void register_import(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--name", args->name, "run name in the trace [default: the snapshot's file stem]")->type_name("NAME");
   cmd->add_option("--top", args->top, "largest live allocations listed per device")
-      ->check(CLI::NonNegativeNumber)
+      ->check(integer_range(0, 1000000))
       ->type_name("N")
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "print the summary as JSON on stdout");
@@ -210,6 +211,7 @@ void register_import(CLI::App& app, int* exit_code) {
     } else {
       print_text(*args, *res, pk, run);
     }
+    if (run.allocations == 0) note("import", "note: {} has no allocations{}", args->snapshot, reports::kEmptySnapshotAdvice);
     *exit_code = kExitOk;
   });
 }

@@ -99,14 +99,14 @@ void register_plan(CLI::App& app, int* exit_code) {
   cmd->add_option("traces", args->traces, "trace file (.mtrace); several: the ranks of one run")->required()->type_name("FILE");
   cmd->add_flag("--json", args->json, "print the run as JSON on stdout (the element of a report's runs array)");
   cmd->add_option("--top", args->top, "entries listed in the live set and scope tables")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_range(1, 1000000))
       ->type_name("N")
       ->capture_default_str();
   cmd->add_flag("--arena", args->arena,
                 "also plan one offline arena for the activation buffers of the peak device (the arena solver: greedy "
                 "orders, then the exact search within --arena-time-limit) and compare it with LOAD, the lower bound");
   cmd->add_option("--arena-time-limit", args->arena_time_limit, "seconds for the arena plan (0: greedy only)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(seconds_range(0, 86400))
       ->type_name("SECONDS")
       ->capture_default_str();
   cmd->add_option("--what-if", args->what_if,
@@ -115,6 +115,7 @@ void register_plan(CLI::App& app, int* exit_code) {
       ->type_name("RULES");
   cmd->add_option("--fixes", args->fixes, "rank up to N fixes: the single changes that lower the peak most, one after the other (N: 10 when not given)")
       ->expected(0, 1)
+      ->check(integer_range(1, 1000))
       ->type_name("N");
   add_category_options(cmd, &args->categories);
   add_stream_option(cmd, &args->stream);

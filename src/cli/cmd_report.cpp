@@ -53,16 +53,16 @@ void register_report(CLI::App& app, int* exit_code) {
   cmd->add_option("--compare-baseline", args->compare_baseline, "compare every other run against this run [default: with two runs, the first]")
       ->type_name("NAME");
   cmd->add_option("--top", args->top, "live allocations and scopes listed per run")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_range(1, 1000000))
       ->type_name("N")
       ->capture_default_str();
   cmd->add_option("--max-allocations", args->max_allocations,
                   "allocations listed one by one per run in the memory timeline (the largest; the rest summarized, exact at the peak)")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_range(1, 100000000))
       ->type_name("N")
       ->capture_default_str();
   cmd->add_option("--max-slices", args->max_slices, "allocation slices per run in the Perfetto trace (the largest)")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_range(1, 100000000))
       ->type_name("N")
       ->capture_default_str();
   add_category_options(cmd, &args->categories);

@@ -21,6 +21,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/op_times.h"
+#include "cli/run_output.h"
 #include "core/trace_io.h"
 #include "core/version.h"
 #include "executor/backends.h"
@@ -114,49 +115,39 @@ std::string rules_for_mode(const std::string& mode) {
   return "";
 }
 
-// Files a run writes into --out: removed before it starts, so a failed run never leaves a previous
-// run's report behind for the gate to read.
-void remove_stale_outputs(const std::string& dir, bool quiet) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return;
-  size_t removed = 0;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string n = e.path().filename().string();
-    auto ends = [&](const char* suffix) {
-      const size_t k = std::strlen(suffix);
-      return n.size() > k && n.compare(n.size() - k, k, suffix) == 0;
-    };
-    const bool ours = n == "report.json" || n == "report.md" || n == "report.html" ||
-                      ((ends(".mtrace") || ends(".ops.json")) &&
-                       (n.rfind("baseline.", 0) == 0 || n.rfind("reuse.", 0) == 0 || n.rfind("fixes.", 0) == 0));
-    if (ours && fs::remove(e.path(), ec)) ++removed;
-  }
-  if (removed && !quiet) note("run", "removed {} output(s) of an earlier run from {}", removed, dir);
-}
-
 // SIGINT and SIGTERM: blocked in every thread of the run (threads inherit the mask: trace
 // writers, backends) and taken by one thread, which closes the open traces with extra.error =
-// "interrupted by SIG..." (they read as complete and failed), removes a report that may be
-// partial (when this process writes it: `owns_out`), says so in one line and exits 128 + the
-// signal. sigwait() runs in a normal thread, so
-// closing the traces needs no async-signal-safe code.
-void handle_interrupts(const std::string& out_dir, bool owns_out) {
-  static sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  if (pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) return;
-  std::thread([out_dir, owns_out] {
+// "interrupted by SIG..." (they read as complete and failed), drops a report that may be partial,
+// publishes what the run wrote (run_output.h; `out` is null for a rank started by a launcher,
+// which writes into --out directly), says so in one line and exits 128 + the signal. sigwait()
+// runs in a normal thread, so closing the traces needs no async-signal-safe code.
+// block_interrupts() runs first, before any thread exists; handle_interrupts() starts the thread
+// once the run's output is set up (a signal in between waits for it).
+sigset_t& interrupt_set() {
+  static sigset_t set = [] {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGINT);
+    sigaddset(&s, SIGTERM);
+    return s;
+  }();
+  return set;
+}
+
+bool block_interrupts() { return pthread_sigmask(SIG_BLOCK, &interrupt_set(), nullptr) == 0; }
+
+void handle_interrupts(RunOutput* out, const std::string& report_dir) {
+  std::thread([out, report_dir] {
     int sig = 0;
-    if (sigwait(&set, &sig) != 0) return;
+    if (sigwait(&interrupt_set(), &sig) != 0) return;
     const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
     const auto paths = TraceWriter::close_all_open(std::string("interrupted by ") + name);
     std::error_code ec;
-    if (owns_out)
-      for (const char* n : {"report.json", "report.md", "report.html"}) std::filesystem::remove(std::filesystem::path(out_dir) / n, ec);
+    if (!report_dir.empty())
+      for (const char* n : {"report.json", "report.md", "report.html"}) std::filesystem::remove(std::filesystem::path(report_dir) / n, ec);
+    if (out != nullptr) (void)out->publish("nccl-id");
     std::string closed;
-    for (const auto& p : paths) closed += (closed.empty() ? "" : ", ") + p;
+    for (const auto& p : paths) closed += (closed.empty() ? "" : ", ") + (out != nullptr ? out->final_path(p) : p);
     std::fflush(stdout);
     std::fprintf(stderr, "\nmoeprof run: error: interrupted by %s%s\n", name,
                  closed.empty() ? "" : ("; trace(s) closed and marked failed: " + closed).c_str());
@@ -177,12 +168,11 @@ int run_command(const RunArgs& a) {
     if (args.world <= 0) args.world = env_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"});
     if (args.device < 0) args.device = env_int({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"});
   }
-  // First, before anything can fail: a report left from an earlier run in --out must never be
-  // read as this run's (the gate would pass on it). The process that writes the report owns
+  // Every option is checked before anything is written or removed (run_output.h): a mistyped
+  // command never touches the results of an earlier run. The process that writes the report owns
   // --out: not a rank started by --launch processes, and of ranks in processes only rank 0.
   const bool owns_out = !args.rank_only && (!rank_mode || args.rank == 0);
-  if (owns_out) remove_stale_outputs(a.out, a.quiet);
-  handle_interrupts(a.out, owns_out);
+  const bool interrupts_blocked = block_interrupts();  // before any thread (the CUDA backend's) exists
   if (rank_mode) {
     if (args.rank < 0 || args.world < 2)
       return fail("run", Status::bad_input(fmt::format(
@@ -230,7 +220,6 @@ int run_command(const RunArgs& a) {
   plan.symm_outside_layers = args.symm_outside;
   plan.layers = a.layers;
   plan.seed = a.seed;
-  plan.out_dir = a.out;
   if (a.mode == "both") plan.modes = {MemoryMode::kBaseline, MemoryMode::kReuse};
   else if (a.mode == "all") plan.modes = {MemoryMode::kBaseline, MemoryMode::kReuse, MemoryMode::kFixes};
   else if (a.mode == "baseline") plan.modes = {MemoryMode::kBaseline};
@@ -242,10 +231,11 @@ int run_command(const RunArgs& a) {
   plan.op_times = args.op_times;
   plan.log = a.quiet ? nullptr : stderr;
 
-  // The header, before any work: what runs where.
+  // The header, before any work: what runs where. The model and its shapes are checked first.
   {
     auto cfg = resolve_model_config(plan.model);
     if (!cfg) return fail("run", cfg.status());
+    if (auto shape = make_rank_shape(*cfg, plan.tokens, plan.tp, 0, plan.layers); !shape) return fail("run", shape.status());
     const std::string header = fmt::format(
         "moeprof run: {}, {} tokens, TP={}{}, {} layers, modes {}, backend {} ({})\n", cfg->name, plan.tokens, plan.tp,
         rank_mode ? fmt::format(" (rank {} of {} in this process, NCCL all-reduce{})", args.rank, args.world,
@@ -264,6 +254,35 @@ int run_command(const RunArgs& a) {
     if (!computes && !a.quiet) note("run", "meta backend: allocations only, outputs are not computed");
   }
 
+  // Everything is checked: from here the run writes. One process that owns --out stages its files
+  // and publishes them when it ends, however it ends (run_output.h). A rank started by an outside
+  // launcher writes into --out itself, since rank 0 merges the other ranks' traces from there: its
+  // rank 0 removes the earlier run's outputs now, once its options are checked.
+  std::unique_ptr<RunOutput> output;
+  std::string out_dir = a.out;
+  if (!rank_mode) {
+    auto o = RunOutput::begin(a.out);
+    if (!o) return fail("run", o.status());
+    output = std::move(o).value();
+    out_dir = output->stage();
+    for (const auto& orphan : output->orphaned_stages())
+      if (!a.quiet) note("run", "{} holds the files of an earlier run whose process was killed; they are kept there", orphan);
+  } else if (owns_out) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.out, ec);
+    if (ec) return fail("run", Status::bad_input("cannot create output directory " + a.out + ": " + ec.message()));
+    if (size_t n = remove_run_outputs(a.out); n > 0 && !a.quiet) note("run", "removed {} output(s) of an earlier run from {}", n, a.out);
+  }
+  plan.out_dir = out_dir;
+  if (interrupts_blocked) handle_interrupts(output.get(), owns_out ? out_dir : "");
+  // A failure after this point: what the run wrote is published first, and the message names the
+  // published paths.
+  auto failed = [&output](const Status& st) {
+    if (!output) return fail("run", st);
+    (void)output->publish("nccl-id");
+    return fail("run", Status(st.code(), output->final_path(st.message())));
+  };
+
 #ifdef MOEPROF_HAVE_CUDA
   // On the GPU, the run also traces itself with the CUPTI recorder (DIR/<mode>.cupti.mtrace).
   auto tracer = std::make_shared<std::unique_ptr<profiler::CuptiTracer>>();
@@ -276,7 +295,7 @@ int run_command(const RunArgs& a) {
       RunMeta m = meta;
       m.name = mode + "-cupti";
       m.backend = "cupti";
-      std::string path = (std::filesystem::path(a.out) / (mode + ".cupti.mtrace")).string();
+      std::string path = (std::filesystem::path(out_dir) / (mode + ".cupti.mtrace")).string();
       auto t = profiler::CuptiTracer::start(path, m);
       if (!t.is_ok()) return t.status();
       *tracer = std::move(t).value();
@@ -299,9 +318,9 @@ int run_command(const RunArgs& a) {
   if (processes) {
     namespace fs = std::filesystem;
     std::error_code ec;
-    fs::create_directories(a.out, ec);
-    if (ec) return fail("run", Status::bad_input("cannot create output directory " + a.out + ": " + ec.message()));
-    const std::string id_file = (fs::path(a.out) / "nccl-id").string();
+    fs::create_directories(out_dir, ec);
+    if (ec) return failed(Status::bad_input("cannot create output directory " + out_dir + ": " + ec.message()));
+    const std::string id_file = (fs::path(out_dir) / "nccl-id").string();
     fs::remove(id_file, ec);
     std::string exe = fs::read_symlink("/proc/self/exe", ec).string();
     if (ec) exe = "moeprof";
@@ -309,21 +328,21 @@ int run_command(const RunArgs& a) {
     for (int rk = 0; rk < a.gpus; ++rk) {
       RankProcess rp;
       rp.argv = {exe, "run", "--backend", "cuda", "--model", plan.model, "--tokens", std::to_string(plan.tokens), "--mode", a.mode,
-                 "--weights", a.weights, "--seed", std::to_string(a.seed), "--out", a.out, "--rank", std::to_string(rk), "--world",
+                 "--weights", a.weights, "--seed", std::to_string(a.seed), "--out", out_dir, "--rank", std::to_string(rk), "--world",
                  std::to_string(a.gpus), "--device", std::to_string(rk), "--nccl-id", id_file, "--nccl-timeout",
                  fmt::format("{}", a.nccl_timeout), "--symm-mem", a.symm_mem, "--rank-only"};
       if (a.layers > 0) rp.argv.insert(rp.argv.end(), {"--layers", std::to_string(a.layers)});
       if (a.symm_pool_mb > 0) rp.argv.insert(rp.argv.end(), {"--symm-pool-mb", std::to_string(a.symm_pool_mb)});
       for (int64_t l : a.symm_outside) rp.argv.insert(rp.argv.end(), {"--symm-outside-layer", std::to_string(l)});
       if (!a.cupti) rp.argv.push_back("--no-cupti");
-      rp.log_path = (fs::path(a.out) / fmt::format("rank{}.log", rk)).string();
+      rp.log_path = (fs::path(out_dir) / fmt::format("rank{}.log", rk)).string();
       ranks.push_back(std::move(rp));
     }
-    if (!a.quiet) note("run", "starting {} rank processes (logs: {}/rank<r>.log)", a.gpus, a.out);
-    if (Status st = run_rank_processes(ranks); !st) return fail("run", st);
+    if (!a.quiet) note("run", "starting {} rank processes (logs: {}/rank<r>.log, moved into {} when the run ends)", a.gpus, out_dir, a.out);
+    if (Status st = run_rank_processes(ranks); !st) return failed(st);
     res = collect_rank_traces(plan, a.gpus);
     for (int rk = 0; rk < a.gpus; ++rk) {
-      const std::string cp = (fs::path(a.out) / fmt::format("rank{}.cupti.mtrace", rk)).string();
+      const std::string cp = (fs::path(out_dir) / fmt::format("rank{}.cupti.mtrace", rk)).string();
       if (fs::exists(cp, ec)) rank_cupti_paths.push_back(cp);
     }
   } else if (rank_mode) {
@@ -349,7 +368,7 @@ int run_command(const RunArgs& a) {
         m.tp_size = args.world;
         profiler::TracerOptions to;
         to.stacks = profiler::StackMode::kNative;
-        const std::string cp = (std::filesystem::path(a.out) / fmt::format("rank{}.cupti.mtrace", args.rank)).string();
+        const std::string cp = (std::filesystem::path(out_dir) / fmt::format("rank{}.cupti.mtrace", args.rank)).string();
         auto t = profiler::CuptiTracer::start(cp, m, to);
         if (t.is_ok()) process_tracer = std::move(t).value();
         else if (!a.quiet) note("run", "rank {}: no CUPTI trace: {}", args.rank, t.status().message());
@@ -364,14 +383,14 @@ int run_command(const RunArgs& a) {
       if (!st && !a.quiet) note("run", "rank {}: CUPTI trace: {}", args.rank, st.message());
     }
 #endif
-    if (!res.is_ok()) return fail("run", res.status());
+    if (!res.is_ok()) return failed(res.status());
     if (args.rank_only || args.rank != 0) {
       std::string out = fmt::format("rank {} of {}: done;", args.rank, args.world);
       for (const auto& m : res->modes)
         out += fmt::format(" {} peak activation {} ({});", m.mode, mb(m.accounting.peak_activation),
                            reports::format_exact_bytes(m.accounting.peak_activation));
-      out += " traces in " + a.out + "\n";
-      if (Status st = write_stdout(out); !st) return fail("run", st);
+      out += " traces in " + out_dir + "\n";
+      if (Status st = write_stdout(out); !st) return failed(st);
       return res->outputs_identical || !computes || res->modes.size() < 2 ? kExitOk : kExitRunFailure;
     }
     // Rank 0 of an outside launcher: merge when the other ranks' traces are here (one machine or a
@@ -386,7 +405,7 @@ int run_command(const RunArgs& a) {
   } else {
     res = multi_gpu ? execute_tp_run_plan(plan, a.gpus) : execute_run_plan(*backend, plan);
   }
-  if (!res.is_ok()) return fail("run", res.status());
+  if (!res.is_ok()) return failed(res.status());
   const RunPlanResult& r = res.value();
 
   // Analyse the traces as written (read back from disk), check them against the executor's own
@@ -395,15 +414,15 @@ int run_command(const RunArgs& a) {
   std::vector<planner::RunAnalysis> analyses;
   for (const auto& m : r.modes) {
     auto tr = read_trace(m.trace_path);
-    if (!tr.is_ok()) return fail("run", Status::run_failure(tr.status().message()));
+    if (!tr.is_ok()) return failed(Status::run_failure(tr.status().message()));
     planner::AnalyzeOptions ao;
     ao.keep_event_index = m.mode == "baseline";
     ao.keep_lifetimes = true;  // the per-allocation timeline of the report
     analyses.push_back(planner::analyze(tr.value(), ao));
     const auto& an = analyses.back();
-    if (!an.limit_error.empty()) return fail("run", Status::run_failure(m.trace_path + ": " + an.limit_error));
+    if (!an.limit_error.empty()) return failed(Status::run_failure(m.trace_path + ": " + an.limit_error));
     if (an.peak_total_bytes != m.accounting.peak_total || an.peak_activation_bytes != m.accounting.peak_activation)
-      return fail("run", Status::run_failure(fmt::format(
+      return failed(Status::run_failure(fmt::format(
                              "{} trace disagrees with the executor's accounting (peak total {} vs {}, activation {} vs {})", m.mode,
                              an.peak_total_bytes, m.accounting.peak_total, an.peak_activation_bytes, m.accounting.peak_activation)));
   }
@@ -431,7 +450,7 @@ int run_command(const RunArgs& a) {
   bool cupti_agrees = true;
   for (size_t i = 0; i < cupti_paths.size() && i < r.modes.size(); ++i) {
     auto tr = read_trace(cupti_paths[i]);
-    if (!tr.is_ok()) return fail("run", Status::run_failure(tr.status().message()));
+    if (!tr.is_ok()) return failed(Status::run_failure(tr.status().message()));
     // Allocations with no API call of the program behind them (correlation id 0, no tag): the
     // driver's own, e.g. modules' static __device__ memory loaded lazily at a kernel's first
     // launch. They are reported, and left out of the comparison with the executor's accounting.
@@ -457,7 +476,7 @@ int run_command(const RunArgs& a) {
     }
   }
 #endif
-  const std::string report_path = (std::filesystem::path(a.out) / "report.json").string();
+  const std::string report_path = (std::filesystem::path(out_dir) / "report.json").string();
   // Checks that fail the run, whatever is printed: the report written below carries them as the
   // runs' extra.error, so the gate never passes on it.
   const bool outputs_differ = computes && r.modes.size() > 1 && !r.outputs_identical;
@@ -465,7 +484,7 @@ int run_command(const RunArgs& a) {
     reports::ReportOptions ro;
     if (analyses.size() > 2) ro.compare_baseline = analyses.front().meta.name;
     auto doc = reports::make_report(analyses, ro);
-    if (!doc) return fail("run", doc.status());
+    if (!doc) return failed(doc.status());
     for (size_t i = 1; outputs_differ && i < r.modes.size(); ++i)
       (*doc)["runs"][i]["extra"]["error"] = "the outputs differ from the " + r.modes.front().mode + " run's";
 #ifdef MOEPROF_HAVE_CUDA
@@ -484,8 +503,8 @@ int run_command(const RunArgs& a) {
     for (const auto& [name, text] : {std::pair<std::string, std::string>{"report.json", reports::report_text(*doc)},
                                      {"report.md", reports::report_markdown(*doc)},
                                      {"report.html", reports::report_html(*doc)}}) {
-      Status st = reports::write_text_file((std::filesystem::path(a.out) / name).string(), text);
-      if (!st) return fail("run", st);
+      Status st = reports::write_text_file((std::filesystem::path(out_dir) / name).string(), text);
+      if (!st) return failed(st);
     }
     if (plan.progress) std::fprintf(stderr, "\r\033[K");
   }
@@ -495,13 +514,19 @@ int run_command(const RunArgs& a) {
     for (const auto& m : r.modes) {
       if (!m.ops) continue;
       op_tables += op_times_table(m.mode, *m.ops, peaks, m.forward_seconds);
-      const std::string path = (std::filesystem::path(a.out) / (m.mode + ".ops.json")).string();
+      const std::string path = (std::filesystem::path(out_dir) / (m.mode + ".ops.json")).string();
       Status st = reports::write_text_file(path, op_times_json(m.mode, device_name, *m.ops, peaks, m.forward_seconds).dump(2) + "\n");
-      if (!st) return fail("run", st);
-      op_tables += "  written to " + path + "\n";
+      if (!st) return failed(st);
+      op_tables += "  written to " + (output ? output->final_path(path) : path) + "\n";
     }
   }
   const double total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  // Every result is written: it replaces the earlier run's in --out. Paths below are the final ones.
+  auto shown = [&output](const std::string& p) { return output ? output->final_path(p) : p; };
+  if (output) {
+    if (Status st = output->publish("nccl-id"); !st) return fail("run", st);
+    if (output->replaced() > 0 && !a.quiet) note("run", "replaced {} output(s) of an earlier run in {}", output->replaced(), a.out);
+  }
 
   int verdict = outputs_differ ? kExitRunFailure : kExitOk;
 #ifdef MOEPROF_HAVE_CUDA
@@ -511,8 +536,8 @@ int run_command(const RunArgs& a) {
     if (outputs_differ) fail("run", Status::run_failure("the modes' outputs differ: a buffer was reused or freed while still needed"));
   };
   if (a.json) {
-    std::ifstream in(report_path);
-    if (Status st = write_stdout(std::string(std::istreambuf_iterator<char>(in), {})); !st) return fail("run", st);
+    std::ifstream in(shown(report_path));
+    if (Status st = write_stdout(std::string(std::istreambuf_iterator<char>(in), {})); !st) return failed(st);
     differ_note();
     return verdict;
   }
@@ -599,12 +624,12 @@ int run_command(const RunArgs& a) {
 #endif
   out += op_tables;
   out += "\ntraces:";
-  for (const auto& m : r.modes) out += " " + m.trace_path;
-  out += fmt::format("\nreport: {} (+ report.md, report.html); {} in all\n", report_path, seconds(total_seconds));
+  for (const auto& m : r.modes) out += " " + shown(m.trace_path);
+  out += fmt::format("\nreport: {} (+ report.md, report.html); {} in all\n", shown(report_path), seconds(total_seconds));
 #ifdef MOEPROF_HAVE_CUDA
-  for (const auto& p : cupti_paths) out += "CUPTI trace: " + p + "\n";
+  for (const auto& p : cupti_paths) out += "CUPTI trace: " + shown(p) + "\n";
 #endif
-  if (Status st = write_stdout(out); !st) return fail("run", st);
+  if (Status st = write_stdout(out); !st) return failed(st);
   differ_note();
   return verdict;
 }
@@ -629,18 +654,18 @@ void register_run(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"baseline", "reuse", "fixes", "both", "all"}))
       ->capture_default_str();
   cmd->add_option("--tokens", args->tokens, "prefill tokens, 1 to 2^40 [default: 16384 on a GPU, 100 for tiny, 64 otherwise]")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40).description(""))
+      ->check(integer_range(1, int64_t{1} << 40))
       ->type_name("N");
   cmd->add_option("--layers", args->layers, "run only the first N layers [default: all of the model's]")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20).description(""))
+      ->check(integer_range(1, int64_t{1} << 20))
       ->type_name("N");
   cmd->add_option("--tp", args->tp, "tensor-parallel size: one rank's shapes, emulated on one device [default: 4 for the seed case, else 1]")
-      ->check(CLI::Range(1, 1 << 20).description(""))
+      ->check(integer_range(1, int64_t{1} << 20))
       ->type_name("N");
   cmd->add_option("--gpus", args->gpus,
                   "GPUs: 1 emulates TP on one device; N > 1 runs TP=N for real, rank r on GPU r, with NCCL all-reduces "
                   "(libnccl.so.2 at run time; --tp defaults to N)")
-      ->check(CLI::Range(1, 1 << 10).description(""))
+      ->check(integer_range(1, int64_t{1} << 10))
       ->type_name("N")
       ->capture_default_str();
   cmd->add_option("--weights", args->weights, "shared: every MoE layer aliases one layer's expert weights; auto picks shared when per-layer would not fit")
@@ -658,10 +683,10 @@ void register_run(CLI::App& app, int* exit_code) {
                 "also written to OUT/<mode>.ops.json");
   cmd->add_option("--peak-tflops", args->peak_tflops, "with --op-times: the device's bf16 dense peak for the floors [default: published figure of a known GPU]")
       ->type_name("X")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--peak-gbps", args->peak_gbps, "with --op-times: the device's memory bandwidth in GB/s [default: published figure of a known GPU]")
       ->type_name("X")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--symm-mem", args->symm_mem,
                   "on: the tensors SGLang all-reduces (MoE, dense MLP and o_proj outputs) come from an NCCL symmetric "
                   "window (ncclMemAlloc + ncclCommWindowRegister) per rank, and the reuse mode takes the previous layer's "
@@ -669,13 +694,13 @@ void register_run(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_option("--symm-pool-mb", args->symm_pool_mb, "size of each rank's symmetric pool in MiB [default: 4 x tokens x hidden x 2 B]")
-      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 24).description(""))
+      ->check(integer_range(1, int64_t{1} << 24))
       ->type_name("MIB");
   cmd->add_option("--symm-outside-layer", args->symm_outside,
                   "testing: the outputs this layer allocates (o_proj, dense MLP, a fresh MoE output) go outside the symmetric pool, so the "
                   "next MoE layer falls back "
                   "(repeatable)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20).description(""))
+      ->check(integer_range(0, int64_t{1} << 20))
       ->type_name("LAYER");
   cmd->add_option("--launch", args->launch, "with --gpus N: the ranks as threads of this process, or as N processes (one per GPU)")
       ->check(CLI::IsMember({"threads", "processes"}))
@@ -683,20 +708,20 @@ void register_run(CLI::App& app, int* exit_code) {
   cmd->add_option("--rank", args->rank,
                   "run only this TP rank in this process, started by a launcher (mpirun, a scheduler, torchrun: RANK, "
                   "WORLD_SIZE, LOCAL_RANK are read when --rank/--world/--device are not given)")
-      ->check(CLI::Range(0, 1 << 20).description(""))
+      ->check(integer_range(0, int64_t{1} << 20))
       ->type_name("R");
   cmd->add_option("--world", args->world, "with --rank: the number of ranks (= TP size)")
-      ->check(CLI::Range(2, 1 << 20).description(""))
+      ->check(integer_range(2, int64_t{1} << 20))
       ->type_name("N");
   cmd->add_option("--nccl-id", args->nccl_id,
                   "with --rank: rank 0 writes NCCL's unique id to this file (it must not exist), the others wait for it "
                   "(a folder every rank sees)")
       ->type_name("FILE");
   cmd->add_option("--device", args->device, "with --rank: the CUDA device [default: LOCAL_RANK, else rank modulo the devices]")
-      ->check(CLI::Range(0, 1 << 10).description(""))
+      ->check(integer_range(0, int64_t{1} << 10))
       ->type_name("D");
   cmd->add_option("--nccl-timeout", args->nccl_timeout, "with --rank: seconds a rank waits for the --nccl-id file")
-      ->check(CLI::Range(1.0, 86400.0).description(""))
+      ->check(seconds_range(1, 86400))
       ->type_name("SECONDS")
       ->capture_default_str();
   cmd->add_flag("--rank-only", args->rank_only, "with --rank: write this rank's traces only (--launch processes merges them)")

@@ -171,6 +171,9 @@ class TraceReader {
   std::unordered_set<uint32_t> altered_ids_;
 };
 
+// The metadata a trace starts with (the frames up to its first records), without its records.
+Result<RunMeta> read_trace_meta(const std::string& path);
+
 // Reads a whole trace (TraceReader over every frame).
 Result<Trace> read_trace(const std::string& path);
 Result<Trace> read_trace_memory(std::string bytes, const std::string& name);

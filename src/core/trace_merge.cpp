@@ -1,8 +1,12 @@
 #include "core/trace_merge.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <map>
 #include <set>
 #include <string>
+
+#include "core/utf8.h"
 
 namespace moeprof {
 
@@ -24,6 +28,57 @@ Result<std::vector<uint16_t>> rank_device_offsets(const std::vector<std::vector<
     if (base > 65536) return Status::bad_input("too many devices in the merged traces (device numbers above 65535)");
   }
   return out;
+}
+
+Status check_rank_traces(const std::vector<RunMeta>& metas, const std::vector<std::string>& paths) {
+  if (metas.size() < 2) return Status::ok();
+  auto path = [&](size_t i) { return printable(i < paths.size() ? paths[i] : "input " + std::to_string(i), 120); };
+  const std::string hint = metas.size() == 2 ? "; to compare two runs: moeprof compare " + path(0) + " " + path(1)
+                                             : "; to compare runs: moeprof report A B ... (each run's rank traces joined by commas)";
+  auto refuse = [&](size_t i, size_t j, const std::string& why) {
+    return Status::bad_input(path(i) + " and " + path(j) + " are not ranks of one run: " + why + hint);
+  };
+  std::error_code ec;
+  for (size_t i = 0; i < metas.size(); ++i) {
+    if (auto r = metas[i].extra.find("ranks"); r != metas[i].extra.end())
+      return Status::bad_input(path(i) + " already holds the " + printable(r->second, 12) + " ranks of its run (a merged trace): give it alone" + hint);
+    for (size_t j = 0; j < i; ++j)
+      if (i < paths.size() && std::filesystem::equivalent(paths[i], paths[j], ec))
+        return Status::bad_input(path(i) + " is given twice" + hint);
+  }
+  const RunMeta& a = metas[0];
+  auto shown = [](const std::string& s) { return s.empty() ? std::string("(none)") : printable(s, 60); };
+  const bool executor = a.mode == "baseline" || a.mode == "reuse" || a.mode == "fixes";
+  for (size_t i = 1; i < metas.size(); ++i) {
+    const RunMeta& m = metas[i];
+    if (m.model != a.model) return refuse(0, i, "models " + shown(a.model) + " and " + shown(m.model));
+    if (m.mode != a.mode) return refuse(0, i, "modes " + shown(a.mode) + " and " + shown(m.mode));
+    if (m.tokens != a.tokens) return refuse(0, i, std::to_string(a.tokens) + " and " + std::to_string(m.tokens) + " tokens");
+    if (m.layers != a.layers) return refuse(0, i, std::to_string(a.layers) + " and " + std::to_string(m.layers) + " layers");
+    if (m.tp_size != a.tp_size) return refuse(0, i, "TP sizes " + std::to_string(a.tp_size) + " and " + std::to_string(m.tp_size));
+  }
+  std::map<int, size_t> rank_of;       // TP rank -> input
+  std::map<uint32_t, size_t> pid_of;   // process -> input
+  auto command = [](const RunMeta& x) {
+    auto c = x.extra.find("command");
+    return c == x.extra.end() ? std::string() : c->second;
+  };
+  for (size_t i = 0; i < metas.size(); ++i) {
+    const RunMeta& m = metas[i];
+    if (executor) {
+      if (m.tp_size < 2) return refuse(0, 1, "each is a run of one device (TP size 1)");
+      if (auto [it, fresh] = rank_of.emplace(m.tp_rank, i); !fresh)
+        return refuse(it->second, i, "both are rank " + std::to_string(m.tp_rank) + " of " + std::to_string(m.tp_size));
+    } else {
+      // A traced or imported program: the processes of one command (torchrun's ranks), each its own.
+      if (command(m) != command(a)) return refuse(0, i, "they record different commands");
+      if (m.pid == 0) continue;
+      if (auto [it, fresh] = pid_of.emplace(m.pid, i); !fresh) return refuse(it->second, i, "both record process " + std::to_string(m.pid));
+    }
+  }
+  if (executor && metas.size() > static_cast<size_t>(a.tp_size))
+    return Status::bad_input(std::to_string(metas.size()) + " traces given for a run of " + std::to_string(a.tp_size) + " ranks" + hint);
+  return Status::ok();
 }
 
 Status offset_rank_devices(std::vector<Trace>* traces) {

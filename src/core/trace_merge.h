@@ -27,6 +27,13 @@ Trace merge_traces(const std::vector<Trace>& traces);
 // Fails (kBadInput) when the numbers would exceed 65535.
 Result<std::vector<uint16_t>> rank_device_offsets(const std::vector<std::vector<uint16_t>>& devices);
 
+// Whether traces given together (`moeprof plan A B`, `report A,B`) are the ranks of one run, by
+// their metadata: never the same file twice, never a trace that already merges ranks; the same
+// model, mode, tokens and layers; executor runs (modes baseline, reuse, fixes) must be ranks of
+// one TP size with distinct ranks; traced and imported programs must be distinct processes of one
+// command. Fails (kBadInput) with one line naming the first difference; `paths` name the inputs.
+Status check_rank_traces(const std::vector<RunMeta>& metas, const std::vector<std::string>& paths);
+
 // rank_device_offsets applied to whole traces (each input's records on their device + offset).
 Status offset_rank_devices(std::vector<Trace>* traces);
 

@@ -8,6 +8,7 @@
 #include <ostream>
 
 #include "core/checked.h"
+#include "core/file_kind.h"
 #include "core/trace_format.h"
 #include "core/trace_io.h"
 #include "core/utf8.h"
@@ -23,6 +24,22 @@ namespace {
 
 std::string at_offset(const std::string& path, uint64_t off) {
   return path + ": byte offset " + std::to_string(off) + ": ";
+}
+
+// A file that does not start with the trace magic: say what it is and what reads it.
+Status not_a_trace(const std::string& path, std::string_view head) {
+  const FileKind k = file_kind(head);
+  if (k == FileKind::kUnknown) {
+    std::string hex;
+    static const char* kDigits = "0123456789abcdef";
+    for (size_t i = 0; i < head.size() && i < 8; ++i) {
+      const auto b = static_cast<unsigned char>(head[i]);
+      hex += std::string(i ? " " : "") + kDigits[b >> 4] + kDigits[b & 15];
+    }
+    return Status::bad_input(path + ": not a moeprof trace (it starts with bytes " + hex + ", not the trace magic)");
+  }
+  const std::string advice = file_kind_advice(k, path);
+  return Status::bad_input(path + ": not a moeprof trace: it is " + describe_file_kind(k) + (advice.empty() ? "" : "; " + advice));
 }
 
 Status validate_record(const TraceRecord& r, size_t nstrings, size_t nstacks, const std::string& path, uint64_t off) {
@@ -74,7 +91,7 @@ Result<std::unique_ptr<TraceReader>> TraceReader::open_memory(std::string bytes,
   r->path_ = name;
   r->memory_ = std::move(bytes);
   r->file_size_ = r->memory_.size();
-  if (r->memory_.empty()) return Status::bad_input(at_offset(name, 0) + "not a moeprof trace (bad magic)");
+  if (r->memory_.empty()) return not_a_trace(name, "");
   r->f_ = ::fmemopen(r->memory_.data(), r->memory_.size(), "rb");
   if (!r->f_) return Status::run_failure("cannot read trace " + name + " from memory: " + std::strerror(errno));
   MOEPROF_RETURN_IF_ERROR(r->read_header());
@@ -86,8 +103,12 @@ Status TraceReader::read_header() {
   const std::string& path = path_;
   FileHeader h{};
   size_t got = std::fread(&h, 1, sizeof(h), f);
-  if (got < 8 || std::memcmp(h.magic, kTraceMagic, 8) != 0)
-    return Status::bad_input(at_offset(path, 0) + "not a moeprof trace (bad magic)");
+  if (got < 8 || std::memcmp(h.magic, kTraceMagic, 8) != 0) {
+    std::string head(512, '\0');
+    std::rewind(f);
+    head.resize(std::fread(head.data(), 1, head.size(), f));
+    return not_a_trace(path, head);
+  }
   if (got < sizeof(h)) return Status::bad_input(at_offset(path, got) + "truncated file header");
   if (h.version < kOldestTraceFormatVersion || h.version > kTraceFormatVersion)
     return Status::bad_input(path + ": trace format version " + std::to_string(h.version) + ", this moeprof reads versions " +
@@ -314,6 +335,13 @@ Result<Trace> read_all(std::unique_ptr<TraceReader> reader, const std::string& p
 Result<Trace> read_trace(const std::string& path) {
   MOEPROF_ASSIGN_OR_RETURN(auto reader, TraceReader::open(path));
   return read_all(std::move(reader), path);
+}
+
+Result<RunMeta> read_trace_meta(const std::string& path) {
+  MOEPROF_ASSIGN_OR_RETURN(auto reader, TraceReader::open(path));
+  std::vector<TraceRecord> first;
+  MOEPROF_RETURN_IF_ERROR(reader->next(&first).status());
+  return reader->meta();
 }
 
 Result<Trace> read_trace_memory(std::string bytes, const std::string& name) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/gpu_probe.h"
 #include "executor/backends.h"
 #include "executor/cuda_check.h"
 #include "executor/cuda_nccl.h"
@@ -34,11 +35,14 @@ using cuda_detail::u8p;
 bool cuda_backend_compiled() { return true; }
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
+  // The driver is asked first, as `moeprof devices` asks it (core/gpu_probe.h): both then give the
+  // same reason, rather than the runtime's "driver version is insufficient" for a missing driver.
+  if (const GpuProbe probe = probe_gpus(); probe.devices.empty()) return Status::run_failure("no usable GPU: " + probe.problem);
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    return Status::run_failure(std::string("no usable CUDA driver or device: ") + cudaGetErrorString(e));
+    return Status::run_failure(std::string("no usable GPU: the CUDA runtime says ") + cudaGetErrorString(e));
   }
   if (count == 0) return Status::run_failure("no CUDA device found");
   if (device < 0 || device >= count)

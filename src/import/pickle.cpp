@@ -9,6 +9,8 @@
 #include <new>
 #include <unordered_map>
 
+#include "core/file_kind.h"
+
 namespace moeprof::importer {
 
 std::string_view py_kind_name(PyKind k) {
@@ -560,6 +562,12 @@ Result<PickleDoc> read_pickle_file(const std::string& path, const PickleLimits& 
   const bool err = std::ferror(f) != 0;
   std::fclose(f);
   if (err) return Status::bad_input("cannot read " + path);
+  // Another of moeprof's files (a trace, a report) or an archive: say what it is, not which
+  // opcode the pickle reader stumbled on. Unknown content is left to the reader.
+  if (const FileKind k = file_kind(std::string_view(data).substr(0, 512)); k != FileKind::kPickle && k != FileKind::kUnknown) {
+    const std::string advice = file_kind_advice(k, path);
+    return Status::bad_input(path + ": not a pickle: it is " + describe_file_kind(k) + (advice.empty() ? "" : "; " + advice));
+  }
   auto doc = parse_pickle(std::move(data), limits);
   if (!doc) return doc.status().with_context(path);
   return doc;

@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -7,6 +9,7 @@
 #include <sstream>
 
 #include "core/checked.h"
+#include "core/nearest.h"
 #include "core/utf8.h"
 #include "model/builtin_configs.h"
 
@@ -232,8 +235,14 @@ std::vector<std::string> builtin_model_names() {
 }
 
 Result<ModelConfig> resolve_model_config(const std::string& name_or_path) {
+  // Built-in names are case-insensitive: "Kimi-K2.5", as the README and Hugging Face spell it.
+  auto same_name = [](std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+             return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+           });
+  };
   for (const auto& b : builtin_configs()) {
-    if (name_or_path == b.name) {
+    if (same_name(name_or_path, b.name)) {
       auto c = parse_model_config(std::string(b.json), "builtin:" + std::string(b.name));
       if (c.is_ok()) c->name = b.name;
       return c;
@@ -244,7 +253,9 @@ Result<ModelConfig> resolve_model_config(const std::string& name_or_path) {
     return load_model_config_file(name_or_path);
   std::string known;
   for (const auto& n : builtin_model_names()) known += (known.empty() ? "" : ", ") + n;
-  return Status::bad_input("unknown model '" + printable(name_or_path, 200) + "' (built-in: " + known + "; or a path to a config.json)");
+  return Status::bad_input("unknown model '" + printable(name_or_path, 200) + "'" +
+                           did_you_mean(name_or_path.substr(0, 200), builtin_model_names()) + " (built-in: " + known +
+                           "; or a path to a config.json)");
 }
 
 int64_t moe_tile_rows(int64_t tokens, int64_t top_k, int64_t experts) {
@@ -267,17 +278,22 @@ Result<RankShape> make_rank_shape(const ModelConfig& cfg, int64_t tokens, int tp
   s.tp_size = tp_size;
   s.tp_rank = tp_rank;
   s.layers = layers_override > 0 ? layers_override : cfg.num_hidden_layers;
-  if (layers_override > cfg.num_hidden_layers) return bad("--layers exceeds num_hidden_layers");
-  if (cfg.num_attention_heads % tp_size) return bad("TP size " + std::to_string(tp_size) + " does not divide num_attention_heads");
+  if (layers_override > cfg.num_hidden_layers)
+    return bad("--layers " + std::to_string(layers_override) + " exceeds num_hidden_layers (" + std::to_string(cfg.num_hidden_layers) + ")");
+  auto tp_divides = [&](int64_t n, const char* what) -> Status {
+    if (n % tp_size == 0) return Status::ok();
+    return bad("--tp " + std::to_string(tp_size) + " does not divide " + what + " (" + std::to_string(n) + ")");
+  };
+  MOEPROF_RETURN_IF_ERROR(tp_divides(cfg.num_attention_heads, "num_attention_heads"));
   s.heads = cfg.num_attention_heads / tp_size;
-  if (cfg.intermediate_size % tp_size) return bad("TP size does not divide intermediate_size");
+  MOEPROF_RETURN_IF_ERROR(tp_divides(cfg.intermediate_size, "intermediate_size"));
   s.dense_inter = cfg.intermediate_size / tp_size;
   if (cfg.hidden_size % 32) return bad("hidden_size must be a multiple of 32 for NVFP4 experts");
   // Every product below is checked: a config read from disk is bounded (parse_model_config), one
   // built in code need not be.
   auto overflow = [&](const char* what) { return bad(std::string(what) + " does not fit in a 64-bit integer"); };
   if (cfg.n_routed_experts > 0) {
-    if (cfg.moe_intermediate_size % tp_size) return bad("TP size does not divide moe_intermediate_size");
+    MOEPROF_RETURN_IF_ERROR(tp_divides(cfg.moe_intermediate_size, "moe_intermediate_size"));
     s.moe_inter = cfg.moe_intermediate_size / tp_size;
     if (s.moe_inter % 32)
       return bad("moe_intermediate_size / TP = " + std::to_string(s.moe_inter) + " must be a multiple of 32 for NVFP4");

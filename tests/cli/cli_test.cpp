@@ -192,8 +192,8 @@ TEST_CASE("cli: report, then gate against it", "[cli]") {
                      "' --out-md '" + gmd + "'");
   CHECK(reg.rc == 1);
   CHECK(reg.out.rfind("moeprof gate: FAIL: 1 regression, 1 unexpected improvement", 0) == 0);
-  CHECK(reg.out.find("| reuse | peak_activation_bytes | 1,957 | 1,958 | +1 B | +0.1% | 0 | ❌ regression |") != std::string::npos);
-  CHECK(moeprof::testing::slurp(gmd).find("| baseline | churn_bytes | 15,753 | 15,000 | -753 B |") != std::string::npos);
+  CHECK(reg.out.find("| reuse | peak_activation_bytes | 1,957 B | 1,958 B | +1 B | +0.1% | 0 B | ❌ regression |") != std::string::npos);
+  CHECK(moeprof::testing::slurp(gmd).find("| baseline | churn_bytes | 15,753 B | 15,000 B | -753 B |") != std::string::npos);
   // 6 checks (2 fail) and the reuse run's incomplete trace, a failing testcase of its own.
   CHECK(moeprof::testing::slurp(junit).find("tests=\"7\" failures=\"3\"") != std::string::npos);
   auto allowed = run_cli("gate --baseline '" + base + "' --current '" + curp + "' --allow-improvement --allow-incomplete --metrics churn_bytes");
@@ -368,8 +368,11 @@ TEST_CASE("cli: every error is one line, 'moeprof <cmd>: error: ...'", "[cli]") 
     CHECK(r.err.rfind("moeprof " + k.cmd + ": error: ", 0) == 0);
     CHECK(r.out.empty());
   }
+  // Plain `moeprof` is not an error: it prints the help.
   auto none = run_cli("");
-  CHECK(none.err.rfind("moeprof: error: ", 0) == 0);
+  CHECK(none.rc == 0);
+  CHECK(none.out.rfind("moeprof: memory profiler and buffer planner for large-model inference\n", 0) == 0);
+  CHECK(none.err.empty());
 }
 
 TEST_CASE("cli: plan on a truncated trace warns first and prints no null", "[cli]") {
@@ -424,10 +427,22 @@ TEST_CASE("cli: --stream on gives the in-memory figures, ranks merge, export str
   }
   CHECK(js == jm);
 
-  // Two traces are the ranks of one run: each recorded device 0, so they become devices 0 and 1,
-  // and a comma-joined argument is the same as two arguments.
-  auto r2 = run_cli("plan " + base + " " + reuse + " --json --stream on");
-  auto r2m = run_cli("plan " + base + "," + reuse + " --json --stream off");
+  // Two traces are the ranks of one run when their metadata says so (ranks 0 and 1 of TP=2, one
+  // mode): each recorded device 0, so they become devices 0 and 1, and a comma-joined argument is
+  // the same as two arguments. Rank 0 holds the golden baseline's records, rank 1 the reuse run's.
+  auto rank_dir = moeprof::testing::temp_dir("cli_stream_ranks");
+  std::string rank_paths[2];
+  for (int r = 0; r < 2; ++r) {
+    auto t = moeprof::read_trace(moeprof::testing::golden_dir() + (r == 0 ? "/baseline.mtrace" : "/reuse.mtrace"));
+    REQUIRE(t.is_ok());
+    t->meta.mode = "baseline";
+    t->meta.tp_size = 2;
+    t->meta.tp_rank = r;
+    rank_paths[r] = (rank_dir / ("baseline.rank" + std::to_string(r) + ".mtrace")).string();
+    REQUIRE(moeprof::write_trace(rank_paths[r], t.value()).is_ok());
+  }
+  auto r2 = run_cli("plan '" + rank_paths[0] + "' '" + rank_paths[1] + "' --json --stream on");
+  auto r2m = run_cli("plan '" + rank_paths[0] + "," + rank_paths[1] + "' --json --stream off");
   REQUIRE(r2.rc == 0);
   REQUIRE(r2m.rc == 0);
   json a = json::parse(r2.out), b = json::parse(r2m.out);

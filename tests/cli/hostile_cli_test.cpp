@@ -113,7 +113,8 @@ TEST_CASE("hostile configs: each bad field exits 2 with one line naming it", "[c
              "field 'num_hidden_layers' must be an integer in [1, 16384] (got 18446744073709551615)"});
   check_row({"config: hidden_size 256.5", run + seed("config", "hidden-fraction.json"), 2,
              "field 'hidden_size' must be an integer (got 256.5)"});
-  check_row({"--tokens 2^40 + 1", "run --backend cpu --quiet --tokens 1099511627777", 2, "--tokens"});
+  check_row({"--tokens 2^40 + 1", "run --backend cpu --quiet --tokens 1099511627777", 2,
+             "moeprof run: error: --tokens: must be an integer from 1 to 1,099,511,627,776 (got 1099511627777) (see moeprof run --help)"});
   check_row({"--model \"\" (ran the default model)", "run --backend cpu --quiet --model ''", 2, "--model is empty"});
 }
 
@@ -130,7 +131,8 @@ TEST_CASE("hostile traces: limits, corruption and truncation", "[cli][hostile]")
              "corrupt string table: string 2 repeats string 1"});
   check_row({"trace: an empty string (repeats string 0)", "plan " + seed("trace", "empty-string.mtrace"), 2,
              "corrupt string table: string 1 repeats string 0"});
-  check_row({"trace: metadata with tokens 1e400", "plan " + seed("trace", "bad-meta.mtrace"), 2, "corrupt metadata"});
+  check_row({"trace: metadata with tokens 1e400", "plan " + seed("trace", "bad-meta.mtrace"), 2,
+             "seed-bad-meta.mtrace: byte offset 48: corrupt metadata: run metadata is not a JSON object"});
   check_row({"trace: strings that are not UTF-8 (two of them read as U+FFFD)", "report --json " + seed("trace", "not-utf8-names.mtrace"), 0,
              "\"name\": \"\xEF\xBF\xBD #3\"", true});
   check_row({"trace: out-of-order timestamps (0, 5, 2^63, 2^64-1)", "plan " + seed("trace", "out-of-order.mtrace"), 0, "peak total", true});
@@ -142,7 +144,10 @@ TEST_CASE("hostile traces: limits, corruption and truncation", "[cli][hostile]")
              "warning: baseline run seed: the trace is incomplete at byte offset", true});
   check_row({"trace: a failed run's trace (plan said \"anomalies: none\")", "plan " + seed("trace", "failed-run.mtrace"), 0,
              "warning: run seed failed: layer 1 moe: out of memory: the figures cover only what ran before the failure", true});
-  check_row({"trace: a scope of 3,000 components", "plan " + seed("trace", "deep-scope.mtrace"), 0, "peak total", true});
+  check_row({"trace: a scope of 3,000 components", "plan " + seed("trace", "deep-scope.mtrace"), 0,
+             "  peak total       8 B\n", true});
+  // The whole scope is kept: the live allocation's row ends with its 3,000th component.
+  CHECK(run_cli("plan " + seed("trace", "deep-scope.mtrace")).out.find("/c2998/c2999\n") != std::string::npos);
   // The streamed analysis (planner/stream.h) keeps the same rules.
   check_row({"trace: no END frame, streamed", "plan --stream on " + seed("trace", "no-end.mtrace"), 0,
              "warning: run seed: the trace is incomplete at byte offset", true});
@@ -237,17 +242,20 @@ TEST_CASE("names that are not UTF-8: rejected as --name, replaced in file names"
              "\"name\": \"\xEF\xBF\xBD\"", true});
 }
 
-TEST_CASE("a run that fails leaves no earlier report in its --out", "[cli][hostile]") {
+TEST_CASE("a run refused before it starts leaves the earlier results in its --out untouched", "[cli][hostile]") {
+  // The earlier run's files stay as they were (src/cli/run_output.h); a run that fails after it
+  // wrote its traces replaces them (tests/cli/run_signal_test.cpp).
   const auto dir = moeprof::testing::temp_dir("hostile_stale");
   const std::string out = (dir / "o").string();
   auto ok = run_cli("run --backend cpu --quiet --out '" + out + "'");
   REQUIRE(ok.rc == 0);
-  REQUIRE(fs::exists(out + "/report.json"));
+  const std::string report = moeprof::testing::slurp(out + "/report.json");
+  REQUIRE_FALSE(report.empty());
   auto bad = run_cli("run --backend cpu --quiet --out '" + out + "' --model " + seed("config", "vocab-2p62.json"));
   CHECK(bad.rc == 2);
-  CHECK_FALSE(fs::exists(out + "/report.json"));
-  CHECK_FALSE(fs::exists(out + "/baseline.mtrace"));
-  auto gate = run_cli("gate --baseline " + seed("report", "valid.json") + " --current '" + out + "/report.json'");
-  CHECK(gate.rc == 2);
-  CHECK(gate.err.find("cannot open report") != std::string::npos);
+  CHECK(moeprof::testing::slurp(out + "/report.json") == report);
+  CHECK(fs::exists(out + "/baseline.mtrace"));
+  size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(out)) ++entries;
+  CHECK(entries == 5);  // two traces, three reports: no staging folder left behind
 }

@@ -4,7 +4,9 @@
 //    writer flushes at least once a second from its own thread), is marked truncated, and plan
 //    says so on its first line;
 //  - SIGTERM / SIGINT: moeprof closes the trace as a failed run (extra.error "interrupted by
-//    SIGTERM"), writes no report and exits 128 + the signal.
+//    SIGTERM"), writes no report, moves the trace from its staging folder into --out and exits
+//    128 + the signal.
+// While it runs, `moeprof run` writes into OUT/.moeprof-run.<pid> (src/cli/run_output.h).
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
@@ -82,7 +84,8 @@ TEST_CASE("run killed with SIGKILL after its first layer: the trace reads up to 
   const auto dir = moeprof::testing::temp_dir("signal_kill");
   const fs::path out = dir / "o";
   const pid_t pid = start_run(out);
-  const std::string trace = (out / "baseline.mtrace").string();
+  // Nothing runs after SIGKILL: the trace stays in the staging folder, and the next run names it.
+  const std::string trace = (out / (".moeprof-run." + std::to_string(pid)) / "baseline.mtrace").string();
   const size_t seen = wait_for_first_layer(pid, trace);
   REQUIRE(kill(pid, SIGKILL) == 0);
   int st = 0;
@@ -97,10 +100,18 @@ TEST_CASE("run killed with SIGKILL after its first layer: the trace reads up to 
   CHECK(t->records.size() >= seen);
   CHECK(layer_ended(t.value(), "layer.0"));
   CHECK_FALSE(fs::exists(out / "report.json"));
+  CHECK_FALSE(fs::exists(out / "baseline.mtrace"));
 
   auto plan = moeprof::testing::run_cli("plan '" + trace + "'");
   CHECK(plan.rc == 0);
   CHECK(plan.out.rfind("warning: run baseline: the trace is incomplete at byte offset ", 0) == 0);
+  // The next run into the same folder says where the killed run's files are, and keeps them.
+  auto next = moeprof::testing::run_cli("run --backend cpu --model tiny --tokens 17 --mode baseline --out '" + out.string() + "'");
+  CHECK(next.rc == 0);
+  CHECK(next.err.find("moeprof run: " + (out / (".moeprof-run." + std::to_string(pid))).string() +
+                      " holds the files of an earlier run whose process was killed; they are kept there\n") != std::string::npos);
+  CHECK(read_trace(trace).is_ok());
+  CHECK(fs::exists(out / "report.json"));
   CHECK(plan.out.find("the figures cover the part read") != std::string::npos);
   CHECK(plan.out.find("  peak total       0 B") == std::string::npos);
   // Streamed, the same warning comes first.
@@ -115,9 +126,15 @@ TEST_CASE("run interrupted by SIGTERM or SIGINT: the trace is closed as a failed
     INFO(name);
     const auto dir = moeprof::testing::temp_dir("signal_" + name);
     const fs::path out = dir / "o";
+    // An earlier, complete run in the same folder: the interrupted run replaces it, since it wrote
+    // its own trace, so no earlier report stays beside the failed trace for the gate to read.
+    REQUIRE(moeprof::testing::run_cli("run --backend cpu --model tiny --tokens 17 --mode both --quiet --out '" + out.string() + "'").rc == 0);
+    REQUIRE(fs::exists(out / "report.json"));
+    REQUIRE(fs::exists(out / "reuse.mtrace"));
     const pid_t pid = start_run(out);
+    const std::string staged = (out / (".moeprof-run." + std::to_string(pid)) / "baseline.mtrace").string();
     const std::string trace = (out / "baseline.mtrace").string();
-    const size_t seen = wait_for_first_layer(pid, trace);
+    const size_t seen = wait_for_first_layer(pid, staged);
     REQUIRE(kill(pid, sig) == 0);
     int st = 0;
     REQUIRE(waitpid(pid, &st, 0) == pid);
@@ -132,6 +149,9 @@ TEST_CASE("run interrupted by SIGTERM or SIGINT: the trace is closed as a failed
     CHECK(t->records.size() >= seen);
     CHECK(t->meta.extra.at("error") == "interrupted by " + name);
     CHECK_FALSE(fs::exists(out / "report.json"));
+    CHECK_FALSE(fs::exists(out / "reuse.mtrace"));  // the earlier run's, which this run did not write again
+    CHECK_FALSE(fs::exists(staged));  // published: the staging folder is gone
+    CHECK_FALSE(fs::exists(fs::path(staged).parent_path()));
     auto plan = moeprof::testing::run_cli("plan '" + trace + "'");
     CHECK(plan.rc == 0);
     CHECK(plan.out.rfind("warning: run baseline failed: interrupted by " + name + ": the figures cover only what ran before the failure\n", 0) == 0);

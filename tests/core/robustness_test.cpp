@@ -252,7 +252,7 @@ TEST_CASE("reader: bytes in memory read exactly as the file", "[core][trace_io]"
   CHECK(cut->truncated);
   auto empty = read_trace_memory("", "nothing");
   REQUIRE_FALSE(empty.is_ok());
-  CHECK(empty.status().message() == "nothing: byte offset 0: not a moeprof trace (bad magic)");
+  CHECK(empty.status().message() == "nothing: not a moeprof trace: it is an empty file");
 }
 
 TEST_CASE("writer: the background flush puts records on disk while the recorder is idle", "[core][trace_io][flush]") {

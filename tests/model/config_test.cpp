@@ -79,9 +79,11 @@ TEST_CASE("rank shapes follow SGLang's TP sharding", "[model][config]") {
   // Bad TP sizes name what they do not divide.
   auto bad = make_rank_shape(c.value(), 64, 3, 0, 0);
   REQUIRE_FALSE(bad.is_ok());
-  CHECK(bad.status().message().find("num_attention_heads") != std::string::npos);
+  CHECK(bad.status().message() == "kimi-k2.5: --tp 3 does not divide num_attention_heads (64)");
   CHECK_FALSE(make_rank_shape(c.value(), 0, 1, 0, 0).is_ok());
-  CHECK_FALSE(make_rank_shape(c.value(), 64, 1, 0, 62).is_ok());
+  auto deep = make_rank_shape(c.value(), 64, 1, 0, 62);
+  REQUIRE_FALSE(deep.is_ok());
+  CHECK(deep.status().message() == "kimi-k2.5: --layers 62 exceeds num_hidden_layers (61)");
 }
 
 TEST_CASE("malformed and unsupported configs give one clear error naming the field", "[model][config]") {
@@ -123,7 +125,7 @@ TEST_CASE("malformed and unsupported configs give one clear error naming the fie
   CHECK_FALSE(resolve_model_config("/nonexistent/config.json").is_ok());
 }
 
-TEST_CASE("q_lora_rank null means q_proj (V2-Lite); defaults apply when fields are absent", "[model][config]") {
+TEST_CASE("q_lora_rank null means q_proj (V2-Lite), defaults apply when fields are absent", "[model][config]") {
   auto c = resolve_model_config("deepseek-v2-lite");
   REQUIRE(c.is_ok());
   CHECK(c->q_lora_rank == 0);
@@ -135,4 +137,23 @@ TEST_CASE("q_lora_rank null means q_proj (V2-Lite); defaults apply when fields a
   REQUIRE(d.is_ok());
   CHECK(d->rms_norm_eps == Approx(1e-6));
   CHECK(d->rope_theta == Approx(10000.0));
+}
+
+TEST_CASE("model names are case-insensitive, and a mistyped one gets the nearest names", "[model][config]") {
+  for (const char* spelled : {"Kimi-K2.5", "KIMI-K2.5", "kimi-k2.5"}) {
+    auto c = resolve_model_config(spelled);
+    REQUIRE(c.is_ok());
+    CHECK(c->name == "kimi-k2.5");
+  }
+  CHECK(resolve_model_config("DeepSeek-V2-Lite")->name == "deepseek-v2-lite");
+  auto typo = resolve_model_config("kimi-k25");
+  REQUIRE_FALSE(typo.is_ok());
+  CHECK(typo.status().code() == ErrorCode::kBadInput);
+  CHECK(typo.status().message() ==
+        "unknown model 'kimi-k25'; did you mean 'kimi-k2.5'? (built-in: deepseek-v2-lite, deepseek-v2, deepseek-v3, kimi-k2.5, "
+        "tiny; or a path to a config.json)");
+  // Nothing near: no suggestion.
+  auto far = resolve_model_config("llama");
+  REQUIRE_FALSE(far.is_ok());
+  CHECK(far.status().message().find("did you mean") == std::string::npos);
 }

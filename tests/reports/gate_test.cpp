@@ -168,18 +168,19 @@ TEST_CASE("gate outputs: verdict, Markdown table, JUnit XML, proposed baseline",
     }
     return out;
   };
-  CHECK(md.find("| baseline | peak_activation_bytes | " + commas(a.act) + " | " + commas(a.act + 2048) + " | +2.0 kB | ") !=
+  // Every byte column in exact bytes.
+  CHECK(md.find("| baseline | peak_activation_bytes | " + commas(a.act) + " B | " + commas(a.act + 2048) + " B | +2,048 B | ") !=
         std::string::npos);
   {
-    std::string prefix = "| reuse | peak_activation_bytes | " + commas(b.act) + " | " + commas(b.act - 539) + " | -539 B | -";
+    std::string prefix = "| reuse | peak_activation_bytes | " + commas(b.act) + " B | " + commas(b.act - 539) + " B | -539 B | -";
     auto p = md.find(prefix);
     REQUIRE(p != std::string::npos);
     std::string line = md.substr(p, md.find('\n', p) - p);
     CHECK(line.size() > prefix.size());
-    CHECK(line.substr(line.size() - std::string("% | 0 | ❌ unexpected improvement |").size()) ==
-          "% | 0 | ❌ unexpected improvement |");
+    CHECK(line.substr(line.size() - std::string("% | 0 B | ❌ unexpected improvement |").size()) ==
+          "% | 0 B | ❌ unexpected improvement |");
   }
-  CHECK(md.find("| reuse | churn_bytes | " + commas(b.churn) + " | " + commas(b.churn) + " | 0 B | 0.0% | 0 | ✅ pass |") !=
+  CHECK(md.find("| reuse | churn_bytes | " + commas(b.churn) + " B | " + commas(b.churn) + " B | 0 B | 0.0% | 0 B | ✅ pass |") !=
         std::string::npos);
 
   std::string xml = reports::gate_junit(r, opts);

@@ -286,6 +286,11 @@ TEST_CASE("the TP column says emulated, or all ranks for a merged multi-GPU trac
   CHECK(reports::run_tp_label(run) == "all 2 ranks of 2");
   run["extra"] = ordered_json::object();
   CHECK(reports::run_tp_label(run) == "0/2");
+  // One device and no TP (a traced or imported program): nothing, never "0/1".
+  run["tp_size"] = 1;
+  CHECK(reports::run_tp_label(run).empty());
+  run["tp_size"] = 0;
+  CHECK(reports::run_tp_label(run).empty());
 }
 
 namespace {

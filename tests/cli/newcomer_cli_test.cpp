@@ -1,0 +1,283 @@
+// A newcomer's afternoon with the CLI (issue 40): the commands a new user types, mistyped or
+// misunderstood, through the built binary. Data safety first: no mistyped `run` touches the
+// results of an earlier run.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "core/gpu_probe.h"
+#include "core/trace_io.h"
+#include "tests/cli/cli_util.h"
+#include "tests/gpu_skip.h"
+
+namespace fs = std::filesystem;
+using moeprof::testing::count_lines;
+using moeprof::testing::run_cli;
+using moeprof::testing::slurp;
+
+namespace {
+
+// Every file under `dir` (hidden ones included) with its bytes.
+std::map<std::string, std::string> snapshot(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) files[fs::relative(e.path(), dir).string()] = slurp(e.path().string());
+  return files;
+}
+
+std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+
+}  // namespace
+
+TEST_CASE("newcomer: a mistyped run leaves the earlier results byte for byte", "[cli][newcomer]") {
+  const auto dir = moeprof::testing::temp_dir("newcomer_keep");
+  const fs::path keep = dir / "keep";
+  auto first = run_cli("run --backend cpu --model tiny --tokens 37 --mode all --quiet -o " + q(keep));
+  REQUIRE(first.rc == 0);
+  const auto before = snapshot(keep);
+  REQUIRE(before.count("report.json") == 1);
+  REQUIRE(before.count("fixes.mtrace") == 1);
+  struct Typo {
+    std::string args;
+    int rc;
+    std::string line;
+  };
+  std::vector<Typo> typos = {
+      {"run --backend cpu --model kimi-k25", 2,
+       "moeprof run: error: unknown model 'kimi-k25'; did you mean 'kimi-k2.5'? (built-in: deepseek-v2-lite, deepseek-v2, "
+       "deepseek-v3, kimi-k2.5, tiny; or a path to a config.json)"},
+      {"run --backend cpu --model tiny --tp 3", 2, "moeprof run: error: tiny: --tp 3 does not divide num_attention_heads (4)"},
+      {"run --backend cpu --model tiny --layers 99", 2, "moeprof run: error: tiny: --layers 99 exceeds num_hidden_layers (4)"},
+      {"run --backend cpu --model tiny --tokens 0", 2,
+       "moeprof run: error: --tokens: must be an integer from 1 to 1,099,511,627,776 (got 0) (see moeprof run --help)"},
+  };
+  if (moeprof::probe_gpus().usable().empty())
+    typos.push_back({"run --backend cuda", 3, "moeprof run: error: no usable GPU: " + moeprof::probe_gpus().problem});
+  for (const auto& t : typos) {
+    INFO("moeprof " << t.args);
+    auto r = run_cli(t.args + " -o " + q(keep));
+    CHECK(r.rc == t.rc);
+    CHECK(r.err == t.line + "\n");
+    CHECK(snapshot(keep) == before);  // nothing removed, nothing added, not even a staging folder
+  }
+}
+
+TEST_CASE("newcomer: a run replaces the earlier run's outputs only once it has its own", "[cli][newcomer]") {
+  const auto dir = moeprof::testing::temp_dir("newcomer_replace");
+  const fs::path out = dir / "o";
+  fs::create_directories(out);
+  moeprof::testing::spit((out / "notes.txt").string(), "the user's own file\n");
+  REQUIRE(run_cli("run --backend cpu --model tiny --tokens 37 --mode all --quiet -o " + q(out)).rc == 0);
+  REQUIRE(fs::exists(out / "fixes.mtrace"));
+  // A second run of two modes: the earlier run's third trace is not left beside this run's report.
+  auto second = run_cli("run --backend cpu --model tiny --tokens 41 --mode both -o " + q(out));
+  REQUIRE(second.rc == 0);
+  CHECK(second.err.find("moeprof run: replaced 6 output(s) of an earlier run in " + out.string() + "\n") != std::string::npos);
+  const auto files = snapshot(out);
+  CHECK(files.size() == 6);  // baseline, reuse, report.json/md/html, notes.txt
+  CHECK(files.count("fixes.mtrace") == 0);
+  CHECK(files.at("notes.txt") == "the user's own file\n");
+  auto t = moeprof::read_trace((out / "baseline.mtrace").string());
+  REQUIRE(t.is_ok());
+  CHECK(t->meta.tokens == 41);
+  // The paths printed are the published ones.
+  CHECK(second.out.find("traces: " + (out / "baseline.mtrace").string() + " " + (out / "reuse.mtrace").string() + "\n") !=
+        std::string::npos);
+  CHECK(second.out.find(".moeprof-run.") == std::string::npos);
+}
+
+namespace {
+
+// A tiny run's two traces, written once per test binary.
+const fs::path& tiny_run() {
+  static const fs::path dir = [] {
+    const auto d = moeprof::testing::temp_dir("newcomer_tiny") / "t";
+    REQUIRE(run_cli("run --backend cpu --model tiny --quiet -o " + q(d)).rc == 0);
+    return d;
+  }();
+  return dir;
+}
+
+const fs::path& kimi_run() {
+  static const fs::path dir = [] {
+    const auto d = moeprof::testing::temp_dir("newcomer_kimi") / "k";
+    REQUIRE(run_cli("run --backend meta --model kimi-k2.5 --tokens 128 --mode baseline --quiet -o " + q(d)).rc == 0);
+    return d;
+  }();
+  return dir;
+}
+
+void check_error(const std::string& args, int rc, const std::string& line) {
+  INFO("moeprof " << args);
+  auto r = run_cli(args);
+  CHECK(r.rc == rc);
+  CHECK(r.err == line + "\n");
+  CHECK(r.out.empty());
+}
+
+}  // namespace
+
+TEST_CASE("newcomer: plan of unrelated traces refuses to merge them as ranks", "[cli][newcomer]") {
+  const std::string t = (tiny_run() / "baseline.mtrace").string(), r = (tiny_run() / "reuse.mtrace").string();
+  const std::string k = (kimi_run() / "baseline.mtrace").string();
+  check_error("plan " + q(t) + " " + q(k), 2,
+              "moeprof plan: error: " + t + " and " + k + " are not ranks of one run: models tiny and kimi-k2.5; to compare two runs: moeprof compare " +
+                  t + " " + k);
+  check_error("plan " + q(t) + " " + q(t), 2, "moeprof plan: error: " + t + " is given twice; to compare two runs: moeprof compare " + t + " " + t);
+  check_error("plan " + q(t) + " " + q(r), 2,
+              "moeprof plan: error: " + t + " and " + r + " are not ranks of one run: modes baseline and reuse; to compare two runs: moeprof compare " +
+                  t + " " + r);
+  // Streamed, the same refusal; and report's comma form.
+  check_error("plan --stream on " + q(t) + " " + q(k), 2,
+              "moeprof plan: error: " + t + " and " + k + " are not ranks of one run: models tiny and kimi-k2.5; to compare two runs: moeprof compare " +
+                  t + " " + k);
+  auto rep = run_cli("report " + q(t + "," + k) + " --out-json /dev/null");
+  CHECK(rep.rc == 2);
+  CHECK(rep.err.find("are not ranks of one run: models tiny and kimi-k2.5") != std::string::npos);
+  // Two single-device runs of one workload are not ranks either.
+  const auto other = moeprof::testing::temp_dir("newcomer_other") / "o";
+  REQUIRE(run_cli("run --backend cpu --model tiny --mode baseline --quiet -o " + q(other)).rc == 0);
+  const std::string t2 = (other / "baseline.mtrace").string();
+  check_error("plan " + q(t) + " " + q(t2), 2,
+              "moeprof plan: error: " + t + " and " + t2 + " are not ranks of one run: each is a run of one device (TP size 1); to compare two "
+              "runs: moeprof compare " + t + " " + t2);
+}
+
+TEST_CASE("newcomer: a file of another kind is named, with the command that reads it", "[cli][newcomer]") {
+  const std::string report = (tiny_run() / "report.json").string(), trace = (tiny_run() / "baseline.mtrace").string();
+  const auto dir = moeprof::testing::temp_dir("newcomer_kinds");
+  const std::string pickle = (dir / "snap.pickle").string();
+  moeprof::testing::spit(pickle, std::string("\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00}\x94.", 14));
+  const std::string empty = (dir / "empty.mtrace").string();
+  moeprof::testing::spit(empty, "");
+  check_error("plan " + q(report), 2,
+              "moeprof plan: error: " + report + ": not a moeprof trace: it is a moeprof JSON report; moeprof gate reads reports: moeprof gate "
+              "--baseline BASE.json --current " + report);
+  check_error("plan " + q(pickle), 2,
+              "moeprof plan: error: " + pickle + ": not a moeprof trace: it is a Python pickle (a PyTorch memory snapshot?); convert a "
+              "torch.cuda.memory._dump_snapshot pickle with moeprof import " + pickle + " --out " + pickle + ".mtrace");
+  check_error("import " + q(trace) + " --out " + q(dir / "x.mtrace"), 2,
+              "moeprof import: error: " + trace + ": not a pickle: it is a moeprof trace (.mtrace); plan, compare, report and export read "
+              "traces: moeprof plan " + trace);
+  check_error("compare " + q(empty) + " " + q(trace), 2, "moeprof compare: error: " + empty + ": not a moeprof trace: it is an empty file");
+  CHECK_FALSE(fs::exists(dir / "x.mtrace"));
+}
+
+TEST_CASE("newcomer: a what-if rule that matches nothing says which part and the nearest names", "[cli][newcomer]") {
+  const auto dir = moeprof::testing::temp_dir("newcomer_rules");
+  const std::string rules = (dir / "typo.rules").string();
+  moeprof::testing::spit(rules, "free name=moe_outptu after op=x\nfree scope=layer.*/atn after op=x\n");
+  auto r = run_cli("plan " + q(tiny_run() / "baseline.mtrace") + " --what-if " + q(rules));
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("  warning: the rule at " + rules + ":1 matched nothing: no allocation is named 'moe_outptu'; did you mean 'moe_output'?\n") !=
+        std::string::npos);
+  CHECK(r.out.find("  warning: the rule at " + rules + ":2 matched nothing: no allocation has the scope 'layer.*/atn'; did you mean "
+                   "'layer.*/attn' or 'layer.*/mlp'?\n") != std::string::npos);
+  auto j = run_cli("plan " + q(tiny_run() / "baseline.mtrace") + " --what-if " + q(rules) + " --json");
+  CHECK(j.rc == 0);
+  CHECK(j.out.find("\"unmatched\": \"no allocation is named 'moe_outptu'; did you mean 'moe_output'?\"") != std::string::npos);
+}
+
+TEST_CASE("newcomer: range errors name the real range in one short line", "[cli][newcomer]") {
+  const std::string t = q(tiny_run() / "baseline.mtrace");
+  check_error("plan " + t + " --top 0", 2, "moeprof plan: error: --top: must be an integer from 1 to 1,000,000 (got 0) (see moeprof plan --help)");
+  check_error("plan " + t + " --fixes 0", 2, "moeprof plan: error: --fixes: must be an integer from 1 to 1,000 (got 0) (see moeprof plan --help)");
+  check_error("plan " + t + " --arena-time-limit -2", 2,
+              "moeprof plan: error: --arena-time-limit: must be a number of seconds from 0 to 86,400 (got -2) (see moeprof plan --help)");
+  check_error("arena x.csv --time-limit -1", 2,
+              "moeprof arena: error: --time-limit: must be a number of seconds from 0 to 86,400 (got -1) (see moeprof arena --help)");
+  check_error("run --tp abc", 2, "moeprof run: error: --tp: must be an integer from 1 to 1,048,576 (got abc) (see moeprof run --help)");
+  check_error("run --peak-tflops -1", 2, "moeprof run: error: --peak-tflops: must be a number greater than 0 (got -1) (see moeprof run --help)");
+  // --fixes without N ranks up to 10: the tiny run's fixes are listed.
+  auto f = run_cli("plan " + t + " --fixes");
+  CHECK(f.rc == 0);
+  CHECK(f.out.find("ranked fixes") != std::string::npos);
+}
+
+TEST_CASE("newcomer: compare of two workloads says so, and large figures keep their columns apart", "[cli][newcomer]") {
+  const std::string t = (tiny_run() / "baseline.mtrace").string(), k = (kimi_run() / "baseline.mtrace").string();
+  auto r = run_cli("compare " + q(t) + " " + q(k));
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.rfind("warning: A and B run different workloads (model tiny vs kimi-k2.5, tokens 100 vs 128, layers 4 vs 61): the changes "
+                    "below are the workloads' difference, not a change of memory behaviour\n", 0) == 0);
+  // The headline table's columns are aligned: every row as long as the header (before, a figure
+  // wider than its column pushed the rest of its row out of line).
+  const size_t head = r.out.find("\n\n") + 2;
+  const size_t header_len = r.out.find('\n', head) - head;
+  for (const char* label : {"  peak activation ", "  peak total ", "  churn ", "  allocations ", "  live at the activation peak: weights "}) {
+    INFO(label);
+    const size_t at = r.out.find(label, head);
+    REQUIRE(at != std::string::npos);
+    CHECK(r.out.find('\n', at) - at == header_len);
+  }
+  // The same workload: no such warning.
+  auto same = run_cli("compare " + q(tiny_run() / "baseline.mtrace") + " " + q(tiny_run() / "reuse.mtrace"));
+  CHECK(same.rc == 0);
+  CHECK(same.out.find("different workloads") == std::string::npos);
+}
+
+TEST_CASE("newcomer: plain moeprof prints help, mistyped names get the nearest ones", "[cli][newcomer]") {
+  auto help = run_cli("");
+  CHECK(help.rc == 0);
+  CHECK(help.out.rfind("moeprof: memory profiler and buffer planner for large-model inference\n", 0) == 0);
+  CHECK(help.err.empty());
+  auto sub = run_cli("plna x");
+  CHECK(sub.rc == 2);
+  CHECK(sub.err.rfind("moeprof: error: unknown subcommand 'plna'; did you mean 'plan'? (subcommands: run, ", 0) == 0);
+  CHECK(count_lines(sub.err) == 1);
+  check_error("run --tokns 5", 109, "moeprof run: error: unknown option '--tokns'; did you mean '--tokens'? (see moeprof run --help)");
+  // Model names are case-insensitive, as the README spells them.
+  auto kimi = run_cli("run --backend meta --model Kimi-K2.5 --tokens 64 --mode baseline --quiet -o " +
+                      q(moeprof::testing::temp_dir("newcomer_case") / "o"));
+  CHECK(kimi.rc == 0);
+  CHECK(kimi.out.rfind("moeprof run: kimi-k2.5, 64 tokens", 0) == 0);
+}
+
+TEST_CASE("newcomer: run and devices give one reason for no GPU", "[cli][newcomer]") {
+  const moeprof::GpuProbe probe = moeprof::probe_gpus();
+  if (!probe.devices.empty()) MOEPROF_SKIP("a GPU is present: the no-GPU messages cannot be compared here");
+  auto dev = run_cli("devices");
+  CHECK(dev.rc == 3);
+  CHECK(dev.out == "no usable GPU: " + probe.problem + "\n");
+  check_error("run --backend cuda -o " + q(moeprof::testing::temp_dir("newcomer_nogpu") / "o"), 3,
+              "moeprof run: error: no usable GPU: " + probe.problem);
+}
+
+TEST_CASE("newcomer: the gate's table is in exact bytes, and a failure says how to accept the change", "[cli][newcomer]") {
+  const std::string base = std::string(MOEPROF_SOURCE_DIR) + "/examples/ci/tiny-memory-baseline.json";
+  const auto dir = moeprof::testing::temp_dir("newcomer_gate") / "o";
+  REQUIRE(run_cli("run --backend cpu --model tiny --tokens 120 --quiet -o " + q(dir)).rc == 0);
+  const std::string cur = (dir / "report.json").string();
+  auto g = run_cli("gate --baseline " + q(base) + " --current " + q(cur));
+  CHECK(g.rc == 1);
+  CHECK(g.out.find("| baseline | peak_activation_bytes | 613,460 B | ") != std::string::npos);
+  CHECK(g.out.find(" | 0 B | ❌ regression |") != std::string::npos);
+  CHECK(g.out.find("\nIf the change is intended, make the current figures the baseline and commit it:\n  moeprof gate --baseline " + base +
+                   " --current " + cur + " --out-baseline " + base + " --allow-config-change\n") != std::string::npos);
+  auto pass = run_cli("gate --baseline " + q(base) + " --current " + q(tiny_run() / "report.json"));
+  CHECK(pass.rc == 0);
+  CHECK(pass.out.find("If the change is intended") == std::string::npos);
+}
+
+TEST_CASE("newcomer: an imported snapshot shows what it has, and an empty one how to record one", "[cli][newcomer]") {
+  const std::string golden = std::string(MOEPROF_SOURCE_DIR) + "/tests/golden/torch/";
+  const auto dir = moeprof::testing::temp_dir("newcomer_import");
+  REQUIRE(run_cli("import " + q(golden + "two_devices.pickle") + " --out " + q(dir / "two.mtrace")).rc == 0);
+  auto p = run_cli("plan " + q(dir / "two.mtrace"));
+  CHECK(p.rc == 0);
+  CHECK(p.out.find("run two_devices: mode imported, backend torch-snapshot\n") != std::string::npos);
+  CHECK(p.out.find("  reserved peak    31.5 MB (31,457,280 B) (the allocator's segments, device 0)\n") != std::string::npos);
+  CHECK(p.out.find("TP 0/1") == std::string::npos);
+  auto md = run_cli("report " + q(dir / "two.mtrace") + " --out-md -");
+  CHECK(md.out.find("| two_devices | imported | - | - | - | torch-snapshot |") != std::string::npos);
+  auto e = run_cli("import " + q(golden + "empty.pickle") + " --out " + q(dir / "empty.mtrace"));
+  CHECK(e.rc == 0);
+  CHECK(e.err.find("moeprof import: note: " + golden + "empty.pickle has no allocations (the snapshot holds no allocation history: call "
+                   "torch.cuda.memory._record_memory_history() before the code to profile, then torch.cuda.memory._dump_snapshot(FILE))\n") !=
+        std::string::npos);
+  auto ep = run_cli("plan " + q(dir / "empty.mtrace"));
+  CHECK(ep.out.rfind("warning: run empty: no allocations recorded (the snapshot holds no allocation history: call "
+                     "torch.cuda.memory._record_memory_history()", 0) == 0);
+}
