@@ -129,6 +129,7 @@ int budget_command(const BudgetArgs& a) {
     if (b && b->kv_bytes_per_token != kv_cost)
       return fail("budget", Status::run_failure(fmt::format("the trace's KV cache gives {} B per token, the config {} B", b->kv_bytes_per_token, kv_cost)));
     if (b) kv_check += " (the trace's KV cache agrees)";
+    in.kv_check = kv_check;
   }
   if (a.fixes > 0 && runs[0].analysis.devices.size() > 0) {
     planner::WhatIfOptions wo;
