@@ -56,12 +56,11 @@ struct SiteKeys {
     // Ids stay below 2^24 in any trace the planner replays (< 2^32 records, strings interned):
     // checked by the caller.
     const uint64_t packed = (uint64_t{device} << 48) | (uint64_t{name} << 24) | scope;
-    auto [it, fresh] = keys.emplace(packed, static_cast<uint32_t>(key_parts.size()));
-    if (fresh) {
-      key_parts.push_back((uint64_t{name} << 32) | scope);
-      key_device.push_back(device);
-    }
-    return it->second;
+    if (auto it = keys.find(packed); it != keys.end()) return it->second;
+    keys.emplace(packed, static_cast<uint32_t>(key_parts.size()));
+    key_parts.push_back((uint64_t{name} << 32) | scope);
+    key_device.push_back(device);
+    return static_cast<uint32_t>(key_parts.size() - 1);
   }
 };
 
@@ -69,26 +68,25 @@ struct TraceSites {
   std::vector<uint32_t> key, ordinal;  // per lifetime
 };
 
-// Events of one run in replay order: lifetime index << 1 | (1 for a free).
+// Events of one run in replay order: lifetime index << 1 | (1 for a free). A replay position
+// holds one event; an allocation over a live address also ends the old allocation there, before
+// the new one counts (as the replay does), so that free comes first.
 std::vector<uint64_t> event_order(const RunAnalysis& run) {
   const auto& lts = run.lifetimes;
-  std::vector<uint32_t> frees;
+  uint32_t end = 0;
+  for (const auto& l : lts) end = std::max(end, std::max(l.alloc_index, l.freed() ? l.free_index : 0u) + 1);
+  std::vector<uint32_t> free_at(end, UINT32_MAX);
   for (uint32_t i = 0; i < lts.size(); ++i)
-    if (lts[i].freed()) frees.push_back(i);
-  std::sort(frees.begin(), frees.end(), [&](uint32_t a, uint32_t b) { return lts[a].free_index < lts[b].free_index; });
+    if (lts[i].freed() && lts[i].free_index < end) free_at[lts[i].free_index] = i;
   std::vector<uint64_t> ev;
-  ev.reserve(lts.size() + frees.size());
-  size_t a = 0, f = 0;
-  while (a < lts.size() || f < frees.size()) {
-    // At one position an allocation comes before a free made there (an allocation over a live
-    // address ends the old one at the new one's position).
-    if (f == frees.size() || (a < lts.size() && lts[a].alloc_index <= lts[frees[f]].free_index)) {
-      ev.push_back(uint64_t{a} << 1);
-      ++a;
-    } else {
-      ev.push_back((uint64_t{frees[f]} << 1) | 1);
-      ++f;
-    }
+  ev.reserve(2 * lts.size());
+  size_t a = 0;
+  for (uint32_t pos = 0; pos < end; ++pos) {
+    const uint32_t f = free_at[pos];
+    const bool zero_length = f != UINT32_MAX && lts[f].alloc_index == pos;  // malloc(0) returning null
+    if (f != UINT32_MAX && !zero_length) ev.push_back((uint64_t{f} << 1) | 1);
+    while (a < lts.size() && lts[a].alloc_index == pos) ev.push_back(uint64_t{a++} << 1);
+    if (zero_length) ev.push_back((uint64_t{f} << 1) | 1);
   }
   return ev;
 }
@@ -124,6 +122,24 @@ Result<Best> best_of(const std::vector<PeakCandidate>& cands, const std::vector<
   }
   return b;
 }
+
+// Positions that can hold a peak, duplicates merged as they come (a repeated layer or step gives
+// the same polynomial many times).
+struct CandidateSet {
+  std::unordered_map<uint64_t, std::vector<uint32_t>> by_hash;
+  std::vector<PeakCandidate> list;
+  void add(uint16_t device, uint32_t site, const std::vector<i128>& coef, uint32_t unc, uint32_t bnd) {
+    auto& bucket = by_hash[CoefHash()(coef)];
+    for (uint32_t i : bucket)
+      if (list[i].coef == coef) {
+        list[i].unconfirmed_sites = std::max(list[i].unconfirmed_sites, unc);
+        list[i].bounded_sites = std::max(list[i].bounded_sites, bnd);
+        return;
+      }
+    bucket.push_back(static_cast<uint32_t>(list.size()));
+    list.push_back(PeakCandidate{device, site, coef, unc, bnd});
+  }
+};
 
 // Duplicates merged; then, in descending lexicographic order (highest degree first), a position
 // bounded coefficient by coefficient by a kept one is dropped (sizes are >= 0, so every monomial
@@ -314,8 +330,9 @@ Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std
   for (uint32_t i = 0; i < n0; ++i) {
     if (present[i] != n) continue;
     std::copy(ybuf.begin() + static_cast<ptrdiff_t>(size_t{i} * n), ybuf.begin() + static_cast<ptrdiff_t>(size_t{i} * n + n), y.begin());
-    auto [it, fresh] = law_of.emplace(y, static_cast<uint32_t>(res.laws.size()));
-    if (fresh) {
+    auto it = law_of.find(y);
+    if (it == law_of.end()) {
+      it = law_of.emplace(y, static_cast<uint32_t>(res.laws.size())).first;
       fit_detail::LawInput in;
       in.values = &y;
       in.monomial_values = &mv;
@@ -328,8 +345,8 @@ Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std
     }
     const Lifetime& l = runs[0]->lifetimes[i];
     FitSite s;
-    s.name = *keys.text[static_cast<uint32_t>(keys.key_parts[ts[0].key[i]] >> 32)];
-    s.scope = runs[0]->str(l.scope_id);
+    s.name = static_cast<uint32_t>(keys.key_parts[ts[0].key[i]] >> 32);
+    s.scope = static_cast<uint32_t>(keys.key_parts[ts[0].key[i]] & 0xFFFFFFFFu);
     s.ordinal = ts[0].ordinal[i];
     s.device = l.device;
     s.category = l.category;
@@ -342,6 +359,8 @@ Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std
       case LawState::kNone: ++res.none_sites; break;
     }
   }
+  res.strings.reserve(keys.text.size());
+  for (const std::string* t : keys.text) res.strings.push_back(*t);
   res.regime_floor.assign(vars.size(), INT64_MIN);
   for (const auto& law : res.laws)
     if (law.regime_var >= 0)
@@ -364,15 +383,31 @@ Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std
   res.same_sequence = partial_count == 0;
   if (!res.same_sequence)
     res.sequence_note = std::to_string(partial_count) + " allocation site(s) are in some traces only";
+  // Per device, in order: (site << 1 | free).
+  auto per_device = [&](size_t t, const std::vector<uint64_t>& ev) {
+    std::vector<std::pair<uint16_t, std::vector<uint64_t>>> out;
+    for (uint64_t e : ev) {
+      const uint16_t dev = runs[t]->lifetimes[e >> 1].device;
+      size_t k = 0;
+      while (k < out.size() && out[k].first != dev) ++k;
+      if (k == out.size()) out.emplace_back(dev, std::vector<uint64_t>{});
+      out[k].second.push_back((uint64_t{site_of[t][e >> 1]} << 1) | (e & 1));
+    }
+    std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    return out;
+  };
+  const auto a = res.same_sequence ? per_device(0, ev0) : decltype(per_device(0, ev0)){};
   for (size_t t = 1; t < n && res.same_sequence; ++t) {
-    std::vector<uint64_t> ev = event_order(*runs[t]);
-    // Per device, in order: (site << 1 | free) of both traces.
-    std::unordered_map<uint16_t, std::vector<uint64_t>> a, b;
-    for (uint64_t e : ev0) a[runs[0]->lifetimes[e >> 1].device].push_back((uint64_t{site_of[0][e >> 1]} << 1) | (e & 1));
-    for (uint64_t e : ev) b[runs[t]->lifetimes[e >> 1].device].push_back((uint64_t{site_of[t][e >> 1]} << 1) | (e & 1));
-    for (const auto& [dev, seq] : a) {
-      const auto& other = b[dev];
-      if (seq == other) continue;
+    const auto b = per_device(t, event_order(*runs[t]));
+    if (b.size() != a.size()) {
+      res.same_sequence = false;
+      res.sequence_note = "trace " + std::to_string(t + 1) + " has allocations on other devices than the first";
+      break;
+    }
+    for (size_t dv = 0; dv < a.size() && res.same_sequence; ++dv) {
+      const auto& seq = a[dv].second;
+      const auto& other = b[dv].second;
+      if (a[dv].first == b[dv].first && seq == other) continue;
       size_t k = 0;
       while (k < seq.size() && k < other.size() && seq[k] == other[k]) ++k;
       auto what = [&](const std::vector<uint64_t>& s) -> std::string {
@@ -381,14 +416,9 @@ Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std
         return std::string(s[k] & 1 ? "frees " : "allocates ") + runs[0]->str(l.scope_id) + "/" + runs[0]->str(l.name_id);
       };
       res.same_sequence = false;
-      res.sequence_note = "device " + std::to_string(dev) + ", event " + commas(static_cast<int64_t>(k)) + ": the first trace " + what(seq) +
-                          ", trace " + std::to_string(t + 1) + " " + (k < other.size() ? ((other[k] & 1) ? "frees" : "allocates") : "ends") +
-                          " something else";
-      break;
-    }
-    if (res.same_sequence && b.size() != a.size()) {
-      res.same_sequence = false;
-      res.sequence_note = "trace " + std::to_string(t + 1) + " has allocations on other devices than the first";
+      res.sequence_note = "device " + std::to_string(a[dv].first) + ", event " + commas(static_cast<int64_t>(k)) + ": the first trace " +
+                          what(seq) + ", trace " + std::to_string(t + 1) + " " +
+                          (k < other.size() ? ((other[k] & 1) ? "frees" : "allocates") : "ends") + " something else";
     }
   }
   if (!res.same_sequence) return res;
@@ -418,7 +448,7 @@ Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std
     uint32_t unc_act = 0, bnd_act = 0, unc_tot = 0, bnd_tot = 0;
   };
   std::unordered_map<uint16_t, Running> run_state;
-  std::vector<PeakCandidate> act_c, tot_c;
+  CandidateSet act_c, tot_c;
   std::vector<int> next_is_free_or_end(ev0.size(), 1);
   {
     // For each event, whether the next event of the same device is a free (or none follows).
@@ -454,11 +484,11 @@ Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std
     count(r.bnd_act, act && law.state == LawState::kNone);
     if (is_free || !next_is_free_or_end[k]) continue;
     ++res.candidate_positions;
-    act_c.push_back(PeakCandidate{site.device, fit_index[li], r.act, r.unc_act, r.bnd_act});
-    tot_c.push_back(PeakCandidate{site.device, fit_index[li], r.tot, r.unc_tot, r.bnd_tot});
+    act_c.add(site.device, fit_index[li], r.act, r.unc_act, r.bnd_act);
+    tot_c.add(site.device, fit_index[li], r.tot, r.unc_tot, r.bnd_tot);
   }
-  res.activation_candidates = prune(std::move(act_c));
-  res.total_candidates = prune(std::move(tot_c));
+  res.activation_candidates = prune(std::move(act_c.list));
+  res.total_candidates = prune(std::move(tot_c.list));
   return res;
 }
 
@@ -500,7 +530,7 @@ Result<SizePrediction> predict_peak(const FitResult& fit, const std::vector<int6
     MOEPROF_RETURN_IF_ERROR(to_bytes(a.value, &p.peak_activation_bytes));
     const PeakCandidate& c = fit.activation_candidates[a.index];
     p.peak_device = c.device;
-    p.peak_site = fit.sites[c.site].scope + "/" + fit.sites[c.site].name;
+    p.peak_site = fit.scope_of(fit.sites[c.site]) + "/" + fit.name_of(fit.sites[c.site]);
     p.unconfirmed_sites_at_peak = c.unconfirmed_sites;
     p.bounded_sites_at_peak = c.bounded_sites;
   }

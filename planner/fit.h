@@ -82,7 +82,8 @@ bool law_value(const SizeLaw& law, const std::vector<int64_t>& at, exact::Q* out
 int64_t law_exceeds_at(const SizeLaw& law, std::vector<int64_t> at, int var, uint64_t budget);
 
 struct FitSite {
-  std::string name, scope;       // unnamed traced allocations: name = their innermost user frames
+  uint32_t name = 0, scope = 0;  // ids into FitResult::strings; an unnamed traced allocation's
+                                 // name is its innermost user frames
   uint32_t ordinal = 0;          // occurrence of (name, scope) on its device, from 0
   uint16_t device = 0;
   Category category = Category::kUnknown;
@@ -107,6 +108,9 @@ struct PeakCandidate {
 };
 
 struct FitResult {
+  std::vector<std::string> strings;     // names and scopes of the sites
+  const std::string& name_of(const FitSite& s) const { return strings[s.name]; }
+  const std::string& scope_of(const FitSite& s) const { return strings[s.scope]; }
   std::vector<FitVariable> variables;
   std::vector<exact::Monomial> basis;   // every monomial of degree <= 2 in the variables
   exact::i128 denominator = 1;          // common denominator of every law's coefficients

@@ -122,8 +122,15 @@ ordered_json fit_json(const FitReportInput& in) {
   int context_var = -1;
   for (size_t v = 0; v < vars.size(); ++v)
     if (vars[v].name == "context") context_var = static_cast<int>(v);
-  for (const auto& s : f.sites) {
-    const planner::SizeLaw& law = f.laws[s.law];
+  for (const auto& st : f.sites) {
+    const planner::SizeLaw& law = f.laws[st.law];
+    struct {
+      const std::string &name, &scope;
+      uint32_t ordinal;
+      uint16_t device;
+      Category category;
+      uint32_t law;
+    } s{f.name_of(st), f.scope_of(st), st.ordinal, st.device, st.category, st.law};
     ordered_json o;
     o["site"] = s.scope.empty() ? s.name : s.scope + "/" + s.name;
     o["name"] = s.name;

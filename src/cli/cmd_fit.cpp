@@ -1,8 +1,10 @@
 // moeprof fit TRACE... [--var NAME=V1,V2,...] [--at NAME=V[,NAME2=V2]]... [--budget BYTES]: exact size
 // laws per allocation site from traces of one program at different sizes, the peak at sizes never
 // run, and the largest size within a budget (planner/fit.h, docs/budget.md).
+#include <atomic>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -83,12 +85,28 @@ int fit_command(const FitArgs& a) {
   lo.analyze.timeline_points = 0;
   lo.categories = *cats;
   lo.stream = reports::StreamMode::kOff;
+  // Read and analysed on every core, a trace per worker (each holds one whole trace at a time).
+  std::vector<std::optional<Result<reports::LoadedRun>>> loaded(a.traces.size());
+  {
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i = next++; i < a.traces.size(); i = next++) {
+        auto r = reports::load_run(std::vector<std::string>{a.traces[i]}, lo);
+        if (r) r->trace = Trace();  // the analysis holds what the fit needs
+        loaded[i].emplace(std::move(r));
+      }
+    };
+    const size_t workers = std::min<size_t>(a.traces.size(), std::max(2u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> pool;
+    for (size_t w = 1; w < workers; ++w) pool.emplace_back(work);
+    work();
+    for (auto& t : pool) t.join();
+  }
   std::vector<reports::LoadedRun> runs;
-  for (const auto& path : a.traces) {
-    auto r = reports::load_run(std::vector<std::string>{path}, lo);
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    auto& r = *loaded[i];
     if (!r) return fail("fit", r.status());
-    if (!r->analysis.limit_error.empty()) return fail("fit", Status::bad_input(path + ": " + r->analysis.limit_error));
-    r->trace = Trace();  // the analysis holds what the fit needs
+    if (!r->analysis.limit_error.empty()) return fail("fit", Status::bad_input(a.traces[i] + ": " + r->analysis.limit_error));
     runs.push_back(std::move(r).value());
   }
   // One program: the same model, mode, TP size and layers wherever the traces say.

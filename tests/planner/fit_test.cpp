@@ -98,7 +98,8 @@ Fitted fit_program(const Program& p, const std::vector<int64_t>& T, const std::v
 
 const SizeLaw& law_of(const FitResult& f, const std::string& name, int layer = 0) {
   for (const auto& s : f.sites)
-    if (s.name == name && s.scope == (name == "weights" || name == "kv_cache" ? "model" : "layer." + std::to_string(layer))) return f.laws[s.law];
+    if (f.name_of(s) == name && f.scope_of(s) == (name == "weights" || name == "kv_cache" ? "model" : "layer." + std::to_string(layer)))
+      return f.laws[s.law];
   FAIL("no site " << name);
   return f.laws.at(0);
 }
@@ -303,7 +304,7 @@ TEST_CASE("fit - traced programs match unnamed allocations by their call stack",
   REQUIRE(f.fit.same_sequence);
   bool found = false;
   for (const auto& s : f.fit.sites)
-    if (s.name.find("lin") != std::string::npos && s.name.find("model.py:42") != std::string::npos) {
+    if (f.fit.name_of(s).find("lin") != std::string::npos && f.fit.name_of(s).find("model.py:42") != std::string::npos) {
       found = true;
       CHECK(law_formula(f.fit.laws[s.law], f.fit.variables) == "100 * T + 64");
     }
