@@ -9,6 +9,17 @@ namespace moeprof::planner {
 
 namespace {
 
+// Every allocation of every device has its lifetime (analyze() with keep_lifetimes).
+bool has_every_lifetime(const RunAnalysis& run) {
+  uint64_t n = 0;
+  for (const auto& d : run.devices) n += d.allocations;
+  return run.lifetimes.size() == n;
+}
+
+}  // namespace
+
+namespace {
+
 using i128 = __int128;
 
 std::string lower(std::string_view s) {
@@ -79,7 +90,7 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
   if (opt.page_size == 0) return Status::bad_input("--page-size must be at least 1");
   if (opt.granularity == 0) return Status::bad_input("--granularity must be at least 1");
   if (run.devices.empty()) return Status::bad_input("the trace has no allocation: there is nothing to budget");
-  if (run.lifetimes.size() != run.allocations) return Status::bad_input("the budget needs every allocation (analyse with keep_lifetimes)");
+  if (!has_every_lifetime(run)) return Status::bad_input("the budget needs every allocation (analyse with keep_lifetimes)");
   BudgetResult b;
   b.gpu_memory_bytes = opt.gpu_memory_bytes;
   b.page_size = opt.page_size;

@@ -9,7 +9,6 @@
 #include <unordered_set>
 
 #include "planner/fit_internal.h"
-#include "planner/stacks.h"
 
 namespace moeprof::planner {
 
@@ -67,29 +66,6 @@ struct SiteKeys {
 struct TraceSites {
   std::vector<uint32_t> key, ordinal;  // per lifetime
 };
-
-// Events of one run in replay order: lifetime index << 1 | (1 for a free). A replay position
-// holds one event; an allocation over a live address also ends the old allocation there, before
-// the new one counts (as the replay does), so that free comes first.
-std::vector<uint64_t> event_order(const RunAnalysis& run) {
-  const auto& lts = run.lifetimes;
-  uint32_t end = 0;
-  for (const auto& l : lts) end = std::max(end, std::max(l.alloc_index, l.freed() ? l.free_index : 0u) + 1);
-  std::vector<uint32_t> free_at(end, UINT32_MAX);
-  for (uint32_t i = 0; i < lts.size(); ++i)
-    if (lts[i].freed() && lts[i].free_index < end) free_at[lts[i].free_index] = i;
-  std::vector<uint64_t> ev;
-  ev.reserve(2 * lts.size());
-  size_t a = 0;
-  for (uint32_t pos = 0; pos < end; ++pos) {
-    const uint32_t f = free_at[pos];
-    const bool zero_length = f != UINT32_MAX && lts[f].alloc_index == pos;  // malloc(0) returning null
-    if (f != UINT32_MAX && !zero_length) ev.push_back((uint64_t{f} << 1) | 1);
-    while (a < lts.size() && lts[a].alloc_index == pos) ev.push_back(uint64_t{a++} << 1);
-    if (zero_length) ev.push_back((uint64_t{f} << 1) | 1);
-  }
-  return ev;
-}
 
 uint64_t low_bit(uint64_t v) { return v == 0 ? 0 : (v & (~v + 1)); }
 
@@ -186,6 +162,17 @@ std::vector<PeakCandidate> prune(std::vector<PeakCandidate> c) {
 }  // namespace
 
 Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std::vector<FitVariable> vars, const FitOptions& opt) {
+  std::vector<SizeTrace> traces;
+  for (const RunAnalysis* r : runs) {
+    MOEPROF_ASSIGN_OR_RETURN(SizeTrace st, size_trace(*r));
+    traces.push_back(std::move(st));
+  }
+  std::vector<const SizeTrace*> ptrs;
+  for (const auto& t : traces) ptrs.push_back(&t);
+  return fit_size_laws(ptrs, std::move(vars), opt);
+}
+
+Result<FitResult> fit_size_laws(const std::vector<const SizeTrace*>& runs, std::vector<FitVariable> vars, const FitOptions& opt) {
   const size_t n = runs.size();
   if (n < 2) return Status::bad_input("fit needs at least two traces of the program at different sizes");
   if (vars.empty() || vars.size() > static_cast<size_t>(exact::kMaxVars))
@@ -200,11 +187,6 @@ Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std
       return Status::bad_input("variable " + v.name + " is " + std::to_string(v.values[0]) + " in every trace: nothing to fit it on");
     if (v.symbol.empty()) v.symbol = variable_symbol(v.name);
   }
-  for (size_t t = 0; t < n; ++t) {
-    if (!runs[t]->limit_error.empty()) return Status::bad_input(runs[t]->limit_error);
-    if (runs[t]->streamed || runs[t]->lifetimes.size() != runs[t]->allocations)
-      return Status::bad_input("fit needs every allocation of each trace (analyse with keep_lifetimes)");
-  }
   // Two sizes may not repeat with different values of the others only when every variable is
   // equal: the same size twice is allowed (it confirms), as long as the bytes agree.
   FitResult res;
@@ -216,32 +198,20 @@ Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std
   std::vector<TraceSites> ts(n);
   uint64_t or_bytes = 0, or_addr = 0;
   for (size_t t = 0; t < n; ++t) {
-    const RunAnalysis& run = *runs[t];
+    const SizeTrace& run = *runs[t];
     std::vector<uint32_t> smap(run.strings.size(), UINT32_MAX);
-    std::unordered_map<uint32_t, uint32_t> stack_names;
-    auto gstr = [&](StrId id) {
-      uint32_t& g = smap[index_of(id) < smap.size() ? index_of(id) : 0];
-      if (g == UINT32_MAX) g = keys.str(run.str(id));
+    auto gstr = [&](uint32_t id) {
+      if (id >= smap.size()) id = 0;
+      uint32_t& g = smap[id];
+      if (g == UINT32_MAX) g = keys.str(run.strings.empty() ? std::string() : run.strings[id]);
       return g;
     };
     std::vector<uint32_t> counter;
-    ts[t].key.resize(run.lifetimes.size());
-    ts[t].ordinal.resize(run.lifetimes.size());
-    for (size_t i = 0; i < run.lifetimes.size(); ++i) {
-      const Lifetime& l = run.lifetimes[i];
-      uint32_t name;
-      if (l.name_id == StrId::kNone && l.stack_id != StackId::kNone) {
-        auto it = stack_names.find(index_of(l.stack_id));
-        if (it == stack_names.end()) {
-          std::string s;
-          for (const auto& f : user_frames(run, l.stack_id, 3)) s += (s.empty() ? "" : " < ") + f;
-          it = stack_names.emplace(index_of(l.stack_id), keys.str(s)).first;
-        }
-        name = it->second;
-      } else {
-        name = gstr(l.name_id);
-      }
-      const uint32_t scope = gstr(l.scope_id);
+    ts[t].key.resize(run.allocs.size());
+    ts[t].ordinal.resize(run.allocs.size());
+    for (size_t i = 0; i < run.allocs.size(); ++i) {
+      const SizeTrace::Alloc& l = run.allocs[i];
+      const uint32_t name = gstr(l.name), scope = gstr(l.scope);
       if (name >= (1u << 24) || scope >= (1u << 24)) return Status::bad_input("fit: more than 2^24 distinct names and scopes");
       const uint32_t k = keys.key(name, scope, l.device);
       if (counter.size() <= k) counter.resize(k + 1, 0);
@@ -254,9 +224,9 @@ Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std
   res.size_granularity = low_bit(or_bytes);
   res.address_alignment = low_bit(or_addr);
 
-  // 2. Matching: trace t's lifetime i is site site_of[t][i] (an index of trace 0's lifetimes), or
-  // UINT32_MAX when trace 0 has no such site.
-  const size_t n0 = runs[0]->lifetimes.size();
+  // 2. Matching: trace t's allocation i is site site_of[t][i] (an index of trace 0's
+  // allocations), or UINT32_MAX when trace 0 has no such site.
+  const size_t n0 = runs[0]->allocs.size();
   std::vector<std::vector<uint32_t>> site_of(n);
   std::vector<uint32_t> present(n0, 1);  // how many traces have each of trace 0's sites
   std::unordered_map<uint64_t, uint32_t> by_key;
@@ -323,7 +293,7 @@ Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std
   std::vector<uint64_t> ybuf(n0 * n, 0);
   for (size_t t = 0; t < n; ++t)
     for (size_t i = 0; i < site_of[t].size(); ++i)
-      if (site_of[t][i] != UINT32_MAX) ybuf[size_t{site_of[t][i]} * n + t] = runs[t]->lifetimes[i].bytes;
+      if (site_of[t][i] != UINT32_MAX) ybuf[size_t{site_of[t][i]} * n + t] = runs[t]->allocs[i].bytes;
   std::unordered_map<std::vector<uint64_t>, uint32_t, VecHash> law_of;
   std::vector<uint32_t> fit_index(n0, UINT32_MAX);
   std::vector<uint64_t> y(n);
@@ -343,7 +313,7 @@ Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std
       in.regimes = opt.regimes;
       res.laws.push_back(fit_detail::fit_law(in));
     }
-    const Lifetime& l = runs[0]->lifetimes[i];
+    const SizeTrace::Alloc& l = runs[0]->allocs[i];
     FitSite s;
     s.name = static_cast<uint32_t>(keys.key_parts[ts[0].key[i]] >> 32);
     s.scope = static_cast<uint32_t>(keys.key_parts[ts[0].key[i]] & 0xFFFFFFFFu);
@@ -378,7 +348,7 @@ Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std
   }
 
   // 4. The event sequences, per device, must be equal.
-  std::vector<uint64_t> ev0 = event_order(*runs[0]);
+  const std::vector<uint64_t>& ev0 = runs[0]->events;
   res.events_per_trace = ev0.size();
   res.same_sequence = partial_count == 0;
   if (!res.same_sequence)
@@ -387,7 +357,7 @@ Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std
   auto per_device = [&](size_t t, const std::vector<uint64_t>& ev) {
     std::vector<std::pair<uint16_t, std::vector<uint64_t>>> out;
     for (uint64_t e : ev) {
-      const uint16_t dev = runs[t]->lifetimes[e >> 1].device;
+      const uint16_t dev = runs[t]->allocs[e >> 1].device;
       size_t k = 0;
       while (k < out.size() && out[k].first != dev) ++k;
       if (k == out.size()) out.emplace_back(dev, std::vector<uint64_t>{});
@@ -398,7 +368,7 @@ Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std
   };
   const auto a = res.same_sequence ? per_device(0, ev0) : decltype(per_device(0, ev0)){};
   for (size_t t = 1; t < n && res.same_sequence; ++t) {
-    const auto b = per_device(t, event_order(*runs[t]));
+    const auto b = per_device(t, runs[t]->events);
     if (b.size() != a.size()) {
       res.same_sequence = false;
       res.sequence_note = "trace " + std::to_string(t + 1) + " has allocations on other devices than the first";
@@ -412,8 +382,8 @@ Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std
       while (k < seq.size() && k < other.size() && seq[k] == other[k]) ++k;
       auto what = [&](const std::vector<uint64_t>& s) -> std::string {
         if (k >= s.size()) return "ends";
-        const Lifetime& l = runs[0]->lifetimes[s[k] >> 1];
-        return std::string(s[k] & 1 ? "frees " : "allocates ") + runs[0]->str(l.scope_id) + "/" + runs[0]->str(l.name_id);
+        const FitSite& site = res.sites[fit_index[s[k] >> 1]];
+        return std::string(s[k] & 1 ? "frees " : "allocates ") + res.scope_of(site) + "/" + res.name_of(site);
       };
       res.same_sequence = false;
       res.sequence_note = "device " + std::to_string(a[dv].first) + ", event " + commas(static_cast<int64_t>(k)) + ": the first trace " +
@@ -454,7 +424,7 @@ Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std
     // For each event, whether the next event of the same device is a free (or none follows).
     std::unordered_map<uint16_t, size_t> last;
     for (size_t k = 0; k < ev0.size(); ++k) {
-      const uint16_t dev = runs[0]->lifetimes[ev0[k] >> 1].device;
+      const uint16_t dev = runs[0]->allocs[ev0[k] >> 1].device;
       auto it = last.find(dev);
       if (it != last.end()) next_is_free_or_end[it->second] = (ev0[k] & 1) ? 1 : 0;
       last[dev] = k;

@@ -139,8 +139,38 @@ struct FitOptions {
   bool regimes = true;
 };
 
-// Fits the laws of runs (analyze() with keep_lifetimes) whose sizes are `vars` (one value per
-// run, 1 to 3 variables, at least two runs). kBadInput when the runs are not one program.
+// One trace as the laws need it: its allocations in replay order (name, scope and device: the
+// site's key; bytes; category) and the replay order of allocations and frees.
+struct SizeTrace {
+  RunMeta meta;
+  std::vector<std::string> strings;  // the names and scopes the allocations refer to
+  struct Alloc {
+    uint32_t name = 0, scope = 0;    // into strings; an unnamed allocation with a call stack is
+                                     // named by its innermost user frames
+    uint16_t device = 0;
+    Category category = Category::kUnknown;
+    uint64_t bytes = 0, address = 0;
+  };
+  std::vector<Alloc> allocs;
+  std::vector<uint64_t> events;      // allocation index << 1, with | 1 for its free
+  uint64_t peak_activation_bytes = 0, peak_total_bytes = 0;  // the maximum over devices
+};
+// From an analysis with lifetimes (analyze() with keep_lifetimes).
+Result<SizeTrace> size_trace(const RunAnalysis& run);
+// Straight from the file, frame by frame, keeping no record: what `moeprof fit` reads. For a
+// trace whose records are in replay order and whose allocations all carry a category and a name
+// (the executor's); otherwise *needs_analysis is set (and nothing is returned): read it with
+// read_trace + analyze (+ category inference) and use size_trace. Replay as analyze() does it:
+// an allocation over a live address ends the old one first; frees of unknown addresses, of null
+// and of freed ones are ignored.
+Result<SizeTrace> read_size_trace(const std::string& path, bool* needs_analysis);
+
+// Fits the laws of traces whose sizes are `vars` (one value per trace, 1 to 3 variables, at least
+// two traces). kBadInput when they cannot be fitted (bad variables, too large); traces of
+// different programs give a result with same_sequence false.
+Result<FitResult> fit_size_laws(const std::vector<const SizeTrace*>& traces, std::vector<FitVariable> vars,
+                                const FitOptions& opt = {});
+// The same from analyses (size_trace of each).
 Result<FitResult> fit_size_laws(const std::vector<const RunAnalysis*>& runs, std::vector<FitVariable> vars,
                                 const FitOptions& opt = {});
 

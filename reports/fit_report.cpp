@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <map>
+#include <unordered_map>
 
 #include "core/version.h"
 #include "planner/whatif.h"
@@ -110,68 +112,41 @@ ordered_json fit_json(const FitReportInput& in) {
                          {"kept_activation", f.activation_candidates.size()},
                          {"kept_total", f.total_candidates.size()}};
 
-  // Laws, one per site; families for reading (layer numbers as '*').
-  ordered_json laws = ordered_json::array();
+  // Families for reading (layer numbers as '*'): one per (scope pattern, name, law). The laws
+  // per site are written by fit_json_text (there may be millions).
   struct Family {
-    std::string family, name;
-    uint32_t law = 0;
+    uint32_t family = 0, name = 0, law = 0;
     size_t sites = 0;
   };
   std::vector<Family> families;
-  std::map<std::tuple<std::string, std::string, uint32_t>, size_t> fam_index;
+  std::vector<std::string> family_text;                // family scope patterns
+  std::unordered_map<uint32_t, uint32_t> family_of;     // scope string id -> family_text index
+  std::unordered_map<std::string, uint32_t> family_id;
+  struct Key3Hash {
+    size_t operator()(const std::array<uint32_t, 3>& k) const {
+      return std::hash<uint64_t>()((uint64_t{k[0]} << 32 | k[1]) * 0x9E3779B97F4A7C15ull ^ k[2]);
+    }
+  };
+  std::unordered_map<std::array<uint32_t, 3>, size_t, Key3Hash> fam_index;  // (family, name, law)
   int context_var = -1;
   for (size_t v = 0; v < vars.size(); ++v)
     if (vars[v].name == "context") context_var = static_cast<int>(v);
   for (const auto& st : f.sites) {
-    const planner::SizeLaw& law = f.laws[st.law];
-    struct {
-      const std::string &name, &scope;
-      uint32_t ordinal;
-      uint16_t device;
-      Category category;
-      uint32_t law;
-    } s{f.name_of(st), f.scope_of(st), st.ordinal, st.device, st.category, st.law};
-    ordered_json o;
-    o["site"] = s.scope.empty() ? s.name : s.scope + "/" + s.name;
-    o["name"] = s.name;
-    o["scope"] = s.scope;
-    o["ordinal"] = s.ordinal;
-    o["device"] = s.device;
-    o["category"] = std::string(category_name(s.category));
-    const std::string formula = planner::law_formula(law, vars);
-    o["formula"] = formula;
-    o["text"] = s.name + " = " + formula + " B";
-    ordered_json coefs = ordered_json::array();
-    for (const auto& term : law.terms) {
-      ordered_json e = ordered_json::object();
-      for (size_t v = 0; v < vars.size(); ++v)
-        if (term.monomial.exp[v]) e[vars[v].name] = term.monomial.exp[v];
-      coefs.push_back({{"monomial", monomial_name(term.monomial, vars)},
-                       {"exponents", e},
-                       {"value", planner::exact::to_string(term.coefficient)},
-                       {"numerator", int_json(term.coefficient.num)},
-                       {"denominator", int_json(term.coefficient.den)}});
+    auto fo = family_of.find(st.scope);
+    if (fo == family_of.end()) {
+      const std::string pattern = planner::family_scope(f.scope_of(st));
+      auto [fi, fresh] = family_id.emplace(pattern, static_cast<uint32_t>(family_text.size()));
+      if (fresh) family_text.push_back(pattern);
+      fo = family_of.emplace(st.scope, fi->second).first;
     }
-    o["coefficients"] = coefs;
-    o["confirmed"] = law.state == planner::LawState::kConfirmed;
-    o["state"] = state_word(law.state);
-    o["degree"] = law.degree;
-    o["sizes_used"] = law.sizes_used;
-    if (law.regime_var >= 0)
-      o["regime"] = {{"variable", vars[static_cast<size_t>(law.regime_var)].name}, {"min", law.regime_min}};
-    else
-      o["regime"] = nullptr;
-    if (law.state == planner::LawState::kNone)
-      o["range"] = {{"min_bytes", law.min_bytes}, {"max_bytes", law.max_bytes}, {"bound_per_unit", int_json(law.bound_per_unit)}};
-    o["bytes"] = law.values;
-    o["note"] = law.note;
-    laws.push_back(o);
-    auto key = std::make_tuple(planner::family_scope(s.scope), s.name, s.law);
-    auto [it, fresh] = fam_index.emplace(key, families.size());
-    if (fresh) families.push_back(Family{std::get<0>(key), s.name, s.law, 0});
+    const std::array<uint32_t, 3> key = {fo->second, st.name, st.law};
+    auto it = fam_index.find(key);
+    if (it == fam_index.end()) {
+      it = fam_index.emplace(key, families.size()).first;
+      families.push_back(Family{fo->second, st.name, st.law, 0});
+    }
     ++families[it->second].sites;
   }
-  j["laws"] = laws;
   ordered_json fams = ordered_json::array();
   ordered_json quadratic = ordered_json::array(), context = ordered_json::array(), none = ordered_json::array(),
                regime = ordered_json::array();
@@ -180,9 +155,11 @@ ordered_json fit_json(const FitReportInput& in) {
     for (int64_t x : vars[v].values) largest[v] = std::max(largest[v], x);
   for (const auto& fam : families) {
     const planner::SizeLaw& law = f.laws[fam.law];
-    const std::string site = fam.family.empty() ? fam.name : fam.family + "/" + fam.name;
-    ordered_json o = {{"family", site}, {"scope", fam.family}, {"sites", fam.sites}, {"state", state_word(law.state)},
-                      {"text", fam.name + " = " + planner::law_formula(law, vars) + " B"}, {"note", law.note}};
+    const std::string& scope = family_text[fam.family];
+    const std::string& name = f.strings[fam.name];
+    const std::string site = scope.empty() ? name : scope + "/" + name;
+    ordered_json o = {{"family", site}, {"scope", scope}, {"sites", fam.sites}, {"state", state_word(law.state)},
+                      {"text", name + " = " + planner::law_formula(law, vars) + " B"}, {"note", law.note}};
     fams.push_back(o);
     if (law.degree == 2 && law.state != planner::LawState::kNone) quadratic.push_back(site);
     if (law.regime_var >= 0) regime.push_back(site);
@@ -217,6 +194,75 @@ ordered_json fit_json(const FitReportInput& in) {
   j["predictions"] = preds;
   j["budget"] = in.solution && in.budget ? solution_json(*in.solution, vars, *in.budget) : ordered_json(nullptr);
   return j;
+}
+
+std::string fit_json_text(const FitReportInput& in, const ordered_json& doc) {
+  const planner::FitResult& f = *in.fit;
+  const auto& vars = f.variables;
+  // Each law's part shared by its sites, serialized once.
+  std::vector<std::string> shared(f.laws.size());
+  for (size_t k = 0; k < f.laws.size(); ++k) {
+    const planner::SizeLaw& law = f.laws[k];
+    ordered_json o;
+    o["formula"] = planner::law_formula(law, vars);
+    ordered_json coefs = ordered_json::array();
+    for (const auto& term : law.terms) {
+      ordered_json e = ordered_json::object();
+      for (size_t v = 0; v < vars.size(); ++v)
+        if (term.monomial.exp[v]) e[vars[v].name] = term.monomial.exp[v];
+      coefs.push_back({{"monomial", monomial_name(term.monomial, vars)},
+                       {"exponents", e},
+                       {"value", planner::exact::to_string(term.coefficient)},
+                       {"numerator", int_json(term.coefficient.num)},
+                       {"denominator", int_json(term.coefficient.den)}});
+    }
+    o["coefficients"] = coefs;
+    o["confirmed"] = law.state == planner::LawState::kConfirmed;
+    o["state"] = state_word(law.state);
+    o["degree"] = law.degree;
+    o["sizes_used"] = law.sizes_used;
+    if (law.regime_var >= 0)
+      o["regime"] = {{"variable", vars[static_cast<size_t>(law.regime_var)].name}, {"min", law.regime_min}};
+    else
+      o["regime"] = nullptr;
+    if (law.state == planner::LawState::kNone)
+      o["range"] = {{"min_bytes", law.min_bytes}, {"max_bytes", law.max_bytes}, {"bound_per_unit", int_json(law.bound_per_unit)}};
+    o["bytes"] = law.values;
+    o["note"] = law.note;
+    const std::string t = json_text(o);
+    shared[k] = t.substr(1, t.size() - 2);  // without the braces
+  }
+  std::vector<std::string> formulas(f.laws.size());
+  for (size_t k = 0; k < f.laws.size(); ++k) formulas[k] = json_text(nlohmann::json(planner::law_formula(f.laws[k], vars)));
+  std::vector<std::string> quoted(f.strings.size());
+  for (size_t i = 0; i < f.strings.size(); ++i) quoted[i] = json_text(nlohmann::json(f.strings[i]));
+  auto unquoted = [](const std::string& q) { return std::string_view(q).substr(1, q.size() - 2); };
+  std::string laws;
+  laws.reserve(f.sites.size() * 256);
+  for (size_t i = 0; i < f.sites.size(); ++i) {
+    const auto& st = f.sites[i];
+    const std::string &name = quoted[st.name], &scope = quoted[st.scope];
+    const bool unscoped = f.strings[st.scope].empty();
+    laws += i ? ",\n    {\"site\": \"" : "    {\"site\": \"";
+    if (!unscoped) {
+      laws += unquoted(scope);
+      laws += '/';
+    }
+    laws += unquoted(name);
+    laws += "\", \"name\": " + name + ", \"scope\": " + scope + ", \"ordinal\": " + std::to_string(st.ordinal) +
+            ", \"device\": " + std::to_string(st.device) + ", \"category\": \"" + std::string(category_name(st.category)) +
+            "\", \"text\": \"";
+    laws += unquoted(name);
+    laws += " = ";
+    laws += unquoted(formulas[st.law]);
+    laws += " B\", " + shared[st.law] + "}";
+  }
+  std::string text = json_text(doc, 2);
+  const size_t close = text.rfind('}');
+  text.erase(close);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  text += ",\n  \"laws\": [\n" + laws + (laws.empty() ? "]\n}\n" : "\n  ]\n}\n");
+  return text;
 }
 
 namespace {

@@ -27,7 +27,14 @@ struct FitReportInput {
   std::optional<planner::BudgetSolution> context_solution;
 };
 
+// Everything but the laws per site (families, flags, predictions, budget): what the text and
+// Markdown render.
 nlohmann::ordered_json fit_json(const FitReportInput& in);
+// The JSON document `doc` (from fit_json) with `laws` added last, one per site (site, name,
+// scope, ordinal, device, category, text, formula, coefficients, confirmed, state, degree,
+// sizes_used, regime, range for data-dependent sites, bytes, note), pretty-printed. Written as
+// text site by site: a law shared by many sites is serialized once.
+std::string fit_json_text(const FitReportInput& in, const nlohmann::ordered_json& doc);
 std::string fit_text(const nlohmann::ordered_json& j);
 std::string fit_markdown(const nlohmann::ordered_json& j);
 

@@ -7,7 +7,7 @@
 // linear in T (two with a constant term, one quadratic), a weight per layer allocated up front;
 // forwards are repeated until the allocation count is reached.
 //
-//   bench_fit [--allocations N] [--sizes T1,T2,T3] [--at T] [--dir DIR]
+//   bench_fit [--allocations N] [--sizes T1,T2,T3] [--at T] [--dir DIR] [--keep]
 #include <time.h>
 
 #include <chrono>
@@ -148,6 +148,7 @@ int main(int argc, char** argv) {
   uint64_t allocations = 1'000'000;
   std::vector<int64_t> sizes = {1024, 2048, 4096};
   int64_t at = 16384;
+  bool keep = false;  // leave the traces in --dir (to time `moeprof fit` on them)
   std::string dir = (std::filesystem::temp_directory_path() / "bench_fit").string();
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> std::string {
@@ -160,6 +161,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--allocations")) allocations = std::stoull(next());
     else if (!std::strcmp(argv[i], "--at")) at = std::stoll(next());
     else if (!std::strcmp(argv[i], "--dir")) dir = next();
+    else if (!std::strcmp(argv[i], "--keep")) keep = true;
     else if (!std::strcmp(argv[i], "--sizes")) {
       sizes.clear();
       std::string s = next();
@@ -169,7 +171,7 @@ int main(int argc, char** argv) {
         p = c == std::string::npos ? s.size() + 1 : c + 1;
       }
     } else {
-      std::fprintf(stderr, "usage: bench_fit [--allocations N] [--sizes T1,T2,T3] [--at T] [--dir DIR]\n");
+      std::fprintf(stderr, "usage: bench_fit [--allocations N] [--sizes T1,T2,T3] [--at T] [--dir DIR] [--keep]\n");
       return 2;
     }
   }
@@ -188,18 +190,27 @@ int main(int argc, char** argv) {
 
   t0 = std::chrono::steady_clock::now();
   double c0 = cpu_seconds();
-  // As `moeprof fit` reads them: a trace per worker, on every core.
-  std::vector<planner::RunAnalysis> runs(paths.size());
+  // As `moeprof fit` reads them: a trace per worker, on every core, straight from the file.
+  std::vector<planner::SizeTrace> runs(paths.size());
   {
+    auto read = [&](size_t i) {
+      bool full = false;
+      auto st = planner::read_size_trace(paths[i], &full);
+      if (!st || full) {
+        std::fprintf(stderr, "bench_fit: %s: not read straight\n", paths[i].c_str());
+        std::exit(2);
+      }
+      runs[i] = std::move(st).value();
+    };
     std::vector<std::thread> pool;
-    for (size_t i = 1; i < paths.size(); ++i) pool.emplace_back([&, i] { runs[i] = load(paths[i]); });
-    runs[0] = load(paths[0]);
+    for (size_t i = 1; i < paths.size(); ++i) pool.emplace_back(read, i);
+    read(0);
     for (auto& t : pool) t.join();
   }
   const double t_load = since(t0), c_load = cpu_seconds() - c0;
   t0 = std::chrono::steady_clock::now();
   c0 = cpu_seconds();
-  std::vector<const planner::RunAnalysis*> ptrs;
+  std::vector<const planner::SizeTrace*> ptrs;
   for (const auto& r : runs) ptrs.push_back(&r);
   auto fit = planner::fit_size_laws(ptrs, {{"tokens", "", sizes}});
   if (!fit) {
@@ -217,7 +228,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::printf("step                          wall      CPU\n");
-  std::printf("read + analyse (3 traces) %8.3f s %8.3f s\n", t_load, c_load);
+  std::printf("read the traces           %8.3f s %8.3f s\n", t_load, c_load);
   std::printf("fit (sites, laws, events) %8.3f s %8.3f s  (%zu sites, %zu distinct laws, %zu confirmed; %zu peak positions, %zu kept)\n",
               t_fit, c_fit, fit->sites.size(), fit->laws.size(), fit->confirmed_sites, fit->candidate_positions,
               fit->activation_candidates.size());
@@ -230,7 +241,9 @@ int main(int argc, char** argv) {
   std::printf("T = %lld: predicted peak activation %llu B, measured %llu B: %s; largest T within 80 GB: %lld\n", static_cast<long long>(at),
               static_cast<unsigned long long>(pred->peak_activation_bytes), static_cast<unsigned long long>(actual.peak_activation_bytes),
               pred->peak_activation_bytes == actual.peak_activation_bytes ? "equal" : "DIFFERENT", static_cast<long long>(solve->largest));
-  for (const auto& p : paths) (void)p;
-  
+  if (!keep) {
+    for (const auto& p : paths) std::filesystem::remove(p);
+    std::filesystem::remove(check);
+  }
   return pred->peak_activation_bytes == actual.peak_activation_bytes ? 0 : 1;
 }

@@ -85,15 +85,21 @@ int fit_command(const FitArgs& a) {
   lo.analyze.timeline_points = 0;
   lo.categories = *cats;
   lo.stream = reports::StreamMode::kOff;
-  // Read and analysed on every core, a trace per worker (each holds one whole trace at a time).
-  std::vector<std::optional<Result<reports::LoadedRun>>> loaded(a.traces.size());
+  // Read on every core, a trace per worker: straight from the file where the trace allows it,
+  // else read whole and analysed (records out of order, categories to infer, sites named by
+  // their call stacks).
+  std::vector<std::optional<Result<planner::SizeTrace>>> loaded(a.traces.size());
   {
     std::atomic<size_t> next{0};
     auto work = [&] {
       for (size_t i = next++; i < a.traces.size(); i = next++) {
-        auto r = reports::load_run(std::vector<std::string>{a.traces[i]}, lo);
-        if (r) r->trace = Trace();  // the analysis holds what the fit needs
-        loaded[i].emplace(std::move(r));
+        bool full = false;
+        auto st = planner::read_size_trace(a.traces[i], &full);
+        if (st && full) {
+          auto r = reports::load_run(std::vector<std::string>{a.traces[i]}, lo);
+          st = r ? planner::size_trace(r->analysis) : Result<planner::SizeTrace>(r.status());
+        }
+        loaded[i].emplace(std::move(st));
       }
     };
     const size_t workers = std::min<size_t>(a.traces.size(), std::max(2u, std::thread::hardware_concurrency()));
@@ -102,17 +108,16 @@ int fit_command(const FitArgs& a) {
     work();
     for (auto& t : pool) t.join();
   }
-  std::vector<reports::LoadedRun> runs;
+  std::vector<planner::SizeTrace> runs;
   for (size_t i = 0; i < loaded.size(); ++i) {
     auto& r = *loaded[i];
     if (!r) return fail("fit", r.status());
-    if (!r->analysis.limit_error.empty()) return fail("fit", Status::bad_input(a.traces[i] + ": " + r->analysis.limit_error));
     runs.push_back(std::move(r).value());
   }
   // One program: the same model, mode, TP size and layers wherever the traces say.
-  const RunMeta& m0 = runs[0].analysis.meta;
+  const RunMeta& m0 = runs[0].meta;
   for (size_t t = 1; t < runs.size(); ++t) {
-    const RunMeta& m = runs[t].analysis.meta;
+    const RunMeta& m = runs[t].meta;
     auto differs = [&](const std::string& what, const std::string& x, const std::string& y) -> std::optional<std::string> {
       if (x.empty() || y.empty() || x == y) return std::nullopt;
       return fmt::format("{} and {} are not one program ({} {} vs {})", a.traces[0], a.traces[t], what, x, y);
@@ -127,7 +132,7 @@ int fit_command(const FitArgs& a) {
       planner::FitVariable fv;
       fv.name = name;
       for (const auto& r : runs)
-        if (auto v = meta_value(r.analysis.meta, name)) fv.values.push_back(*v);
+        if (auto v = meta_value(r.meta, name)) fv.values.push_back(*v);
       if (fv.values.size() != runs.size()) continue;
       if (std::all_of(fv.values.begin(), fv.values.end(), [&](int64_t x) { return x == fv.values[0]; })) continue;
       vars.push_back(std::move(fv));
@@ -136,8 +141,8 @@ int fit_command(const FitArgs& a) {
       return fail("fit", Status::bad_input("the traces' metadata give no size that differs between them (tokens, chunk, context, batch): "
                                            "give --var NAME=V1,V2,..."));
   }
-  std::vector<const planner::RunAnalysis*> ptrs;
-  for (const auto& r : runs) ptrs.push_back(&r.analysis);
+  std::vector<const planner::SizeTrace*> ptrs;
+  for (const auto& r : runs) ptrs.push_back(&r);
   planner::FitOptions fo;
   fo.max_degree = a.max_degree;
   fo.regimes = !a.no_regimes;
@@ -156,7 +161,7 @@ int fit_command(const FitArgs& a) {
   in.fit = &fit.value();
   in.traces = a.traces;
   for (const auto& r : runs) {
-    const RunMeta& m = r.analysis.meta;
+    const RunMeta& m = r.meta;
     in.trace_labels.push_back(fmt::format("{} {} ({}{})", m.model.empty() ? m.name : m.model, m.mode, m.backend.empty() ? "?" : m.backend,
                                           m.tp_size > 1 ? fmt::format(", TP={}", m.tp_size) : ""));
   }
@@ -204,15 +209,16 @@ int fit_command(const FitArgs& a) {
     return fail("fit", Status::bad_input("--solve needs --budget BYTES"));
   }
   const auto j = reports::fit_json(in);
+  const std::string json = a.json || !a.out_json.empty() ? reports::fit_json_text(in, j) : std::string();
   if (!a.out_json.empty()) {
-    if (Status st = reports::write_text_file(a.out_json, reports::json_text(j, 2) + "\n"); !st) return fail("fit", st);
+    if (Status st = reports::write_text_file(a.out_json, json); !st) return fail("fit", st);
     if (a.out_json != "-") note("fit", "wrote {}", a.out_json);
   }
   if (!a.out_md.empty()) {
     if (Status st = reports::write_text_file(a.out_md, reports::fit_markdown(j)); !st) return fail("fit", st);
     if (a.out_md != "-") note("fit", "wrote {}", a.out_md);
   }
-  Status st = write_stdout(a.json ? reports::json_text(j, 2) + "\n" : reports::fit_text(j));
+  Status st = write_stdout(a.json ? json : reports::fit_text(j));
   if (!st) return fail("fit", st);
   return kExitOk;
 }

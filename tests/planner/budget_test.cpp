@@ -239,3 +239,24 @@ TEST_CASE("budget - device sizes by name or in bytes", "[planner][budget]") {
   }
   CHECK(parse_gpu_memory("H300").status().message().find("H200") != std::string::npos);
 }
+
+TEST_CASE("budget - of several ranks, the one with the largest fixed needs", "[planner][budget]") {
+  TraceBuilder t("ranks");
+  t.trace.meta.tokens = 10;
+  for (uint16_t dev : {0, 1}) {
+    t.alloc(1 + dev * 10, 0x1000, 5'000 + dev * 3'001, Category::kWeights, "model", "w", dev);
+    t.alloc(2 + dev * 10, 0x2000, 10 * 90, Category::kKvCache, "layer.0", "kv", dev);
+    t.alloc(3 + dev * 10, 0x3000, 777 - dev * 100, Category::kActivation, "layer.0", "x", dev);
+    t.free(4 + dev * 10, 0x3000, dev);
+  }
+  BudgetOptions o;
+  o.gpu_memory_bytes = 20'000;
+  auto b = memory_budget(analyzed(t.trace), o);
+  REQUIRE(b.is_ok());
+  CHECK(b->device == 1);
+  CHECK(b->weights_bytes == 8'001);
+  CHECK(b->activation_bytes == 677);
+  CHECK(b->kv_bytes_per_token == 90);
+  CHECK(b->kv_tokens == (20'000 - 8'001 - 677) / 90 - 1);
+  CHECK(sum(*b) == 20'000);
+}

@@ -3,8 +3,11 @@
 // checked to the byte against the program built at the predicted size; mismatched programs.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <functional>
 #include <random>
+
+#include "core/trace_io.h"
 
 #include "planner/analysis.h"
 #include "planner/fit.h"
@@ -338,4 +341,77 @@ TEST_CASE("fit - traces of different programs: sites in some only, no prediction
   CHECK_FALSE(fit_size_laws(ptrs, {{"tokens", "", {37, 61}}}).is_ok());
   CHECK_FALSE(fit_size_laws(ptrs, {{"tokens", "", {5, 5, 5}}}).is_ok());
   CHECK_FALSE(fit_size_laws({ptrs[0]}, {{"tokens", "", {37}}}).is_ok());
+}
+
+namespace {
+
+// The trace as fit reads it straight from the file, and as the analysis gives it: the same.
+void require_same_read(const Trace& t, const std::string& tag) {
+  const std::string path = (std::filesystem::temp_directory_path() / ("fit_read_" + tag + ".mtrace")).string();
+  REQUIRE(write_trace(path, t).is_ok());
+  bool full = true;
+  auto direct = read_size_trace(path, &full);
+  REQUIRE(direct.is_ok());
+  REQUIRE_FALSE(full);
+  auto back = read_trace(path);
+  REQUIRE(back.is_ok());
+  auto via = size_trace(analyzed(back.value()));
+  REQUIRE(via.is_ok());
+  REQUIRE(direct->allocs.size() == via->allocs.size());
+  for (size_t i = 0; i < via->allocs.size(); ++i) {
+    const auto &x = direct->allocs[i], &y = via->allocs[i];
+    CHECK(direct->strings[x.name] == via->strings[y.name]);
+    CHECK(direct->strings[x.scope] == via->strings[y.scope]);
+    CHECK(x.device == y.device);
+    CHECK(x.category == y.category);
+    CHECK(x.bytes == y.bytes);
+    CHECK(x.address == y.address);
+  }
+  CHECK(direct->events == via->events);
+  CHECK(direct->peak_activation_bytes == via->peak_activation_bytes);
+  CHECK(direct->peak_total_bytes == via->peak_total_bytes);
+  CHECK(direct->meta.tokens == t.meta.tokens);
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+
+TEST_CASE("fit - traces read straight from the file replay as analyze() does", "[planner][fit]") {
+  Program p;
+  p.random = p.context = p.regime = true;
+  require_same_read(build(p, 97, 300, 5), "program");
+  // The replay's corner cases: an allocation over a live one, frees of unknown, null and freed
+  // addresses, malloc(0) returning null, two devices, uses.
+  TraceBuilder b("corners");
+  b.trace.meta.tokens = 7;
+  b.alloc(1, 0x100, 64, Category::kActivation, "s", "a");
+  b.alloc(2, 0x100, 32, Category::kActivation, "s", "b");
+  b.free(3, 0x999);
+  b.free(4, 0);
+  b.alloc(5, 0, 0, Category::kActivation, "s", "z");
+  b.alloc(6, 0x200, 128, Category::kWeights, "m", "w", 1);
+  b.free(7, 0x100);
+  b.free(8, 0x100);
+  b.use(9, 0x200, 1);
+  b.alloc(10, 0x300, 77, Category::kWorkspace, "s", "c");
+  b.alloc(11, 0x300, 5, Category::kWorkspace, "s", "d", 1);
+  b.free(12, 0x300);
+  b.free(13, 0x200, 1);
+  require_same_read(b.trace, "corners");
+  // What needs the whole analysis: records out of order, categories to infer, stack-named sites.
+  const std::string path = (std::filesystem::temp_directory_path() / "fit_read_full.mtrace").string();
+  Trace unordered = build(p, 50);
+  std::swap(unordered.records[3].timestamp_ns, unordered.records[4].timestamp_ns);
+  Trace unknown = build(p, 50);
+  unknown.records[2].category = Category::kUnknown;
+  Program sp;
+  sp.stacks = true;
+  for (const Trace& t : {unordered, unknown, build(sp, 50)}) {
+    REQUIRE(write_trace(path, t).is_ok());
+    bool full = false;
+    auto r = read_size_trace(path, &full);
+    REQUIRE(r.is_ok());
+    CHECK(full);
+  }
+  std::filesystem::remove(path);
 }
