@@ -201,6 +201,7 @@ std::string fit_json_text(const FitReportInput& in, const ordered_json& doc) {
   const auto& vars = f.variables;
   // Each law's part shared by its sites, serialized once.
   std::vector<std::string> shared(f.laws.size());
+  ordered_json details = ordered_json::array();
   for (size_t k = 0; k < f.laws.size(); ++k) {
     const planner::SizeLaw& law = f.laws[k];
     ordered_json o;
@@ -219,16 +220,23 @@ std::string fit_json_text(const FitReportInput& in, const ordered_json& doc) {
     o["coefficients"] = coefs;
     o["confirmed"] = law.state == planner::LawState::kConfirmed;
     o["state"] = state_word(law.state);
-    o["degree"] = law.degree;
-    o["sizes_used"] = law.sizes_used;
     if (law.regime_var >= 0)
       o["regime"] = {{"variable", vars[static_cast<size_t>(law.regime_var)].name}, {"min", law.regime_min}};
     else
       o["regime"] = nullptr;
+    o["law"] = k;
+    // What every site of the law shares beyond that: once, in law_details.
+    ordered_json d;
+    d["law"] = k;
+    d["formula"] = planner::law_formula(law, vars);
+    d["state"] = state_word(law.state);
+    d["degree"] = law.degree;
+    d["sizes_used"] = law.sizes_used;
     if (law.state == planner::LawState::kNone)
-      o["range"] = {{"min_bytes", law.min_bytes}, {"max_bytes", law.max_bytes}, {"bound_per_unit", int_json(law.bound_per_unit)}};
-    o["bytes"] = law.values;
-    o["note"] = law.note;
+      d["range"] = {{"min_bytes", law.min_bytes}, {"max_bytes", law.max_bytes}, {"bound_per_unit", int_json(law.bound_per_unit)}};
+    d["bytes"] = law.values;
+    d["note"] = law.note;
+    details.push_back(d);
     const std::string t = json_text(o);
     shared[k] = t.substr(1, t.size() - 2);  // without the braces
   }
@@ -261,7 +269,7 @@ std::string fit_json_text(const FitReportInput& in, const ordered_json& doc) {
   const size_t close = text.rfind('}');
   text.erase(close);
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  text += ",\n  \"laws\": [\n" + laws + (laws.empty() ? "]\n}\n" : "\n  ]\n}\n");
+  text += ",\n  \"law_details\": " + json_text(details) + ",\n  \"laws\": [\n" + laws + (laws.empty() ? "]\n}\n" : "\n  ]\n}\n");
   return text;
 }
 

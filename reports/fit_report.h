@@ -30,10 +30,11 @@ struct FitReportInput {
 // Everything but the laws per site (families, flags, predictions, budget): what the text and
 // Markdown render.
 nlohmann::ordered_json fit_json(const FitReportInput& in);
-// The JSON document `doc` (from fit_json) with `laws` added last, one per site (site, name,
-// scope, ordinal, device, category, text, formula, coefficients, confirmed, state, degree,
-// sizes_used, regime, range for data-dependent sites, bytes, note), pretty-printed. Written as
-// text site by site: a law shared by many sites is serialized once.
+// The JSON document `doc` (from fit_json) with `law_details` (per distinct law: law, formula,
+// state, degree, sizes_used, range for data-dependent sites, bytes per trace, note) and `laws`
+// added last, one per site (site, name, scope, ordinal, device, category, text, formula,
+// coefficients, confirmed, state, regime, law: the index into law_details), pretty-printed.
+// Written as text site by site: a law shared by many sites is serialized once.
 std::string fit_json_text(const FitReportInput& in, const nlohmann::ordered_json& doc);
 std::string fit_text(const nlohmann::ordered_json& j);
 std::string fit_markdown(const nlohmann::ordered_json& j);

@@ -96,7 +96,10 @@ TEST_CASE("moeprof fit: three sizes across the tile change leave the padded rows
   const auto& g2 = law(j, "layer.1/moe/experts/gemm2_out");
   CHECK(g2["confirmed"] == false);
   CHECK(g2["state"] == "unconfirmed");
-  CHECK(g2["note"].get<std::string>().find("T = 400") != std::string::npos);
+  const auto& detail = j["law_details"][g2["law"].get<size_t>()];
+  CHECK(detail["law"] == g2["law"]);
+  CHECK(detail["note"].get<std::string>().find("T = 400") != std::string::npos);
+  CHECK(detail["sizes_used"] == 2);
   CHECK(j["predictions"][0]["unconfirmed"] == true);
   CHECK(j["predictions"][0]["peak_activation_bytes"].get<uint64_t>() == analysed(tiny_trace(1000)).peak_activation_bytes);
   // Below the regime: refused in one line.
