@@ -82,7 +82,9 @@ int budget_command(const BudgetArgs& a) {
   reports::LoadOptions lo;
   lo.analyze.keep_lifetimes = true;
   lo.analyze.timeline_points = 0;
-  lo.categories = *category_options(a.categories);
+  auto cats = category_options(a.categories);
+  if (!cats) return fail("budget", cats.status());
+  lo.categories = *cats;
   lo.stream = reports::StreamMode::kOff;
   std::vector<reports::LoadedRun> runs;
   for (size_t i = 0; i < traces.size(); ++i) {
