@@ -58,7 +58,11 @@ ordered_json budget_json(const BudgetReportInput& in) {
                      {"live", live},
                      {"steps", steps}};
   const planner::EngineSettings es = planner::engine_settings(b);
-  j["mem_fraction_static"] = {
+  // The settings as numbers (the shortest decimals, exact in their text); null when nothing fits.
+  auto number = [](const std::string& d) { return d.empty() ? ordered_json(nullptr) : ordered_json(std::stod(d)); };
+  j["mem_fraction_static"] = number(es.mem_fraction_static);
+  j["gpu_memory_utilization"] = number(es.gpu_memory_utilization);
+  j["mem_fraction_static_detail"] = {
       {"value", es.mem_fraction_static},
       {"sglang_variant", "rest = mem_fraction_static x free memory before the weights load (pre_model_load_memory) - weights; "
                          "max_total_num_tokens = rest // bytes per token, rounded down to the page size; the free memory before "
@@ -66,7 +70,7 @@ ordered_json budget_json(const BudgetReportInput& in) {
       {"rounded", es.mem_fraction_rounded},
       {"rounded_kv_tokens", es.rounded_kv_tokens},
       {"margin_tokens", b.kv_tokens >= es.rounded_kv_tokens ? b.kv_tokens - es.rounded_kv_tokens : 0}};
-  j["gpu_memory_utilization"] = {{"value", es.gpu_memory_utilization},
+  j["gpu_memory_utilization_detail"] = {{"value", es.gpu_memory_utilization},
                                  {"engine", "vLLM: KV cache = gpu_memory_utilization x total - the non-KV memory it profiles; blocks of 16 tokens"}};
   const uint64_t cell = b.kv_bytes_per_token;
   ordered_json modes = ordered_json::array();
@@ -141,13 +145,13 @@ std::string budget_text(const ordered_json& j) {
                        json_str(e, "shape"), json_str(e, "category"));
   for (const auto& s : w["steps"])
     out += fmt::format("  step {}: own activation high-water {}\n", json_str(s, "step"), format_exact_bytes(json_u64(s, "activation_high_water_bytes")));
-  const auto& f = j["mem_fraction_static"];
+  const auto& f = j["mem_fraction_static_detail"];
   if (!json_str(f, "value").empty()) {
     out += fmt::format("\nSGLang --mem-fraction-static {} gives exactly {} tokens ({}). Rounded down to {}: {} tokens, a margin of {} tokens.\n",
                        json_str(f, "value"), with_commas_u(json_u64(j, "kv_tokens")), json_str(f, "sglang_variant"), json_str(f, "rounded"),
                        with_commas_u(json_u64(f, "rounded_kv_tokens")), with_commas_u(json_u64(f, "margin_tokens")));
-    out += fmt::format("vLLM gpu_memory_utilization {} ({}).\n", json_str(j["gpu_memory_utilization"], "value"),
-                       json_str(j["gpu_memory_utilization"], "engine"));
+    out += fmt::format("vLLM gpu_memory_utilization {} ({}).\n", json_str(j["gpu_memory_utilization_detail"], "value"),
+                       json_str(j["gpu_memory_utilization_detail"], "engine"));
   }
   if (j["modes"].size() > 1) {
     out += "\nwhat each run buys (against the first):\n";
@@ -184,10 +188,10 @@ std::string budget_markdown(const ordered_json& j) {
                      with_commas_u(json_u64(j, "kv_tokens")), with_commas_u(json_u64(j, "kv_bytes_per_token")), with_commas_u(json_u64(j, "requests")),
                      with_commas_u(json_u64(j, "request_tokens")), json_str(j["worst_step"], "step"),
                      format_exact_bytes(json_u64(j["worst_step"], "activation_peak_bytes")));
-  if (!json_str(j["mem_fraction_static"], "value").empty())
+  const auto& mf = j["mem_fraction_static_detail"];
+  if (!json_str(mf, "value").empty())
     out += fmt::format("SGLang `--mem-fraction-static {}` (rounded down to {}: {} tokens); vLLM `gpu_memory_utilization {}`.\n\n",
-                       json_str(j["mem_fraction_static"], "value"), json_str(j["mem_fraction_static"], "rounded"),
-                       with_commas_u(json_u64(j["mem_fraction_static"], "rounded_kv_tokens")), json_str(j["gpu_memory_utilization"], "value"));
+                       json_str(mf, "value"), json_str(mf, "rounded"), with_commas_u(json_u64(mf, "rounded_kv_tokens")), json_str(j["gpu_memory_utilization_detail"], "value"));
   if (j["modes"].size() > 1) {
     out += "| run | activation peak | saved | KV tokens | gained | requests |\n|---|---:|---:|---:|---:|---:|\n";
     for (const auto& m : j["modes"])
@@ -241,12 +245,12 @@ std::string budget_html(const ordered_json& j) {
   out += fmt::format("<p>KV capacity: <b>{} tokens</b> at {} B per token ({}), page size {}: <b>{}</b> concurrent requests of {} tokens.</p>\n",
                      with_commas_u(json_u64(j, "kv_tokens")), with_commas_u(json_u64(j, "kv_bytes_per_token")), h(json_str(j, "kv_cost_source")),
                      json_u64(j, "page_size"), with_commas_u(json_u64(j, "requests")), with_commas_u(json_u64(j, "request_tokens")));
-  const auto& f = j["mem_fraction_static"];
+  const auto& f = j["mem_fraction_static_detail"];
   if (!json_str(f, "value").empty())
     out += fmt::format("<p>SGLang <code>--mem-fraction-static {}</code> gives exactly that pool; rounded down to {} it gives {} tokens. "
                        "vLLM <code>gpu_memory_utilization {}</code>.</p><p class=\"muted\">{}</p>\n",
                        h(json_str(f, "value")), h(json_str(f, "rounded")), with_commas_u(json_u64(f, "rounded_kv_tokens")),
-                       h(json_str(j["gpu_memory_utilization"], "value")), h(json_str(f, "sglang_variant")));
+                       h(json_str(j["gpu_memory_utilization_detail"], "value")), h(json_str(f, "sglang_variant")));
   out += "</section>\n";
   const auto& w = j["worst_step"];
   out += fmt::format("<section id=\"worst-step\"><h2>The worst step: {}</h2><p>Activation peak {} (activations {}, workspaces {}); "

@@ -121,6 +121,7 @@ int budget_command(const BudgetArgs& a) {
       bo.kv_bytes_per_token = b->kv_bytes_per_token;
       bo.kv_cost_source = "the first trace: " + b->kv_cost_source;
     }
+    if (bo.request_tokens == 0) bo.request_tokens = b->request_tokens;  // every run's requests of the same length
     in.budgets.push_back(std::move(b).value());
     in.runs.push_back(&r.analysis);
   }

@@ -60,7 +60,10 @@ TEST_CASE("moeprof budget: the seed's saving is 538,968,064 B = 7,669 KV tokens 
   CHECK(reuse["kv_tokens_gained"].get<int64_t>() == reuse["kv_tokens"].get<int64_t>() - j["modes"][0]["kv_tokens"].get<int64_t>());
   CHECK(j["worst_step"]["step"] == "prefill");
   CHECK(j["requests"].get<uint64_t>() == j["kv_tokens"].get<uint64_t>() / 16384);
-  CHECK_FALSE(j["mem_fraction_static"]["value"].get<std::string>().empty());
+  REQUIRE(j["mem_fraction_static"].is_number());
+  CHECK(j["mem_fraction_static"].get<double>() == std::stod(j["mem_fraction_static_detail"]["value"].get<std::string>()));
+  CHECK(j["mem_fraction_static"].get<double>() > 0.97);
+  CHECK(j["mem_fraction_static"].get<double>() < 1.0);
 }
 
 TEST_CASE("moeprof run --gpu-memory: the run's own total completes, one byte less fails with exit 3 and a readable trace", "[cli][budget]") {
