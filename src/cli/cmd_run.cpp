@@ -31,6 +31,7 @@
 #include "executor/tp_run.h"
 #include "model/config.h"
 #include "planner/analysis.h"
+#include "planner/budget.h"
 #include "planner/whatif.h"
 #include "reports/whatif_report.h"
 #include "reports/format.h"
@@ -71,6 +72,7 @@ struct RunArgs {
   bool rank_only = false;  // a rank started by --launch processes: the parent merges and reports
   bool op_times = false;   // per-op-family times of the forward (cli/op_times.h)
   double peak_tflops = 0, peak_gbps = 0;
+  std::string gpu_memory;  // --gpu-memory: the meta backend as a device of this size
 };
 
 // The first of these environment variables that is set, as an int (launchers: torchrun, Open MPI,
@@ -203,7 +205,16 @@ int run_command(const RunArgs& a) {
       backend_note = cb.status().message();
     }
   }
-  if (!backend && !(rank_mode || processes)) backend = a.backend == "meta" ? make_meta_backend() : make_cpu_backend();
+  uint64_t gpu_memory = 0;
+  if (!a.gpu_memory.empty()) {
+    if (a.backend != "meta")
+      return fail("run", Status::bad_input("--gpu-memory makes the meta backend a device of that size: add --backend meta (a GPU has its own size)"));
+    auto g = planner::parse_gpu_memory(a.gpu_memory);
+    if (!g) return fail("run", g.status());
+    gpu_memory = *g;
+  }
+  if (!backend && !(rank_mode || processes))
+    backend = a.backend == "meta" ? (gpu_memory ? make_meta_backend_of_size(gpu_memory) : make_meta_backend()) : make_cpu_backend();
   const bool on_gpu = backend ? backend->name() == "cuda" : true;
   const bool computes = backend ? backend->name() != "meta" : true;
   const std::string backend_name = backend ? backend->name() : "cuda";
@@ -681,6 +692,10 @@ void register_run(CLI::App& app, int* exit_code) {
   cmd->add_flag("--op-times", args->op_times,
                 "time every op of each forward by family (CUDA events on a GPU): time, share, TFLOP/s, GB/s, floors; "
                 "also written to OUT/<mode>.ops.json");
+  cmd->add_option("--gpu-memory", args->gpu_memory,
+                  "with --backend meta: behave as a device of this size (bytes, or H200, H100, A100, B200): an allocation past it "
+                  "fails out of memory (exit 3), the trace kept")
+      ->type_name("BYTES|GPU");
   cmd->add_option("--peak-tflops", args->peak_tflops, "with --op-times: the device's bf16 dense peak for the floors [default: published figure of a known GPU]")
       ->type_name("X")
       ->check(positive_number());

@@ -15,6 +15,8 @@ void register_export(CLI::App& app, int* exit_code);
 void register_run(CLI::App& app, int* exit_code);
 void register_devices(CLI::App& app, int* exit_code);
 void register_import(CLI::App& app, int* exit_code);
+void register_fit(CLI::App& app, int* exit_code);
+void register_budget(CLI::App& app, int* exit_code);
 #ifdef MOEPROF_HAVE_CUDA
 void register_trace(CLI::App& app, int* exit_code);
 #endif

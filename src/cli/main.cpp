@@ -75,6 +75,8 @@ int main(int argc, char** argv) {
   moeprof::cli::register_export(app, &exit_code);
   moeprof::cli::register_devices(app, &exit_code);
   moeprof::cli::register_import(app, &exit_code);
+  moeprof::cli::register_fit(app, &exit_code);
+  moeprof::cli::register_budget(app, &exit_code);
   // Results on stdout are checked where they are written (cli::write_stdout); this is the last
   // check for any that were not: output lost to a full disk or a closed pipe is never exit 0.
   auto stdout_lost = [&](int code) {

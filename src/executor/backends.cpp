@@ -11,5 +11,10 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(int /*device*/) {
 #endif
 
 std::unique_ptr<Backend> make_meta_backend() { return std::make_unique<MetaBackend>(); }
+std::unique_ptr<Backend> make_meta_backend_of_size(uint64_t capacity_bytes) {
+  auto b = std::make_unique<MetaBackend>();
+  b->set_capacity(capacity_bytes);
+  return b;
+}
 
 }  // namespace moeprof

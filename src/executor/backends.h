@@ -11,6 +11,9 @@ namespace moeprof {
 std::unique_ptr<Backend> make_cpu_backend();
 // Shapes and allocations only, no memory and no compute (executor/meta_backend.h).
 std::unique_ptr<Backend> make_meta_backend();
+// The meta backend as a device of `capacity_bytes` (`moeprof run --gpu-memory`): an allocation
+// that would take the bytes live past it fails with the out-of-memory error (kRunFailure).
+std::unique_ptr<Backend> make_meta_backend_of_size(uint64_t capacity_bytes);
 
 // True when this binary has the CUDA backend compiled in.
 bool cuda_backend_compiled();

@@ -5,6 +5,9 @@
 // makes (no workspaces, as on the CPU), in seconds whatever the model: `moeprof run --backend
 // meta` predicts the memory of any config on any machine, and lets tests check full-size cases
 // such as the seed (Kimi-K2.5, 16K tokens, TP=4) without a GPU. Outputs are not computed.
+// With a capacity (set_capacity, `moeprof run --gpu-memory`) it behaves as a device of that size:
+// an allocation that would take the bytes live (as requested, the trace's bytes) past it fails
+// with the out-of-memory error, naming the tensor and its scope.
 #pragma once
 
 #include <cstdint>
@@ -20,11 +23,12 @@ class MetaBackend final : public Backend {
   std::string device_name() const override { return "meta (no memory, no compute)"; }
   MemKind default_mem_kind(Category /*c*/) const override { return MemKind::kHost; }
   bool memory_info(size_t* /*free_bytes*/, size_t* /*total_bytes*/) const override { return false; }
+  void set_capacity(uint64_t bytes) { capacity_ = bytes; }  // 0 = unlimited
   Status synchronize() override { return Status::ok(); }
 
  protected:
   Result<void*> do_allocate(size_t bytes, MemKind kind, const AllocTag& tag) override;
-  void do_free(void* /*ptr*/, size_t /*bytes*/, MemKind /*kind*/) override {}
+  void do_free(void* /*ptr*/, size_t bytes, MemKind /*kind*/) override { live_ -= bytes; }
 
   Status do_copy_from_host(Tensor&, const void*) override { return Status::ok(); }
   Status do_copy_to_host(const Tensor& src, void* dst) override;
@@ -63,6 +67,7 @@ class MetaBackend final : public Backend {
 
  private:
   uint64_t next_ = 0x7e0000000000ull;  // a range a process never maps
+  uint64_t capacity_ = 0, live_ = 0;
 };
 
 }  // namespace moeprof

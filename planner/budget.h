@@ -1,0 +1,107 @@
+// The memory budget of a serving engine on a device of a given size, from a run's trace: every
+// byte of the device in components that sum exactly to its size, the KV capacity in tokens and
+// requests, and the engine settings that give that capacity. CPU only; knows only the trace model
+// (through RunAnalysis, analysed with keep_lifetimes). docs/budget.md.
+//
+// Components (one device: the rank whose fixed needs are largest):
+//   weights          the weights category's high-water mark
+//   kv_pool          (kv_tokens + page_size) x bytes per token: SGLang's MLA pool holds one page
+//                    of padding rows beside the kv_tokens it hands out
+//   activation_peak  activation + unknown bytes live at the activation peak (the worst step)
+//   graph_pool       the graph category's high-water mark, or the CUDA-graph memory the driver
+//                    reported (kGraphMem), whichever is larger
+//   workspaces       workspace + communication bytes live at the activation peak (cuBLAS, cuDNN,
+//                    NCCL buffers)
+//   allocator_rest   pools reserved beyond the tensors in them, and the rounding of every live
+//                    allocation up to BudgetOptions::granularity
+//   margin           BudgetOptions::margin_bytes (none by default: the capacity is exact)
+//   free             what is left: less than one page of KV (negative when nothing fits)
+// The trace's own KV cache (a prefill's [T, kv] per layer, or a serving run's pool) is replaced by
+// the pool the device can hold.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "planner/analysis.h"
+
+namespace moeprof::planner {
+
+// Device sizes as the CUDA driver reports them (docs/budget.md cites each).
+struct GpuSize {
+  std::string_view name;  // "H200"
+  uint64_t bytes = 0;
+  std::string_view source;
+};
+const std::vector<GpuSize>& known_gpus();
+// BYTES (digits; ',' and '_' allowed) or a known GPU name (case-insensitive).
+Result<uint64_t> parse_gpu_memory(std::string_view text);
+
+struct BudgetOptions {
+  uint64_t gpu_memory_bytes = 0;
+  uint64_t kv_bytes_per_token = 0;  // 0: the trace's KV cache bytes / its tokens (must divide exactly)
+  std::string kv_cost_source = "given";  // where a given kv_bytes_per_token comes from
+  uint64_t page_size = 1;           // tokens per KV page (SGLang's --page-size)
+  uint64_t request_tokens = 0;      // tokens of one request; 0: the trace's tokens
+  uint64_t margin_bytes = 0;
+  uint64_t granularity = 1;         // an allocator's rounding of each live allocation (1 = none)
+  size_t live_limit = 12;           // entries of the live set listed at the worst step's peak
+};
+
+struct BudgetComponent {
+  std::string name;
+  int64_t bytes = 0;
+  std::string detail;
+};
+
+struct BudgetResult {
+  uint64_t gpu_memory_bytes = 0;
+  uint16_t device = 0;
+  std::vector<BudgetComponent> components;  // sum == gpu_memory_bytes
+  bool fits = false;                        // at least one page of KV fits
+  uint64_t shortfall_bytes = 0;             // when not: what is missing for one page
+  uint64_t weights_bytes = 0, activation_bytes = 0, workspace_bytes = 0, graph_bytes = 0, rest_bytes = 0;
+  uint64_t available_for_kv_bytes = 0;      // device - everything but the pool and free (0 when negative)
+  uint64_t kv_bytes_per_token = 0;
+  std::string kv_cost_source;
+  uint64_t page_size = 1;
+  uint64_t kv_tokens = 0, kv_pool_bytes = 0;
+  uint64_t request_tokens = 0, requests = 0;
+  uint64_t trace_kv_cache_bytes = 0;        // the KV cache the trace itself holds
+  // The worst step: the step scope of the allocation that makes the activation peak
+  // ("step.N/prefill"), or "prefill" for a trace of one prefill; what is live there.
+  std::string worst_step;
+  uint64_t activation_peak_bytes = 0;       // activation_bytes + workspace_bytes
+  std::vector<LiveEntry> live_at_peak;
+  size_t live_at_peak_count = 0;
+  // Steps' own activation high-water marks (scopes step.N), largest first, when the trace has them.
+  std::vector<std::pair<std::string, uint64_t>> steps;
+};
+
+Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& opt);
+
+// The usable KV tokens of a device where everything but the activation peak stays as in `b`, and
+// the activation peak is `activation_peak_bytes` (activation + workspaces): what a mode or a fix
+// buys. 0 when no page fits.
+uint64_t kv_tokens_with_peak(const BudgetResult& b, uint64_t activation_peak_bytes);
+uint64_t requests_for(const BudgetResult& b, uint64_t kv_tokens);
+
+// The shortest decimal in [lo_num / den, hi_num / den) (hi excluded), at most 12 digits after the
+// point; "" when none is.
+std::string shortest_decimal(uint64_t lo_num, uint64_t hi_num, uint64_t den);
+
+// SGLang's --mem-fraction-static for the pool of `b` (the variant that measures the free memory
+// before the weights load: rest = f x pre_load_free - weights, pre_load_free = the device size),
+// and vLLM's gpu_memory_utilization (KV cache = u x total - the non-KV memory).
+struct EngineSettings {
+  std::string mem_fraction_static;       // shortest decimal that gives exactly kv_tokens
+  std::string mem_fraction_rounded;      // the same, rounded down to two decimals
+  uint64_t rounded_kv_tokens = 0;        // what the rounded value gives
+  std::string gpu_memory_utilization;    // shortest decimal that holds kv_tokens in vLLM
+};
+EngineSettings engine_settings(const BudgetResult& b);
+
+}  // namespace moeprof::planner

@@ -1,0 +1,146 @@
+// `moeprof budget` and `moeprof run --gpu-memory` through the binary: the seed case's saving in KV
+// tokens from meta runs, components that sum to the device, the budget's edge checked by running
+// the meta backend as a device of that size (one byte less fails with exit 3 and a readable
+// trace), the output files, bad input.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/trace_io.h"
+#include "planner/analysis.h"
+#include "tests/cli/cli_util.h"
+
+namespace fs = std::filesystem;
+using moeprof::testing::count_lines;
+using moeprof::testing::run_cli;
+
+namespace {
+
+int64_t sum_components(const nlohmann::json& j) {
+  int64_t s = 0;
+  for (const auto& c : j["components"]) s += c["bytes"].get<int64_t>();
+  return s;
+}
+
+int64_t component(const nlohmann::json& j, const std::string& name) {
+  for (const auto& c : j["components"])
+    if (c["name"] == name) return c["bytes"];
+  FAIL("no component " << name);
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("moeprof budget: the seed's saving is 538,968,064 B = 7,669 KV tokens per rank", "[cli][budget]") {
+  auto r = run_cli("budget --backend meta --model kimi-k2.5 --tp 4 --tokens 16384 --mode both --gpu-memory B200 --fixes 0 --json");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["gpu_memory_bytes"] == 192'265'846'784ull);
+  CHECK(j["gpu_name"] == "B200");
+  CHECK(sum_components(j) == 192'265'846'784ll);
+  CHECK(j["components_sum_bytes"] == 192'265'846'784ll);
+  CHECK(j["kv_bytes_per_token"] == 70'272);  // (512 + 64) x 61 x 2
+  CHECK(j["kv_check"].get<std::string>().find("agrees") != std::string::npos);
+  REQUIRE(j["modes"].size() == 2);
+  const auto& reuse = j["modes"][1];
+  CHECK(reuse["name"] == "reuse");
+  CHECK(reuse["saved_bytes"] == 538'968'064);
+  CHECK(reuse["saved_tokens"] == 7'669);
+  // The capacities themselves: the pool is what is left after the fixed needs, 70,272 B a token,
+  // one padding row.
+  for (const auto& m : j["modes"]) {
+    const int64_t avail = 192'265'846'784ll - component(j, "weights") - m["activation_peak_bytes"].get<int64_t>() -
+                          component(j, "graph_pool") - component(j, "allocator_rest") - component(j, "margin");
+    CHECK(m["kv_tokens"].get<int64_t>() == avail / 70'272 - 1);
+  }
+  CHECK(reuse["kv_tokens_gained"].get<int64_t>() == reuse["kv_tokens"].get<int64_t>() - j["modes"][0]["kv_tokens"].get<int64_t>());
+  CHECK(j["worst_step"]["step"] == "prefill");
+  CHECK(j["requests"].get<uint64_t>() == j["kv_tokens"].get<uint64_t>() / 16384);
+  REQUIRE(j["mem_fraction_static"].is_number());
+  CHECK(j["mem_fraction_static"].get<double>() == std::stod(j["mem_fraction_static_detail"]["value"].get<std::string>()));
+  CHECK(j["mem_fraction_static"].get<double>() > 0.97);
+  CHECK(j["mem_fraction_static"].get<double>() < 1.0);
+}
+
+TEST_CASE("moeprof run --gpu-memory: the run's own total completes, one byte less fails with exit 3 and a readable trace", "[cli][budget]") {
+  const fs::path dir = moeprof::testing::temp_dir("budget_cli_edge");
+  auto base = run_cli("run --backend meta --model tiny --tokens 64 --mode baseline --quiet --out '" + (dir / "free").string() + "'");
+  REQUIRE(base.rc == 0);
+  auto tr = moeprof::read_trace((dir / "free" / "baseline.mtrace").string());
+  REQUIRE(tr.is_ok());
+  const uint64_t total = moeprof::planner::analyze(tr.value()).peak_total_bytes;
+  REQUIRE(total > 0);
+  auto at = run_cli("run --backend meta --model tiny --tokens 64 --mode baseline --quiet --gpu-memory " + std::to_string(total) + " --out '" +
+                    (dir / "at").string() + "'");
+  INFO(at.err);
+  CHECK(at.rc == 0);
+  auto below = run_cli("run --backend meta --model tiny --tokens 64 --mode baseline --quiet --gpu-memory " + std::to_string(total - 1) +
+                       " --out '" + (dir / "below").string() + "'");
+  CHECK(below.rc == 3);
+  CHECK(count_lines(below.err) == 1);
+  CHECK(below.err.find("out of GPU memory") != std::string::npos);
+  CHECK(below.err.find("layer.") != std::string::npos);  // the scope of the allocation that failed
+  CHECK(below.err.find("trace kept") != std::string::npos);
+  auto kept = moeprof::read_trace((dir / "below" / "baseline.mtrace").string());
+  REQUIRE(kept.is_ok());
+  CHECK_FALSE(kept->truncated);
+  CHECK(kept->meta.extra.count("error") == 1);
+  CHECK(moeprof::planner::analyze(kept.value()).peak_total_bytes <= total - 1);
+  // The budget at the run's total: the trace's 64 tokens of KV, less SGLang's padding row; one
+  // byte less and the last slot is gone.
+  const std::string trace = (dir / "free" / "baseline.mtrace").string();
+  auto b = run_cli("budget '" + trace + "' --gpu-memory " + std::to_string(total) + " --json");
+  INFO(b.err);
+  REQUIRE(b.rc == 0);
+  auto j = nlohmann::json::parse(b.out);
+  CHECK(j["kv_tokens"] == 63);
+  CHECK(component(j, "free") == 0);
+  CHECK(sum_components(j) == static_cast<int64_t>(total));
+  auto b1 = run_cli("budget '" + trace + "' --gpu-memory " + std::to_string(total - 1) + " --json");
+  REQUIRE(b1.rc == 0);
+  CHECK(nlohmann::json::parse(b1.out)["kv_tokens"] == 62);
+  // --gpu-memory needs the meta backend.
+  auto cpu = run_cli("run --backend cpu --model tiny --gpu-memory H200 --quiet");
+  CHECK(cpu.rc == 2);
+  CHECK(count_lines(cpu.err) == 1);
+}
+
+TEST_CASE("moeprof budget writes JSON, Markdown and HTML with the same figures, and refuses bad input in one line", "[cli][budget]") {
+  const fs::path dir = moeprof::testing::temp_dir("budget_cli_files");
+  auto r = run_cli("budget --backend meta --model tiny --tokens 100 --gpu-memory 80,000,000 --request-tokens 333 --page-size 16 --out '" +
+                   (dir / "runs").string() + "' --out-json '" + (dir / "b.json").string() + "' --out-md '" + (dir / "b.md").string() +
+                   "' --out-html '" + (dir / "b.html").string() + "'");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(fs::exists(dir / "runs" / "baseline.mtrace"));
+  CHECK(fs::exists(dir / "runs" / "fixes.mtrace"));
+  std::ifstream in(dir / "b.json");
+  const auto j = nlohmann::json::parse(in);
+  CHECK(sum_components(j) == 80'000'000);
+  CHECK(j["page_size"] == 16);
+  CHECK(j["kv_tokens"].get<uint64_t>() % 16 == 0);
+  CHECK(j["request_tokens"] == 333);
+  CHECK(j["requests"].get<uint64_t>() == j["kv_tokens"].get<uint64_t>() / 336);  // 333 tokens take 21 pages
+  CHECK(j["modes"].size() == 3);
+  CHECK_FALSE(j["fixes"].empty());
+  const std::string kv = std::to_string(j["kv_tokens"].get<uint64_t>());
+  auto slurp = [](const fs::path& p) { return moeprof::testing::slurp(p.string()); };
+  const std::string md = slurp(dir / "b.md"), html = slurp(dir / "b.html");
+  CHECK(md.find("| weights |") != std::string::npos);
+  CHECK(html.find("id=\"budget-table\"") != std::string::npos);
+  CHECK(html.find("80,000,000 B") != std::string::npos);
+  CHECK(r.out.find("KV capacity") != std::string::npos);
+  for (const std::string& bad : {std::string("budget --backend meta --model tiny --tokens 100 --gpu-memory H300"),
+                                 std::string("budget --gpu-memory H200"), std::string("budget /nonexistent.mtrace --gpu-memory H200"),
+                                 std::string("budget --backend meta --model gpt-17 --tokens 5 --gpu-memory H200")}) {
+    auto e = run_cli(bad);
+    INFO(bad << "\n" << e.err);
+    CHECK(e.rc == 2);
+    CHECK(count_lines(e.err) == 1);
+    CHECK(e.err.rfind("moeprof budget: error: ", 0) == 0);
+  }
+}

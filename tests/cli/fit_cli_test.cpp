@@ -1,0 +1,143 @@
+// `moeprof fit` through the binary: the tiny model on the CPU backend at several sizes predicts a
+// run it was not fitted on to the byte; the JSON contract; the regime of the MoE runner's padded
+// rows; a budget solve checked by running its edge; mismatched programs and bad input refused.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/trace_io.h"
+#include "planner/analysis.h"
+#include "tests/cli/cli_util.h"
+
+namespace fs = std::filesystem;
+using moeprof::testing::run_cli;
+
+namespace {
+
+// One baseline run of the tiny model on the CPU at `tokens`; its trace path (cached per size).
+std::string tiny_trace(int64_t tokens, const std::string& backend = "cpu", const std::string& model = "tiny") {
+  static std::map<std::string, std::string> done;
+  const std::string key = backend + model + std::to_string(tokens);
+  if (auto it = done.find(key); it != done.end()) return it->second;
+  const fs::path dir = moeprof::testing::temp_dir("fit_cli_" + key);
+  auto r = run_cli("run --backend " + backend + " --model " + model + " --tokens " + std::to_string(tokens) +
+                   " --mode baseline --quiet --out '" + dir.string() + "'");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  return done[key] = (dir / "baseline.mtrace").string();
+}
+
+moeprof::planner::RunAnalysis analysed(const std::string& path) {
+  auto t = moeprof::read_trace(path);
+  REQUIRE(t.is_ok());
+  return moeprof::planner::analyze(t.value());
+}
+
+std::string traces(std::initializer_list<int64_t> sizes) {
+  std::string s;
+  for (int64_t t : sizes) s += " '" + tiny_trace(t) + "'";
+  return s;
+}
+
+const nlohmann::json& law(const nlohmann::json& j, const std::string& site) {
+  for (const auto& l : j["laws"])
+    if (l["site"] == site) return l;
+  FAIL("no law for " << site);
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("moeprof fit predicts a tiny CPU run it was not fitted on, to the byte", "[cli][fit]") {
+  const auto actual = analysed(tiny_trace(1000));
+  auto r = run_cli("fit" + traces({100, 140, 200, 300}) + " --at tokens=1000 --json");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["predictions"].size() == 1);
+  const auto& p = j["predictions"][0];
+  CHECK(p["variables"]["tokens"] == 1000);
+  CHECK(p["peak_activation_bytes"].get<uint64_t>() == actual.peak_activation_bytes);
+  CHECK(p["peak_total_bytes"].get<uint64_t>() == actual.peak_total_bytes);
+  CHECK(p["unconfirmed"] == false);
+  CHECK(j["same_event_sequence"] == true);
+  // The moe_output law (T x hidden 256 x 2 B), and the padded rows above the tile's regime:
+  // tile = clamp(next_pow2(T x 2 / 8), 8, 64) is 32 at T = 100 and 64 from T = 132 on.
+  const auto& mo = law(j, "layer.1/moe/experts/moe_output");
+  CHECK(mo["formula"] == "512 * T");
+  CHECK(mo["text"] == "moe_output = 512 * T B");
+  CHECK(mo["confirmed"] == true);
+  REQUIRE(mo["coefficients"].size() == 1);
+  CHECK(mo["coefficients"][0]["value"] == "512");
+  CHECK(mo["coefficients"][0]["exponents"]["tokens"] == 1);
+  const auto& g2 = law(j, "layer.1/moe/experts/gemm2_out");
+  CHECK(g2["confirmed"] == true);
+  CHECK(g2["regime"]["min"] == 140);
+  // P = 2 T + 8 x 63 rows of 256 x 2 B.
+  CHECK(g2["formula"] == "1,024 * T + 258,048");
+  // Every site has a law; the measured sizes come back.
+  CHECK(j["laws"].size() == j["sites"]["common"].get<size_t>());
+  for (const auto& t : j["traces"])
+    if (!t["predicted_peak_activation_bytes"].is_null()) CHECK(t["predicted_peak_activation_bytes"] == t["peak_activation_bytes"]);
+  // The text names the law in a person's form.
+  auto text = run_cli("fit" + traces({140, 200, 300}) + " --at tokens=1000");
+  REQUIRE(text.rc == 0);
+  CHECK(text.out.find("moe_output = 512 * T B") != std::string::npos);
+}
+
+TEST_CASE("moeprof fit: three sizes across the tile change leave the padded rows unconfirmed, and say which size confirms them", "[cli][fit]") {
+  auto r = run_cli("fit" + traces({100, 140, 200}) + " --at tokens=1000 --json");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& g2 = law(j, "layer.1/moe/experts/gemm2_out");
+  CHECK(g2["confirmed"] == false);
+  CHECK(g2["state"] == "unconfirmed");
+  const auto& detail = j["law_details"][g2["law"].get<size_t>()];
+  CHECK(detail["law"] == g2["law"]);
+  CHECK(detail["note"].get<std::string>().find("T = 400") != std::string::npos);
+  CHECK(detail["sizes_used"] == 2);
+  CHECK(j["predictions"][0]["unconfirmed"] == true);
+  CHECK(j["predictions"][0]["peak_activation_bytes"].get<uint64_t>() == analysed(tiny_trace(1000)).peak_activation_bytes);
+  // Below the regime: refused in one line.
+  auto below = run_cli("fit" + traces({100, 140, 200}) + " --at tokens=120");
+  CHECK(below.rc == 2);
+  CHECK(moeprof::testing::count_lines(below.err) == 1);
+  CHECK(below.err.find("regime") != std::string::npos);
+}
+
+TEST_CASE("moeprof fit --budget: the largest size, checked by running both sides of it", "[cli][fit]") {
+  auto r = run_cli("fit" + traces({140, 200, 300}) + " --var tokens=140,200,300 --budget 3000000 --json");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  const int64_t largest = j["budget"]["largest"];
+  REQUIRE(largest > 300);
+  CHECK(analysed(tiny_trace(largest)).peak_activation_bytes <= 3'000'000u);
+  CHECK(analysed(tiny_trace(largest + 1)).peak_activation_bytes > 3'000'000u);
+}
+
+TEST_CASE("moeprof fit refuses other programs and bad variables in one line", "[cli][fit]") {
+  auto mixed = run_cli("fit '" + tiny_trace(140) + "' '" + tiny_trace(256, "meta", "deepseek-v2-lite") + "'");
+  CHECK(mixed.rc == 2);
+  CHECK(moeprof::testing::count_lines(mixed.err) == 1);
+  CHECK(mixed.err.find("not one program") != std::string::npos);
+  CHECK(mixed.err.rfind("moeprof fit: error: ", 0) == 0);
+  auto count = run_cli("fit" + traces({140, 200}) + " --var tokens=1,2,3");
+  CHECK(count.rc == 2);
+  CHECK(moeprof::testing::count_lines(count.err) == 1);
+  auto same = run_cli("fit" + traces({140, 200}) + " --var tokens=5,5");
+  CHECK(same.rc == 2);
+  CHECK(same.err.find("nothing to fit") != std::string::npos);
+  auto one = run_cli("fit '" + tiny_trace(140) + "'");
+  CHECK(one.rc == 2);
+  auto missing = run_cli("fit" + traces({140}) + " /nonexistent.mtrace");
+  CHECK(missing.rc == 2);
+  CHECK(moeprof::testing::count_lines(missing.err) == 1);
+  auto at = run_cli("fit" + traces({140, 200}) + " --at context=5");
+  CHECK(at.rc == 2);
+  CHECK(moeprof::testing::count_lines(at.err) == 1);
+}

@@ -1,0 +1,262 @@
+// The memory budget (planner/budget.h) on a hand-computed trace: every component, the exact KV
+// capacity with and without pages and margins, a device too small, the engine settings checked
+// against the engines' formulas, the worst step of a trace with step scopes, device names.
+#include <catch2/catch.hpp>
+
+#include "planner/analysis.h"
+#include "planner/budget.h"
+#include "tests/planner/trace_builder.h"
+
+using namespace moeprof;
+using namespace moeprof::planner;
+using moeprof::planner::testing::TraceBuilder;
+
+namespace {
+
+// Positions: weights, two KV layers of 50 tokens x 37 B, a pool of 50,000 B reserved, a graph
+// pool, a workspace, then activations; the activation peak is at the allocation of `b`.
+Trace serving_like() {
+  TraceBuilder t("run");
+  t.trace.meta.tokens = 50;
+  t.alloc(1, 0x10000, 1'000'003, Category::kWeights, "model", "weights");
+  t.alloc(2, 0x20000, 1850, Category::kKvCache, "layer.0/attn", "kv_cache");
+  t.alloc(3, 0x30000, 1850, Category::kKvCache, "layer.1/attn", "kv_cache");
+  TraceRecord& pool = t.trace.add(EventKind::kPoolReserve, 4, 0x900000, 50'000);
+  pool.seq = 100;
+  t.alloc(5, 0x40000, 77'777, Category::kGraph, "graphs", "graph_pool");
+  t.alloc(6, 0x50000, 12'345, Category::kWorkspace, "model", "cublas_workspace");
+  t.alloc(7, 0x60000, 10'001, Category::kActivation, "layer.0", "a");
+  t.alloc(8, 0x900000, 20'000, Category::kCommunication, "layer.0", "allreduce_buf").mem_kind = MemKind::kSymmetric;
+  t.alloc(9, 0x70000, 30'013, Category::kActivation, "layer.0/moe", "b");
+  t.free(10, 0x70000);
+  t.free(11, 0x60000);
+  t.alloc(12, 0x80000, 5'000, Category::kActivation, "layer.1", "c");
+  for (uint64_t a : {0x80000ull, 0x900000ull, 0x50000ull, 0x40000ull, 0x30000ull, 0x20000ull, 0x10000ull}) t.free(20 + a / 0x10000, a);
+  return t.trace;
+}
+
+RunAnalysis analyzed(const Trace& t) {
+  AnalyzeOptions o;
+  o.keep_lifetimes = true;
+  return analyze(t, o);
+}
+
+int64_t component(const BudgetResult& b, const std::string& name) {
+  for (const auto& c : b.components)
+    if (c.name == name) return c.bytes;
+  FAIL("no component " << name);
+  return 0;
+}
+
+int64_t sum(const BudgetResult& b) {
+  int64_t s = 0;
+  for (const auto& c : b.components) s += c.bytes;
+  return s;
+}
+
+// A decimal string as num / 10^k.
+std::pair<__int128, __int128> decimal(const std::string& s) {
+  __int128 num = 0, den = 1;
+  bool frac = false;
+  for (char c : s) {
+    if (c == '.') {
+      frac = true;
+      continue;
+    }
+    num = num * 10 + (c - '0');
+    if (frac) den *= 10;
+  }
+  return {num, den};
+}
+
+// SGLang: rest = f G - weights (SGLang's int() of it), tokens = rest // cell, down to the page size.
+uint64_t sglang_tokens(const std::string& f, const BudgetResult& b) {
+  auto [num, den] = decimal(f);
+  const __int128 rest = num * b.gpu_memory_bytes / den - b.weights_bytes;
+  return rest <= 0 ? 0 : static_cast<uint64_t>(rest / b.kv_bytes_per_token) / b.page_size * b.page_size;
+}
+
+}  // namespace
+
+TEST_CASE("budget - every component of a hand-computed trace, summing to the device", "[planner][budget]") {
+  const RunAnalysis run = analyzed(serving_like());
+  BudgetOptions o;
+  o.gpu_memory_bytes = 10'000'019;
+  auto b = memory_budget(run, o);
+  REQUIRE(b.is_ok());
+  CHECK(component(*b, "weights") == 1'000'003);
+  CHECK(component(*b, "activation_peak") == 10'001 + 30'013);
+  CHECK(component(*b, "workspaces") == 12'345 + 20'000);
+  CHECK(component(*b, "graph_pool") == 77'777);
+  CHECK(component(*b, "allocator_rest") == 50'000 - 20'000);  // the pool beyond the symmetric tensor in it
+  CHECK(component(*b, "margin") == 0);
+  CHECK(b->kv_bytes_per_token == 74);  // 3,700 B of KV cache / 50 tokens
+  CHECK(b->trace_kv_cache_bytes == 3'700);
+  // 10,000,019 - 1,180,139 = 8,819,880 B = 119,187 slots of 74 B; one is SGLang's padding row.
+  CHECK(b->available_for_kv_bytes == 8'819'880);
+  CHECK(b->kv_tokens == 119'186);
+  CHECK(component(*b, "kv_pool") == 119'187 * 74);
+  CHECK(component(*b, "free") == 42);
+  CHECK(sum(*b) == 10'000'019);
+  CHECK(b->fits);
+  CHECK(b->request_tokens == 50);
+  CHECK(b->requests == 119'186 / 50);
+  CHECK(b->worst_step == "prefill");
+  CHECK(b->activation_peak_bytes == 72'359);
+  REQUIRE_FALSE(b->live_at_peak.empty());
+  CHECK(b->live_at_peak[0].name == "b");
+}
+
+TEST_CASE("budget - pages, margins, an allocator's rounding and a device too small", "[planner][budget]") {
+  const RunAnalysis run = analyzed(serving_like());
+  BudgetOptions o;
+  o.gpu_memory_bytes = 10'000'019;
+  o.page_size = 16;
+  auto paged = memory_budget(run, o);
+  REQUIRE(paged.is_ok());
+  CHECK(paged->kv_tokens == 119'168);  // (119,187 - 16) // 16 x 16
+  CHECK(component(*paged, "kv_pool") == (119'168 + 16) * 74);
+  CHECK(component(*paged, "free") == 264);
+  CHECK(sum(*paged) == 10'000'019);
+  o.page_size = 1;
+  o.margin_bytes = 1'000'000;
+  auto margin = memory_budget(run, o);
+  REQUIRE(margin.is_ok());
+  CHECK(component(*margin, "margin") == 1'000'000);
+  CHECK(margin->kv_tokens == 105'673);
+  CHECK(sum(*margin) == 10'000'019);
+  o.margin_bytes = 0;
+  o.granularity = 512;  // 445 + 47 + 455 + 239 + 480 + 195 B of rounding at the peak (the KV cache is replaced)
+  auto rounded = memory_budget(run, o);
+  REQUIRE(rounded.is_ok());
+  CHECK(component(*rounded, "allocator_rest") == 30'000 + 1'861);
+  CHECK(sum(*rounded) == 10'000'019);
+  // One slot only: no page with its padding row fits.
+  o.granularity = 1;
+  o.gpu_memory_bytes = 1'180'139 + 74;
+  auto one = memory_budget(run, o);
+  REQUIRE(one.is_ok());
+  CHECK_FALSE(one->fits);
+  CHECK(one->kv_tokens == 0);
+  CHECK(one->shortfall_bytes == 74);
+  CHECK(sum(*one) == static_cast<int64_t>(o.gpu_memory_bytes));
+  o.gpu_memory_bytes = 1'000'000;
+  auto small = memory_budget(run, o);
+  REQUIRE(small.is_ok());
+  CHECK_FALSE(small->fits);
+  CHECK(component(*small, "free") == -180'139);
+  CHECK(small->shortfall_bytes == 180'139 + 148);
+  CHECK(sum(*small) == 1'000'000);
+}
+
+TEST_CASE("budget - the engine settings give exactly the capacity, and what a smaller peak buys", "[planner][budget]") {
+  const RunAnalysis run = analyzed(serving_like());
+  for (uint64_t page : {uint64_t{1}, uint64_t{16}}) {
+    BudgetOptions o;
+    o.gpu_memory_bytes = 10'000'019;
+    o.page_size = page;
+    auto b = memory_budget(run, o);
+    REQUIRE(b.is_ok());
+    const EngineSettings e = engine_settings(*b);
+    REQUIRE_FALSE(e.mem_fraction_static.empty());
+    CHECK(sglang_tokens(e.mem_fraction_static, *b) == b->kv_tokens);
+    // One unit less in its last digit gives fewer tokens: the value is the shortest that works.
+    auto [num, den] = decimal(e.mem_fraction_static);
+    const __int128 below = (num - 1) * b->gpu_memory_bytes / den - b->weights_bytes;
+    CHECK(static_cast<uint64_t>(below / b->kv_bytes_per_token) / page * page < b->kv_tokens);
+    CHECK(sglang_tokens(e.mem_fraction_rounded, *b) == e.rounded_kv_tokens);
+    CHECK(e.rounded_kv_tokens <= b->kv_tokens);
+    // vLLM: u G - non-KV holds the tokens and less than 16 more.
+    auto [un, ud] = decimal(e.gpu_memory_utilization);
+    const __int128 kv = un * b->gpu_memory_bytes / ud - (10'000'019 - component(*b, "kv_pool") - component(*b, "free"));
+    CHECK(kv >= static_cast<__int128>(b->kv_tokens) * 74);
+    CHECK(kv < static_cast<__int128>(b->kv_tokens + 16) * 74);
+  }
+  BudgetOptions o;
+  o.gpu_memory_bytes = 10'000'019;
+  auto b = memory_budget(run, o);
+  REQUIRE(b.is_ok());
+  CHECK(kv_tokens_with_peak(*b, b->activation_peak_bytes) == b->kv_tokens);
+  CHECK(kv_tokens_with_peak(*b, b->activation_peak_bytes - 74 * 9) == b->kv_tokens + 9);
+  CHECK(kv_tokens_with_peak(*b, 20'000'000) == 0);
+  CHECK(requests_for(*b, 149) == 2);
+  CHECK(shortest_decimal(1, 2, 3) == "0.4");
+  CHECK(shortest_decimal(98, 99, 100) == "0.98");
+  CHECK(shortest_decimal(2, 3, 2) == "1");
+  CHECK(shortest_decimal(5, 5, 9).empty());
+}
+
+TEST_CASE("budget - the worst step of a trace with step scopes, and what cannot be budgeted", "[planner][budget]") {
+  TraceBuilder t("serve");
+  t.alloc(1, 0x1000, 4'096, Category::kWeights, "model", "w");
+  t.alloc(2, 0x2000, 7'000, Category::kKvCache, "kv_pool", "kv");
+  t.alloc(3, 0x3000, 300, Category::kActivation, "step.0/prefill/layer.0", "x");
+  t.alloc(4, 0x4000, 200, Category::kActivation, "step.0/prefill/layer.0", "y");
+  t.free(5, 0x3000);
+  t.free(6, 0x4000);
+  t.alloc(7, 0x5000, 333, Category::kActivation, "step.1/decode/layer.0", "x");
+  t.alloc(8, 0x6000, 401, Category::kActivation, "step.1/decode/layer.0", "z");
+  t.free(9, 0x5000);
+  t.free(10, 0x6000);
+  const RunAnalysis run = analyzed(t.trace);
+  BudgetOptions o;
+  o.gpu_memory_bytes = 100'000;
+  o.kv_bytes_per_token = 70;
+  auto b = memory_budget(run, o);
+  REQUIRE(b.is_ok());
+  CHECK(b->worst_step == "step.1/decode");
+  CHECK(b->activation_peak_bytes == 734);
+  REQUIRE(b->steps.size() == 2);
+  CHECK(b->steps[0] == std::make_pair(std::string("step.1"), uint64_t{734}));
+  CHECK(b->steps[1] == std::make_pair(std::string("step.0"), uint64_t{500}));
+  CHECK(b->kv_tokens == (100'000 - 4'096 - 734) / 70 - 1);
+  // Without a token count the per-token cost cannot be derived; a cost that does not divide is refused.
+  o.kv_bytes_per_token = 0;
+  auto none = memory_budget(run, o);
+  REQUIRE_FALSE(none.is_ok());
+  CHECK(none.status().message().find("--kv-bytes-per-token") != std::string::npos);
+  t.trace.meta.tokens = 3;
+  auto odd = memory_budget(analyzed(t.trace), o);
+  REQUIRE_FALSE(odd.is_ok());
+  CHECK(odd.status().message().find("not a whole number") != std::string::npos);
+  t.trace.meta.tokens = 100;
+  auto ok = memory_budget(analyzed(t.trace), o);
+  REQUIRE(ok.is_ok());
+  CHECK(ok->kv_bytes_per_token == 70);
+}
+
+TEST_CASE("budget - device sizes by name or in bytes", "[planner][budget]") {
+  CHECK(*parse_gpu_memory("H200") == 150'754'820'096ull);
+  CHECK(*parse_gpu_memory("h100") == 85'520'809'984ull);
+  CHECK(*parse_gpu_memory("A100") == 85'100'068'864ull);
+  CHECK(*parse_gpu_memory("b200") == 192'265'846'784ull);
+  CHECK(*parse_gpu_memory("80,000,000,000") == 80'000'000'000ull);
+  CHECK(*parse_gpu_memory("1_000") == 1000);
+  for (const char* bad : {"0", "", "H300", "12x", "99999999999999999999"}) {
+    auto r = parse_gpu_memory(bad);
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.status().code() == ErrorCode::kBadInput);
+  }
+  CHECK(parse_gpu_memory("H300").status().message().find("H200") != std::string::npos);
+}
+
+TEST_CASE("budget - of several ranks, the one with the largest fixed needs", "[planner][budget]") {
+  TraceBuilder t("ranks");
+  t.trace.meta.tokens = 10;
+  for (uint16_t dev : {0, 1}) {
+    t.alloc(1 + dev * 10, 0x1000, 5'000 + dev * 3'001, Category::kWeights, "model", "w", dev);
+    t.alloc(2 + dev * 10, 0x2000, 10 * 90, Category::kKvCache, "layer.0", "kv", dev);
+    t.alloc(3 + dev * 10, 0x3000, 777 - dev * 100, Category::kActivation, "layer.0", "x", dev);
+    t.free(4 + dev * 10, 0x3000, dev);
+  }
+  BudgetOptions o;
+  o.gpu_memory_bytes = 20'000;
+  auto b = memory_budget(analyzed(t.trace), o);
+  REQUIRE(b.is_ok());
+  CHECK(b->device == 1);
+  CHECK(b->weights_bytes == 8'001);
+  CHECK(b->activation_bytes == 677);
+  CHECK(b->kv_bytes_per_token == 90);
+  CHECK(b->kv_tokens == (20'000 - 8'001 - 677) / 90 - 1);
+  CHECK(sum(*b) == 20'000);
+}
