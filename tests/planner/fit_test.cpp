@@ -315,7 +315,7 @@ TEST_CASE("fit - traced programs match unnamed allocations by their call stack",
   require_exact(f.fit, build(p, 500), {500});
 }
 
-TEST_CASE("fit - traces of different programs: sites in some only, no prediction; bad variables refused", "[planner][fit]") {
+TEST_CASE("fit - traces of different programs: sites in some only, no prediction, bad variables refused", "[planner][fit]") {
   Program p, q;
   q.layers = 4;
   std::vector<RunAnalysis> runs = {analyzed(build(p, 37)), analyzed(build(p, 61)), analyzed(build(q, 97))};
