@@ -11,5 +11,6 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(int /*device*/) {
 #endif
 
 std::unique_ptr<Backend> make_meta_backend() { return std::make_unique<MetaBackend>(); }
+std::unique_ptr<Backend> make_meta_backend_of(uint64_t device_bytes) { return std::make_unique<MetaBackend>(device_bytes); }
 
 }  // namespace moeprof

@@ -11,6 +11,8 @@ namespace moeprof {
 std::unique_ptr<Backend> make_cpu_backend();
 // Shapes and allocations only, no memory and no compute (executor/meta_backend.h).
 std::unique_ptr<Backend> make_meta_backend();
+// The same, reporting a device of device_bytes (memory_info: the size less what is allocated).
+std::unique_ptr<Backend> make_meta_backend_of(uint64_t device_bytes);
 
 // True when this binary has the CUDA backend compiled in.
 bool cuda_backend_compiled();

@@ -9,6 +9,7 @@ Result<void*> MetaBackend::do_allocate(size_t bytes, MemKind /*kind*/, const All
   void* p = reinterpret_cast<void*>(next_);
   const uint64_t rounded = (static_cast<uint64_t>(bytes) + 255) / 256 * 256;
   next_ += rounded == 0 ? 256 : rounded;
+  live_bytes_ += bytes;
   return p;
 }
 
