@@ -629,6 +629,8 @@ void register_run(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "run", "Run the DeepSeek-V2-family executor in one or more memory modes, trace it, predict, write a report");
   cmd->footer("Example: moeprof run --backend meta --model kimi-k2.5 --tokens 16384 --tp 4 --mode all --out kimi\n"
+              "Serving: moeprof run --backend meta --model kimi-k2.5 --tp 4 --gpu-memory 150754820096 --workload synthetic:64,2048,256 "
+              "--chunked-prefill-size 16384 --mem-fraction-static 0.88 --cuda-graph-max-bs 64\n"
               "Default: the seed case on a GPU (kimi-k2.5, 16384 tokens, TP=4, both modes), the tiny model on the CPU "
               "otherwise. --backend meta runs any size in seconds (allocations only).");
   cmd->add_option("--model", args->model,

@@ -18,7 +18,7 @@ void add_serving_options(CLI::App* cmd, ServingArgs* a) {
   cmd->add_option("--workload", a->workload,
                   "serve these requests instead of one prefill: a JSONL file (one {\"prompt_tokens\", \"output_tokens\", "
                   "\"arrival_step\"} per line) or synthetic:N,PROMPT,OUTPUT[,SEED] (lengths L or LO-HI)")
-      ->type_name("FILE.jsonl|synthetic:N,PROMPT,OUTPUT[,SEED]")
+      ->type_name("FILE|SPEC")
       ->group(g);
   cmd->add_option("--chunked-prefill-size", a->chunked_prefill_size, "prompt tokens per prefill step; a longer prompt is chunked")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30).description(""))
