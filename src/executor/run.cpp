@@ -48,6 +48,11 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
   meta.device_name = backend.device_name();
   meta.moeprof_version = kVersion;
   meta.tokens = shape.tokens;
+  if (workload) {  // a serving run: the workload's prompt tokens (its steps take chunked_prefill_size at most)
+    meta.tokens = 0;
+    for (const RequestSpec& r : workload->requests) meta.tokens += r.prompt_len;
+    meta.extra["chunked_prefill_size"] = std::to_string(shape.tokens);
+  }
   meta.layers = shape.layers;
   meta.tp_rank = shape.tp_rank;
   meta.tp_size = shape.tp_size;
