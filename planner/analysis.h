@@ -163,6 +163,20 @@ struct OpEvent {
   StrId name{};  // the op (kUse) or the marker's name
 };
 
+// A counter the trace records (EventKind::kCounter, e.g. a serving run's "kv_pool.tokens_used"):
+// every sample of one (device, counter name), in record order.
+struct CounterPoint {
+  uint64_t ts = 0;     // timestamp_ns of the record
+  uint64_t step = 0;   // the record's step (its address field)
+  uint64_t value = 0;  // the record's value (its bytes field)
+};
+struct CounterSeries {
+  std::string name;
+  uint16_t device = 0;
+  uint64_t max_value = 0;
+  std::vector<CounterPoint> points;
+};
+
 struct RunAnalysis {
   RunMeta meta;
   std::vector<DeviceAnalysis> devices;  // sorted by device id
@@ -198,6 +212,9 @@ struct RunAnalysis {
     uint64_t occurrences = 0, first_bytes = 0, last_bytes = 0;
   };
   std::vector<Growth> growth;
+  // The trace's counters (kCounter records), in order of their first sample. Not replayed: they
+  // take no replay position and never change a memory figure.
+  std::vector<CounterSeries> counters;
   // With AnalyzeOptions::keep_event_index: the timestamp of every replay position, every use by an
   // op and every marker end, in replay order (what-if rules locate "after op X" with them).
   std::vector<uint64_t> position_ts;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "planner/counters.h"
 #include "planner/replayer.h"
 
 namespace moeprof::planner {
@@ -279,6 +280,11 @@ RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt) {
 
   const auto& recs = trace.records;
   const size_t n = recs.size();
+  {
+    CounterCollector counters;
+    for (const TraceRecord& r : recs) counters.add(r);
+    run.counters = counters.finish(run.strings);
+  }
   // Replay positions are 32-bit (Lifetime::alloc_index): beyond that the trace is refused, not wrapped.
   if (n >= kNoIndex) {
     run.limit_error = "the trace has " + std::to_string(n) + " records; the planner replays at most " +

@@ -1,4 +1,5 @@
 #include "planner/stream.h"
+#include "planner/counters.h"
 
 #include <unistd.h>
 
@@ -565,7 +566,8 @@ struct ReplaySink {
   uint64_t first_ts = UINT64_MAX;
   bool too_long = false;  // more replayed events than 32-bit replay positions hold (analyze refuses the same)
 
-  void any(const TraceRecord&) {}
+  CounterCollector counters;
+  void any(const TraceRecord& r) { counters.add(r); }
   void replay(const TraceRecord& r, uint64_t n) {
     first_ts = std::min(first_ts, r.timestamp_ns);
     if (pos >= kNoIndex - 1) {
@@ -585,6 +587,7 @@ struct ReplaySink {
     finish_meta(inputs, &run);
     run.strings = g->strings.all();
     run.stacks = g->stacks;
+    run.counters = counters.finish(run.strings);
     run.reordered = res.reordered;
     run.replayed_events = pos;
     rp.finish(&run, pos);

@@ -9,6 +9,7 @@
 #include "reports/html_parts.h"
 #include "reports/html_report.h"
 #include "reports/report_file.h"
+#include "reports/serving_report.h"
 #include "reports/text_report.h"
 
 namespace moeprof::reports {
@@ -120,14 +121,22 @@ std::string report_html(const ordered_json& report) {
   } else if (report.contains("comparison") && report["comparison"].is_object()) {
     comparisons.push_back(report["comparison"]);
   }
-  std::string fixes;
+  std::string fixes, serving;
   for (const auto& r : report["runs"]) fixes += html::fixes_section(r);
-  out += "<nav><a href=\"#runs\">Runs</a><a href=\"#timeline\">Timeline</a>";
+  for (const auto& r : report["runs"]) serving += serving_html(r);
+  out += "<nav><a href=\"#runs\">Runs</a>";
+  if (!serving.empty()) out += "<a href=\"#serving\">Serving</a>";
+  out += "<a href=\"#timeline\">Timeline</a>";
   if (!comparisons.empty()) out += "<a href=\"#comparison\">Why memory changed</a>";
   out += "<a href=\"#peak\">Live at the peak</a>";
   if (!fixes.empty()) out += "<a href=\"#fixes\">Fixes</a>";
   out += "</nav>\n";
   out += runs_section(report);
+  if (!serving.empty())
+    out += "<section id=\"serving\"><h2>Serving: the KV pool, the step kinds, the CUDA graphs</h2>\n"
+           "<p class=\"muted\">The memory a serving engine holds: weights, the KV pool sized at start, the decode graphs' "
+           "pool, and the activations of its largest step, per step kind (every step of a kind summed up in one row).</p>\n" +
+           serving + "</section>\n";
   out += timeline_section();
   for (size_t i = 0; i < comparisons.size(); ++i) {
     std::string sec = html::comparison_section(comparisons[i]);

@@ -8,6 +8,7 @@
 #include "core/version.h"
 #include "planner/stacks.h"
 #include "reports/memory_timeline.h"
+#include "reports/serving_json.h"
 
 namespace moeprof::reports {
 
@@ -303,8 +304,10 @@ ordered_json make_run_json(const planner::RunAnalysis& run, const std::string& n
     j["growth"] = g;
   }
   ordered_json extra = ordered_json::object();
-  for (const auto& [k, v] : m.extra) extra[k] = v;
+  for (const auto& [k, v] : m.extra)
+    if (k != "serving") extra[k] = v;  // a serving run's figures: the `serving` object below
   j["extra"] = extra;
+  if (auto s = serving_json(run)) j["serving"] = std::move(*s);
   if (opts.include_timeline) j["timeline"] = timeline_json(run);
   if (opts.include_memory_timeline && !run.lifetimes.empty()) j["memory_timeline"] = memory_timeline_json(run, opts.memory_timeline);
   return j;

@@ -4,6 +4,7 @@
 #include "reports/format.h"
 #include "reports/json_report.h"
 #include "reports/markdown_report.h"
+#include "reports/serving_report.h"
 #include "reports/text_report.h"
 
 namespace moeprof::reports {
@@ -132,6 +133,7 @@ std::string report_markdown(const ordered_json& report) {
                            format_bytes(json_u64(live, "omitted_bytes")));
     }
   }
+  for (const auto& r : report["runs"]) out += serving_markdown(r);
   if (report.contains("comparisons") && report["comparisons"].is_array()) {
     for (const auto& c : report["comparisons"]) out += "\n" + comparison_markdown(c);
   } else if (report.contains("comparison") && report["comparison"].is_object()) {

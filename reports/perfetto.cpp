@@ -211,6 +211,11 @@ void export_run(const PerfettoRun& run, size_t run_index, const PerfettoOptions&
                              {"tid", 0}, {"ts", to_us(b->timestamp_ns, t0)}, {"args", {{"scope", trace.str(b->scope_id)}}}});
       sink->add(ordered_json{{"ph", "e"}, {"cat", "marker"}, {"name", name}, {"id", id}, {"pid", pid_of(b->device)},
                              {"tid", 0}, {"ts", to_us(std::max(r.timestamp_ns, b->timestamp_ns), t0)}});
+    } else if (kind == EventKind::kCounter) {
+      // A counter the run recorded (a serving run's KV pool occupancy): a counter track of its own.
+      const std::string name(trace.str(r.name_id));
+      sink->add(ordered_json{{"ph", "C"}, {"cat", "counter"}, {"name", name}, {"pid", pid_of(r.device)}, {"tid", 0},
+                             {"ts", to_us(r.timestamp_ns, t0)}, {"args", {{"value", r.bytes}}}});
     } else if (kind == EventKind::kKernel && kernels < opts.max_kernels) {
       ++kernels;
       int pid = pid_of(r.device);

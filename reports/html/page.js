@@ -486,8 +486,27 @@
   }
   function clip(s, n) { n = Math.floor(n); return s.length <= n ? s : s.slice(0, Math.max(0, n - 1)) + '\u2026'; }
 
+  // ---- serving: the KV pool's occupancy per step (one point per step or range of steps) ----
+  function renderOccupancy() {
+    document.querySelectorAll('.occupancy-chart').forEach((el) => {
+      const run = data.runs.find((r) => r.name === el.dataset.run);
+      if (!run || !run.serving || !run.serving.kv_pool_occupancy) return;
+      const pts = run.serving.kv_pool_occupancy.points;
+      const cap = run.serving.kv_pool_tokens || 1;
+      const opts = {
+        width: Math.max(480, el.clientWidth || 900), height: 180,
+        scales: { x: { time: false }, y: { range: [0, cap] } },
+        axes: [{ label: 'step' }, { label: 'tokens in use', size: 80, values: (u, v) => v.map((x) => commas(Math.round(x))) }],
+        series: [{ label: 'step' }, { label: 'tokens in use', stroke: '#3b6fd4', fill: 'rgba(59,111,212,0.15)', paths: uPlot.paths.stepped({ align: 1 }) }],
+      };
+      el.chart = new uPlot(opts, [pts.map((p) => p[0]), pts.map((p) => p[1])], el);
+      el.dataset.points = String(pts.length);
+    });
+  }
+
   window.__moeprof = { charts, data, fmtBytes, fmtExact, hit };
   try {
+    renderOccupancy();
     renderTimelines();
     renderIcicles();
     document.body.dataset.ready = '1';

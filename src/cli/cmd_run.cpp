@@ -22,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/op_times.h"
 #include "cli/run_output.h"
+#include "cli/run_serving.h"
 #include "core/trace_io.h"
 #include "core/version.h"
 #include "executor/backends.h"
@@ -72,7 +73,8 @@ struct RunArgs {
   bool rank_only = false;  // a rank started by --launch processes: the parent merges and reports
   bool op_times = false;   // per-op-family times of the forward (cli/op_times.h)
   double peak_tflops = 0, peak_gbps = 0;
-  std::string gpu_memory;  // --gpu-memory: the meta backend as a device of this size
+  std::string gpu_memory;  // --gpu-memory: the meta backend as a device of this size (bytes or a GPU name)
+  ServingArgs serving;     // --workload and its options (cli/run_serving.h)
 };
 
 // The first of these environment variables that is set, as an int (launchers: torchrun, Open MPI,
@@ -183,6 +185,11 @@ int run_command(const RunArgs& a) {
     if (args.gpus > 1) return fail("run", Status::bad_input("--rank runs one rank in this process: drop --gpus"));
     if (args.nccl_id.empty()) return fail("run", Status::bad_input("--rank needs --nccl-id FILE (rank 0 writes it, the others read it)"));
   }
+  auto serving = serving_options(a.serving);
+  if (!serving) return fail("run", serving.status());
+  if (*serving && a.tokens > 0) return fail("run", Status::bad_input("--tokens sets one prefill: with --workload the requests set the tokens"));
+  if (*serving && (args.gpus > 1 || rank_mode))
+    return fail("run", Status::bad_input("--workload runs on one device: drop --gpus/--rank (--tp N runs one rank's shapes)"));
   const bool processes = args.launch == "processes";
   if (processes && args.gpus < 2) return fail("run", Status::bad_input("--launch processes needs --gpus N with N >= 2"));
   if (args.symm_mem == "on" && args.gpus < 2 && !rank_mode && !args.quiet)
@@ -213,8 +220,7 @@ int run_command(const RunArgs& a) {
     if (!g) return fail("run", g.status());
     gpu_memory = *g;
   }
-  if (!backend && !(rank_mode || processes))
-    backend = a.backend == "meta" ? (gpu_memory ? make_meta_backend_of_size(gpu_memory) : make_meta_backend()) : make_cpu_backend();
+  if (!backend && !(rank_mode || processes)) backend = a.backend == "meta" ? make_meta_backend_of(gpu_memory) : make_cpu_backend();
   const bool on_gpu = backend ? backend->name() == "cuda" : true;
   const bool computes = backend ? backend->name() != "meta" : true;
   const std::string backend_name = backend ? backend->name() : "cuda";
@@ -241,6 +247,7 @@ int run_command(const RunArgs& a) {
   plan.progress = !a.quiet && ::isatty(STDERR_FILENO) && !args.rank_only;
   plan.op_times = args.op_times;
   plan.log = a.quiet ? nullptr : stderr;
+  plan.serving = *serving;
 
   // The header, before any work: what runs where. The model and its shapes are checked first.
   {
@@ -248,7 +255,8 @@ int run_command(const RunArgs& a) {
     if (!cfg) return fail("run", cfg.status());
     if (auto shape = make_rank_shape(*cfg, plan.tokens, plan.tp, 0, plan.layers); !shape) return fail("run", shape.status());
     const std::string header = fmt::format(
-        "moeprof run: {}, {} tokens, TP={}{}, {} layers, modes {}, backend {} ({})\n", cfg->name, plan.tokens, plan.tp,
+        "moeprof run: {}, {}, TP={}{}, {} layers, modes {}, backend {} ({})\n", cfg->name,
+        plan.serving ? "workload " + plan.serving->workload : std::to_string(plan.tokens) + " tokens", plan.tp,
         rank_mode ? fmt::format(" (rank {} of {} in this process, NCCL all-reduce{})", args.rank, args.world,
                                 plan.symm_mem ? ", symmetric memory" : "")
         : multi_gpu ? fmt::format(" (one rank per GPU on {} GPUs, {}, NCCL all-reduce{})", a.gpus,
@@ -441,7 +449,8 @@ int run_command(const RunArgs& a) {
   // the baseline beyond the seed's change go into the report.
   std::vector<std::optional<uint64_t>> predicted(r.modes.size());
   std::optional<planner::WhatIfResult> baseline_fixes;
-  if (!r.modes.empty() && r.modes.front().mode == "baseline") {
+  // (The shipped rules describe the prefill: a serving run is not predicted.)
+  if (!r.modes.empty() && r.modes.front().mode == "baseline" && !plan.serving) {
     for (size_t i = 1; i < r.modes.size(); ++i) {
       auto rules = planner::parse_rules(rules_for_mode(r.modes[i].mode), r.modes[i].mode + ".rules");
       if (!rules || rules->empty()) continue;
@@ -633,6 +642,7 @@ int run_command(const RunArgs& a) {
   if (!cupti_paths.empty())
     out += fmt::format("CUPTI traces agree with the executor's accounting in every category: {}\n", cupti_agrees ? "yes" : "NO");
 #endif
+  out += serving_summary(r);
   out += op_tables;
   out += "\ntraces:";
   for (const auto& m : r.modes) out += " " + shown(m.trace_path);
@@ -652,6 +662,8 @@ void register_run(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "run", "Run the DeepSeek-V2-family executor in one or more memory modes, trace it, predict, write a report");
   cmd->footer("Example: moeprof run --backend meta --model kimi-k2.5 --tokens 16384 --tp 4 --mode all --out kimi\n"
+              "Serving: moeprof run --backend meta --model kimi-k2.5 --tp 4 --gpu-memory 150754820096 --workload synthetic:64,2048,256 "
+              "--chunked-prefill-size 16384 --mem-fraction-static 0.88 --cuda-graph-max-bs 64\n"
               "Default: the seed case on a GPU (kimi-k2.5, 16384 tokens, TP=4, both modes), the tiny model on the CPU "
               "otherwise. --backend meta runs any size in seconds (allocations only).");
   cmd->add_option("--model", args->model,
@@ -741,8 +753,10 @@ void register_run(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--rank-only", args->rank_only, "with --rank: write this rank's traces only (--launch processes merges them)")
       ->group("");
+  add_serving_options(cmd, &args->serving);
   cmd->callback([args, exit_code, cmd]() {
     args->model_given = cmd->count("--model") > 0;
+    note_serving_options(cmd, &args->serving);
     *exit_code = run_command(*args);
   });
 }

@@ -34,6 +34,7 @@ std::string_view event_kind_name(EventKind k) {
     case EventKind::kKernel: return "kernel";
     case EventKind::kPoolReserve: return "pool_reserve";
     case EventKind::kGraphMem: return "graph_mem";
+    case EventKind::kCounter: return "counter";
   }
   return "invalid";
 }

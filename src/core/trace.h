@@ -45,8 +45,10 @@ enum class EventKind : uint8_t {
   kKernel = 6,       // a kernel ran: timestamp = start, bytes = duration ns, name_id = kernel name
   kPoolReserve = 7,  // memory-pool reserved size changed: bytes = new reserved size, address = pool
   kGraphMem = 8,     // CUDA-graph memory in use: bytes = current used (driver attribute)
+  kCounter = 9,      // a counter's new value: name_id = counter ("kv_pool.tokens_used"), bytes = value (a count),
+                     // address = the step it belongs to (serving runs), scope_id = enclosing marker
 };
-inline constexpr uint8_t kMaxEventKind = 8;
+inline constexpr uint8_t kMaxEventKind = 9;
 
 enum class MemKind : uint8_t {
   kHost = 0,          // CPU backend allocations

@@ -1,6 +1,7 @@
 #include "executor/backend.h"
 
 #include "core/checked.h"
+#include "executor/graph_pool.h"
 
 #include <unistd.h>
 
@@ -49,18 +50,38 @@ Result<Tensor> Backend::empty(DType dtype, int64_t rows, int64_t cols, const All
     return Status::bad_input("tensor " + tag.scope + "/" + tag.name + " of " + std::to_string(rows) + " x " +
                              std::to_string(cols) + " elements needs more than 2^63-1 bytes");
   const auto bytes = static_cast<size_t>(*checked);
+  if (graph_pool_ != nullptr && counts_as_activation(tag.category)) {
+    // Inside a graph capture: carved from the graph pool (its segments are the recorded memory).
+    auto p = graph_pool_->allocate(bytes, tag);
+    if (!p.is_ok())
+      return p.status().with_context("allocating " + tag.scope + "/" + tag.name + " (" + std::to_string(bytes) +
+                                     " bytes) in the CUDA-graph pool");
+    auto storage = std::make_shared<Storage>(this, p.value(), bytes, next_id_++, tag.category, mem_kind);
+    storage->set_graph_pool(graph_pool_);
+    storage->set_recorded(false);
+    return Tensor(storage, dtype, rows, cols);
+  }
   auto p = do_allocate(bytes, mem_kind, tag);
   if (!p.is_ok())
     return p.status().with_context("allocating " + tag.scope + "/" + tag.name + " (" + std::to_string(bytes) + " bytes)");
   auto storage = std::make_shared<Storage>(this, p.value(), bytes, next_id_++, tag.category, mem_kind);
   Tensor t(storage, dtype, rows, cols);
+  if (unrecorded_) {
+    storage->set_recorded(false);
+    return t;
+  }
   const std::string shape = t.shape_string();
   for (auto* o : observers_) o->on_alloc(*storage, tag, dtype, shape);
   return t;
 }
 
 void Backend::release(Storage& s) {
-  for (auto* o : observers_) o->on_free(s);
+  if (s.graph_pool() != nullptr) {
+    s.graph_pool()->release(s.data());
+    return;
+  }
+  if (s.recorded())
+    for (auto* o : observers_) o->on_free(s);
   do_free(s.data(), s.bytes(), s.mem_kind());
 }
 
@@ -71,11 +92,12 @@ void Backend::remove_observer(AllocationObserver* o) {
 void Backend::note_use(const std::string& op, std::initializer_list<const Tensor*> reads,
                        std::initializer_list<const Tensor*> writes) {
   if (observers_.empty()) return;
+  // Tensors no observer saw allocated (graph pool, unrecorded) get no use records either.
   for (const Tensor* t : reads)
-    if (t && t->defined())
+    if (t && t->defined() && t->storage()->recorded())
       for (auto* o : observers_) o->on_use(*t->storage(), op, false);
   for (const Tensor* t : writes)
-    if (t && t->defined())
+    if (t && t->defined() && t->storage()->recorded())
       for (auto* o : observers_) o->on_use(*t->storage(), op, true);
 }
 
@@ -89,6 +111,10 @@ bool Backend::memory_info(size_t* free_bytes, size_t* total_bytes) const {
 
 void Backend::marker(const std::string& name, bool begin) {
   for (auto* o : observers_) o->on_marker(name, begin);
+}
+
+void Backend::counter(const std::string& name, uint64_t value, uint64_t step) {
+  for (auto* o : observers_) o->on_counter(name, value, step);
 }
 
 }  // namespace moeprof

@@ -45,7 +45,12 @@ class AllocationObserver {
   // A memory pool the backend reserved outside the tensors it hands out (the NCCL symmetric
   // pool's backing): `reserved_bytes` now reserved at `pool` (0 = released).
   virtual void on_pool(uint64_t /*pool*/, uint64_t /*reserved_bytes*/, MemKind /*kind*/, const std::string& /*name*/) {}
+  // A counter took a new value (a serving run's KV pool occupancy, requests running and
+  // waiting): `step` is the scheduler step it belongs to.
+  virtual void on_counter(const std::string& /*name*/, uint64_t /*value*/, uint64_t /*step*/) {}
 };
+
+class GraphPool;  // executor/graph_pool.h
 
 class Backend {
  public:
@@ -65,6 +70,8 @@ class Backend {
   void add_observer(AllocationObserver* o) { observers_.push_back(o); }
   void remove_observer(AllocationObserver* o);
   void marker(const std::string& name, bool begin);
+  // Tells the observers a counter's new value (AllocationObserver::on_counter).
+  void counter(const std::string& name, uint64_t value, uint64_t step);
   // Records that `op` read/wrote the tensors (use events let the planner find memory held
   // after its last use). Cheap: observers only.
   void note_use(const std::string& op, std::initializer_list<const Tensor*> reads,
@@ -78,6 +85,27 @@ class Backend {
   // Tells the observers attached now which pools the backend holds (on_pool), e.g. right after a
   // trace is opened. Default: none.
   virtual void announce_pools() {}
+
+  // ---- CUDA graphs (serving decode: executor/graph_runner.h) -------------------------------
+  // While a pool is set, the activation-category tensors empty() hands out (activation,
+  // workspace, communication, unknown) are carved from `pool` (graph_pool.h): the pool's segments
+  // are ordinary, recorded allocations of category graph; the tensors inside them are not
+  // recorded, as the memory a captured graph writes belongs to its pool. nullptr: back to normal.
+  void set_graph_pool(GraphPool* pool) { graph_pool_ = pool; }
+  GraphPool* graph_pool() const { return graph_pool_; }
+  // While set, empty() allocates as usual but tells no observer, and neither does the release:
+  // the CPU and meta backends replay a "captured" decode by running it again, and a graph replay
+  // allocates nothing.
+  void set_unrecorded(bool on) { unrecorded_ = on; }
+  bool unrecorded() const { return unrecorded_; }
+  // Stream capture: true when the backend records the ops between begin_capture() and
+  // end_capture() into a graph that replay_graph() runs again (CUDA); otherwise ops run as they are
+  // called and a replay must call them again (the CPU reference, the meta backend).
+  virtual bool captures_graphs() const { return false; }
+  virtual Status begin_capture() { return Status::ok(); }
+  // The captured graph (an opaque handle, null where captures_graphs() is false).
+  virtual Result<std::shared_ptr<void>> end_capture() { return std::shared_ptr<void>(); }
+  virtual Status replay_graph(const std::shared_ptr<void>& /*graph*/) { return Status::ok(); }
 
   // ---- op timing (op_profile.h, `moeprof run --op-times`) ------------------------------------
   // From start_op_profile() on, every public op below is bracketed by two marks of the backend's
@@ -182,6 +210,33 @@ class Backend {
   // Tensor-parallel sum over ranks (contiguous bf16 or f32); a no-op for one rank or emulated TP.
   Status all_reduce(Tensor& t);
 
+  // ---- paged MLA (serving: docs/executor.md, "Serving") -------------------------------------
+  // cache[slots[n], :] = concat(latent[n, :], k_pe[n, :]) for each row n < N; slots: contiguous i32
+  // with N elements, each in [0, rows(cache)).
+  Status kv_cache_store(const Tensor& latent, const Tensor& k_pe, Tensor& cache, const Tensor& slots);
+  // W_UK folded into the query. kv_b [n_heads*(nope+v_dim), kvl] holds, per head h, W_UK's nope
+  // rows then W_UV's v_dim rows (the kv_b_proj weight); q [N, >= n_heads*(nope+rope)] holds per
+  // head nope then rope columns; q_abs [N, n_heads*(kvl+rope)]:
+  //   q_abs[n, h*(kvl+rope) + c] = bf16(sum_{i<nope} q[n, h*(nope+rope) + i] * kv_b[h*(nope+v_dim) + i, c]), c < kvl
+  //   q_abs[n, h*(kvl+rope) + kvl + j] = q[n, h*(nope+rope) + nope + j], j < rope (copied).
+  Status mla_q_absorb(const Tensor& q, const Tensor& kv_b, int64_t n_heads, int64_t nope, int64_t rope, int64_t v_dim,
+                      Tensor& q_abs);
+  // Attention over the paged latent cache (absorbed MLA: one shared key head of kvl + rope columns,
+  // the latent as the value). Query row n belongs to request r = row_req[n] at position
+  // p = row_pos[n] and attends to that request's positions 0..p, held in cache rows
+  // slot_j = req_to_token[r, j]:
+  //   s_j = scale * q_abs[n, h*(kvl+rope) : +kvl+rope] . cache[slot_j, :]
+  //   out[n, h*kvl : +kvl] = bf16(sum_j softmax_j(s) * cache[slot_j, :kvl])
+  // kvl = cols(out) / n_heads, rope = cols(cache) - kvl; row_req and row_pos contiguous i32 with N
+  // elements, r in [0, rows(req_to_token)), p in [0, cols(req_to_token)), slots in [0, rows(cache)).
+  // Decode is one row per request (p = its last position); a prefill chunk attends to the
+  // request's cached prefix and, causally, to its own tokens, already stored by kv_cache_store.
+  Status mla_paged_attention(const Tensor& q_abs, const Tensor& cache, const Tensor& req_to_token, const Tensor& row_req,
+                             const Tensor& row_pos, int64_t n_heads, float scale, Tensor& out);
+  // W_UV after attention: out[n, h*v_dim + j] = bf16(sum_{c<kvl} lat[n, h*kvl + c] * kv_b[h*(nope+v_dim) + nope + j, c]),
+  // with kvl = cols(kv_b), lat [N, n_heads*kvl], out [N, n_heads*v_dim].
+  Status mla_v_up(const Tensor& lat, const Tensor& kv_b, int64_t n_heads, int64_t nope, int64_t v_dim, Tensor& out);
+
   // ---- MoE ----------------------------------------------------------------------------------
   // logits [T, E] f32 (+ bias [E] contiguous f32 for noaux_tc, else ignored and may be undefined) -> ids [T, k] i32 and
   // weights [T, k] f32 (normalized when norm_topk_prob, then times routed_scaling_factor).
@@ -271,6 +326,14 @@ class Backend {
   virtual Status do_silu_and_mul(const Tensor& x, Tensor& out) = 0;
   virtual Status do_add_inplace(Tensor& dst, const Tensor& src) = 0;
   virtual Status do_all_reduce(Tensor& t) = 0;
+  virtual Status do_kv_cache_store(const Tensor& latent, const Tensor& k_pe, Tensor& cache, const Tensor& slots) = 0;
+  virtual Status do_mla_q_absorb(const Tensor& q, const Tensor& kv_b, int64_t n_heads, int64_t nope, int64_t rope,
+                                 int64_t v_dim, Tensor& q_abs) = 0;
+  virtual Status do_mla_paged_attention(const Tensor& q_abs, const Tensor& cache, const Tensor& req_to_token,
+                                        const Tensor& row_req, const Tensor& row_pos, int64_t n_heads, float scale,
+                                        Tensor& out) = 0;
+  virtual Status do_mla_v_up(const Tensor& lat, const Tensor& kv_b, int64_t n_heads, int64_t nope, int64_t v_dim,
+                             Tensor& out) = 0;
   virtual Status do_router_topk(const Tensor& logits, const Tensor& bias, const RouterParams& p, Tensor& topk_ids,
                                 Tensor& topk_weights) = 0;
   virtual Status do_fp4_quantize(const Tensor& x, float global_scale, Tensor& out, Tensor& scales) = 0;
@@ -288,6 +351,8 @@ class Backend {
 
  private:
   std::vector<AllocationObserver*> observers_;
+  GraphPool* graph_pool_ = nullptr;
+  bool unrecorded_ = false;
   std::unique_ptr<OpProfiler> op_profiler_;
   bool op_paused_ = false;
   OpProfiler* op_timer_target() const { return op_paused_ ? nullptr : op_profiler_.get(); }

@@ -418,6 +418,83 @@ Status Backend::all_reduce(Tensor& t) {
   return do_all_reduce(t);
 }
 
+// ---- paged MLA ---------------------------------------------------------------------------------
+
+Status Backend::kv_cache_store(const Tensor& latent, const Tensor& k_pe, Tensor& cache, const Tensor& slots) {
+  const char* op = "kv_cache_store";
+  MOEPROF_RETURN_IF_ERROR(need_dtype(op, "latent", latent, DType::kBF16));
+  MOEPROF_RETURN_IF_ERROR(need_dtype(op, "k_pe", k_pe, DType::kBF16));
+  const int64_t N = latent.rows();
+  if (k_pe.rows() != N) return fail(op, "k_pe", "have latent's " + std::to_string(N) + " rows" + got(k_pe));
+  MOEPROF_RETURN_IF_ERROR(need_dtype(op, "cache", cache, DType::kBF16));
+  if (cache.cols() != latent.cols() + k_pe.cols())
+    return fail(op, "cache", "have latent + k_pe = " + std::to_string(latent.cols() + k_pe.cols()) + " columns" + got(cache));
+  MOEPROF_RETURN_IF_ERROR(need_contiguous(op, "cache", cache));
+  MOEPROF_RETURN_IF_ERROR(need_vector(op, "slots", slots, DType::kI32, N));
+  OpTimer timer(op_timer_target(), op, OpCost{0, tb(latent) + tb(k_pe) + tb(slots) + static_cast<double>(N) * cache.cols() * 2});
+  return do_kv_cache_store(latent, k_pe, cache, slots);
+}
+
+Status Backend::mla_q_absorb(const Tensor& q, const Tensor& kv_b, int64_t n_heads, int64_t nope, int64_t rope,
+                             int64_t v_dim, Tensor& q_abs) {
+  const char* op = "mla_q_absorb";
+  MOEPROF_RETURN_IF_ERROR(need_dtype(op, "q", q, DType::kBF16));
+  MOEPROF_RETURN_IF_ERROR(need_positive(op, "n_heads", n_heads));
+  MOEPROF_RETURN_IF_ERROR(need_positive(op, "nope", nope));
+  MOEPROF_RETURN_IF_ERROR(need_non_negative(op, "rope", rope));
+  MOEPROF_RETURN_IF_ERROR(need_positive(op, "v_dim", v_dim));
+  if (q.cols() < n_heads * (nope + rope))
+    return fail(op, "q", "have at least n_heads * (nope + rope) = " + std::to_string(n_heads * (nope + rope)) + " columns" + got(q));
+  MOEPROF_RETURN_IF_ERROR(need_dtype(op, "kv_b", kv_b, DType::kBF16));
+  if (kv_b.rows() != n_heads * (nope + v_dim) || kv_b.cols() <= 0)
+    return fail(op, "kv_b", "have n_heads * (nope + v_dim) = " + std::to_string(n_heads * (nope + v_dim)) + " rows" + got(kv_b));
+  const int64_t kvl = kv_b.cols();
+  MOEPROF_RETURN_IF_ERROR(need_shape(op, "q_abs", q_abs, DType::kBF16, q.rows(), n_heads * (kvl + rope)));
+  OpTimer timer(op_timer_target(), op, OpCost{2.0 * q.rows() * n_heads * nope * kvl, tb(q) + tb(kv_b) + tb(q_abs)});
+  return do_mla_q_absorb(q, kv_b, n_heads, nope, rope, v_dim, q_abs);
+}
+
+Status Backend::mla_paged_attention(const Tensor& q_abs, const Tensor& cache, const Tensor& req_to_token,
+                                    const Tensor& row_req, const Tensor& row_pos, int64_t n_heads, float scale,
+                                    Tensor& out) {
+  const char* op = "mla_paged_attention";
+  MOEPROF_RETURN_IF_ERROR(need_dtype(op, "q_abs", q_abs, DType::kBF16));
+  MOEPROF_RETURN_IF_ERROR(need_positive(op, "n_heads", n_heads));
+  MOEPROF_RETURN_IF_ERROR(need_dtype(op, "cache", cache, DType::kBF16));
+  MOEPROF_RETURN_IF_ERROR(need_contiguous(op, "cache", cache));
+  const int64_t N = q_abs.rows(), D = cache.cols();
+  if (q_abs.cols() != n_heads * D)
+    return fail(op, "q_abs", "have n_heads * cols(cache) = " + std::to_string(n_heads * D) + " columns" + got(q_abs));
+  MOEPROF_RETURN_IF_ERROR(need_dtype(op, "req_to_token", req_to_token, DType::kI32));
+  MOEPROF_RETURN_IF_ERROR(need_contiguous(op, "req_to_token", req_to_token));
+  MOEPROF_RETURN_IF_ERROR(need_vector(op, "row_req", row_req, DType::kI32, N));
+  MOEPROF_RETURN_IF_ERROR(need_vector(op, "row_pos", row_pos, DType::kI32, N));
+  MOEPROF_RETURN_IF_ERROR(need_dtype(op, "out", out, DType::kBF16));
+  if (out.rows() != N || out.cols() % n_heads != 0 || out.cols() / n_heads <= 0 || out.cols() / n_heads > D)
+    return fail(op, "out", "have q_abs's " + std::to_string(N) + " rows and n_heads * kvl columns with 0 < kvl <= cols(cache) = " +
+                               std::to_string(D) + got(out));
+  // FLOPs depend on the positions (device data): the cost counts the bytes of q_abs and out only.
+  OpTimer timer(op_timer_target(), op, OpCost{0, tb(q_abs) + tb(out) + tb(row_req) + tb(row_pos)});
+  return do_mla_paged_attention(q_abs, cache, req_to_token, row_req, row_pos, n_heads, scale, out);
+}
+
+Status Backend::mla_v_up(const Tensor& lat, const Tensor& kv_b, int64_t n_heads, int64_t nope, int64_t v_dim, Tensor& out) {
+  const char* op = "mla_v_up";
+  MOEPROF_RETURN_IF_ERROR(need_dtype(op, "lat", lat, DType::kBF16));
+  MOEPROF_RETURN_IF_ERROR(need_positive(op, "n_heads", n_heads));
+  MOEPROF_RETURN_IF_ERROR(need_non_negative(op, "nope", nope));
+  MOEPROF_RETURN_IF_ERROR(need_positive(op, "v_dim", v_dim));
+  MOEPROF_RETURN_IF_ERROR(need_dtype(op, "kv_b", kv_b, DType::kBF16));
+  if (kv_b.rows() != n_heads * (nope + v_dim) || kv_b.cols() <= 0)
+    return fail(op, "kv_b", "have n_heads * (nope + v_dim) = " + std::to_string(n_heads * (nope + v_dim)) + " rows" + got(kv_b));
+  const int64_t kvl = kv_b.cols();
+  if (lat.cols() != n_heads * kvl)
+    return fail(op, "lat", "have n_heads * cols(kv_b) = " + std::to_string(n_heads * kvl) + " columns" + got(lat));
+  MOEPROF_RETURN_IF_ERROR(need_shape(op, "out", out, DType::kBF16, lat.rows(), n_heads * v_dim));
+  OpTimer timer(op_timer_target(), op, OpCost{2.0 * lat.rows() * n_heads * v_dim * kvl, tb(lat) + tb(kv_b) + tb(out)});
+  return do_mla_v_up(lat, kv_b, n_heads, nope, v_dim, out);
+}
+
 // ---- MoE ---------------------------------------------------------------------------------------
 
 Status Backend::router_topk(const Tensor& logits, const Tensor& bias, const RouterParams& p, Tensor& topk_ids,

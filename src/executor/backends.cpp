@@ -11,10 +11,6 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(int /*device*/) {
 #endif
 
 std::unique_ptr<Backend> make_meta_backend() { return std::make_unique<MetaBackend>(); }
-std::unique_ptr<Backend> make_meta_backend_of_size(uint64_t capacity_bytes) {
-  auto b = std::make_unique<MetaBackend>();
-  b->set_capacity(capacity_bytes);
-  return b;
-}
+std::unique_ptr<Backend> make_meta_backend_of(uint64_t device_bytes) { return std::make_unique<MetaBackend>(device_bytes); }
 
 }  // namespace moeprof

@@ -11,9 +11,10 @@ namespace moeprof {
 std::unique_ptr<Backend> make_cpu_backend();
 // Shapes and allocations only, no memory and no compute (executor/meta_backend.h).
 std::unique_ptr<Backend> make_meta_backend();
-// The meta backend as a device of `capacity_bytes` (`moeprof run --gpu-memory`): an allocation
-// that would take the bytes live past it fails with the out-of-memory error (kRunFailure).
-std::unique_ptr<Backend> make_meta_backend_of_size(uint64_t capacity_bytes);
+// The meta backend as a device of `device_bytes` (`moeprof run --gpu-memory`): memory_info reports
+// the size less what is allocated, and an allocation that would take the bytes live past it fails
+// with the out-of-memory error (kRunFailure). 0: no size.
+std::unique_ptr<Backend> make_meta_backend_of(uint64_t device_bytes);
 
 // True when this binary has the CUDA backend compiled in.
 bool cuda_backend_compiled();

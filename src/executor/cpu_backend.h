@@ -5,7 +5,8 @@
 // allocation (NaN for bf16/f32) so that reads of memory no op wrote show up.
 //
 // Files: cpu_backend.cpp (memory, init, data movement, dense ops), cpu_moe.cpp (router,
-// permutation, NVFP4 quantization and the FP4 expert GEMMs, combine).
+// permutation, NVFP4 quantization and the FP4 expert GEMMs, combine), cpu_mla.cpp (the paged MLA
+// ops of serving).
 #pragma once
 
 #include <cstdint>
@@ -61,6 +62,15 @@ class CpuBackend final : public Backend {
   Status do_silu_and_mul(const Tensor& x, Tensor& out) override;
   Status do_add_inplace(Tensor& dst, const Tensor& src) override;
   Status do_all_reduce(Tensor& /*t*/) override { return Status::ok(); }
+  // cpu_mla.cpp (paged MLA of serving); the index data (slots, request rows, positions, the
+  // request-to-token table's slots) is checked where it is read.
+  Status do_kv_cache_store(const Tensor& latent, const Tensor& k_pe, Tensor& cache, const Tensor& slots) override;
+  Status do_mla_q_absorb(const Tensor& q, const Tensor& kv_b, int64_t n_heads, int64_t nope, int64_t rope, int64_t v_dim,
+                         Tensor& q_abs) override;
+  Status do_mla_paged_attention(const Tensor& q_abs, const Tensor& cache, const Tensor& req_to_token, const Tensor& row_req,
+                                const Tensor& row_pos, int64_t n_heads, float scale, Tensor& out) override;
+  Status do_mla_v_up(const Tensor& lat, const Tensor& kv_b, int64_t n_heads, int64_t nope, int64_t v_dim,
+                     Tensor& out) override;
 
   Status do_router_topk(const Tensor& logits, const Tensor& bias, const RouterParams& p, Tensor& topk_ids,
                         Tensor& topk_weights) override;

@@ -10,9 +10,10 @@
 //
 // Files: cuda_backend.cpp (construction, memory, copies, init and the small dense ops, all-reduce),
 // cuda_linear.cpp (cuBLASLt linear), cuda_moe.cpp (router, FP4 quantization, permutation, FP4
-// expert GEMMs, combine); cuda_check.h holds the CUDA/cuBLAS/NCCL status macros. Arguments are
-// checked once by Backend (backend_checks.cpp); the do_<op>s keep only what is CUDA-specific
-// (the 256-byte alignment of the permutation workspace, for CUB).
+// expert GEMMs, combine), cuda_mla.cpp (the paged MLA ops of serving, CUDA-graph capture);
+// cuda_check.h holds the CUDA/cuBLAS/NCCL status macros. Arguments are checked once by Backend
+// (backend_checks.cpp); the do_<op>s keep only what is CUDA-specific (the 256-byte alignment of
+// the permutation workspace, for CUB).
 #pragma once
 
 #include <cublasLt.h>
@@ -64,6 +65,13 @@ class CudaBackend : public Backend {
 
   Status synchronize() override;
 
+  // CUDA graphs of the serving decode (cuda_mla.cpp): stream capture on the backend's stream
+  // (relaxed mode), instantiated graphs replayed with cudaGraphLaunch.
+  bool captures_graphs() const override { return true; }
+  Status begin_capture() override;
+  Result<std::shared_ptr<void>> end_capture() override;
+  Status replay_graph(const std::shared_ptr<void>& graph) override;
+
  protected:
   Result<void*> do_allocate(size_t bytes, MemKind kind, const AllocTag& tag) override;
   // CUDA events recorded on the backend's stream (op times are GPU times, in stream order).
@@ -98,6 +106,14 @@ class CudaBackend : public Backend {
   Status do_silu_and_mul(const Tensor& x, Tensor& out) override;
   Status do_add_inplace(Tensor& dst, const Tensor& src) override;
   Status do_all_reduce(Tensor& t) override;
+
+  // cuda_mla.cpp (kernels/mla_decode.cu)
+  Status do_kv_cache_store(const Tensor& latent, const Tensor& k_pe, Tensor& cache, const Tensor& slots) override;
+  Status do_mla_q_absorb(const Tensor& q, const Tensor& kv_b, int64_t n_heads, int64_t nope, int64_t rope, int64_t v_dim,
+                         Tensor& q_abs) override;
+  Status do_mla_paged_attention(const Tensor& q_abs, const Tensor& cache, const Tensor& req_to_token, const Tensor& row_req,
+                                const Tensor& row_pos, int64_t n_heads, float scale, Tensor& out) override;
+  Status do_mla_v_up(const Tensor& lat, const Tensor& kv_b, int64_t n_heads, int64_t nope, int64_t v_dim, Tensor& out) override;
 
   // cuda_linear.cpp
   size_t do_linear_workspace_bytes(int64_t T, int64_t N, int64_t K) const override;

@@ -37,6 +37,8 @@ Result<ForwardOutput> DeepseekModel::forward() {
   const int64_t T = shape_.tokens, H = cfg_.hidden_size;
   const auto t0 = std::chrono::steady_clock::now();
   ForwardOutput out;
+  if (opt_.paged_kv) return Status::bad_input("forward: this model was built for serving (paged KV pool): run step()");
+  tokens_ = T;
   be_.marker("prefill", true);
   MOEPROF_ASSIGN_OR_RETURN(Tensor ids, act(DType::kI32, 1, T, "input_ids", "model/input"));
   const int64_t id_lo = opt_.real_collectives ? 0 : shape_.vocab_start;
@@ -102,7 +104,7 @@ Result<ForwardOutput> DeepseekModel::forward() {
 Status DeepseekModel::layer_forward(int64_t l, Tensor& hidden, Tensor& residual, MoeRunnerStats* stats) {
   const LayerPlan& plan = plans_[l];
   const LayerWeights& L = w_->layers[l];
-  const int64_t T = shape_.tokens, H = cfg_.hidden_size;
+  const int64_t T = tokens_, H = cfg_.hidden_size;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   be_.marker(plan.scope, true);
   // The layer's input ("hidden_states_orig"): referenced by this frame until the layer returns.
@@ -153,7 +155,7 @@ Status DeepseekModel::layer_forward(int64_t l, Tensor& hidden, Tensor& residual,
 Result<Tensor> DeepseekModel::attention(int64_t l) {
   const LayerWeights& L = w_->layers[l];
   const std::string scope = plans_[l].scope + "/attn";
-  const int64_t T = shape_.tokens, H = cfg_.hidden_size, h = shape_.heads, qk = cfg_.qk_head_dim(),
+  const int64_t T = tokens_, H = cfg_.hidden_size, h = shape_.heads, qk = cfg_.qk_head_dim(),
                 nope = cfg_.qk_nope_head_dim, vd = cfg_.v_head_dim, kvl = cfg_.kv_lora_rank,
                 rope = cfg_.qk_rope_head_dim, ql = cfg_.q_lora_rank;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
@@ -186,20 +188,25 @@ Result<Tensor> DeepseekModel::attention(int64_t l) {
   MOEPROF_RETURN_IF_ERROR(op("kv_a_layernorm", be_.rmsnorm(kv_a, L.kv_a_norm, eps, kv_a_n), {&latent}, {&kv_a_n}));
   MOEPROF_RETURN_IF_ERROR(op("rope_q", be_.rope(q, h, qk, nope, rope, positions_, w_->cos_sin), {&q}, {&q}));
   MOEPROF_RETURN_IF_ERROR(op("rope_k", be_.rope(k_pe, 1, rope, 0, rope, positions_, w_->cos_sin), {&latent}, {&latent}));
-  Tensor& cache = w_->layers[l].kv_cache;
-  MOEPROF_RETURN_IF_ERROR(op("kv_cache_write", be_.kv_cache_write(kv_a_n, k_pe, cache, 0), {&kv_a_n, &latent}, {&cache}));
-  MOEPROF_ASSIGN_OR_RETURN(Tensor kv, act(DType::kBF16, T, h * (nope + vd), "kv", scope));
-  MOEPROF_RETURN_IF_ERROR(op("kv_b_proj", be_.linear(kv_a_n, L.kv_b, kv, ws), {&kv_a_n}, {&kv}));
-  kv_a_n.reset();
-  MOEPROF_ASSIGN_OR_RETURN(Tensor k, act(DType::kBF16, T, h * qk, "k", scope));
-  MOEPROF_RETURN_IF_ERROR(op("build_k", be_.mla_build_k(kv, h, nope + vd, nope, k_pe, k), {&kv, &latent}, {&k}));
-  MOEPROF_ASSIGN_OR_RETURN(Tensor attn, act(DType::kBF16, T, h * vd, "attn_out", scope));
-  MOEPROF_RETURN_IF_ERROR(op("causal_attention",
-                             be_.causal_attention(q, k, kv, h, qk, vd, nope, nope + vd, softmax_scale_, attn),
-                             {&q, &k, &kv}, {&attn}));
-  q.reset();
-  k.reset();
-  kv.reset();
+  Tensor attn;
+  if (step_ != nullptr) {
+    MOEPROF_ASSIGN_OR_RETURN(attn, paged_attention(l, scope, q, kv_a_n, k_pe));
+  } else {
+    Tensor& cache = w_->layers[l].kv_cache;
+    MOEPROF_RETURN_IF_ERROR(op("kv_cache_write", be_.kv_cache_write(kv_a_n, k_pe, cache, 0), {&kv_a_n, &latent}, {&cache}));
+    MOEPROF_ASSIGN_OR_RETURN(Tensor kv, act(DType::kBF16, T, h * (nope + vd), "kv", scope));
+    MOEPROF_RETURN_IF_ERROR(op("kv_b_proj", be_.linear(kv_a_n, L.kv_b, kv, ws), {&kv_a_n}, {&kv}));
+    kv_a_n.reset();
+    MOEPROF_ASSIGN_OR_RETURN(Tensor k, act(DType::kBF16, T, h * qk, "k", scope));
+    MOEPROF_RETURN_IF_ERROR(op("build_k", be_.mla_build_k(kv, h, nope + vd, nope, k_pe, k), {&kv, &latent}, {&k}));
+    MOEPROF_ASSIGN_OR_RETURN(attn, act(DType::kBF16, T, h * vd, "attn_out", scope));
+    MOEPROF_RETURN_IF_ERROR(op("causal_attention",
+                               be_.causal_attention(q, k, kv, h, qk, vd, nope, nope + vd, softmax_scale_, attn),
+                               {&q, &k, &kv}, {&attn}));
+    q.reset();
+    k.reset();
+    kv.reset();
+  }
   kv_a.reset();
   k_pe.reset();
   MOEPROF_ASSIGN_OR_RETURN(Tensor o, reduced_act(l, T, H, "o_proj_out", scope));
@@ -229,7 +236,7 @@ Result<Tensor> DeepseekModel::dense_mlp(int64_t l, Tensor& x, const Tensor& gate
 Result<Tensor> DeepseekModel::moe(int64_t l, Tensor& moe_in, MoeRunnerStats* stats) {
   const LayerWeights& L = w_->layers[l];
   const std::string scope = plans_[l].scope + "/moe";
-  const int64_t T = shape_.tokens, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
+  const int64_t T = tokens_, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
   Tensor shared_out;
   if (shape_.shared_inter > 0) {
     // The shared expert's own output is reduced together with the routed output (no all-reduce here).

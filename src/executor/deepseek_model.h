@@ -60,6 +60,37 @@ struct ModelOptions {
   // Called at the start of each layer's weight generation ("weights") and forward ("forward"):
   // (phase, layer index, layer count).
   std::function<void(const char*, int64_t, int64_t)> progress;
+  // Serving (executor/serving.h): no per-layer KV cache (the run's paged KV pool holds it, passed
+  // to step()), and a rope table of `rope_positions` rows (0: shape.tokens), the context length.
+  bool paged_kv = false;
+  int64_t rope_positions = 0;
+};
+
+// One serving step's batch (executor/serving.h builds it): N token rows, one per token, and the
+// paged KV pool it reads and writes.
+struct StepInputs {
+  // [1, N] i32 each: token ids, positions, the request's row of the request-to-token table, the
+  // KV pool slot the row's latent is stored in.
+  Tensor ids, positions, row_req, slots;
+  // An extend (prefill) step whose requests have no cached prefix: attention is the prefill's
+  // (MHA, causal) within each request's rows [begin, begin + len). Empty: every row attends in
+  // the absorbed form over the paged cache (decode; chunks with a cached prefix).
+  std::vector<std::pair<int64_t, int64_t>> mha_segments;
+  // Rows whose logits the step computes, in order (a prefill's last prompt token of each request
+  // it completes); all_logits: every row (decode), with one projection.
+  std::vector<int64_t> logit_rows;
+  bool all_logits = false;
+  // Prefixes every allocation's scope ("step.7/decode" -> "step.7/decode/layer.3/attn").
+  std::string scope;
+};
+// The pool: per layer [slots, kv_lora + rope] bf16, and the request-to-token table.
+struct PagedKv {
+  std::vector<Tensor>* layers = nullptr;
+  const Tensor* req_to_token = nullptr;
+};
+struct StepOutputs {
+  Tensor logits;  // [rows, vocab] f32: logit_rows in order, or every row with all_logits
+  Tensor hidden;  // the final normed hidden states [N, H]
 };
 
 // Decisions made once per layer at construction (never on the forward's hot path).
@@ -119,6 +150,11 @@ class DeepseekModel {
   ~DeepseekModel();
   // One prefill over shape.tokens tokens (ids drawn deterministically from the seed).
   Result<ForwardOutput> forward();
+  // One serving step (prefill chunk(s) or decode batch) over the paged KV pool `kv`: the same
+  // layers, allocations and memory modes as forward(), with in.ids.numel() rows.
+  Result<StepOutputs> step(const StepInputs& in, const PagedKv& kv, MoeRunnerStats* stats);
+  const RankShape& shape() const { return shape_; }
+  const ModelConfig& config() const { return cfg_; }
 
   const std::vector<LayerPlan>& plans() const { return plans_; }
   bool weights_shared() const { return weights_shared_; }
@@ -152,6 +188,9 @@ class DeepseekModel {
             std::initializer_list<const Tensor*> writes);
   Result<Tensor> act(DType dt, int64_t rows, int64_t cols, const std::string& name, const std::string& scope,
                      Category cat = Category::kActivation);
+  // Serving attention: the new latents into the pool, then MHA per request segment or the
+  // absorbed form over the pool (deepseek_step.cpp).
+  Result<Tensor> paged_attention(int64_t l, const std::string& scope, Tensor& q, Tensor& kv_a_n, const Tensor& k_pe);
   // A tensor the layer all-reduces: symmetric with --symm-mem on (unless the layer is in
   // symm_outside_layers), else an ordinary activation.
   Result<Tensor> reduced_act(int64_t layer, int64_t rows, int64_t cols, const std::string& name, const std::string& scope);
@@ -168,6 +207,10 @@ class DeepseekModel {
   float softmax_scale_ = 1.0f;
   // attn_tp_context.attn_inputs_: the post-norm hidden and the qkv_a latent of the current layer.
   Tensor positions_;  // [1, T] i32, alive during forward()
+  int64_t tokens_ = 0;          // rows of the running forward (shape.tokens) or step
+  std::string scope_prefix_;    // "" (forward) or "step.N/kind/" (step)
+  const StepInputs* step_ = nullptr;  // the running step, if any
+  PagedKv kv_;
   struct AttnInputs {
     Tensor post_norm;
     Tensor latent;

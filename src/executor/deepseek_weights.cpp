@@ -196,7 +196,7 @@ Status prepare_model_linears(Backend& backend, const ModelConfig& cfg, const Ran
 
 Result<Tensor> DeepseekModel::act(DType dt, int64_t rows, int64_t cols, const std::string& name,
                                   const std::string& scope, Category cat) {
-  return be_.empty(dt, rows, cols, AllocTag{name, scope, cat});
+  return be_.empty(dt, rows, cols, AllocTag{name, scope_prefix_ + scope, cat});
 }
 
 Result<Tensor> DeepseekModel::reduced_act(int64_t layer, int64_t rows, int64_t cols, const std::string& name,
@@ -204,7 +204,7 @@ Result<Tensor> DeepseekModel::reduced_act(int64_t layer, int64_t rows, int64_t c
   const bool outside = std::find(opt_.symm_outside_layers.begin(), opt_.symm_outside_layers.end(), layer) !=
                        opt_.symm_outside_layers.end();
   if (!opt_.symm_mem || outside) return act(DType::kBF16, rows, cols, name, scope);
-  return be_.empty(DType::kBF16, rows, cols, AllocTag{name, scope, Category::kActivation}, MemKind::kSymmetric);
+  return be_.empty(DType::kBF16, rows, cols, AllocTag{name, scope_prefix_ + scope, Category::kActivation}, MemKind::kSymmetric);
 }
 
 Status DeepseekModel::op(const std::string& what, Status st, std::initializer_list<const Tensor*> reads,
@@ -250,8 +250,9 @@ Status DeepseekModel::init_weights() {
   MOEPROF_ASSIGN_OR_RETURN(W.final_norm, host_vec(-1, DType::kBF16, H, 1.0f, 0.1f, "final_norm", "model/norm"));
   MOEPROF_ASSIGN_OR_RETURN(W.lm_head, linear_w(-2, shape_.vocab, H, "lm_head", "model/lm_head"));
   {
-    std::vector<float> table = rope_table(cfg_, shape_.tokens);
-    MOEPROF_ASSIGN_OR_RETURN(W.cos_sin, alloc(DType::kF32, shape_.tokens, rope, "rope_cos_sin", "model/rope"));
+    const int64_t positions = opt_.rope_positions > 0 ? opt_.rope_positions : shape_.tokens;
+    std::vector<float> table = rope_table(cfg_, positions);
+    MOEPROF_ASSIGN_OR_RETURN(W.cos_sin, alloc(DType::kF32, positions, rope, "rope_cos_sin", "model/rope"));
     MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(W.cos_sin, table.data()));
   }
   // One cuBLASLt-style workspace for all dense projections (0 bytes on the CPU backend).
@@ -280,8 +281,10 @@ Status DeepseekModel::init_weights() {
     MOEPROF_ASSIGN_OR_RETURN(L.kv_a_norm, host_vec(l, DType::kBF16, kvl, 1.0f, 0.1f, "kv_a_layernorm", sa));
     MOEPROF_ASSIGN_OR_RETURN(L.kv_b, linear_w(l, h * (nope + vd), kvl, "kv_b_proj", sa));
     MOEPROF_ASSIGN_OR_RETURN(L.o_proj, linear_w(l, H, h * vd, "o_proj", sa));
-    MOEPROF_ASSIGN_OR_RETURN(L.kv_cache, alloc(DType::kBF16, shape_.tokens, kvl + rope, "kv_cache",
-                                               "layer." + std::to_string(l) + "/attn", Category::kKvCache));
+    if (!opt_.paged_kv) {
+      MOEPROF_ASSIGN_OR_RETURN(L.kv_cache, alloc(DType::kBF16, shape_.tokens, kvl + rope, "kv_cache",
+                                                 "layer." + std::to_string(l) + "/attn", Category::kKvCache));
+    }
     if (!plans_[l].moe) {
       const std::string sm = "layer." + std::to_string(l) + "/mlp/weights";
       MOEPROF_ASSIGN_OR_RETURN(L.mlp_gate_up, linear_w(l, 2 * shape_.dense_inter, H, "gate_up_proj", sm));

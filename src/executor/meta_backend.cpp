@@ -7,15 +7,15 @@
 namespace moeprof {
 
 Result<void*> MetaBackend::do_allocate(size_t bytes, MemKind /*kind*/, const AllocTag& tag) {
-  if (capacity_ != 0 && bytes > capacity_ - std::min(live_, capacity_))
+  if (device_bytes_ != 0 && bytes > device_bytes_ - std::min(live_bytes_, device_bytes_))
     return Status::run_failure("out of GPU memory allocating " + std::to_string(bytes) + " bytes for " + tag.scope + "/" + tag.name +
-                               " (free " + std::to_string(capacity_ - live_) + " of total " + std::to_string(capacity_) +
-                               ", the meta device's --gpu-memory)");
-  live_ += bytes;
+                               " (free " + std::to_string(device_bytes_ - std::min(live_bytes_, device_bytes_)) + " of total " +
+                               std::to_string(device_bytes_) + ", the meta device's --gpu-memory)");
   // Distinct, aligned, never reused: a trace of a meta run has no address collisions.
   void* p = reinterpret_cast<void*>(next_);
   const uint64_t rounded = (static_cast<uint64_t>(bytes) + 255) / 256 * 256;
   next_ += rounded == 0 ? 256 : rounded;
+  live_bytes_ += bytes;
   return p;
 }
 

@@ -5,7 +5,7 @@
 // makes (no workspaces, as on the CPU), in seconds whatever the model: `moeprof run --backend
 // meta` predicts the memory of any config on any machine, and lets tests check full-size cases
 // such as the seed (Kimi-K2.5, 16K tokens, TP=4) without a GPU. Outputs are not computed.
-// With a capacity (set_capacity, `moeprof run --gpu-memory`) it behaves as a device of that size:
+// With a device size (`moeprof run --gpu-memory`) it behaves as a device of that size:
 // an allocation that would take the bytes live (as requested, the trace's bytes) past it fails
 // with the out-of-memory error, naming the tensor and its scope.
 #pragma once
@@ -19,16 +19,24 @@ namespace moeprof {
 
 class MetaBackend final : public Backend {
  public:
+  // device_bytes > 0: a device of that size (`moeprof run --gpu-memory`): memory_info reports it,
+  // less the bytes allocated and not yet freed, and an allocation past it fails out of memory.
+  // 0: no device size (memory_info is false, allocations never fail).
+  explicit MetaBackend(uint64_t device_bytes = 0) : device_bytes_(device_bytes) {}
   std::string name() const override { return "meta"; }
   std::string device_name() const override { return "meta (no memory, no compute)"; }
   MemKind default_mem_kind(Category /*c*/) const override { return MemKind::kHost; }
-  bool memory_info(size_t* /*free_bytes*/, size_t* /*total_bytes*/) const override { return false; }
-  void set_capacity(uint64_t bytes) { capacity_ = bytes; }  // 0 = unlimited
+  bool memory_info(size_t* free_bytes, size_t* total_bytes) const override {
+    if (device_bytes_ == 0) return false;
+    *total_bytes = static_cast<size_t>(device_bytes_);
+    *free_bytes = static_cast<size_t>(live_bytes_ < device_bytes_ ? device_bytes_ - live_bytes_ : 0);
+    return true;
+  }
   Status synchronize() override { return Status::ok(); }
 
  protected:
   Result<void*> do_allocate(size_t bytes, MemKind kind, const AllocTag& tag) override;
-  void do_free(void* /*ptr*/, size_t bytes, MemKind /*kind*/) override { live_ -= bytes; }
+  void do_free(void* /*ptr*/, size_t bytes, MemKind /*kind*/) override { live_bytes_ -= bytes; }
 
   Status do_copy_from_host(Tensor&, const void*) override { return Status::ok(); }
   Status do_copy_to_host(const Tensor& src, void* dst) override;
@@ -64,10 +72,17 @@ class MetaBackend final : public Backend {
     return Status::ok();
   }
   Status do_moe_combine(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&) override { return Status::ok(); }
+  Status do_kv_cache_store(const Tensor&, const Tensor&, Tensor&, const Tensor&) override { return Status::ok(); }
+  Status do_mla_q_absorb(const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t, Tensor&) override { return Status::ok(); }
+  Status do_mla_paged_attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, float,
+                                Tensor&) override {
+    return Status::ok();
+  }
+  Status do_mla_v_up(const Tensor&, const Tensor&, int64_t, int64_t, int64_t, Tensor&) override { return Status::ok(); }
 
  private:
   uint64_t next_ = 0x7e0000000000ull;  // a range a process never maps
-  uint64_t capacity_ = 0, live_ = 0;
+  uint64_t device_bytes_ = 0, live_bytes_ = 0;
 };
 
 }  // namespace moeprof

@@ -82,6 +82,16 @@ void TraceRecorder::on_pool(uint64_t pool, uint64_t reserved_bytes, MemKind kind
   append(r);
 }
 
+void TraceRecorder::on_counter(const std::string& name, uint64_t value, uint64_t step) {
+  TraceRecord r;
+  r.kind = EventKind::kCounter;
+  r.address = step;
+  r.bytes = value;
+  r.name_id = writer_->intern(name);
+  r.scope_id = marker_scopes_.empty() ? StrId::kNone : marker_scopes_.back();
+  append(r);
+}
+
 void TraceRecorder::on_marker(const std::string& name, bool begin) {
   TraceRecord r;
   r.kind = begin ? EventKind::kMarkerBegin : EventKind::kMarkerEnd;

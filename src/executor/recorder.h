@@ -24,6 +24,8 @@ class TraceRecorder : public AllocationObserver {
   void on_marker(const std::string& name, bool begin) override;
   void on_use(const Storage& s, const std::string& op, bool write) override;
   void on_pool(uint64_t pool, uint64_t reserved_bytes, MemKind kind, const std::string& name) override;
+  // A kCounter record: name, value (in the bytes field), step (in the address field).
+  void on_counter(const std::string& name, uint64_t value, uint64_t step) override;
   // First write error, if any (recording never throws).
   const Status& status() const { return status_; }
 

@@ -31,6 +31,11 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
   ModeResult mr;
   mr.mode = std::string(memory_mode_name(mode));
   mr.trace_path = opt.trace_path;
+  std::optional<Workload> workload;  // serving: parsed before anything is traced
+  if (plan.serving) {
+    MOEPROF_ASSIGN_OR_RETURN(Workload w, load_workload(plan.serving->workload));
+    workload = std::move(w);
+  }
   // Algorithm choices (cuBLASLt timing on the CUDA backend) before the trace opens: once per
   // backend and shape, so the first mode's trace and time hold no tuning and all modes run the
   // same algorithms (their outputs stay comparable bit for bit).
@@ -43,6 +48,11 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
   meta.device_name = backend.device_name();
   meta.moeprof_version = kVersion;
   meta.tokens = shape.tokens;
+  if (workload) {  // a serving run: the workload's prompt tokens (its steps take chunked_prefill_size at most)
+    meta.tokens = 0;
+    for (const RequestSpec& r : workload->requests) meta.tokens += r.prompt_len;
+    meta.extra["chunked_prefill_size"] = std::to_string(shape.tokens);
+  }
   meta.layers = shape.layers;
   meta.tp_rank = shape.tp_rank;
   meta.tp_size = shape.tp_size;
@@ -78,6 +88,27 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
   mo.real_collectives = !opt.tp_emulated && shape.tp_size > 1;
   mo.symm_mem = plan.symm_mem;
   mo.symm_outside_layers = plan.symm_outside_layers;
+  // Serving: the workload (parsed before any allocation), the device's memory before the weights
+  // (--mem-fraction-static) and the per-step-kind peaks, attached before the model is built.
+  DeviceMemory device_mem;
+  StepPeakTracker step_peaks;
+  if (plan.serving) {
+    mo.paged_kv = true;
+    mo.rope_positions = serving_context_len(*plan.serving, cfg);
+    meta.extra["serving_workload"] = plan.serving->workload;
+    size_t free_b = 0, total_b = 0;
+    if (backend.memory_info(&free_b, &total_b)) {
+      device_mem.known = true;
+      device_mem.total = total_b;
+      device_mem.free_before_weights = free_b;
+    }
+    backend.add_observer(&step_peaks);
+  }
+  struct DetachPeaks {
+    Backend& b;
+    AllocationObserver* o;
+    ~DetachPeaks() { b.remove_observer(o); }
+  } detach_peaks{backend, &step_peaks};
   if (opt.progress) {
     std::string label = mr.mode;
     mo.progress = [label](const char* phase, int64_t l, int64_t n) {
@@ -107,7 +138,34 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
         std::fprintf(plan.log, "moeprof: %s\n", mr.weights_note.c_str());
       if (plan.op_times) backend.start_op_profile();
       const auto f0 = std::chrono::steady_clock::now();
-      auto out = model.value()->forward();
+      Result<ForwardOutput> out = Status::run_failure("not run");
+      if (plan.serving) {
+        size_t free_b = 0, total_b = 0;
+        if (device_mem.known && backend.memory_info(&free_b, &total_b)) device_mem.free_after_weights = free_b;
+        MoeRunnerStats moe;
+        auto sr = run_serving(backend, *model.value(), *plan.serving, *workload, device_mem, accounting, step_peaks, plan.seed,
+                              mo.real_collectives, &moe);
+        if (sr.is_ok()) {
+          ForwardOutput fo;
+          fo.moe = moe;
+          // The modes are compared by the tokens they generate.
+          uint64_t h = 1469598103934665603ull;
+          for (const auto& req : sr.value().outputs)
+            for (int32_t t : req) {
+              h ^= static_cast<uint32_t>(t);
+              h *= 1099511628211ull;
+            }
+          fo.hidden_hash = fo.logits_hash = h;
+          fo.prefill_seconds = sr.value().prefill.seconds + sr.value().decode.seconds;
+          meta.extra["serving"] = sr.value().summary_json();
+          mr.serving = std::move(sr).value();
+          out = std::move(fo);
+        } else {
+          out = sr.status();
+        }
+      } else {
+        out = model.value()->forward();
+      }
       mr.forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
       if (plan.op_times) {
         auto ops = backend.take_op_profile();
@@ -175,7 +233,8 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
 
 Result<RunPlanResult> execute_run_plan(Backend& backend, const RunPlan& plan) {
   MOEPROF_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model_config(plan.model));
-  MOEPROF_ASSIGN_OR_RETURN(RankShape shape, make_rank_shape(cfg, plan.tokens, plan.tp, 0, plan.layers));
+  const int64_t tokens = plan.serving ? plan.serving->chunked_prefill_size : plan.tokens;
+  MOEPROF_ASSIGN_OR_RETURN(RankShape shape, make_rank_shape(cfg, tokens, plan.tp, 0, plan.layers));
   std::error_code ec;
   std::filesystem::create_directories(plan.out_dir, ec);
   if (ec) return Status::bad_input("cannot create output directory " + plan.out_dir + ": " + ec.message());

@@ -12,6 +12,7 @@
 #include "executor/backend.h"
 #include "executor/recorder.h"
 #include "executor/deepseek_model.h"
+#include "executor/serving.h"
 
 namespace moeprof {
 
@@ -33,6 +34,9 @@ struct RunPlan {
   // `--op-times`: time every op of the forward by family (op_profile.h) into ModeResult::ops.
   bool op_times = false;
   std::FILE* log = nullptr;    // one-line notes (weights choice); null = silent
+  // `--workload`: each mode runs the serving workload (executor/serving.h) instead of one prefill;
+  // the rank's shapes are then those of a --chunked-prefill-size step.
+  std::optional<ServingOptions> serving;
   // Called around each mode's run, e.g. to start and stop a CUPTI tracer: before_mode right
   // after the trace is opened, after_mode once the model is torn down and the device is idle.
   std::function<Status(const std::string& mode, const RunMeta& meta)> before_mode;
@@ -50,6 +54,7 @@ struct ModeResult {
   bool weights_shared = false;  // this run's model aliased the first MoE layer's expert weights
   std::optional<OpProfile> ops;  // with RunPlan::op_times: the forward's ops by family
   std::string weights_note;
+  std::optional<ServingResult> serving;  // with RunPlan::serving
 };
 
 struct RunPlanResult {

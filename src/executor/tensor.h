@@ -15,6 +15,7 @@
 namespace moeprof {
 
 class Backend;
+class GraphPool;
 
 // What an allocation is, for the trace: name ("post_norm"), scope ("layer.3/attn"), category.
 struct AllocTag {
@@ -38,6 +39,13 @@ class Storage {
   Category category() const { return category_; }
   MemKind mem_kind() const { return mem_kind_; }
   Backend* backend() const { return backend_; }
+  // Carved from a CUDA-graph pool (Backend::set_graph_pool): released back to it, not recorded.
+  GraphPool* graph_pool() const { return graph_pool_; }
+  void set_graph_pool(GraphPool* p) { graph_pool_ = p; }
+  // False for an allocation no observer was told of (Backend::set_unrecorded): its release is
+  // not told either.
+  bool recorded() const { return recorded_; }
+  void set_recorded(bool r) { recorded_ = r; }
 
  private:
   Backend* backend_;
@@ -46,6 +54,8 @@ class Storage {
   uint64_t id_;
   Category category_;
   MemKind mem_kind_;
+  GraphPool* graph_pool_ = nullptr;
+  bool recorded_ = true;
 };
 
 // A 1-D or 2-D (rows x cols) view; 2-D views may have a row stride larger than cols (column

@@ -6,7 +6,9 @@
 // file, charts drawn and not blank, a hover over the largest allocation at the peak shows its exact
 // bytes, the live-at-peak diff table sums to the change of the peak, the icicle sums to the peak,
 // no "undefined", "NaN" or "null" in the page's text; a streamed report (no per-allocation
-// timeline) says so per run, hides the timeline's controls and still draws its icicles.
+// timeline) says so per run, hides the timeline's controls and still draws its icicles; a serving
+// run's section shows its step kinds' peaks and total as the report has them and draws the KV
+// pool's occupancy, one point per step.
 // Screenshots go to $MOEPROF_BROWSER_OUT/screenshots; with MOEPROF_DOCS_SCREENSHOTS=DIR the Kimi
 // page's timeline and diff are also written there (docs/img).
 //
@@ -74,6 +76,11 @@ before(() => {
   // says so, and its icicles come from the live entries the report lists.
   moeprof('report', path.join(g, 'baseline.mtrace'), path.join(g, 'reuse.mtrace'), '--stream', 'on', '--top', '3', '--out-html', p('streamed.html'));
   pages.streamed = p('streamed.html');
+  // A serving run of the tiny model on the CPU: chunked prefill, decode batches (some replayed from
+  // CUDA graphs), a pool smaller than the workload, two memory modes.
+  moeprof('run', '--backend', 'cpu', '--model', 'tiny', '--workload', 'synthetic:12,4-40,2-9,3', '--chunked-prefill-size', '32',
+    '--kv-tokens', '96', '--page-size', '4', '--max-running-requests', '4', '--cuda-graph-bs', '1,2', '--mode', 'both', '--quiet', '--out', p('serving'));
+  pages.serving = p('serving', 'report.html');
 });
 
 let context, profile;
@@ -249,6 +256,32 @@ async function checkZoom(page) {
   await page.click('#zoom-reset');
 }
 
+// A serving run's section: the step kinds' peaks and the total as the report has them, and the
+// KV pool's occupancy chart drawn with one point per step.
+async function checkServing(page, doc) {
+  const runs = doc.runs.filter((r) => r.serving);
+  assert.ok(runs.length > 0, 'the serving page has serving runs');
+  for (const run of runs) {
+    const got = await page.evaluate((name) => {
+      const sec = document.querySelector('.serving[data-run="' + name + '"]');
+      const kinds = {};
+      sec.querySelectorAll('tr.step-kind').forEach((tr) => { kinds[tr.dataset.kind] = Number(tr.querySelector('td:nth-child(4) span').dataset.bytes); });
+      const chart = sec.querySelector('.occupancy-chart');
+      const c = chart.querySelector('canvas');
+      const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+      let inked = 0;
+      for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 0 && (d[i] < 235 || d[i + 1] < 235 || d[i + 2] < 235)) inked++;
+      return { kinds, total: Number(sec.querySelector('.serving-total span').dataset.bytes), points: Number(chart.dataset.points), inked, w: c.width, h: c.height };
+    }, run.name);
+    for (const k of ['prefill', 'decode']) assert.equal(got.kinds[k], run.serving.step_kinds[k].peak_activation_bytes, run.name + ': the ' + k + ' peak');
+    assert.equal(got.total, run.serving.memory.total_bytes, run.name + ': the total');
+    assert.equal(got.points, run.serving.kv_pool_occupancy.points.length, run.name + ': one point per step');
+    assert.ok(run.serving.kv_pool_occupancy.points.length > 5, 'the run has steps');
+    assert.ok(got.inked > 0.01 * got.w * got.h, run.name + ': the occupancy chart is not blank (' + got.inked + ' inked pixels)');
+  }
+  assert.equal(await page.locator('nav a[href="#serving"]').count(), 1, 'the page links its serving section');
+}
+
 async function shoot(page, name, selector) {
   const file = path.join(SHOTS, name + '.png');
   if (selector) await page.locator(selector).first().screenshot({ path: file });
@@ -256,7 +289,7 @@ async function shoot(page, name, selector) {
   return file;
 }
 
-for (const name of ['kimi', 'tiny', 'golden', 'summarized', 'torch', 'streamed']) {
+for (const name of ['kimi', 'tiny', 'golden', 'summarized', 'torch', 'streamed', 'serving']) {
   test(name + ' report page', async () => {
     const file = pages[name];
     const doc = reportOf(file);
@@ -267,6 +300,12 @@ for (const name of ['kimi', 'tiny', 'golden', 'summarized', 'torch', 'streamed']
     await checkIcicles(page, doc);
     await checkWithoutTimeline(page, doc);
     if (name === 'streamed') assert.ok(doc.runs.every((r) => r.streamed && !r.memory_timeline), 'the streamed report has no timeline');
+    if (name === 'serving') {
+      await checkServing(page, doc);
+      await shoot(page, 'serving-section', '#serving');
+    } else {
+      assert.equal(await page.locator('#serving').count(), 0, 'no serving section without a serving run');
+    }
     if (name === 'kimi') await checkZoom(page);
     if (name === 'kimi' || name === 'tiny') {
       const fixes = await page.locator('#fixes table.fixes tbody tr').count();

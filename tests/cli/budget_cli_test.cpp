@@ -74,11 +74,11 @@ TEST_CASE("moeprof run --gpu-memory: the run's own total completes, one byte les
   REQUIRE(tr.is_ok());
   const uint64_t total = moeprof::planner::analyze(tr.value()).peak_total_bytes;
   REQUIRE(total > 0);
-  auto at = run_cli("run --backend meta --model tiny --tokens 64 --mode baseline --quiet --gpu-memory " + std::to_string(total) + " --out '" +
+  auto at = run_cli("run --backend meta --model tiny --tokens 64 --mode baseline --weights per-layer --quiet --gpu-memory " + std::to_string(total) + " --out '" +
                     (dir / "at").string() + "'");
   INFO(at.err);
   CHECK(at.rc == 0);
-  auto below = run_cli("run --backend meta --model tiny --tokens 64 --mode baseline --quiet --gpu-memory " + std::to_string(total - 1) +
+  auto below = run_cli("run --backend meta --model tiny --tokens 64 --mode baseline --weights per-layer --quiet --gpu-memory " + std::to_string(total - 1) +
                        " --out '" + (dir / "below").string() + "'");
   CHECK(below.rc == 3);
   CHECK(count_lines(below.err) == 1);

@@ -169,3 +169,66 @@ TEST_CASE("moeprof run --op-times prints and writes each mode's ops by family", 
   CHECK(multi.rc == 2);
   CHECK(multi.err.find("--op-times") != std::string::npos);
 }
+
+TEST_CASE("moeprof run --workload: a serving run, its printed summary and its report", "[cli][run][serving]") {
+  const fs::path dir = moeprof::testing::temp_dir("run_cli_serving");
+  const fs::path wl = dir / "w.jsonl";
+  std::ofstream(wl) << "{\"prompt_tokens\": 40, \"output_tokens\": 5}\n{\"prompt_tokens\": [1, 2, 3, 4, 5], \"output_tokens\": 3, "
+                       "\"arrival_step\": 2}\n\n{\"prompt_tokens\": 9, \"output_tokens\": 4}\n";
+  auto r = run_moeprof("run --backend cpu --model tiny --workload '" + wl.string() +
+                       "' --chunked-prefill-size 16 --kv-tokens 64 --page-size 4 --max-running-requests 2 --cuda-graph-bs 1,2 --quiet --out '" +
+                       (dir / "out").string() + "'");
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("moeprof run: tiny, workload " + wl.string()) != std::string::npos);
+  CHECK(r.out.find("serving (baseline): 3 requests, 12 tokens generated") != std::string::npos);
+  CHECK(r.out.find("KV pool: 64 tokens (page 4, sized by kv-tokens)") != std::string::npos);
+  CHECK(r.out.find("CUDA graphs: batch sizes 1,2") != std::string::npos);
+  CHECK(r.out.find("outputs bitwise identical: yes") != std::string::npos);
+  std::ifstream in(dir / "out" / "report.json");
+  auto j = nlohmann::json::parse(in);
+  for (const auto& run : j["runs"]) {
+    REQUIRE(run.contains("serving"));
+    CHECK(run["serving"]["kv_pool_tokens"] == 64);
+    CHECK(run["serving"]["kv_pool_bytes"] == 68 * 4 * (32 + 16) * 2);  // (64 + a page) rows x 4 layers x 48 bf16
+    CHECK(run["serving"]["steps"]["prefill"].get<int>() >= 3);        // 40 tokens in chunks of 16
+    CHECK(run["serving"]["output_tokens"] == 12);
+    CHECK(!run["extra"].contains("serving"));
+  }
+}
+
+TEST_CASE("moeprof run --workload: bad serving input exits 2 with one line", "[cli][run][serving]") {
+  const fs::path dir = moeprof::testing::temp_dir("run_cli_serving_bad");
+  const fs::path wl = dir / "bad.jsonl";
+  std::ofstream(wl) << "{\"prompt_tokens\": 4, \"output_tokens\": 2}\n{\"prompt_tokens\": 4, \"output_tokens\": 0}\n";
+  // `message` is the whole line, or its end where the run names the trace it kept first.
+  auto expect = [](const std::string& args, const std::string& message, bool in_run = false) {
+    auto r = run_moeprof(args);
+    INFO(args << "\n" << r.err);
+    CHECK(r.rc == 2);
+    CHECK(lines(r.err) == 1);
+    if (in_run) {
+      CHECK(r.err.rfind("moeprof run: error: baseline run (trace kept in ", 0) == 0);
+      CHECK(r.err.find("): " + message + "\n") != std::string::npos);
+    } else {
+      CHECK(r.err == "moeprof run: error: " + message + "\n");
+    }
+  };
+  expect("run --backend cpu --model tiny -q --workload '" + wl.string() + "'",
+         wl.string() + " line 2: output_tokens must be an integer in [1, 2^30]");
+  expect("run --backend cpu --model tiny -q --page-size 4", "--page-size needs --workload (a serving run)");
+  expect("run --backend cpu --model tiny -q --tokens 8 --workload synthetic:2,4,2",
+         "--tokens sets one prefill: with --workload the requests set the tokens");
+  expect("run --backend cpu --model tiny -q --workload synthetic:2,4-1,2",
+         "workload synthetic:2,4-1,2: PROMPT must be L or LO-HI with 1 <= LO <= HI <= 2^30 (got \"4-1\")");
+  expect("run --backend cpu --model tiny -q --workload synthetic:2,40,30 --kv-tokens 64",
+         "request 0 needs 69 KV tokens, more than the whole pool (64): it could never run", true);
+  expect("run --backend cpu --model tiny -q --gpu-memory 1000000000 --workload synthetic:2,4,2",
+         "--gpu-memory makes the meta backend a device of that size: add --backend meta (a GPU has its own size)");
+  expect("run --backend meta --model tiny -q --workload synthetic:2,4,2 --mem-fraction-static 0.5",
+         "--mem-fraction-static needs the device's memory, which this backend does not report (the meta backend: "
+         "give --gpu-memory BYTES; or set the pool with --kv-tokens N)", true);
+  auto both = run_moeprof("run --backend cpu --model tiny -q --workload synthetic:2,4,2 --kv-tokens 64 --mem-fraction-static 0.5");
+  CHECK(both.rc >= 100);  // CLI11: options that exclude each other
+  CHECK(lines(both.err) == 1);
+}

@@ -97,6 +97,10 @@ ContractOp contract_op(std::string op, std::function<Args(const Mk&)> valid, std
 // Sizes shared by the cases: T tokens, H hidden, E experts, k per token, I intermediate.
 inline constexpr int64_t kT = 4, kH = 32, kE = 2, kK = 2, kI = 16;
 
+}  // namespace moeprof::testref
+#include "tests/executor/op_contract_mla_cases.h"
+namespace moeprof::testref {
+
 inline std::vector<ContractOp> contract_ops() {
   using D = DType;
   std::vector<ContractOp> ops;
@@ -545,6 +549,7 @@ inline std::vector<ContractOp> contract_ops() {
         [](const Mk& m, Combine& a) { a.e2p = m.view(D::kI32, kT, 3, 0, 2); }},
        {"shared", "moe_combine: shared must be bf16 4x32 (got bf16 4x16)", [](const Mk& m, Combine& a) { a.shared = m.t(D::kBF16, kT, 16); }}}));
 
+  add_mla_contract_ops(ops);
   return ops;
 }
 

@@ -41,7 +41,8 @@ TEST_CASE("op contract: every op of Backend has cases", "[cpu][contract]") {
                                       "linear",         "rope",             "mla_build_k",    "kv_cache_write",
                                       "causal_attention", "silu_and_mul",   "add_inplace",    "all_reduce",
                                       "router_topk",    "fp4_quantize",     "moe_permute",    "moe_gemm1_fp4",
-                                      "moe_gemm2_fp4",  "moe_combine"};
+                                      "moe_gemm2_fp4",  "moe_combine",     "kv_cache_store", "mla_q_absorb",
+                                      "mla_paged_attention", "mla_v_up"};
   CHECK(have == want);
 }
 

@@ -1,0 +1,84 @@
+// The absorbed MLA decode kernels (kernels/mla_decode.cu) at Kimi-K2.5's TP=4 rank shapes: 16 heads,
+// kv_lora 512, rope 64, nope 128, v 128; a decode batch of B requests with L positions of context
+// each, every request's positions in random pool slots (paged, page size 1). Prints, per L, the
+// median time of mla_q_absorb, mla_paged_attention and mla_v_up, the attention's bandwidth (the
+// latent + rope cache rows it must read once: B x L x 576 x 2 bytes) and that bandwidth as a share
+// of the device's copy bandwidth measured here (a 1 GiB device-to-device cudaMemcpy, read + write).
+// The target for the attention: >= 60% of that at 8K+ positions.
+// Usage: bench_mla_decode [B] [L...]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "bench/gpu/bench_util.h"
+#include "kernels/init.cuh"
+#include "kernels/mla_decode.cuh"
+
+using namespace moeprof::kern;
+
+int main(int argc, char** argv) {
+  if (!have_gpu()) return 0;
+  const int64_t B = argc > 1 ? std::atoll(argv[1]) : 64;
+  std::vector<int64_t> lens;
+  for (int i = 2; i < argc; ++i) lens.push_back(std::atoll(argv[i]));
+  if (lens.empty()) lens = {2048, 8192, 16384};
+  constexpr int64_t H = 16, kvl = 512, rope = 64, nope = 128, vd = 128, D = kvl + rope;
+  cudaStream_t s;
+  BENCH_CHECK(cudaStreamCreate(&s));
+  // Copy bandwidth: read + write of 1 GiB.
+  const size_t big = size_t{1} << 30;
+  void *x = nullptr, *y = nullptr;
+  BENCH_CHECK(cudaMalloc(&x, big));
+  BENCH_CHECK(cudaMalloc(&y, big));
+  const double copy_ms = time_ms(s, 2, 10, [&] { BENCH_CHECK(cudaMemcpyAsync(y, x, big, cudaMemcpyDeviceToDevice, s)); });
+  const double hbm_gbps = 2.0 * double(big) / (copy_ms * 1e-3) / 1e9;
+  BENCH_CHECK(cudaFree(x));
+  BENCH_CHECK(cudaFree(y));
+  std::printf("copy bandwidth: %.0f GB/s (1 GiB device to device, read + write)\n", hbm_gbps);
+  uint16_t *q, *w, *q_abs, *lat, *out;
+  BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&q), B * H * (nope + rope) * 2));
+  BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&w), H * (nope + vd) * kvl * 2));
+  BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&q_abs), B * H * D * 2));
+  BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&lat), B * H * kvl * 2));
+  BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), B * H * vd * 2));
+  BENCH_CHECK(launch_init_uniform(q, true, B, H * (nope + rope), H * (nope + rope), 1, 1.0f, s));
+  BENCH_CHECK(launch_init_uniform(w, true, H * (nope + vd), kvl, kvl, 2, 0.05f, s));
+  for (int64_t L : lens) {
+    const int64_t slots = B * L + 1;
+    uint16_t* cache;
+    int32_t *r2t, *rows, *pos;
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&cache), slots * D * 2));
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&r2t), B * L * 4));
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&rows), B * 4));
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&pos), B * 4));
+    BENCH_CHECK(launch_init_uniform(cache, true, slots, D, D, 3, 1.0f, s));
+    std::vector<int32_t> perm(static_cast<size_t>(B * L)), hr(static_cast<size_t>(B)), hp(static_cast<size_t>(B), static_cast<int32_t>(L - 1));
+    std::iota(perm.begin(), perm.end(), 1);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937_64(4));
+    std::iota(hr.begin(), hr.end(), 0);
+    BENCH_CHECK(cudaMemcpy(r2t, perm.data(), perm.size() * 4, cudaMemcpyHostToDevice));
+    BENCH_CHECK(cudaMemcpy(rows, hr.data(), hr.size() * 4, cudaMemcpyHostToDevice));
+    BENCH_CHECK(cudaMemcpy(pos, hp.data(), hp.size() * 4, cudaMemcpyHostToDevice));
+    const float scale = 0.0721f;
+    const double t_abs = time_ms(s, 3, 20, [&] {
+      BENCH_CHECK(launch_mla_q_absorb(q, H * (nope + rope), w, kvl, kvl, B, H, nope, rope, vd, q_abs, H * D, s));
+    });
+    const double t_att = time_ms(s, 3, 20, [&] {
+      BENCH_CHECK(launch_mla_paged_attention(q_abs, H * D, cache, D, r2t, L, rows, pos, B, H, kvl, scale, lat, H * kvl, s));
+    });
+    const double t_up = time_ms(s, 3, 20, [&] { BENCH_CHECK(launch_mla_v_up(lat, H * kvl, w, kvl, kvl, B, H, nope, vd, out, H * vd, s)); });
+    const double bytes = double(B) * double(L) * D * 2;
+    const double gbps = bytes / (t_att * 1e-3) / 1e9;
+    std::printf("RESULT B=%lld L=%lld: q_absorb %.3f ms, paged attention %.3f ms (%.0f GB/s of cache rows, %.0f%% of the copy bandwidth), "
+                "v_up %.3f ms\n",
+                static_cast<long long>(B), static_cast<long long>(L), t_abs, t_att, gbps, 100.0 * gbps / hbm_gbps, t_up);
+    BENCH_CHECK(cudaFree(cache));
+    BENCH_CHECK(cudaFree(r2t));
+    BENCH_CHECK(cudaFree(rows));
+    BENCH_CHECK(cudaFree(pos));
+  }
+  return 0;
+}

@@ -1,0 +1,129 @@
+// CpuBackend: the paged MLA ops of serving (backend.h, "paged MLA"): the KV pool's scatter, W_UK
+// absorbed into the query, attention over the paged latent cache and W_UV after it. fp32
+// accumulation in a fixed order, one rounding to bf16 per output element.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "executor/cpu_backend.h"
+#include "kernels/common/fp_formats.h"
+
+namespace moeprof {
+
+using cpu_detail::row_ptr;
+using cpu_detail::vec_index;
+
+namespace {
+inline float bf(uint16_t h) { return kern::bf16_to_f32(h); }
+inline uint16_t to_bf(float f) { return kern::f32_to_bf16(f); }
+inline int32_t idx(const Tensor& t, int64_t i) { return t.data<int32_t>()[vec_index(t, i)]; }
+}  // namespace
+
+Status CpuBackend::do_kv_cache_store(const Tensor& latent, const Tensor& k_pe, Tensor& cache, const Tensor& slots) {
+  const int64_t N = latent.rows(), L = latent.cols(), R = k_pe.cols();
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t s = idx(slots, n);
+    if (s < 0 || s >= cache.rows())
+      return Status::bad_input("kv_cache_store: slots[" + std::to_string(n) + "] must be in [0, " +
+                               std::to_string(cache.rows()) + ") (the rows of cache) (got " + std::to_string(s) + ")");
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    uint16_t* c = row_ptr<uint16_t>(cache, idx(slots, n));
+    std::memcpy(c, row_ptr<uint16_t>(latent, n), static_cast<size_t>(L) * 2);
+    std::memcpy(c + L, row_ptr<uint16_t>(k_pe, n), static_cast<size_t>(R) * 2);
+  }
+  return Status::ok();
+}
+
+Status CpuBackend::do_mla_q_absorb(const Tensor& q, const Tensor& kv_b, int64_t n_heads, int64_t nope, int64_t rope,
+                                   int64_t v_dim, Tensor& q_abs) {
+  const int64_t N = q.rows(), kvl = kv_b.cols(), qk = nope + rope, out_head = kvl + rope;
+  cpu_detail::parallel_for(n_heads, num_threads(), [&](int64_t h) {
+    std::vector<float> acc(static_cast<size_t>(kvl));
+    for (int64_t n = 0; n < N; ++n) {
+      const uint16_t* qr = row_ptr<uint16_t>(q, n) + h * qk;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t i = 0; i < nope; ++i) {  // increasing i: acc[c] += q[i] * W_UK[i, c]
+        const float qi = bf(qr[i]);
+        const uint16_t* w = row_ptr<uint16_t>(kv_b, h * (nope + v_dim) + i);
+        for (int64_t c = 0; c < kvl; ++c) acc[static_cast<size_t>(c)] += qi * bf(w[c]);
+      }
+      uint16_t* o = row_ptr<uint16_t>(q_abs, n) + h * out_head;
+      for (int64_t c = 0; c < kvl; ++c) o[c] = to_bf(acc[static_cast<size_t>(c)]);
+      std::memcpy(o + kvl, qr + nope, static_cast<size_t>(rope) * 2);
+    }
+  });
+  return Status::ok();
+}
+
+Status CpuBackend::do_mla_paged_attention(const Tensor& q_abs, const Tensor& cache, const Tensor& req_to_token,
+                                          const Tensor& row_req, const Tensor& row_pos, int64_t n_heads, float scale,
+                                          Tensor& out) {
+  const int64_t N = q_abs.rows(), D = cache.cols(), kvl = out.cols() / n_heads;
+  const int64_t R = req_to_token.rows(), C = req_to_token.cols();
+  // The index data, checked where it is read (the CUDA kernel trusts it).
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t r = idx(row_req, n), p = idx(row_pos, n);
+    if (r < 0 || r >= R)
+      return Status::bad_input("mla_paged_attention: row_req[" + std::to_string(n) + "] must be in [0, " + std::to_string(R) +
+                               ") (the rows of req_to_token) (got " + std::to_string(r) + ")");
+    if (p < 0 || p >= C)
+      return Status::bad_input("mla_paged_attention: row_pos[" + std::to_string(n) + "] must be in [0, " + std::to_string(C) +
+                               ") (the columns of req_to_token) (got " + std::to_string(p) + ")");
+    const int32_t* slots = req_to_token.data<int32_t>() + r * C;
+    for (int64_t j = 0; j <= p; ++j)
+      if (slots[j] < 0 || slots[j] >= cache.rows())
+        return Status::bad_input("mla_paged_attention: req_to_token[" + std::to_string(r) + ", " + std::to_string(j) +
+                                 "] must be in [0, " + std::to_string(cache.rows()) + ") (the rows of cache) (got " +
+                                 std::to_string(slots[j]) + ")");
+  }
+  cpu_detail::parallel_for(N, num_threads(), [&](int64_t n) {
+    const int64_t r = idx(row_req, n), p = idx(row_pos, n);
+    const int32_t* slots = req_to_token.data<int32_t>() + r * C;
+    std::vector<float> qf(static_cast<size_t>(D)), s(static_cast<size_t>(p + 1)), o(static_cast<size_t>(kvl));
+    for (int64_t h = 0; h < n_heads; ++h) {
+      const uint16_t* qr = row_ptr<uint16_t>(q_abs, n) + h * D;
+      for (int64_t d = 0; d < D; ++d) qf[static_cast<size_t>(d)] = bf(qr[d]);
+      float m = -INFINITY;
+      for (int64_t j = 0; j <= p; ++j) {
+        const uint16_t* kr = row_ptr<uint16_t>(cache, slots[j]);
+        float dot = 0.0f;
+        for (int64_t d = 0; d < D; ++d) dot += qf[static_cast<size_t>(d)] * bf(kr[d]);
+        s[static_cast<size_t>(j)] = scale * dot;
+        m = std::max(m, s[static_cast<size_t>(j)]);
+      }
+      float sum = 0.0f;
+      std::fill(o.begin(), o.end(), 0.0f);
+      for (int64_t j = 0; j <= p; ++j) {
+        const float e = std::exp(s[static_cast<size_t>(j)] - m);
+        sum += e;
+        const uint16_t* vr = row_ptr<uint16_t>(cache, slots[j]);
+        for (int64_t c = 0; c < kvl; ++c) o[static_cast<size_t>(c)] += e * bf(vr[c]);
+      }
+      uint16_t* orow = row_ptr<uint16_t>(out, n) + h * kvl;
+      for (int64_t c = 0; c < kvl; ++c) orow[c] = to_bf(o[static_cast<size_t>(c)] / sum);
+    }
+  });
+  return Status::ok();
+}
+
+Status CpuBackend::do_mla_v_up(const Tensor& lat, const Tensor& kv_b, int64_t n_heads, int64_t nope, int64_t v_dim,
+                               Tensor& out) {
+  const int64_t N = lat.rows(), kvl = kv_b.cols();
+  cpu_detail::parallel_for(n_heads, num_threads(), [&](int64_t h) {
+    for (int64_t n = 0; n < N; ++n) {
+      const uint16_t* x = row_ptr<uint16_t>(lat, n) + h * kvl;
+      uint16_t* o = row_ptr<uint16_t>(out, n) + h * v_dim;
+      for (int64_t j = 0; j < v_dim; ++j) {
+        const uint16_t* w = row_ptr<uint16_t>(kv_b, h * (nope + v_dim) + nope + j);
+        float acc = 0.0f;
+        for (int64_t c = 0; c < kvl; ++c) acc += bf(x[c]) * bf(w[c]);
+        o[j] = to_bf(acc);
+      }
+    }
+  });
+  return Status::ok();
+}
+
+}  // namespace moeprof

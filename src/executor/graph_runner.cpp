@@ -1,0 +1,152 @@
+#include "executor/graph_runner.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace moeprof {
+
+std::vector<int64_t> default_graph_sizes(uint64_t device_bytes, int64_t max_bs, int64_t max_running_requests) {
+  std::vector<int64_t> v = {1, 2, 4, 8};
+  for (int64_t b = 16; b <= 160; b += 8) v.push_back(b);
+  constexpr uint64_t kGiB = 1ull << 30;
+  if (device_bytes > 96 * kGiB)
+    for (int64_t b = 168; b <= 256; b += 8) v.push_back(b);
+  if (device_bytes > 180 * kGiB)
+    for (int64_t b = 272; b <= 512; b += 16) v.push_back(b);
+  std::vector<int64_t> out;
+  for (int64_t b : v)
+    if ((max_bs <= 0 || b <= max_bs) && b <= max_running_requests) out.push_back(b);
+  return out;
+}
+
+StepInputs DecodeGraphs::inputs(int64_t size, const std::string& scope) const {
+  StepInputs in;
+  in.ids = ids_.reshaped(1, size);
+  in.positions = positions_.reshaped(1, size);
+  in.row_req = rows_.reshaped(1, size);
+  in.slots = slots_.reshaped(1, size);
+  in.all_logits = true;
+  in.scope = scope;
+  return in;
+}
+
+Status DecodeGraphs::fill_inputs(int64_t size, const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
+                                 const std::vector<int32_t>& rows, const std::vector<int32_t>& slots) {
+  const size_t n = ids.size();
+  auto padded = [&](const std::vector<int32_t>& v, int32_t pad) {
+    std::vector<int32_t> out(static_cast<size_t>(size), pad);
+    std::copy(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(n, out.size())), out.begin());
+    return out;
+  };
+  for (auto [t, v] : {std::pair<Tensor*, std::vector<int32_t>>{&ids_, padded(ids, pad_token_)},
+                      {&positions_, padded(positions, 0)},
+                      {&rows_, padded(rows, 0)},
+                      {&slots_, padded(slots, 0)}}) {
+    Tensor dst = t->reshaped(1, size);
+    MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(dst, v.data()));
+  }
+  return Status::ok();
+}
+
+Result<std::unique_ptr<DecodeGraphs>> DecodeGraphs::capture(Backend& backend, DeepseekModel& model, const PagedKv& kv,
+                                                            std::vector<int64_t> sizes, int32_t pad_token,
+                                                            MoeRunnerStats* stats) {
+  std::unique_ptr<DecodeGraphs> g(new DecodeGraphs(backend, model, kv));
+  g->pad_token_ = pad_token;
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  if (sizes.empty()) return g;
+  if (sizes.front() < 1) return Status::bad_input("CUDA-graph batch sizes must be >= 1");
+  const int64_t max_bs = sizes.back();
+  for (auto [t, name] : {std::pair<Tensor*, const char*>{&g->ids_, "input_ids"},
+                         {&g->positions_, "positions"},
+                         {&g->rows_, "req_pool_indices"},
+                         {&g->slots_, "out_cache_loc"}}) {
+    MOEPROF_ASSIGN_OR_RETURN(*t, backend.empty(DType::kI32, 1, max_bs, AllocTag{name, "graph/inputs", Category::kGraph}));
+  }
+  // Largest first, as SGLang captures: the smaller graphs then fit in what the larger ones freed.
+  for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {
+    const int64_t bs = *it;
+    const std::string scope = "graph.bs" + std::to_string(bs);
+    MOEPROF_RETURN_IF_ERROR(g->fill_inputs(bs, {}, {}, {}, {}));
+    backend.marker(scope, true);
+    g->pool_.set_scope(scope);
+    backend.set_graph_pool(&g->pool_);
+    Status st = backend.begin_capture();
+    Result<StepOutputs> out = Status::run_failure("not run");
+    if (st.is_ok()) {
+      out = model.step(g->inputs(bs, scope), kv, stats);
+      auto handle = backend.end_capture();  // always ends a capture begun
+      if (out.is_ok() && !handle.is_ok()) out = handle.status();
+      if (out.is_ok()) {
+        Graph gr;
+        gr.bs = bs;
+        gr.handle = std::move(handle).value();
+        gr.logits = out.value().logits;
+        out.value().hidden.reset();  // not an output the runner keeps: its block goes back to the pool
+        g->captures_.push_back(GraphCapture{bs, 0, gr.logits.bytes()});
+        g->graphs_.insert(g->graphs_.begin(), std::move(gr));
+      }
+    }
+    backend.set_graph_pool(nullptr);
+    backend.marker(scope, false);
+    if (!st.is_ok()) return st.with_context("capturing the decode graph of batch size " + std::to_string(bs));
+    if (!out.is_ok()) return out.status().with_context("capturing the decode graph of batch size " + std::to_string(bs));
+    GraphCapture& c = g->captures_.back();
+    c.pool_bytes_after = g->pool_.reserved_bytes();
+    c.live_peak_bytes = g->pool_.scope_live_peak_bytes();
+    c.live_at_peak = g->pool_.scope_live_at_peak();
+    std::sort(c.live_at_peak.begin(), c.live_at_peak.end(), [](const GraphPool::LiveBlock& a, const GraphPool::LiveBlock& b) {
+      if (a.bytes != b.bytes) return a.bytes > b.bytes;
+      return std::tie(a.scope, a.name) < std::tie(b.scope, b.name);
+    });
+  }
+  std::reverse(g->captures_.begin(), g->captures_.end());  // ascending, like graphs_
+  return g;
+}
+
+DecodeGraphs::~DecodeGraphs() {
+  // Outputs and graphs before the pool's segments, which the pool releases last.
+  graphs_.clear();
+}
+
+uint64_t DecodeGraphs::input_bytes() const {
+  uint64_t b = 0;
+  for (const Tensor* t : {&ids_, &positions_, &rows_, &slots_})
+    if (t->defined()) b += t->bytes();
+  return b;
+}
+
+int64_t DecodeGraphs::size_for(int64_t batch) const {
+  for (const Graph& g : graphs_)
+    if (g.bs >= batch) return g.bs;
+  return 0;
+}
+
+Result<std::vector<float>> DecodeGraphs::replay(int64_t size, const std::vector<int32_t>& ids,
+                                                const std::vector<int32_t>& positions, const std::vector<int32_t>& rows,
+                                                const std::vector<int32_t>& slots) {
+  auto it = std::find_if(graphs_.begin(), graphs_.end(), [&](const Graph& g) { return g.bs == size; });
+  if (it == graphs_.end() || static_cast<int64_t>(ids.size()) > size)
+    return Status::bad_input("no captured decode graph of batch size " + std::to_string(size) + " holds " +
+                             std::to_string(ids.size()) + " rows");
+  MOEPROF_RETURN_IF_ERROR(fill_inputs(size, ids, positions, rows, slots));
+  const int64_t n = static_cast<int64_t>(ids.size()), vocab = it->logits.cols();
+  std::vector<float> host(static_cast<size_t>(n * vocab));
+  if (be_.captures_graphs()) {
+    MOEPROF_RETURN_IF_ERROR(be_.replay_graph(it->handle));
+    MOEPROF_RETURN_IF_ERROR(be_.copy_to_host(it->logits.rows_view(0, n), host.data()));
+    return host;
+  }
+  // No stream capture here: compute what the graph computes, recording nothing.
+  be_.set_unrecorded(true);
+  MoeRunnerStats replayed;  // a replay makes no MoE call of its own on the GPU: not counted
+  auto out = model_.step(inputs(size, "graph.bs" + std::to_string(size)), kv_, &replayed);
+  Status st = out.is_ok() ? be_.copy_to_host(out.value().logits.rows_view(0, n), host.data()) : out.status();
+  if (out.is_ok()) out = StepOutputs{};  // released while unrecorded
+  be_.set_unrecorded(false);
+  MOEPROF_RETURN_IF_ERROR(st);
+  return host;
+}
+
+}  // namespace moeprof

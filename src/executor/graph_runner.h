@@ -1,0 +1,84 @@
+// CUDA graphs of the serving decode step (executor/serving.h), as SGLang's CudaGraphRunner has them:
+// one graph per batch size of --cuda-graph-bs, captured at start largest first, all sharing one
+// memory pool (executor/graph_pool.h); a decode batch replays the smallest captured size that
+// holds it, its rows padded.
+//
+// The graphs' inputs are static buffers of the largest size (input_ids, positions,
+// req_pool_indices, out_cache_loc: i32, category graph, scope graph/inputs): a replay copies the
+// batch into them, padding with request row 0, position 0, slot 0 (the pool's padding page) and
+// the first token of the rank's vocabulary. A graph's outputs (its logits) stay live in the pool.
+//
+// On the CUDA backend a capture records the decode forward on the backend's stream
+// (Backend::begin_capture / end_capture) and a replay launches the graph: nothing is allocated.
+// The CPU reference and the meta backend record nothing: their "capture" runs the decode forward
+// once with its tensors carved from the pool (so the pool grows exactly as on the GPU), and a
+// replay runs the forward again at the captured size without recording its tensors (a replay
+// allocates nothing), so the padded batch computes what the graph would.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "executor/backend.h"
+#include "executor/deepseek_model.h"
+#include "executor/graph_pool.h"
+
+namespace moeprof {
+
+struct GraphCapture {
+  int64_t bs = 0;
+  uint64_t pool_bytes_after = 0;  // the pool's segments once this size is captured
+  uint64_t output_bytes = 0;      // its outputs, live in the pool
+  uint64_t live_peak_bytes = 0;   // the most bytes live in the pool during its capture
+  std::vector<GraphPool::LiveBlock> live_at_peak;  // largest first
+};
+
+class DecodeGraphs {
+ public:
+  // Captures every size of `sizes` (distinct, >= 1), largest first. `pad_token` is the id padded
+  // rows embed.
+  static Result<std::unique_ptr<DecodeGraphs>> capture(Backend& backend, DeepseekModel& model, const PagedKv& kv,
+                                                       std::vector<int64_t> sizes, int32_t pad_token, MoeRunnerStats* stats);
+  ~DecodeGraphs();
+
+  // The smallest captured size >= batch; 0 when none holds it (the step then runs eagerly).
+  int64_t size_for(int64_t batch) const;
+  // Replays the decode of rows.size() <= size rows (ids, positions, request rows, slots) on the
+  // graph of `size`; the logits of the real rows, [rows, vocab] f32 on the host.
+  Result<std::vector<float>> replay(int64_t size, const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
+                                    const std::vector<int32_t>& rows, const std::vector<int32_t>& slots);
+
+  uint64_t pool_bytes() const { return pool_.reserved_bytes(); }
+  uint64_t input_bytes() const;
+  const std::vector<GraphCapture>& captures() const { return captures_; }
+
+ private:
+  DecodeGraphs(Backend& b, DeepseekModel& m, const PagedKv& kv) : be_(b), model_(m), kv_(kv), pool_(b) {}
+  Status fill_inputs(int64_t size, const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
+                     const std::vector<int32_t>& rows, const std::vector<int32_t>& slots);
+  StepInputs inputs(int64_t size, const std::string& scope) const;
+
+  Backend& be_;
+  DeepseekModel& model_;
+  PagedKv kv_;
+  int32_t pad_token_ = 0;
+  Tensor ids_, positions_, rows_, slots_;  // [1, max size] i32 each
+  GraphPool pool_;
+  struct Graph {
+    int64_t bs = 0;
+    std::shared_ptr<void> handle;  // the backend's graph (null on the CPU and meta backends)
+    Tensor logits;                 // its output, in the pool
+  };
+  std::vector<Graph> graphs_;      // ascending size
+  std::vector<GraphCapture> captures_;
+};
+
+// SGLang's default capture sizes for a device of `device_bytes` (0: unknown): [1, 2, 4, 8] and
+// 16..160 step 8; with more than 96 GiB also 168..256 step 8; with more than 180 GiB also
+// 272..512 step 16. Then only the sizes <= max_bs (when > 0) and <= max_running_requests.
+std::vector<int64_t> default_graph_sizes(uint64_t device_bytes, int64_t max_bs, int64_t max_running_requests);
+
+}  // namespace moeprof
