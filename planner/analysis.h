@@ -181,7 +181,7 @@ struct RunAnalysis {
   std::string limit_error;
   std::vector<std::string> strings;     // the trace's string table (ids used by Lifetime)
   StackTable stacks;                    // the trace's call stacks (Lifetime::stack_id)
-  std::vector<AllocGroup> alloc_groups; // sorted by (scope, name, bytes)
+  std::vector<AllocGroup> alloc_groups; // sorted by (scope, name, bytes); empty unless AnalyzeOptions::alloc_groups
   // All lifetimes in alloc replay order, when AnalyzeOptions::keep_lifetimes. Handoff indices
   // refer to this numbering (which is also used when lifetimes are not kept).
   std::vector<Lifetime> lifetimes;
@@ -225,6 +225,10 @@ struct AnalyzeOptions {
   // keep_lifetimes) the replay keeps only what is live, and RunAnalysis::handoffs_computed is false.
   bool findings = true;
   bool keep_event_index = false;
+  // RunAnalysis::alloc_groups, the (scope, name, frame, bytes) multiset that compare() matches runs
+  // by: one entry per distinct size of each (scope, name), so up to one per allocation in a trace
+  // whose sizes vary. Commands that compare nothing (plan, a report of one run) leave it off.
+  bool alloc_groups = true;
   // Per record index: the category the replay uses for that allocation instead of the record's
   // (planner/categories.h infers them for traced programs); nullptr = the records' own.
   const std::vector<Category>* record_categories = nullptr;

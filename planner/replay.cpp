@@ -170,9 +170,11 @@ void Replayer::on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos) {
   }
   // Unnamed allocations with a call stack (traced programs) are grouped by their stack; finish()
   // names each group by its innermost user frame (AllocGroup::frame).
-  uint64_t who = index_of(r.name_id);
-  if (who == 0 && r.stack_id != StackId::kNone && index_of(r.stack_id) < kGroupByStack) who = kGroupByStack | index_of(r.stack_id);
-  ++groups_[{uint64_t{index_of(r.scope_id)} << 32 | who, r.bytes}];
+  if (opt_.alloc_groups) {
+    uint64_t who = index_of(r.name_id);
+    if (who == 0 && r.stack_id != StackId::kNone && index_of(r.stack_id) < kGroupByStack) who = kGroupByStack | index_of(r.stack_id);
+    ++groups_[{uint64_t{index_of(r.scope_id)} << 32 | who, r.bytes}];
+  }
   d.tl_total.sample(r.timestamp_ns, d.live_total);
   d.tl_act.sample(r.timestamp_ns, d.live_act);
 }

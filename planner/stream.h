@@ -28,7 +28,10 @@ namespace moeprof::planner {
 
 struct StreamOptions {
   AnalyzeOptions analyze;            // keep_lifetimes, keep_event_index and findings are ignored
-  size_t reorder_window = size_t{1} << 20;  // records held for sorting (64 bytes each)
+  size_t reorder_window = size_t{1} << 20;  // records held for sorting at most (72 bytes each)
+  // The first pass holds only this many (they stay in the CPU's caches); a record later than it
+  // allows restarts the pass with reorder_window, and one later than that, with the external sort.
+  size_t initial_window = size_t{1} << 16;
   bool parallel = true;              // one reader thread per input decodes frames ahead of the replay
   std::string temp_dir;              // external-sort runs ("" = the system temporary directory)
   // Category inference as in reports::load_run (planner/categories.h): a first pass finds the
@@ -41,6 +44,8 @@ struct StreamStats {
   uint64_t records = 0, bytes_read = 0;
   bool external_sort = false;
   uint64_t max_lateness = 0;         // the most records a late record was placed before
+  size_t window = 0;                 // the reordering window of the pass that finished (0: external sort)
+  uint32_t restarts = 0;             // passes restarted because a record came later than their window allowed
 };
 
 Result<RunAnalysis> analyze_stream(const std::vector<std::string>& paths, const StreamOptions& opt,

@@ -50,6 +50,10 @@ struct TraceWriterOptions {
   // while the recording process computes without recording anything (a long op): a process
   // killed then loses at most one interval. Needs flush_interval_ms > 0.
   bool background_flush = false;
+  // The format version written: 2 (the default), or 1 for readers and benchmarks of old files
+  // (CRC-32, no call stacks: the record's stack slot is the writer's to fill, as version 1 kept the
+  // process id there; intern_frame/intern_stack make flush fail).
+  uint32_t version = kTraceFormatVersion;
 };
 
 class TraceWriter {
@@ -147,6 +151,7 @@ class TraceReader {
  private:
   TraceReader() = default;
   Status read_header();
+  Result<bool> next_frame(std::vector<TraceRecord>* out);
   Status read_frame_payload(uint32_t bytes, uint64_t off);
   Status handle_table_frame(uint32_t type, uint32_t count, uint64_t poff);
   Status check_frame_header(uint32_t type, uint32_t bytes, uint32_t count) const;
