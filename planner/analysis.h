@@ -185,8 +185,9 @@ struct RunAnalysis {
   // All lifetimes in alloc replay order, when AnalyzeOptions::keep_lifetimes. Handoff indices
   // refer to this numbering (which is also used when lifetimes are not kept).
   std::vector<Lifetime> lifetimes;
-  bool handoffs_computed = true;        // AnalyzeOptions::findings
-  bool streamed = false;                // analyze_stream (planner/stream.h): no lifetimes, no hand-off search
+  bool handoffs_computed = true;        // AnalyzeOptions::findings, and the search ran to the end
+  std::string handoffs_note;            // why a search asked for did not run to the end ("" when it did)
+  bool streamed = false;                // analyze_stream (planner/stream.h): no lifetimes kept
   // Timestamp of the first replayed event (before any filter): the start of the trace, from which
   // reports measure times ("78.8 ms"); 0 when nothing was replayed.
   uint64_t start_ts = 0;
@@ -224,6 +225,11 @@ struct AnalyzeOptions {
   // Hand-off findings need every lifetime in memory until the end; without them (and without
   // keep_lifetimes) the replay keeps only what is live, and RunAnalysis::handoffs_computed is false.
   bool findings = true;
+  // The streamed analysis searches hand-offs as it goes (planner/handoff_stream.h): allocations wait
+  // while their best candidate may still be used. Waiting allocations and the freed buffers held for
+  // them (about 40 B each) are at most this many; past it the search stops (handoffs_computed false,
+  // handoffs_note says why) rather than grow with the trace.
+  size_t handoff_max_waiting = size_t{1} << 21;
   bool keep_event_index = false;
   // RunAnalysis::alloc_groups, the (scope, name, frame, bytes) multiset that compare() matches runs
   // by: one entry per distinct size of each (scope, name), so up to one per allocation in a trace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "planner/handoff_stream.h"
 #include "planner/replayer.h"
 
 namespace moeprof::planner {
@@ -15,14 +16,18 @@ bool is_replayed(EventKind kind) {
 }
 
 Replayer::Replayer(const std::vector<std::string>& strings, const AnalyzeOptions& opt, uint64_t t0, uint64_t t1,
-                   size_t expected_records, const StackTable* stacks)
-    : opt_(opt), keep_all_(opt.keep_lifetimes || opt.findings), t0_(t0), t1_(t1), scopes_(strings),
+                   size_t expected_allocs, const StackTable* stacks, HandoffSearch search)
+    : opt_(opt), keep_all_(opt.keep_lifetimes || (opt.findings && search == HandoffSearch::kAtEnd)), t0_(t0), t1_(t1), scopes_(strings),
       slot_of_(65536, -1), filtering_(opt.category_mask != ~0u || opt.mem_kind_mask != ~0u), strings_(strings),
       strings_stacks_(stacks) {
-  // Allocations are at most about half of the events in traces that free what they allocate;
-  // untouched capacity costs address space only.
-  if (keep_all_) lts_.reserve(expected_records / 2 + 16);
+  // Reserved once (the caller counts the allocations): growing by doubling would hold the old and
+  // the new array at once, up to 3x the lifetimes at the peak.
+  if (keep_all_) lts_.reserve(expected_allocs);
+  if (opt.findings && search == HandoffSearch::kAsItGoes)
+    handoffs_ = std::make_unique<HandoffStream>(opt.handoff_limit, opt.handoff_max_waiting, strings);
 }
+
+Replayer::~Replayer() = default;
 
 DeviceState& Replayer::dev_state(uint16_t device) {
   int32_t s = slot_of_[device];
@@ -78,7 +83,8 @@ void Replayer::free_slot(uint32_t s) {
   if (!keep_all_) free_slots_.push_back(s);
 }
 
-void Replayer::release(DeviceState& d, Lifetime& l, uint64_t ts, uint32_t pos) {
+void Replayer::release(DeviceState& d, uint32_t slot, uint64_t ts, uint32_t pos) {
+  Lifetime& l = lts_[slot];
   l.t_free = ts;
   l.free_index = pos;
   const uint64_t b = l.bytes;
@@ -94,6 +100,7 @@ void Replayer::release(DeviceState& d, Lifetime& l, uint64_t ts, uint32_t pos) {
   }
   // Live at the device's current activation peak: keep a copy (the slot may be reused).
   if (!keep_all_ && d.out.peak_activation_bytes > 0 && live_at(l, d.out.peak_activation_index)) d.kept.push_back(l);
+  if (handoffs_) handoffs_->release(d.out, slot, l, pos);
 }
 
 void Replayer::on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos) {
@@ -114,6 +121,7 @@ void Replayer::on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos) {
   l.category = r.category;  // in range: readers validate records
   l.dtype = r.dtype;
   l.mem_kind = r.mem_kind;
+  if (handoffs_) handoffs_->alloc(d.out, li, l);
   if (r.bytes == 0) ++an_.zero_size_allocs;
   if (r.address == 0 && r.bytes == 0) {
     // malloc(0) returning null: nothing to free later; a zero-length lifetime.
@@ -125,7 +133,7 @@ void Replayer::on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos) {
     if (st != 0 && !(st & AddressMap::kFreedBit)) {
       ++an_.alloc_over_live;
       const uint32_t old = (st & ~AddressMap::kFreedBit) - 1;
-      release(d, lts_[old], r.timestamp_ns, pos);
+      release(d, old, r.timestamp_ns, pos);
       free_slot(old);
     }
     st = li + 1;
@@ -227,7 +235,7 @@ void Replayer::on_free(DeviceState& d, const TraceRecord& r, uint32_t pos) {
   const uint32_t li = *st - 1;
   Lifetime& l = lts_[li];
   if (r.bytes != 0 && r.bytes != l.bytes) ++an_.free_size_mismatches;
-  release(d, l, r.timestamp_ns, pos);
+  release(d, li, r.timestamp_ns, pos);
   note_growth(l);
   free_slot(li);
   ++d.out.frees;
@@ -249,6 +257,7 @@ void Replayer::on_use(DeviceState& d, const TraceRecord& r, uint32_t pos) {
   l.last_use = r.timestamp_ns;
   l.last_use_index = pos;
   ++l.uses;
+  if (handoffs_) handoffs_->use(d.out, *st - 1, l, pos);
 }
 
 void Replayer::on_pool(DeviceState& d, const TraceRecord& r) {
@@ -281,6 +290,8 @@ RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt) {
 
   const auto& recs = trace.records;
   const size_t n = recs.size();
+  size_t allocs = 0;  // the lifetimes' count, for one reservation
+  for (const TraceRecord& r : recs) allocs += r.kind == EventKind::kAlloc;
   // Replay positions are 32-bit (Lifetime::alloc_index): beyond that the trace is refused, not wrapped.
   if (n >= kNoIndex) {
     run.limit_error = "the trace has " + std::to_string(n) + " records; the planner replays at most " +
@@ -300,7 +311,7 @@ RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt) {
   // Optimistic pass: most traces are already in replay order. Replay directly and fall back to
   // sorting at the first record out of order.
   {
-    auto rp = std::make_unique<Replayer>(run.strings, opt, t0, t1, n, &run.stacks);
+    auto rp = std::make_unique<Replayer>(run.strings, opt, t0, t1, allocs, &run.stacks);
     uint32_t pos = 0;
     const TraceRecord* prev = nullptr;
     bool in_order = true;
@@ -347,7 +358,7 @@ RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt) {
     if (a.seq != b.seq) return a.seq < b.seq;
     return a.idx < b.idx;
   });
-  Replayer rp(run.strings, opt, lo, hi, n, &run.stacks);
+  Replayer rp(run.strings, opt, lo, hi, allocs, &run.stacks);
   uint32_t pos = 0;
   for (const Key& k : keys) {
     const TraceRecord& r = recs[k.idx];

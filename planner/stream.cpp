@@ -579,7 +579,8 @@ struct ScanSink {
 
 // The replay (pass 2 when categories are inferred).
 struct ReplaySink {
-  ReplaySink(Globals& g, const AnalyzeOptions& ao) : opts(ao), rp(g.strings.all(), opts, 0, UINT64_MAX, 0, &g.stacks) {}
+  ReplaySink(Globals& g, const AnalyzeOptions& ao)
+      : opts(ao), rp(g.strings.all(), opts, 0, UINT64_MAX, 0, &g.stacks, HandoffSearch::kAsItGoes) {}
   AnalyzeOptions opts;
   Replayer rp;
   uint32_t pos = 0;
@@ -617,7 +618,6 @@ struct ReplaySink {
     run.reordered = res.reordered;
     run.replayed_events = pos;
     rp.finish(&run, pos);
-    run.handoffs_computed = false;
     run.streamed = true;
     run.start_ts = first_ts == UINT64_MAX ? 0 : first_ts;
     if (too_long && run.limit_error.empty())
@@ -633,7 +633,7 @@ Result<RunAnalysis> analyze_stream(const std::vector<std::string>& paths, const 
   StreamStats local;
   if (stats == nullptr) stats = &local;
   AnalyzeOptions ao = opt.analyze;
-  ao.keep_lifetimes = ao.keep_event_index = ao.findings = false;
+  ao.keep_lifetimes = ao.keep_event_index = false;
   ao.record_categories = nullptr;
 
   // Pass 1 (category inference): only when the metadata can call for it.

@@ -93,6 +93,7 @@ void register_report(CLI::App& app, int* exit_code) {
     }
     planner::AnalyzeOptions aopts;
     aopts.keep_lifetimes = true;  // the per-allocation timeline (memory_timeline) and the Perfetto slices
+    aopts.alloc_groups = runs.size() > 1;  // what compare() matches the runs by
     std::vector<reports::LoadedRun> loaded;
     for (size_t i = 0; i < runs.size(); ++i) {
       reports::LoadOptions lo;
@@ -101,6 +102,7 @@ void register_report(CLI::App& app, int* exit_code) {
       lo.categories = *cats;
       lo.stream = stream_mode(args->stream);
       lo.needs_memory = args->out_perfetto.empty() ? "" : "--out-perfetto";
+      lo.prefers_memory = "the per-allocation timeline (memory_timeline)";
       auto run = reports::load_run(runs[i], lo);
       if (!run) {
         *exit_code = fail("report", run.status());

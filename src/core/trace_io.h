@@ -186,8 +186,9 @@ Status write_trace(const std::string& path, const Trace& trace);
 // One JSON object per line: first {"meta":...}, then one per record with strings resolved.
 void write_jsonl(const Trace& trace, std::ostream& os);
 // The same lines from a trace file, read frame by frame (twice: the head line needs the whole
-// file's drops and truncation) in memory that does not grow with the trace; returns the records.
-Result<uint64_t> write_jsonl_stream(const std::string& path, std::ostream& os);
+// file's drops and truncation) in memory that does not grow with the trace; returns the records and
+// (when `meta` is given) the run metadata of the head line.
+Result<uint64_t> write_jsonl_stream(const std::string& path, std::ostream& os, RunMeta* meta = nullptr);
 
 // A stack as text lines, innermost first ("function (file:line)").
 std::vector<std::string> format_stack(const Trace& trace, StackId id);

@@ -391,7 +391,7 @@ void write_jsonl(const Trace& trace, std::ostream& os) {
   for (const auto& r : trace.records) jsonl_record(r, trace.strings, trace.stacks, os);
 }
 
-Result<uint64_t> write_jsonl_stream(const std::string& path, std::ostream& os) {
+Result<uint64_t> write_jsonl_stream(const std::string& path, std::ostream& os, RunMeta* meta) {
   // Pass 1: the head line's figures (metadata, drops, truncation) are known only at the end.
   MOEPROF_ASSIGN_OR_RETURN(auto first, TraceReader::open(path));
   std::vector<TraceRecord> batch;
@@ -400,6 +400,7 @@ Result<uint64_t> write_jsonl_stream(const std::string& path, std::ostream& os) {
     if (!more) break;
   }
   os << jsonl_head(first->meta(), first->dropped_records(), first->truncated(), first->truncation_note()) << '\n';
+  if (meta != nullptr) *meta = first->meta();
   MOEPROF_ASSIGN_OR_RETURN(auto reader, TraceReader::open(path));
   uint64_t n = 0;
   for (;;) {
