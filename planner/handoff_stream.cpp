@@ -45,9 +45,13 @@ void HandoffStream::stop(std::string reason) {
 uint32_t HandoffStream::key_of(uint16_t device, uint64_t bytes, bool create) {
   if (!create) {
     const uint32_t* k = key_index_.find({device, bytes});
-    return k == nullptr ? kNone : *k - 1;
+    return k == nullptr || keys_[*k - 1].idle ? kNone : *k - 1;
   }
   uint32_t& k = key_index_[{device, bytes}];
+  if (k != 0 && keys_[k - 1].idle) {
+    keys_[k - 1].idle = false;
+    --idle_keys_;
+  }
   if (k == 0) {
     Key fresh;
     if (!spare_keys_.empty()) {  // a freed key keeps its vectors' capacity
@@ -63,16 +67,31 @@ uint32_t HandoffStream::key_of(uint16_t device, uint64_t bytes, bool create) {
   return k - 1;
 }
 
+// An empty key stays in the index, idle, for a size that recurs (an executor allocates the same
+// sizes layer after layer); idle keys go in a sweep once they outnumber the others, so they stay
+// bounded by what is live.
 void HandoffStream::drop_key_if_empty(uint32_t key) {
   Key& k = keys_[key];
-  if (k.valid > 0 || k.head < k.queue.size()) return;
+  if (k.idle || k.valid > 0 || k.head < k.queue.size()) return;
   for (uint32_t id : k.order) spare_entries_.push_back(id);  // all invalid
   k.order.clear();
   k.queue.clear();
   k.head = 0;
   k.invalid = k.kept = 0;
-  key_index_.erase({k.device, k.bytes});
-  spare_keys_.push_back(key);
+  k.blocker = kNone;
+  k.idle = true;
+  if (++idle_keys_ > 2 * (keys_.size() - spare_keys_.size() - idle_keys_) + 4096) sweep_idle_keys();
+}
+
+void HandoffStream::sweep_idle_keys() {
+  for (uint32_t key = 0; key < keys_.size(); ++key) {
+    Key& k = keys_[key];
+    if (!k.idle) continue;
+    k.idle = false;
+    key_index_.erase({k.device, k.bytes});
+    spare_keys_.push_back(key);
+  }
+  idle_keys_ = 0;
 }
 
 void HandoffStream::invalidate(Key& k, Entry& e) {
@@ -89,7 +108,7 @@ void HandoffStream::invalidate(Key& k, Entry& e) {
 
 // Invalid entries go once they outnumber the valid ones (not while settle() walks the order).
 void HandoffStream::maybe_compact(Key& k) {
-  if (k.invalid <= k.valid + 32) return;
+  if (k.invalid <= k.valid + 4) return;
   size_t n = 0;
   for (uint32_t id : k.order) {
     if (entries_[id].valid) k.order[n++] = id;
@@ -128,7 +147,9 @@ void HandoffStream::use(DeviceAnalysis& d, uint32_t slot, const Lifetime& l, uin
   if (stopped_ || l.bytes == 0) return;
   SlotState& s = slots_[slot];
   uint32_t key = s.key;
+  bool blocked = false;  // a waiting allocation waited on this buffer's earlier use
   if (s.entry != kNone) {
+    blocked = keys_[key].blocker == s.entry;
     invalidate(keys_[key], entries_[s.entry]);  // its earlier use was not its last
     maybe_compact(keys_[key]);
   } else {
@@ -145,7 +166,7 @@ void HandoffStream::use(DeviceAnalysis& d, uint32_t slot, const Lifetime& l, uin
   k.order.push_back(id);  // uses come in replay order: the latest is the largest
   ++k.valid;
   s.entry = id;
-  if (k.head < k.queue.size()) settle(d, key);
+  if (blocked) settle(d, key);
 }
 
 void HandoffStream::release(DeviceAnalysis& d, uint32_t slot, const Lifetime& l, uint32_t pos) {
@@ -162,22 +183,24 @@ void HandoffStream::release(DeviceAnalysis& d, uint32_t slot, const Lifetime& l,
     s.pair = kNone;
   }
   if (s.entry != kNone) {
-    const uint32_t key = s.key;
+    const uint32_t key = s.key, eid = s.entry;
     Key& k = keys_[key];
-    Entry& e = entries_[s.entry];
+    Entry& e = entries_[eid];
     e.open = false;
     e.free = pos;
     s.entry = kNone;
     s.key = kNone;
-    if (k.head == k.queue.size()) {
-      invalidate(k, e);  // nothing waits: no later allocation can take a buffer freed before it
+    // Kept only for allocations waiting after its last use: a later allocation comes after its
+    // free, and one before its last use cannot take it (nor wait on it).
+    if (k.head == k.queue.size() || waits_[k.queue.back()].p <= e.u) {
+      invalidate(k, e);
       maybe_compact(k);
     } else {
       e.kept = true;
       ++k.kept;
       count_waiting(1);
       if (stopped_) return;
-      settle(d, key);
+      if (k.blocker == eid) settle(d, key);  // the first waiting allocation can take it now
     }
     drop_key_if_empty(key);
   }
@@ -191,6 +214,7 @@ void HandoffStream::settle(DeviceAnalysis& d, uint32_t key) {
     Key& k;
     ~Compact() { self->maybe_compact(k); }
   } compact_after{this, k};
+  k.blocker = kNone;
   while (k.head < k.queue.size()) {
     const uint32_t wid = k.queue[k.head];
     const Waiting w = waits_[wid];
@@ -201,7 +225,10 @@ void HandoffStream::settle(DeviceAnalysis& d, uint32_t key) {
     for (size_t i = static_cast<size_t>(it - k.order.begin()); i-- > 0;) {
       Entry& e = entries_[k.order[i]];
       if (!e.valid) continue;
-      if (e.open && !ended_) return;  // the best candidate may still be used again: wait
+      if (e.open && !ended_) {  // the best candidate may still be used again: wait
+        k.blocker = k.order[i];
+        return;
+      }
       if (e.free <= w.p) {            // freed before p: no candidate, now or later
         invalidate(k, e);
         continue;

@@ -75,6 +75,10 @@ class HandoffStream {
     std::vector<uint32_t> queue;  // waiting allocations in allocation order, from `head`
     size_t head = 0;
     uint32_t valid = 0, invalid = 0, kept = 0;  // kept: valid freed entries held for waiting ones
+    // The open entry the first waiting allocation waits on: the latest valid entry before its
+    // position (every entry between is invalid). Only its next use or its free decides.
+    uint32_t blocker = kNone;
+    bool idle = false;  // no entry, nothing waiting: dropped at the next sweep unless used again
   };
   struct Pair {
     uint32_t a = 0, b = 0, number = 0;  // [a, b): L.alloc to M.free so far; number: L's
@@ -95,6 +99,7 @@ class HandoffStream {
   void invalidate(Key& k, Entry& e);
   void maybe_compact(Key& k);
   void drop_key_if_empty(uint32_t key);
+  void sweep_idle_keys();
   void count_waiting(ptrdiff_t delta);
   void stop(std::string reason);
   template <class T>
@@ -106,6 +111,7 @@ class HandoffStream {
   std::string stop_reason_;
   uint32_t next_number_ = 0;
   size_t waiting_ = 0, max_seen_ = 0;
+  size_t idle_keys_ = 0;  // keys in key_index_ with nothing in them (kept for sizes that recur)
   std::vector<SlotState> slots_;
   PairMap key_index_;  // (device, bytes) -> 1 + key, for keys in use
   std::vector<Key> keys_;

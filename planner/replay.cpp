@@ -22,7 +22,10 @@ Replayer::Replayer(const std::vector<std::string>& strings, const AnalyzeOptions
       strings_stacks_(stacks) {
   // Reserved once (the caller counts the allocations): growing by doubling would hold the old and
   // the new array at once, up to 3x the lifetimes at the peak.
-  if (keep_all_) lts_.reserve(expected_allocs);
+  if (keep_all_) {
+    lts_.reserve(expected_allocs);
+    slot_chain_.reserve(expected_allocs);
+  }
   if (opt.findings && search == HandoffSearch::kAsItGoes)
     handoffs_ = std::make_unique<HandoffStream>(opt.handoff_limit, opt.handoff_max_waiting, strings);
 }
@@ -49,6 +52,13 @@ DeviceState& Replayer::dev_state(uint16_t device) {
 
 // The scope slots an allocation of (device, scope) counts toward: one hash lookup per event.
 std::pair<uint32_t, uint32_t> Replayer::scope_slots(uint16_t device, StrId scope) {
+  return chain_ranges_[scope_chain(device, scope)];
+}
+
+// The index into chain_ranges_ of (device, scope): the device's last one, else one hash lookup.
+uint32_t Replayer::scope_chain(uint16_t device, StrId scope) {
+  DeviceState& d = devs_[static_cast<size_t>(slot_of_[device])];
+  if (d.last_scope == index_of(scope)) return d.last_chain;
   uint32_t& c = chain_of_[{device, index_of(scope)}];
   if (c == 0) {
     auto [cb, ce] = scopes_.chain(scope);
@@ -65,7 +75,9 @@ std::pair<uint32_t, uint32_t> Replayer::scope_slots(uint16_t device, StrId scope
     chain_ranges_.emplace_back(begin, static_cast<uint32_t>(chain_slots_.size()));
     c = static_cast<uint32_t>(chain_ranges_.size());
   }
-  return chain_ranges_[c - 1];
+  d.last_scope = index_of(scope);
+  d.last_chain = c - 1;
+  return c - 1;
 }
 
 uint32_t Replayer::new_slot() {
@@ -92,7 +104,7 @@ void Replayer::release(DeviceState& d, uint32_t slot, uint64_t ts, uint32_t pos)
   d.live_cat[l.category] -= b;
   const bool act = counts_as_activation(l.category);
   if (act) d.live_act -= b;
-  auto [sb, se] = scope_slots(l.device, l.scope_id);
+  auto [sb, se] = chain_ranges_[slot_chain_[slot]];
   for (uint32_t k = sb; k < se; ++k) {
     ScopeSlot& s = scope_stats_[chain_slots_[k]];
     s.live -= b;
@@ -164,7 +176,10 @@ void Replayer::on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos) {
     d.out.live_at_activation_peak = d.live_cat;
     d.kept.clear();
   }
-  auto [sb, se] = scope_slots(r.device, r.scope_id);
+  const uint32_t chain = scope_chain(r.device, r.scope_id);
+  if (slot_chain_.size() <= li) slot_chain_.resize(static_cast<size_t>(li) + 1);
+  slot_chain_[li] = chain;  // the free finds its scope counters without a lookup
+  auto [sb, se] = chain_ranges_[chain];
   for (uint32_t k = sb; k < se; ++k) {
     ScopeSlot& s = scope_stats_[chain_slots_[k]];
     s.live += b;

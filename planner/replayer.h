@@ -44,6 +44,7 @@ struct DeviceState {
   std::vector<Lifetime> kept;                         // freed, live at the current activation peak
   std::vector<std::pair<uint64_t, uint64_t>> pools;  // (pool address, reserved)
   Timeline tl_total, tl_act;
+  uint32_t last_scope = UINT32_MAX, last_chain = 0;  // the device's last (scope id, chain index)
 };
 
 // Per (device, scope node) counters.
@@ -100,6 +101,7 @@ class Replayer {
  private:
   DeviceState& dev_state(uint16_t device);
   std::pair<uint32_t, uint32_t> scope_slots(uint16_t device, StrId scope);
+  uint32_t scope_chain(uint16_t device, StrId scope);
   void release(DeviceState& d, uint32_t slot, uint64_t ts, uint32_t pos);
   void on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos);
   void on_free(DeviceState& d, const TraceRecord& r, uint32_t pos);
@@ -128,6 +130,7 @@ class Replayer {
   PairMap node_slot_;                // (device, scope node) -> 1 + index into scope_stats_
   std::vector<std::pair<uint32_t, uint32_t>> chain_ranges_;  // [begin, end) into chain_slots_
   std::vector<uint32_t> chain_slots_;                        // indices into scope_stats_
+  std::vector<uint32_t> slot_chain_;                         // per lifetime slot: its chain index
   PairMap groups_;  // ((scope_id << 32) | name_id, or kGroupByStack | stack_id when unnamed; bytes) -> count
   Anomalies an_;
   // Bytes allocated over all devices, checked against kMaxBytes: every other byte figure of the

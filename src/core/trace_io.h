@@ -39,6 +39,7 @@ inline constexpr uint32_t kOldestTraceFormatVersion = 1;
 inline constexpr char kTraceMagic[8] = {'M', 'O', 'E', 'P', 'T', 'R', 'C', '\0'};
 
 uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);   // IEEE 802.3 (format v1)
+uint32_t crc32_tables(const void* data, size_t n, uint32_t crc = 0);  // the same without carry-less multiplication
 uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);  // Castagnoli (format v2)
 
 struct TraceWriterOptions {
