@@ -109,6 +109,7 @@ class AddressMap {
   static constexpr uint32_t kFreedBit = 1u << 31;
   uint32_t& slot(uint16_t device, uint64_t address) { return map_[{device, address}]; }
   uint32_t* find(uint16_t device, uint64_t address) { return map_.find({device, address}); }
+  size_t size() const { return map_.size(); }
 
  private:
   PairMap map_;

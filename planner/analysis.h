@@ -203,6 +203,19 @@ struct RunAnalysis {
   // op and every marker end, in replay order (what-if rules locate "after op X" with them).
   std::vector<uint64_t> position_ts;
   std::vector<OpEvent> op_uses, marker_ends;
+  // How many entries the replay's tables held at the end: each grows with the distinct names,
+  // scopes, sizes, addresses or with what is live at once, never with the number of events
+  // (tests/reports/stream_test.cpp checks it).
+  struct ReplayTables {
+    uint64_t scope_nodes = 0;       // scope paths and their prefixes
+    uint64_t scope_counters = 0;    // (device, scope node) counters
+    uint64_t scope_chains = 0;      // (device, scope id) pairs
+    uint64_t growth_groups = 0;     // (name or innermost frame, scope family)
+    uint64_t alloc_groups = 0;      // (scope, name or stack, bytes), with AnalyzeOptions::alloc_groups
+    uint64_t addresses = 0;         // (device, address) allocation states
+    uint64_t lifetime_slots = 0;    // lifetimes held: all when kept, else the most open at once
+    uint64_t handoff_held = 0;      // the most allocations and buffers the hand-off search held at once (streamed)
+  } tables;
 
   const std::string& str(StrId id) const { return index_of(id) < strings.size() ? strings[index_of(id)] : strings.at(0); }
   const DeviceAnalysis* device(uint16_t id) const;

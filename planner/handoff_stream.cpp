@@ -36,6 +36,7 @@ void HandoffStream::stop(std::string reason) {
   std::vector<Waiting>().swap(waits_);
   std::vector<Pair>().swap(pairs_);
   std::vector<std::vector<Listed>>().swap(listed_);
+  std::vector<uint32_t>().swap(listed_at_peak_);
   spare_keys_.clear();
   spare_entries_.clear();
   spare_waits_.clear();
@@ -306,12 +307,26 @@ void HandoffStream::close(DeviceAnalysis& d, uint32_t id, uint32_t l_free) {
   const uint32_t peak = d.peak_activation_index;
   const bool at_peak = d.peak_activation_bytes > 0 && pr.a <= peak && peak < b;
   if (at_peak) d.handoff_bytes_at_activation_peak += pr.bytes;
-  if (pr.listed)
+  if (pr.listed) {
     for (Listed& x : listed_[pr.device])
       if (x.h.alloc_lifetime == pr.number) {
         x.h.at_activation_peak = at_peak;
         x.pair = kNone;
       }
+    if (at_peak) {
+      if (listed_at_peak_.size() <= pr.device) listed_at_peak_.resize(static_cast<size_t>(pr.device) + 1, 0);
+      ++listed_at_peak_[pr.device];
+    }
+  }
+}
+
+void HandoffStream::peak_moved(DeviceAnalysis& d) {
+  if (stopped_) return;
+  d.handoff_bytes_at_activation_peak = 0;
+  if (d.device >= listed_at_peak_.size() || listed_at_peak_[d.device] == 0) return;
+  for (Listed& x : listed_[d.device])
+    if (x.pair == kNone) x.h.at_activation_peak = false;
+  listed_at_peak_[d.device] = 0;
 }
 
 void HandoffStream::finish(const std::function<DeviceAnalysis&(uint16_t)>& device) {

@@ -10,7 +10,8 @@
 // allocations of its key wait; a new use of that buffer, its free or the end of the trace decides.
 // A pair counts at the activation peak when both are live there, i.e. the peak lies in
 // [L.alloc, min(L.free, M.free)); it is tested when both frees are known, against the device's
-// peak of that moment: a later peak lies after both frees.
+// peak of that moment; a later peak lies after both frees, so each new peak starts the at-peak
+// bytes again (as the replay's copies of what is live at the peak start again).
 //
 // State: per key with a used live buffer, its entries (one per buffer: its latest use) and the
 // waiting allocations, plus freed buffers kept while an allocation before their free waits. When
@@ -43,6 +44,9 @@ class HandoffStream {
   void release(DeviceAnalysis& d, uint32_t slot, const Lifetime& l, uint32_t pos);
   // The end of the trace: what is open stays open; every decision is made and every pair tested.
   void finish(const std::function<DeviceAnalysis&(uint16_t)>& device);
+  // The device reached a new activation peak: no pair tested so far lies there (both its frees came
+  // before), so the at-peak bytes and flags start again.
+  void peak_moved(DeviceAnalysis& d);
 
   bool stopped() const { return stopped_; }
   const std::string& stop_reason() const { return stop_reason_; }
@@ -120,6 +124,7 @@ class HandoffStream {
   std::vector<Pair> pairs_;
   std::vector<uint32_t> spare_keys_, spare_entries_, spare_waits_, spare_pairs_;
   std::vector<std::vector<Listed>> listed_;  // per device: a max-heap by L's number, at most limit_
+  std::vector<uint32_t> listed_at_peak_;      // per device: listed pairs tested and found at the peak
 };
 
 }  // namespace moeprof::planner

@@ -122,6 +122,15 @@ void Replayer::finish(RunAnalysis* run, uint32_t num_events) {
   }
   run->anomalies = an_;
   run->limit_error = limit_error_;
+  RunAnalysis::ReplayTables& t = run->tables;
+  t.scope_nodes = scopes_.num_nodes();
+  t.scope_counters = scope_stats_.size();
+  t.scope_chains = chain_ranges_.size();
+  t.growth_groups = growth_.size();
+  t.alloc_groups = groups_.size();
+  t.addresses = addrs_.size();
+  t.lifetime_slots = lts_.size();
+  t.handoff_held = handoffs_ ? handoffs_->max_waiting_seen() : 0;
 
   std::map<uint32_t, std::string> frame_of;  // stack id -> innermost user frame
   groups_.for_each([&](std::pair<uint64_t, uint64_t> k, uint32_t count) {

@@ -175,6 +175,7 @@ void Replayer::on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos) {
     d.out.peak_activation_index = pos;
     d.out.live_at_activation_peak = d.live_cat;
     d.kept.clear();
+    if (handoffs_) handoffs_->peak_moved(d.out);
   }
   const uint32_t chain = scope_chain(r.device, r.scope_id);
   if (slot_chain_.size() <= li) slot_chain_.resize(static_cast<size_t>(li) + 1);
