@@ -32,102 +32,123 @@ void HandoffStream::stop(std::string reason) {
   std::vector<SlotState>().swap(slots_);
   key_index_ = PairMap();
   std::vector<Key>().swap(keys_);
-  std::vector<Entry>().swap(entries_);
+  std::vector<Kept>().swap(kept_);
   std::vector<Waiting>().swap(waits_);
   std::vector<Pair>().swap(pairs_);
   std::vector<std::vector<Listed>>().swap(listed_);
   std::vector<uint32_t>().swap(listed_at_peak_);
   spare_keys_.clear();
-  spare_entries_.clear();
+  spare_kept_.clear();
   spare_waits_.clear();
   spare_pairs_.clear();
 }
 
-uint32_t HandoffStream::key_of(uint16_t device, uint64_t bytes, bool create) {
-  if (!create) {
-    const uint32_t* k = key_index_.find({device, bytes});
-    return k == nullptr || keys_[*k - 1].idle ? kNone : *k - 1;
+uint32_t HandoffStream::new_key(uint16_t device, uint64_t bytes) {
+  Key fresh;
+  if (!spare_keys_.empty()) {  // a freed key keeps its vectors' capacity
+    Key& old = keys_[spare_keys_.back()];
+    fresh.order = std::move(old.order);
+    fresh.queue = std::move(old.queue);
+    fresh.order.clear();
+    fresh.queue.clear();
   }
-  uint32_t& k = key_index_[{device, bytes}];
-  if (k != 0 && keys_[k - 1].idle) {
-    keys_[k - 1].idle = false;
-    --idle_keys_;
-  }
-  if (k == 0) {
-    Key fresh;
-    if (!spare_keys_.empty()) {  // a freed key keeps its vectors' capacity
-      fresh.order = std::move(keys_[spare_keys_.back()].order);
-      fresh.queue = std::move(keys_[spare_keys_.back()].queue);
-      fresh.order.clear();
-      fresh.queue.clear();
-    }
-    fresh.device = device;
-    fresh.bytes = bytes;
-    k = put(keys_, spare_keys_, std::move(fresh)) + 1;
-  }
-  return k - 1;
+  fresh.device = device;
+  fresh.bytes = bytes;
+  return put(keys_, spare_keys_, std::move(fresh));
 }
 
-// An empty key stays in the index, idle, for a size that recurs (an executor allocates the same
-// sizes layer after layer); idle keys go in a sweep once they outnumber the others, so they stay
-// bounded by what is live.
-void HandoffStream::drop_key_if_empty(uint32_t key) {
-  Key& k = keys_[key];
-  if (k.idle || k.valid > 0 || k.head < k.queue.size()) return;
-  for (uint32_t id : k.order) spare_entries_.push_back(id);  // all invalid
-  k.order.clear();
-  k.queue.clear();
-  k.head = 0;
-  k.invalid = k.kept = 0;
-  k.blocker = kNone;
-  k.idle = true;
-  if (++idle_keys_ > 2 * (keys_.size() - spare_keys_.size() - idle_keys_) + 4096) sweep_idle_keys();
+// The index entry of a size with one used buffer becomes a key holding that buffer's element.
+uint32_t HandoffStream::promote(uint32_t& index_value, uint16_t device, uint64_t bytes) {
+  if (!(index_value & kSingleBit)) return index_value - 1;
+  const uint32_t other = index_value & ~kSingleBit;
+  const uint32_t key = new_key(device, bytes);
+  SlotState& o = slots_[other];
+  o.key = key;
+  o.pos = 0;
+  keys_[key].order.push_back(Element{o.u, other, o.number});
+  keys_[key].valid = 1;
+  index_value = key + 1;
+  return key;
 }
 
-void HandoffStream::sweep_idle_keys() {
-  for (uint32_t key = 0; key < keys_.size(); ++key) {
-    Key& k = keys_[key];
-    if (!k.idle) continue;
-    k.idle = false;
-    key_index_.erase({k.device, k.bytes});
-    spare_keys_.push_back(key);
+// An element is current while its buffer is open and this is its latest use, or while the freed
+// buffer is kept.
+bool HandoffStream::valid(uint32_t key, const Element& e) const {
+  if (e.ref & kKeptBit) {
+    const Kept& m = kept_[e.ref & ~kKeptBit];
+    return m.valid && m.number == e.number;
   }
-  idle_keys_ = 0;
+  const SlotState& s = slots_[e.ref];
+  return s.key == key && s.number == e.number && s.u == e.u;
 }
 
-void HandoffStream::invalidate(Key& k, Entry& e) {
-  if (!e.valid) return;
-  e.valid = false;
-  --k.valid;
-  ++k.invalid;
-  if (e.kept) {
-    e.kept = false;
+void HandoffStream::drop(Key& k, Element& e) {
+  if (e.ref & kKeptBit) {
+    Kept& m = kept_[e.ref & ~kKeptBit];
+    m.valid = false;
+    spare_kept_.push_back(e.ref & ~kKeptBit);
     --k.kept;
     count_waiting(-1);
+  } else {
+    slots_[e.ref].key = kNone;
   }
+  --k.valid;
+  ++k.invalid;
 }
 
-// Invalid entries go once they outnumber the valid ones (not while settle() walks the order).
+// Stale elements go once they outnumber the current ones (not while settle() walks the order).
 void HandoffStream::maybe_compact(Key& k) {
   if (k.invalid <= k.valid + 4) return;
+  const auto key = static_cast<uint32_t>(&k - keys_.data());
   size_t n = 0;
-  for (uint32_t id : k.order) {
-    if (entries_[id].valid) k.order[n++] = id;
-    else spare_entries_.push_back(id);
+  for (size_t i = 0; i < k.order.size(); ++i) {
+    const Element e = k.order[i];
+    if (!valid(key, e)) continue;
+    if (!(e.ref & kKeptBit)) slots_[e.ref].pos = static_cast<uint32_t>(n);
+    k.order[n++] = e;
   }
   k.order.resize(n);
   k.invalid = 0;
+}
+
+// A key with nothing waiting and nothing kept goes back to an index entry: none when no used buffer
+// is left, the buffer's slot when one is.
+void HandoffStream::shrink_key(uint32_t key) {
+  Key& k = keys_[key];
+  if (k.valid > 1 || k.kept > 0 || k.head < k.queue.size()) return;
+  uint32_t single = kNone;
+  for (size_t i = k.order.size(); i-- > 0;)
+    if (valid(key, k.order[i])) {
+      single = k.order[i].ref;
+      break;
+    }
+  if (single == kNone) {
+    key_index_.erase({k.device, k.bytes});
+  } else {
+    *key_index_.find({k.device, k.bytes}) = kSingleBit | single;
+    slots_[single].key = kSingle;
+  }
+  k.order.clear();
+  k.queue.clear();
+  k.head = 0;
+  k.valid = k.invalid = k.kept = 0;
+  k.blocker = kNone;
+  spare_keys_.push_back(key);
 }
 
 void HandoffStream::alloc(DeviceAnalysis& d, uint32_t slot, const Lifetime& l) {
   const uint32_t number = next_number_++;
   if (stopped_) return;
   if (slot >= slots_.size()) slots_.resize(static_cast<size_t>(slot) + 1);
-  slots_[slot] = SlotState{};
-  slots_[slot].number = number;
+  SlotState& s = slots_[slot];
+  s = SlotState{};
+  s.number = number;
+  s.name = l.name_id;
+  s.scope = l.scope_id;
   if (l.bytes == 0) return;
-  const uint32_t key = key_of(l.device, l.bytes, false);
-  if (key == kNone) return;  // no used buffer of this size is live and nothing waits: no hand-off
+  uint32_t* index = key_index_.find({l.device, l.bytes});
+  if (index == nullptr) return;  // no used buffer of this size is live and nothing waits: no hand-off
+  const uint32_t key = promote(*index, l.device, l.bytes);
   Waiting w;
   w.p = l.alloc_index;
   w.number = number;
@@ -135,43 +156,53 @@ void HandoffStream::alloc(DeviceAnalysis& d, uint32_t slot, const Lifetime& l) {
   w.name = l.name_id;
   w.scope = l.scope_id;
   const uint32_t id = put(waits_, spare_waits_, w);
-  slots_[slot].wait = id;
+  s.wait = id;
   Key& k = keys_[key];
   k.queue.push_back(id);
   count_waiting(1);
   if (stopped_) return;
   if (k.queue.size() - k.head == 1) settle(d, key);
-  drop_key_if_empty(key);
+  shrink_key(key);
 }
 
 void HandoffStream::use(DeviceAnalysis& d, uint32_t slot, const Lifetime& l, uint32_t pos) {
   if (stopped_ || l.bytes == 0) return;
   SlotState& s = slots_[slot];
+  if (s.key == kSingle) {  // alone of its size, nothing waits: only its latest use changes
+    s.u = pos;
+    return;
+  }
   uint32_t key = s.key;
   bool blocked = false;  // a waiting allocation waited on this buffer's earlier use
-  if (s.entry != kNone) {
-    blocked = keys_[key].blocker == s.entry;
-    invalidate(keys_[key], entries_[s.entry]);  // its earlier use was not its last
-    maybe_compact(keys_[key]);
+  if (key != kNone) {
+    Key& k = keys_[key];
+    blocked = k.blocker == slot && k.blocker_number == s.number;
+    ++k.invalid;  // its earlier use was not its last: that element is stale
   } else {
-    key = key_of(l.device, l.bytes, true);
+    uint32_t& index = key_index_[{l.device, l.bytes}];
+    if (index == 0) {  // the first used buffer of its size
+      index = kSingleBit | slot;
+      s.key = kSingle;
+      s.u = pos;
+      return;
+    }
+    key = promote(index, l.device, l.bytes);
     s.key = key;
+    ++keys_[key].valid;
   }
-  Entry e;
-  e.u = pos;
-  e.number = s.number;
-  e.name = l.name_id;
-  e.scope = l.scope_id;
-  const uint32_t id = put(entries_, spare_entries_, e);
   Key& k = keys_[key];
-  k.order.push_back(id);  // uses come in replay order: the latest is the largest
-  ++k.valid;
-  s.entry = id;
-  if (blocked) settle(d, key);
+  s.u = pos;
+  s.pos = static_cast<uint32_t>(k.order.size());
+  k.order.push_back(Element{pos, slot, s.number});  // uses come in replay order: the latest is the largest
+  if (!blocked) {
+    maybe_compact(k);
+    return;
+  }
+  settle(d, key);
+  shrink_key(key);
 }
 
 void HandoffStream::release(DeviceAnalysis& d, uint32_t slot, const Lifetime& l, uint32_t pos) {
-  (void)l;
   if (stopped_) return;
   SlotState& s = slots_[slot];
   if (s.wait != kNone) {  // still waiting as an allocation: its free is now known
@@ -183,83 +214,95 @@ void HandoffStream::release(DeviceAnalysis& d, uint32_t slot, const Lifetime& l,
     close(d, s.pair, pos);
     s.pair = kNone;
   }
-  if (s.entry != kNone) {
-    const uint32_t key = s.key, eid = s.entry;
-    Key& k = keys_[key];
-    Entry& e = entries_[eid];
-    e.open = false;
-    e.free = pos;
-    s.entry = kNone;
+  if (s.key == kNone) return;
+  if (s.key == kSingle) {  // nothing waits on a size with one buffer
+    key_index_.erase({l.device, l.bytes});
     s.key = kNone;
-    // Kept only for allocations waiting after its last use: a later allocation comes after its
-    // free, and one before its last use cannot take it (nor wait on it).
-    if (k.head == k.queue.size() || waits_[k.queue.back()].p <= e.u) {
-      invalidate(k, e);
-      maybe_compact(k);
-    } else {
-      e.kept = true;
-      ++k.kept;
-      count_waiting(1);
-      if (stopped_) return;
-      if (k.blocker == eid) settle(d, key);  // the first waiting allocation can take it now
-    }
-    drop_key_if_empty(key);
+    return;
   }
+  const uint32_t key = s.key;
+  Key& k = keys_[key];
+  Element& e = k.order[s.pos];
+  // Kept only for allocations waiting after its last use: a later allocation comes after its
+  // free, and one before its last use can neither take it nor wait on it.
+  if (k.head == k.queue.size() || waits_[k.queue.back()].p <= s.u) {
+    drop(k, e);
+    maybe_compact(k);
+    shrink_key(key);
+    return;
+  }
+  const bool blocked = k.blocker == slot && k.blocker_number == s.number;
+  Kept m;
+  m.u = s.u;
+  m.number = s.number;
+  m.free = pos;
+  m.name = s.name;
+  m.scope = s.scope;
+  m.valid = true;
+  e.ref = kKeptBit | put(kept_, spare_kept_, m);
+  s.key = kNone;
+  ++k.kept;
+  count_waiting(1);
+  if (stopped_) return;
+  if (blocked) settle(d, key);  // the first waiting allocation can take it now
+  shrink_key(key);
 }
 
 // Decides the waiting allocations of a key in order while their answer is known.
 void HandoffStream::settle(DeviceAnalysis& d, uint32_t key) {
   Key& k = keys_[key];
-  struct Compact {  // on every way out
-    HandoffStream* self;
-    Key& k;
-    ~Compact() { self->maybe_compact(k); }
-  } compact_after{this, k};
   k.blocker = kNone;
   while (k.head < k.queue.size()) {
     const uint32_t wid = k.queue[k.head];
     const Waiting w = waits_[wid];
-    // Entries whose (latest) use is before p, latest first.
-    auto it = std::lower_bound(k.order.begin(), k.order.end(), w.p,
-                               [&](uint32_t id, uint32_t p) { return entries_[id].u < p; });
-    uint32_t found = kNone;
+    // Elements of uses before p, latest first: the first current one decides.
+    auto it = std::lower_bound(k.order.begin(), k.order.end(), w.p, [](const Element& e, uint32_t p) { return e.u < p; });
+    bool found = false;
+    Found m{};
     for (size_t i = static_cast<size_t>(it - k.order.begin()); i-- > 0;) {
-      Entry& e = entries_[k.order[i]];
-      if (!e.valid) continue;
-      if (e.open && !ended_) {  // the best candidate may still be used again: wait
-        k.blocker = k.order[i];
-        return;
+      Element& e = k.order[i];
+      if (!valid(key, e)) continue;
+      if (e.ref & kKeptBit) {
+        const Kept& km = kept_[e.ref & ~kKeptBit];
+        if (km.free <= w.p) {  // freed before p: no candidate, now or later
+          drop(k, e);
+          continue;
+        }
+        m = Found{km.number, km.free, km.name, km.scope};
+      } else {
+        if (!ended_) {  // the best candidate may still be used again: wait
+          k.blocker = e.ref;
+          k.blocker_number = e.number;
+          maybe_compact(k);
+          return;
+        }
+        const SlotState& ms = slots_[e.ref];
+        m = Found{ms.number, kNoFree, ms.name, ms.scope};
       }
-      if (e.free <= w.p) {            // freed before p: no candidate, now or later
-        invalidate(k, e);
-        continue;
-      }
-      found = k.order[i];
+      drop(k, e);  // taken
+      found = true;
       break;
     }
     ++k.head;
     if (w.slot != kNone) slots_[w.slot].wait = kNone;
     spare_waits_.push_back(wid);
     count_waiting(-1);
-    if (found != kNone) {
-      Entry& m = entries_[found];
-      take(d, k, w, m);
-      invalidate(k, m);
-    }
+    if (found) take(d, k, w, m);
     if (k.head == k.queue.size()) {
       k.queue.clear();
       k.head = 0;
       if (k.kept > 0)  // freed buffers were kept for waiting allocations only
-        for (uint32_t id : k.order)
-          if (entries_[id].valid && !entries_[id].open) invalidate(k, entries_[id]);
+        for (Element& e : k.order)
+          if ((e.ref & kKeptBit) && valid(key, e)) drop(k, e);
     } else if (k.head > 64 && 2 * k.head > k.queue.size()) {
       k.queue.erase(k.queue.begin(), k.queue.begin() + static_cast<ptrdiff_t>(k.head));
       k.head = 0;
     }
   }
+  maybe_compact(k);
 }
 
-void HandoffStream::take(DeviceAnalysis& d, Key& k, const Waiting& w, const Entry& m) {
+void HandoffStream::take(DeviceAnalysis& d, Key& k, const Waiting& w, const Found& m) {
   ++d.handoff_count;
   d.handoff_bytes += k.bytes;
   Pair pr;
@@ -332,7 +375,7 @@ void HandoffStream::peak_moved(DeviceAnalysis& d) {
 void HandoffStream::finish(const std::function<DeviceAnalysis&(uint16_t)>& device) {
   if (stopped_) return;
   ended_ = true;
-  // What is open stays open: every entry is final, every waiting allocation can be decided.
+  // What is open stays open: every element is final, every waiting allocation can be decided.
   for (uint32_t key = 0; key < keys_.size(); ++key) {
     Key& k = keys_[key];
     if (k.head < k.queue.size()) settle(device(k.device), key);

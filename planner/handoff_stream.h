@@ -13,8 +13,12 @@
 // peak of that moment; a later peak lies after both frees, so each new peak starts the at-peak
 // bytes again (as the replay's copies of what is live at the peak start again).
 //
-// State: per key with a used live buffer, its entries (one per buffer: its latest use) and the
-// waiting allocations, plus freed buffers kept while an allocation before their free waits. When
+// State: per (device, bytes) with a used live buffer, the buffers' latest uses in order (one
+// element per use; the earlier ones of a buffer are stale and compacted away), the allocations that
+// wait, and freed buffers kept while an allocation before their free waits. A size with one used
+// buffer and nothing waiting (most, when sizes vary) is only an index entry naming that buffer: its
+// uses touch nothing else. A key with an order exists once a second buffer or a waiting allocation
+// needs one, and goes back to an index entry when they are gone. When
 // waiting allocations and kept buffers exceed `max_waiting` (a trace whose buffers are used once
 // and held to the end, with many allocations of their size after), the search stops: stopped()
 // says why, and the run reports no hand-offs rather than grow with the trace.
@@ -56,33 +60,40 @@ class HandoffStream {
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
-  struct SlotState {        // per replayer slot
-    uint32_t number = 0;    // the lifetime's number (allocation order)
-    uint32_t key = kNone;   // its key, while it has an entry
-    uint32_t entry = kNone; // its entry (as a buffer M): its latest use
-    uint32_t wait = kNone;  // its waiting record (as an allocation L)
-    uint32_t pair = kNone;  // its pair (as L) until its free
-  };
-  struct Entry {            // a used buffer M at its latest use
-    uint32_t u = 0, number = 0, free = kNoFree;
+  static constexpr uint32_t kNoFree = UINT32_MAX;
+  static constexpr uint32_t kKeptBit = 1u << 31;
+  static constexpr uint32_t kSingleBit = 1u << 31;  // in key_index_: the one buffer's slot, no key
+  static constexpr uint32_t kSingle = UINT32_MAX - 1;  // SlotState::key of that buffer
+  struct SlotState {          // per replayer slot: the lifetime as a buffer M and as an allocation L
+    uint32_t number = 0;      // the lifetime's number (allocation order)
+    uint32_t key = kNone;     // its key while it is an open, used buffer (kSingle: alone, no key)
+    uint32_t u = 0, pos = 0;  // its latest use, and that use's element in the key's order
+    uint32_t wait = kNone;    // its waiting record (as an allocation L)
+    uint32_t pair = kNone;    // its pair (as L) until its free
     StrId name{}, scope{};
-    bool open = true, valid = true, kept = false;  // kept: freed, held for a waiting allocation
   };
-  struct Waiting {          // an allocation L not decided yet
+  struct Element {            // a buffer's use, in its key's order
+    uint32_t u, ref, number;  // ref: its slot, or kKeptBit | kept record once freed
+  };
+  struct Kept {               // a freed buffer held for waiting allocations
+    uint32_t u = 0, number = 0, free = 0;
+    StrId name{}, scope{};
+    bool valid = false;
+  };
+  struct Waiting {            // an allocation L not decided yet
     uint32_t p = 0, number = 0, free = kNoFree, slot = kNone;
     StrId name{}, scope{};
   };
   struct Key {
     uint16_t device = 0;
     uint64_t bytes = 0;
-    std::vector<uint32_t> order;  // entries by u, ascending
+    std::vector<Element> order;   // by u, ascending
     std::vector<uint32_t> queue;  // waiting allocations in allocation order, from `head`
     size_t head = 0;
-    uint32_t valid = 0, invalid = 0, kept = 0;  // kept: valid freed entries held for waiting ones
-    // The open entry the first waiting allocation waits on: the latest valid entry before its
-    // position (every entry between is invalid). Only its next use or its free decides.
-    uint32_t blocker = kNone;
-    bool idle = false;  // no entry, nothing waiting: dropped at the next sweep unless used again
+    uint32_t valid = 0, invalid = 0, kept = 0;  // elements: current ones (open or kept), stale ones
+    // The open buffer the first waiting allocation waits on: the latest valid element before its
+    // position (every element between is stale). Only its next use or its free decides.
+    uint32_t blocker = kNone, blocker_number = 0;
   };
   struct Pair {
     uint32_t a = 0, b = 0, number = 0;  // [a, b): L.alloc to M.free so far; number: L's
@@ -94,16 +105,20 @@ class HandoffStream {
     Handoff h;
     uint32_t pair = kNone;  // open pair whose peak test is pending
   };
-  static constexpr uint32_t kNoFree = UINT32_MAX;
+  struct Found {  // a candidate, as settle() found it
+    uint32_t number, free;
+    StrId name, scope;
+  };
 
-  uint32_t key_of(uint16_t device, uint64_t bytes, bool create);
+  uint32_t new_key(uint16_t device, uint64_t bytes);
+  uint32_t promote(uint32_t& index_value, uint16_t device, uint64_t bytes);
+  bool valid(uint32_t key, const Element& e) const;
   void settle(DeviceAnalysis& d, uint32_t key);
-  void take(DeviceAnalysis& d, Key& k, const Waiting& w, const Entry& m);
+  void take(DeviceAnalysis& d, Key& k, const Waiting& w, const Found& m);
   void close(DeviceAnalysis& d, uint32_t pair, uint32_t l_free);
-  void invalidate(Key& k, Entry& e);
+  void drop(Key& k, Element& e);  // a current element stops being one
   void maybe_compact(Key& k);
-  void drop_key_if_empty(uint32_t key);
-  void sweep_idle_keys();
+  void shrink_key(uint32_t key);
   void count_waiting(ptrdiff_t delta);
   void stop(std::string reason);
   template <class T>
@@ -115,14 +130,13 @@ class HandoffStream {
   std::string stop_reason_;
   uint32_t next_number_ = 0;
   size_t waiting_ = 0, max_seen_ = 0;
-  size_t idle_keys_ = 0;  // keys in key_index_ with nothing in them (kept for sizes that recur)
   std::vector<SlotState> slots_;
-  PairMap key_index_;  // (device, bytes) -> 1 + key, for keys in use
+  PairMap key_index_;  // (device, bytes) -> 1 + key, or kSingleBit | slot of the one used buffer
   std::vector<Key> keys_;
-  std::vector<Entry> entries_;
+  std::vector<Kept> kept_;
   std::vector<Waiting> waits_;
   std::vector<Pair> pairs_;
-  std::vector<uint32_t> spare_keys_, spare_entries_, spare_waits_, spare_pairs_;
+  std::vector<uint32_t> spare_keys_, spare_kept_, spare_waits_, spare_pairs_;
   std::vector<std::vector<Listed>> listed_;  // per device: a max-heap by L's number, at most limit_
   std::vector<uint32_t> listed_at_peak_;      // per device: listed pairs tested and found at the peak
 };

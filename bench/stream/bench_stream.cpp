@@ -14,9 +14,9 @@
 //       0), --uses (use records), --seed S.
 //   bench_stream read PATH
 //       Reads PATH frame by frame on one thread (TraceReader: checksum + decode) and reports MB/s.
-//   bench_stream analyze [--serial] [--window N] PATH...
-//       planner::analyze_stream over the inputs (merged as ranks when several); time, records/s and
-//       the peak figures. (End-to-end figures with peak RSS come from `moeprof plan` in run.sh.)
+//   bench_stream analyze [--serial] [--no-handoffs] [--window N] PATH...
+//       planner::analyze_stream over the inputs (merged as ranks when several) with plan's options
+//       (--no-handoffs: without the hand-off search); time, records/s and the peak figures. (End-to-end figures with peak RSS come from `moeprof plan` in run.sh.)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -196,10 +196,11 @@ int read_bench(const std::string& path) {
   return 0;
 }
 
-int analyze_bench(const std::vector<std::string>& paths, bool serial, size_t window) {
+int analyze_bench(const std::vector<std::string>& paths, bool serial, size_t window, bool handoffs) {
   planner::StreamOptions o;
   o.parallel = !serial;
   o.analyze.alloc_groups = false;  // as `moeprof plan`
+  o.analyze.findings = handoffs;
   if (window > 0) o.reorder_window = window;
   planner::StreamStats st;
   const auto t0 = std::chrono::steady_clock::now();
@@ -228,16 +229,17 @@ int main(int argc, char** argv) {
   }
   if (cmd == "analyze") {
     std::vector<std::string> paths;
-    bool serial = false;
+    bool serial = false, handoffs = true;
     size_t window = 0;
     for (int i = 2; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--serial") serial = true;
+      else if (a == "--no-handoffs") handoffs = false;
       else if (a == "--window" && i + 1 < argc) window = std::strtoull(argv[++i], nullptr, 10);
       else paths.push_back(a);
     }
-    if (paths.empty()) die("usage: bench_stream analyze [--serial] [--window N] PATH...");
-    return analyze_bench(paths, serial, window);
+    if (paths.empty()) die("usage: bench_stream analyze [--serial] [--no-handoffs] [--window N] PATH...");
+    return analyze_bench(paths, serial, window, handoffs);
   }
   if (cmd != "generate") die("unknown command " + cmd);
   GenerateArgs g;
