@@ -461,6 +461,15 @@ TEST_CASE("cli: --stream on gives the in-memory figures; ranks merge; export str
   REQUIRE(e2.rc == 0);
   CHECK(json::parse(e1.out)["records"] == count_lines(moeprof::testing::slurp(f2)) - 1);  // one header line
   CHECK(moeprof::testing::slurp(f1) == moeprof::testing::slurp(f2));
+  // By default JSON lines stream too, and name the run as the in-memory path does.
+  const std::string f3 = (dir / "d.jsonl").string(), f4 = (dir / "o.jsonl").string();
+  auto e3 = run_cli("export " + base + " --out-jsonl '" + f3 + "' --json");
+  auto e4 = run_cli("export " + base + " --out-jsonl '" + f4 + "' --json --stream off");
+  REQUIRE(e3.rc == 0);
+  REQUIRE(e4.rc == 0);
+  CHECK(json::parse(e3.out)["run"] == json::parse(e4.out)["run"]);
+  CHECK_FALSE(json::parse(e3.out)["run"].get<std::string>().empty());
+  CHECK(moeprof::testing::slurp(f3) == moeprof::testing::slurp(f2));
 }
 
 // A traced program's trace: times since its start, not the recording clock; allocations without a
