@@ -11,7 +11,8 @@
 //       and again, timestamps shifted and sequence numbers renewed, on D devices; `window`, the
 //       shapes of shaped_trace.h: --live K (live allocations per device, 64), --names N (10; 0
 //       unnamed), --layers L (61: L x 3 scopes; 0 unscoped), --stacks S (call stacks, version 2;
-//       0), --uses (use records), --seed S.
+//       0), --uses (use records), --traced (as the CUPTI tracer: no categories, kernels, backend
+//       cupti in the metadata), --seed S.
 //   bench_stream read PATH
 //       Reads PATH frame by frame on one thread (TraceReader: checksum + decode) and reports MB/s.
 //   bench_stream analyze [--serial] [--no-handoffs] [--window N] PATH...
@@ -133,6 +134,10 @@ int generate(const GenerateArgs& a) {
     TraceWriterOptions wo{16384, 0};
     wo.version = a.version;
     if (a.version < 2) meta.pid = 4242;
+    if (a.pattern == "window" && a.shape.traced) {
+      meta.backend = "cupti";
+      meta.mode = "traced";
+    }
     auto w = TraceWriter::open(path, meta, wo);
     if (!w) die(w.status().message());
     TraceWriter& tw = **w;
@@ -245,8 +250,8 @@ int main(int argc, char** argv) {
   GenerateArgs g;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--uses") {
-      g.shape.uses = true;
+    if (a == "--uses" || a == "--traced") {
+      (a == "--uses" ? g.shape.uses : g.shape.traced) = true;
       continue;
     }
     if (i + 1 >= argc) die(a + " needs a value");

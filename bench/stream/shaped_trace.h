@@ -8,7 +8,8 @@
 // allocation is named (one of `names`), scoped (layer.L/attn, layer.L/moe or layer.L/moe/experts,
 // the layer advancing every 64 steps) and given one of `stacks` call stacks (format 2) when those
 // are not 0; with `uses`, it is written once when allocated and a random live one is read.
-// Weights (16 x 64 MiB per device, never freed) come first. State is the live window only.
+// Weights (16 x 64 MiB per device, never freed) come first. State is the live window only. With
+// `traced`, categories are unknown and a kernel runs every 16 steps, as in a CUPTI trace.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,9 @@ struct TraceShape {
   int layers = 61;     // scopes are layers x 3; 0: unscoped
   int stacks = 0;      // distinct call stacks (format 2 only); 0: none
   bool uses = false;
+  // As the CUPTI tracer records a program: no categories (the planner infers them, in a first
+  // pass when streaming), a kernel every 16 steps; the caller marks the metadata (backend cupti).
+  bool traced = false;
   uint32_t version = 2;
   uint64_t seed = 1;
 };
@@ -107,8 +111,8 @@ void generate_shaped(size_t target_events, const TraceShape& shape, Intern&& int
       r.device = static_cast<uint16_t>(d);
       r.address = address_for(devs[static_cast<size_t>(d)], 18);
       r.bytes = uint64_t{64} << 20;
-      r.category = Category::kWeights;
-      r.name_id = w_name;
+      r.category = shape.traced ? Category::kUnknown : Category::kWeights;
+      if (!names.empty()) r.name_id = w_name;
       push(r);
     }
   }
@@ -123,6 +127,7 @@ void generate_shaped(size_t target_events, const TraceShape& shape, Intern&& int
     while ((uint64_t{256} << cls) < a.bytes) ++cls;
     a.address = address_for(dv, cls);
     a.category = splitmix64(rng) % 8 == 0 ? Category::kWorkspace : Category::kActivation;
+    if (shape.traced) a.category = Category::kUnknown;
     a.dtype = DType::kBF16;
     a.stream = 7;
     if (!names.empty()) a.name_id = names[splitmix64(rng) % names.size()];
@@ -141,6 +146,14 @@ void generate_shaped(size_t target_events, const TraceShape& shape, Intern&& int
       u.address = dv.live[splitmix64(rng) % dv.live.size()].address;
       u.flags = kUseRead;
       push(u);
+    }
+    if (shape.traced && step % 16 == 15) {
+      TraceRecord k;
+      k.kind = EventKind::kKernel;
+      k.device = d;
+      k.bytes = 5000 + splitmix64(rng) % 20000;  // duration, ns
+      if (!names.empty()) k.name_id = names[splitmix64(rng) % names.size()];
+      push(k);
     }
     if (dv.live.size() > static_cast<size_t>(shape.live)) {
       const size_t k = splitmix64(rng) % dv.live.size();
