@@ -17,8 +17,8 @@ bool is_replayed(EventKind kind) {
 
 Replayer::Replayer(const std::vector<std::string>& strings, const AnalyzeOptions& opt, uint64_t t0, uint64_t t1,
                    size_t expected_allocs, const StackTable* stacks, HandoffSearch search)
-    : opt_(opt), keep_all_(opt.keep_lifetimes || (opt.findings && search == HandoffSearch::kAtEnd)), t0_(t0), t1_(t1), scopes_(strings),
-      slot_of_(65536, -1), filtering_(opt.category_mask != ~0u || opt.mem_kind_mask != ~0u), strings_(strings),
+    : opt_(opt), keep_all_(opt.keep_lifetimes || (opt.findings && search == HandoffSearch::kAtEnd)), t0_(t0), t1_(t1),
+      scopes_(strings), slot_of_(65536, -1), filtering_(opt.category_mask != ~0u || opt.mem_kind_mask != ~0u), strings_(strings),
       strings_stacks_(stacks) {
   // Reserved once (the caller counts the allocations): growing by doubling would hold the old and
   // the new array at once, up to 3x the lifetimes at the peak.
@@ -50,7 +50,7 @@ DeviceState& Replayer::dev_state(uint16_t device) {
   return devs_[static_cast<size_t>(s)];
 }
 
-// The scope slots an allocation of (device, scope) counts toward: one hash lookup per event.
+// The scope slots an allocation of (device, scope) counts toward.
 std::pair<uint32_t, uint32_t> Replayer::scope_slots(uint16_t device, StrId scope) {
   return chain_ranges_[scope_chain(device, scope)];
 }

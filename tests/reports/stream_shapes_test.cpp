@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <random>
+#include <tuple>
 
 #include "core/trace_io.h"
 #include "planner/analysis.h"
@@ -231,6 +232,41 @@ TEST_CASE("stream shapes: named, scoped and stacked traces of versions 1 and 2 e
         CHECK(mem.devices[i].held_after_last_use_bytes == first.devices[i].held_after_last_use_bytes);
       }
     }
+  }
+}
+
+TEST_CASE("stream shapes: a record later than the first window restarts with the full one, then sorts externally", "[stream]") {
+  Shape s;
+  s.seed = 19;
+  const std::string in_order = tmp_path("order.mtrace"), late = tmp_path("late.mtrace");
+  write_shape(in_order, s, 12007);
+  auto t = read_trace(in_order);
+  REQUIRE(t.is_ok());
+  // 3000 records from the middle moved 1500 records later: later than 256 allow, not than 8192.
+  std::vector<TraceRecord> moved(t->records.begin() + 5000, t->records.begin() + 8000);
+  t->records.erase(t->records.begin() + 5000, t->records.begin() + 8000);
+  t->records.insert(t->records.begin() + 6500, moved.begin(), moved.end());
+  REQUIRE(write_trace(late, *t).is_ok());
+  auto back = read_trace(late);
+  REQUIRE(back.is_ok());
+  const planner::RunAnalysis mem = planner::analyze(*back, mem_opts());
+  CHECK(mem.reordered);
+  CHECK(handoffs(mem) > 0);
+  for (const auto& [first, full, restarts, external] :
+       {std::tuple<size_t, size_t, uint32_t, bool>{256, 8192, 1, false}, {256, 512, 2, true}, {8192, 8192, 0, false}}) {
+    planner::StreamOptions so = stream_opts(true);
+    so.initial_window = first;
+    so.reorder_window = full;
+    so.temp_dir = fs::path(late).parent_path().string();
+    planner::StreamStats st;
+    auto r = planner::analyze_stream({late}, so, &st);
+    REQUIRE(r.is_ok());
+    INFO("windows " << first << " then " << full);
+    CHECK(st.restarts == restarts);
+    CHECK(st.external_sort == external);
+    CHECK(st.window == (external ? 0 : full));
+    CHECK(r->reordered);
+    CHECK(report_of(*r) == report_of(mem));
   }
 }
 
