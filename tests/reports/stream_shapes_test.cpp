@@ -23,10 +23,19 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The test's files (up to 13 MB each) live in one directory, removed when the process ends.
+struct TempDir {
+  fs::path dir = fs::temp_directory_path() / ("moeprof_stream_shapes_test_" + std::to_string(::getpid()));
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+const TempDir kTemp;
+
 std::string tmp_path(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("moeprof_stream_shapes_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / name).string();
+  fs::create_directories(kTemp.dir);
+  return (kTemp.dir / name).string();
 }
 
 struct Shape {
