@@ -10,8 +10,8 @@ namespace moeprof::planner {
 
 // Open-addressing map from a pair of 64-bit words to a uint32, for the hot per-event lookups:
 // (device, address) -> allocation state, (device, scope) -> scope-chain slots,
-// ((scope, name), bytes) -> count. Entries are never erased. Linear probing, power-of-two
-// capacity, at most half full.
+// ((scope, name), bytes) -> count, (device, bytes) -> hand-off key. Linear probing, power-of-two
+// capacity, at most half full; erase() shifts the entries after it back (no tombstones).
 class PairMap {
  public:
   using Key = std::pair<uint64_t, uint64_t>;
@@ -43,6 +43,27 @@ class PairMap {
       if (e.key == k) return &e.value;
       i = (i + 1) & (cap_ - 1);
     }
+  }
+  // Removes the key; false when absent. Pointers and references into the map are invalidated.
+  bool erase(Key k) {
+    const size_t mask = cap_ - 1;
+    size_t i = hash(k) & mask;
+    while (true) {
+      if (!entries_[i].used) return false;
+      if (entries_[i].key == k) break;
+      i = (i + 1) & mask;
+    }
+    // Backward shift: an entry after the hole moves into it unless its home lies in (hole, entry].
+    for (size_t j = (i + 1) & mask; entries_[j].used; j = (j + 1) & mask) {
+      const size_t home = hash(entries_[j].key) & mask;
+      const bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+      if (stays) continue;
+      entries_[i] = entries_[j];
+      i = j;
+    }
+    entries_[i].used = false;
+    --size_;
+    return true;
   }
   template <typename F>
   void for_each(F&& f) const {
@@ -88,6 +109,7 @@ class AddressMap {
   static constexpr uint32_t kFreedBit = 1u << 31;
   uint32_t& slot(uint16_t device, uint64_t address) { return map_[{device, address}]; }
   uint32_t* find(uint16_t device, uint64_t address) { return map_.find({device, address}); }
+  size_t size() const { return map_.size(); }
 
  private:
   PairMap map_;

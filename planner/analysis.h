@@ -195,12 +195,13 @@ struct RunAnalysis {
   std::string limit_error;
   std::vector<std::string> strings;     // the trace's string table (ids used by Lifetime)
   StackTable stacks;                    // the trace's call stacks (Lifetime::stack_id)
-  std::vector<AllocGroup> alloc_groups; // sorted by (scope, name, bytes)
+  std::vector<AllocGroup> alloc_groups; // sorted by (scope, name, bytes); empty unless AnalyzeOptions::alloc_groups
   // All lifetimes in alloc replay order, when AnalyzeOptions::keep_lifetimes. Handoff indices
   // refer to this numbering (which is also used when lifetimes are not kept).
   std::vector<Lifetime> lifetimes;
-  bool handoffs_computed = true;        // AnalyzeOptions::findings
-  bool streamed = false;                // analyze_stream (planner/stream.h): no lifetimes, no hand-off search
+  bool handoffs_computed = true;        // AnalyzeOptions::findings, and the search ran to the end
+  std::string handoffs_note;            // why a search asked for did not run to the end ("" when it did)
+  bool streamed = false;                // analyze_stream (planner/stream.h): no lifetimes kept
   // Timestamp of the first replayed event (before any filter): the start of the trace, from which
   // reports measure times ("78.8 ms"); 0 when nothing was replayed.
   uint64_t start_ts = 0;
@@ -219,6 +220,19 @@ struct RunAnalysis {
   // op and every marker end, in replay order (what-if rules locate "after op X" with them).
   std::vector<uint64_t> position_ts;
   std::vector<OpEvent> op_uses, marker_ends;
+  // How many entries the replay's tables held at the end: each grows with the distinct names,
+  // scopes, sizes, addresses or with what is live at once, never with the number of events
+  // (tests/reports/stream_test.cpp checks it).
+  struct ReplayTables {
+    uint64_t scope_nodes = 0;       // scope paths and their prefixes
+    uint64_t scope_counters = 0;    // (device, scope node) counters
+    uint64_t scope_chains = 0;      // (device, scope id) pairs
+    uint64_t growth_groups = 0;     // (name or innermost frame, scope family)
+    uint64_t alloc_groups = 0;      // (scope, name or stack, bytes), with AnalyzeOptions::alloc_groups
+    uint64_t addresses = 0;         // (device, address) allocation states
+    uint64_t lifetime_slots = 0;    // lifetimes held: all when kept, else the most open at once
+    uint64_t handoff_held = 0;      // the most allocations and buffers the hand-off search held at once (streamed)
+  } tables;
 
   const std::string& str(StrId id) const { return index_of(id) < strings.size() ? strings[index_of(id)] : strings.at(0); }
   const DeviceAnalysis* device(uint16_t id) const;
@@ -241,7 +255,16 @@ struct AnalyzeOptions {
   // Hand-off findings need every lifetime in memory until the end; without them (and without
   // keep_lifetimes) the replay keeps only what is live, and RunAnalysis::handoffs_computed is false.
   bool findings = true;
+  // The streamed analysis searches hand-offs as it goes (planner/handoff_stream.h): allocations wait
+  // while their best candidate may still be used. Waiting allocations and the freed buffers held for
+  // them (about 40 B each) are at most this many; past it the search stops (handoffs_computed false,
+  // handoffs_note says why) rather than grow with the trace.
+  size_t handoff_max_waiting = size_t{1} << 21;
   bool keep_event_index = false;
+  // RunAnalysis::alloc_groups, the (scope, name, frame, bytes) multiset that compare() matches runs
+  // by: one entry per distinct size of each (scope, name), so up to one per allocation in a trace
+  // whose sizes vary. Commands that compare nothing (plan, a report of one run) leave it off.
+  bool alloc_groups = true;
   // Per record index: the category the replay uses for that allocation instead of the record's
   // (planner/categories.h infers them for traced programs); nullptr = the records' own.
   const std::vector<Category>* record_categories = nullptr;

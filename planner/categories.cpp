@@ -148,9 +148,9 @@ namespace {
 
 bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
 
-// Category a library allocated for, from the stack (innermost frame first) and the scope.
-Category library_category(const RunAnalysis& t, const TraceRecord& r) {
-  for (uint32_t fid : t.stacks.stack(r.stack_id)) {
+// Category a library allocated for, from the stack (innermost frame first).
+Category stack_library_category(const RunAnalysis& t, StackId stack) {
+  for (uint32_t fid : t.stacks.stack(stack)) {
     const StackFrame& f = t.stacks.frame(fid);
     const std::string_view file = t.str(f.file);
     if (f.kind == FrameKind::kNative) {
@@ -161,10 +161,26 @@ Category library_category(const RunAnalysis& t, const TraceRecord& r) {
       return Category::kCommunication;
     }
   }
-  std::string scope(t.str(r.scope_id));
-  std::transform(scope.begin(), scope.end(), scope.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (contains(scope, "nccl")) return Category::kCommunication;
   return Category::kUnknown;
+}
+
+// ... and from the scope.
+Category scope_library_category(const RunAnalysis& t, StrId scope_id) {
+  std::string scope(t.str(scope_id));
+  std::transform(scope.begin(), scope.end(), scope.begin(), [](unsigned char c) { return std::tolower(c); });
+  return contains(scope, "nccl") ? Category::kCommunication : Category::kUnknown;
+}
+
+// The two, each found once per id (InferredCategories::library_by_stack / _by_scope).
+Category library_category(const RunAnalysis& t, const TraceRecord& r, InferredCategories* memo) {
+  auto known = [](std::vector<uint8_t>& v, uint32_t id, auto&& find) {
+    if (id >= v.size()) v.resize(static_cast<size_t>(id) + 1, 0);
+    if (v[id] == 0) v[id] = static_cast<uint8_t>(1 + static_cast<uint8_t>(find()));
+    return static_cast<Category>(v[id] - 1);
+  };
+  const Category c = known(memo->library_by_stack, index_of(r.stack_id), [&] { return stack_library_category(t, r.stack_id); });
+  if (c != Category::kUnknown) return c;
+  return known(memo->library_by_scope, index_of(r.scope_id), [&] { return scope_library_category(t, r.scope_id); });
 }
 
 }  // namespace
@@ -187,7 +203,7 @@ Category decide_category(const TraceRecord& r, bool cupti, bool persistent, cons
         break;
       }
   }
-  if (c == Category::kUnknown && (c = library_category(shell, r)) != Category::kUnknown) ++out->by_library;
+  if (c == Category::kUnknown && (c = library_category(shell, r, out)) != Category::kUnknown) ++out->by_library;
   // No API call behind it (CUPTI correlation id 0, no thread): the driver's own memory, e.g. the
   // static __device__ data of a kernel module loaded lazily at its first launch.
   if (c == Category::kUnknown && cupti && r.seq == 0 && r.tid == 0 && r.name_id == StrId::kNone &&

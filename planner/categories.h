@@ -51,6 +51,9 @@ struct InferredCategories {
   // Allocations given each category, by the reason: rule, library (communication/workspace),
   // persistent, transient.
   uint64_t by_rule = 0, by_library = 0, driver = 0, persistent = 0, transient = 0;
+  // decide_category's answers from library frames and scopes, per stack id and per scope id
+  // (0: not yet known, else 1 + the category): found once per stack and scope, not per allocation.
+  std::vector<uint8_t> library_by_stack, library_by_scope;
 };
 
 InferredCategories infer_categories(const Trace& trace, const std::vector<CategoryRule>& rules);

@@ -3,6 +3,7 @@
 #include <map>
 #include <tuple>
 
+#include "planner/handoff_stream.h"
 #include "planner/replayer.h"
 #include "planner/stacks.h"
 
@@ -87,9 +88,21 @@ void Replayer::build_live_sets(RunAnalysis* run) {
 
 void Replayer::finish(RunAnalysis* run, uint32_t num_events) {
   build_live_sets(run);
-  if (opt_.findings) find_handoffs(*run, num_events);
+  if (handoffs_) {
+    handoffs_->finish([&](uint16_t device) -> DeviceAnalysis& { return devs_[static_cast<size_t>(slot_of_[device])].out; });
+    if (handoffs_->stopped()) {
+      for (DeviceState& ds : devs_) {
+        ds.out.handoff_count = ds.out.handoff_bytes = ds.out.handoff_bytes_at_activation_peak = 0;
+        ds.out.handoffs.clear();
+      }
+      run->handoffs_note = "the hand-off search stopped: " + handoffs_->stop_reason();
+    }
+  } else if (opt_.findings) {
+    find_handoffs(*run, num_events);
+  }
   find_growth(run);
-  run->handoffs_computed = opt_.findings;
+  run->handoffs_computed = opt_.findings && !(handoffs_ && handoffs_->stopped());
+  if (!opt_.findings) run->handoffs_note = "the analysis was not asked for them";
 
   for (DeviceState& ds : devs_) {
     DeviceAnalysis& d = ds.out;
@@ -109,6 +122,15 @@ void Replayer::finish(RunAnalysis* run, uint32_t num_events) {
   }
   run->anomalies = an_;
   run->limit_error = limit_error_;
+  RunAnalysis::ReplayTables& t = run->tables;
+  t.scope_nodes = scopes_.num_nodes();
+  t.scope_counters = scope_stats_.size();
+  t.scope_chains = chain_ranges_.size();
+  t.growth_groups = growth_.size();
+  t.alloc_groups = groups_.size();
+  t.addresses = addrs_.size();
+  t.lifetime_slots = lts_.size();
+  t.handoff_held = handoffs_ ? handoffs_->max_waiting_seen() : 0;
 
   std::map<uint32_t, std::string> frame_of;  // stack id -> innermost user frame
   groups_.for_each([&](std::pair<uint64_t, uint64_t> k, uint32_t count) {

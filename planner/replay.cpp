@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "planner/counters.h"
+#include "planner/handoff_stream.h"
 #include "planner/replayer.h"
 
 namespace moeprof::planner {
@@ -16,14 +17,21 @@ bool is_replayed(EventKind kind) {
 }
 
 Replayer::Replayer(const std::vector<std::string>& strings, const AnalyzeOptions& opt, uint64_t t0, uint64_t t1,
-                   size_t expected_records, const StackTable* stacks)
-    : opt_(opt), keep_all_(opt.keep_lifetimes || opt.findings), t0_(t0), t1_(t1), scopes_(strings),
-      slot_of_(65536, -1), filtering_(opt.category_mask != ~0u || opt.mem_kind_mask != ~0u), strings_(strings),
+                   size_t expected_allocs, const StackTable* stacks, HandoffSearch search)
+    : opt_(opt), keep_all_(opt.keep_lifetimes || (opt.findings && search == HandoffSearch::kAtEnd)), t0_(t0), t1_(t1),
+      scopes_(strings), slot_of_(65536, -1), filtering_(opt.category_mask != ~0u || opt.mem_kind_mask != ~0u), strings_(strings),
       strings_stacks_(stacks) {
-  // Allocations are at most about half of the events in traces that free what they allocate;
-  // untouched capacity costs address space only.
-  if (keep_all_) lts_.reserve(expected_records / 2 + 16);
+  // Reserved once (the caller counts the allocations): growing by doubling would hold the old and
+  // the new array at once, up to 3x the lifetimes at the peak.
+  if (keep_all_) {
+    lts_.reserve(expected_allocs);
+    slot_chain_.reserve(expected_allocs);
+  }
+  if (opt.findings && search == HandoffSearch::kAsItGoes)
+    handoffs_ = std::make_unique<HandoffStream>(opt.handoff_limit, opt.handoff_max_waiting, strings);
 }
+
+Replayer::~Replayer() = default;
 
 DeviceState& Replayer::dev_state(uint16_t device) {
   int32_t s = slot_of_[device];
@@ -43,8 +51,15 @@ DeviceState& Replayer::dev_state(uint16_t device) {
   return devs_[static_cast<size_t>(s)];
 }
 
-// The scope slots an allocation of (device, scope) counts toward: one hash lookup per event.
+// The scope slots an allocation of (device, scope) counts toward.
 std::pair<uint32_t, uint32_t> Replayer::scope_slots(uint16_t device, StrId scope) {
+  return chain_ranges_[scope_chain(device, scope)];
+}
+
+// The index into chain_ranges_ of (device, scope): the device's last one, else one hash lookup.
+uint32_t Replayer::scope_chain(uint16_t device, StrId scope) {
+  DeviceState& d = devs_[static_cast<size_t>(slot_of_[device])];
+  if (d.last_scope == index_of(scope)) return d.last_chain;
   uint32_t& c = chain_of_[{device, index_of(scope)}];
   if (c == 0) {
     auto [cb, ce] = scopes_.chain(scope);
@@ -61,7 +76,9 @@ std::pair<uint32_t, uint32_t> Replayer::scope_slots(uint16_t device, StrId scope
     chain_ranges_.emplace_back(begin, static_cast<uint32_t>(chain_slots_.size()));
     c = static_cast<uint32_t>(chain_ranges_.size());
   }
-  return chain_ranges_[c - 1];
+  d.last_scope = index_of(scope);
+  d.last_chain = c - 1;
+  return c - 1;
 }
 
 uint32_t Replayer::new_slot() {
@@ -79,7 +96,8 @@ void Replayer::free_slot(uint32_t s) {
   if (!keep_all_) free_slots_.push_back(s);
 }
 
-void Replayer::release(DeviceState& d, Lifetime& l, uint64_t ts, uint32_t pos) {
+void Replayer::release(DeviceState& d, uint32_t slot, uint64_t ts, uint32_t pos) {
+  Lifetime& l = lts_[slot];
   l.t_free = ts;
   l.free_index = pos;
   const uint64_t b = l.bytes;
@@ -87,7 +105,7 @@ void Replayer::release(DeviceState& d, Lifetime& l, uint64_t ts, uint32_t pos) {
   d.live_cat[l.category] -= b;
   const bool act = counts_as_activation(l.category);
   if (act) d.live_act -= b;
-  auto [sb, se] = scope_slots(l.device, l.scope_id);
+  auto [sb, se] = chain_ranges_[slot_chain_[slot]];
   for (uint32_t k = sb; k < se; ++k) {
     ScopeSlot& s = scope_stats_[chain_slots_[k]];
     s.live -= b;
@@ -95,6 +113,7 @@ void Replayer::release(DeviceState& d, Lifetime& l, uint64_t ts, uint32_t pos) {
   }
   // Live at the device's current activation peak: keep a copy (the slot may be reused).
   if (!keep_all_ && d.out.peak_activation_bytes > 0 && live_at(l, d.out.peak_activation_index)) d.kept.push_back(l);
+  if (handoffs_) handoffs_->release(d.out, slot, l, pos);
 }
 
 void Replayer::on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos) {
@@ -115,6 +134,7 @@ void Replayer::on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos) {
   l.category = r.category;  // in range: readers validate records
   l.dtype = r.dtype;
   l.mem_kind = r.mem_kind;
+  if (handoffs_) handoffs_->alloc(d.out, li, l);
   if (r.bytes == 0) ++an_.zero_size_allocs;
   if (r.address == 0 && r.bytes == 0) {
     // malloc(0) returning null: nothing to free later; a zero-length lifetime.
@@ -126,7 +146,7 @@ void Replayer::on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos) {
     if (st != 0 && !(st & AddressMap::kFreedBit)) {
       ++an_.alloc_over_live;
       const uint32_t old = (st & ~AddressMap::kFreedBit) - 1;
-      release(d, lts_[old], r.timestamp_ns, pos);
+      release(d, old, r.timestamp_ns, pos);
       free_slot(old);
     }
     st = li + 1;
@@ -156,8 +176,12 @@ void Replayer::on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos) {
     d.out.peak_activation_index = pos;
     d.out.live_at_activation_peak = d.live_cat;
     d.kept.clear();
+    if (handoffs_) handoffs_->peak_moved(d.out);
   }
-  auto [sb, se] = scope_slots(r.device, r.scope_id);
+  const uint32_t chain = scope_chain(r.device, r.scope_id);
+  if (slot_chain_.size() <= li) slot_chain_.resize(static_cast<size_t>(li) + 1);
+  slot_chain_[li] = chain;  // the free finds its scope counters without a lookup
+  auto [sb, se] = chain_ranges_[chain];
   for (uint32_t k = sb; k < se; ++k) {
     ScopeSlot& s = scope_stats_[chain_slots_[k]];
     s.live += b;
@@ -171,9 +195,11 @@ void Replayer::on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos) {
   }
   // Unnamed allocations with a call stack (traced programs) are grouped by their stack; finish()
   // names each group by its innermost user frame (AllocGroup::frame).
-  uint64_t who = index_of(r.name_id);
-  if (who == 0 && r.stack_id != StackId::kNone && index_of(r.stack_id) < kGroupByStack) who = kGroupByStack | index_of(r.stack_id);
-  ++groups_[{uint64_t{index_of(r.scope_id)} << 32 | who, r.bytes}];
+  if (opt_.alloc_groups) {
+    uint64_t who = index_of(r.name_id);
+    if (who == 0 && r.stack_id != StackId::kNone && index_of(r.stack_id) < kGroupByStack) who = kGroupByStack | index_of(r.stack_id);
+    ++groups_[{uint64_t{index_of(r.scope_id)} << 32 | who, r.bytes}];
+  }
   d.tl_total.sample(r.timestamp_ns, d.live_total);
   d.tl_act.sample(r.timestamp_ns, d.live_act);
 }
@@ -226,7 +252,7 @@ void Replayer::on_free(DeviceState& d, const TraceRecord& r, uint32_t pos) {
   const uint32_t li = *st - 1;
   Lifetime& l = lts_[li];
   if (r.bytes != 0 && r.bytes != l.bytes) ++an_.free_size_mismatches;
-  release(d, l, r.timestamp_ns, pos);
+  release(d, li, r.timestamp_ns, pos);
   note_growth(l);
   free_slot(li);
   ++d.out.frees;
@@ -248,6 +274,7 @@ void Replayer::on_use(DeviceState& d, const TraceRecord& r, uint32_t pos) {
   l.last_use = r.timestamp_ns;
   l.last_use_index = pos;
   ++l.uses;
+  if (handoffs_) handoffs_->use(d.out, *st - 1, l, pos);
 }
 
 void Replayer::on_pool(DeviceState& d, const TraceRecord& r) {
@@ -280,9 +307,13 @@ RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt) {
 
   const auto& recs = trace.records;
   const size_t n = recs.size();
+  size_t allocs = 0;  // the lifetimes' count, for one reservation
   {
     CounterCollector counters;
-    for (const TraceRecord& r : recs) counters.add(r);
+    for (const TraceRecord& r : recs) {
+      counters.add(r);
+      allocs += r.kind == EventKind::kAlloc;
+    }
     run.counters = counters.finish(run.strings);
   }
   // Replay positions are 32-bit (Lifetime::alloc_index): beyond that the trace is refused, not wrapped.
@@ -304,7 +335,7 @@ RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt) {
   // Optimistic pass: most traces are already in replay order. Replay directly and fall back to
   // sorting at the first record out of order.
   {
-    auto rp = std::make_unique<Replayer>(run.strings, opt, t0, t1, n, &run.stacks);
+    auto rp = std::make_unique<Replayer>(run.strings, opt, t0, t1, allocs, &run.stacks);
     uint32_t pos = 0;
     const TraceRecord* prev = nullptr;
     bool in_order = true;
@@ -351,7 +382,7 @@ RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt) {
     if (a.seq != b.seq) return a.seq < b.seq;
     return a.idx < b.idx;
   });
-  Replayer rp(run.strings, opt, lo, hi, n, &run.stacks);
+  Replayer rp(run.strings, opt, lo, hi, allocs, &run.stacks);
   uint32_t pos = 0;
   for (const Key& k : keys) {
     const TraceRecord& r = recs[k.idx];

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,7 @@ struct DeviceState {
   std::vector<Lifetime> kept;                         // freed, live at the current activation peak
   std::vector<std::pair<uint64_t, uint64_t>> pools;  // (pool address, reserved)
   Timeline tl_total, tl_act;
+  uint32_t last_scope = UINT32_MAX, last_chain = 0;  // the device's last (scope id, chain index)
 };
 
 // Per (device, scope node) counters.
@@ -52,10 +54,17 @@ struct ScopeSlot {
   uint16_t device = 0;
 };
 
+class HandoffStream;
+
+// How hand-offs are searched (AnalyzeOptions::findings): from every lifetime at the end
+// (handoffs.cpp; they are all kept), or as the replay goes (handoff_stream.h; streaming).
+enum class HandoffSearch { kAtEnd, kAsItGoes };
+
 class Replayer {
  public:
   Replayer(const std::vector<std::string>& strings, const AnalyzeOptions& opt, uint64_t t0, uint64_t t1,
-           size_t expected_records, const StackTable* stacks = nullptr);
+           size_t expected_allocs, const StackTable* stacks = nullptr, HandoffSearch search = HandoffSearch::kAtEnd);
+  ~Replayer();
 
   // Replays one event at replay position `pos`; false when the filter left it out (it then takes
   // no position).
@@ -92,7 +101,8 @@ class Replayer {
  private:
   DeviceState& dev_state(uint16_t device);
   std::pair<uint32_t, uint32_t> scope_slots(uint16_t device, StrId scope);
-  void release(DeviceState& d, Lifetime& l, uint64_t ts, uint32_t pos);
+  uint32_t scope_chain(uint16_t device, StrId scope);
+  void release(DeviceState& d, uint32_t slot, uint64_t ts, uint32_t pos);
   void on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos);
   void on_free(DeviceState& d, const TraceRecord& r, uint32_t pos);
   void on_use(DeviceState& d, const TraceRecord& r, uint32_t pos);
@@ -106,7 +116,8 @@ class Replayer {
   void build_live_sets(RunAnalysis* run);
 
   const AnalyzeOptions& opt_;
-  const bool keep_all_;  // every lifetime stays (keep_lifetimes or findings)
+  const bool keep_all_;  // every lifetime stays (keep_lifetimes, or findings searched at the end)
+  std::unique_ptr<HandoffStream> handoffs_;  // findings searched as the replay goes
   uint64_t t0_, t1_;
   AddressMap addrs_;
   ScopeTree scopes_;
@@ -119,6 +130,7 @@ class Replayer {
   PairMap node_slot_;                // (device, scope node) -> 1 + index into scope_stats_
   std::vector<std::pair<uint32_t, uint32_t>> chain_ranges_;  // [begin, end) into chain_slots_
   std::vector<uint32_t> chain_slots_;                        // indices into scope_stats_
+  std::vector<uint32_t> slot_chain_;                         // per lifetime slot: its chain index
   PairMap groups_;  // ((scope_id << 32) | name_id, or kGroupByStack | stack_id when unnamed; bytes) -> count
   Anomalies an_;
   // Bytes allocated over all devices, checked against kMaxBytes: every other byte figure of the

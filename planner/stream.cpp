@@ -9,13 +9,16 @@
 #include <cstring>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <queue>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 
 #include "core/trace_io.h"
 #include "core/trace_merge.h"
@@ -215,38 +218,37 @@ struct Key {
   bool operator>(const Key& o) const { return o < *this; }
 };
 
-// A ring of records in replay order; holds `limit` records before the oldest must go.
+// A ring of records in replay order; holds `limit` records before the oldest must go. Its storage
+// grows by doubling as records are held and is never zeroed first: a window that holds a few
+// records costs a few pages, not the whole limit's.
 class Window {
  public:
   struct Held {
     TraceRecord r;
     uint64_t n;  // position in the merged input (the last sort key)
   };
-  explicit Window(size_t limit) : limit_(limit) {
-    size_t cap = 16;
-    while (cap < limit + 1) cap *= 2;
-    buf_.resize(cap);
-    mask_ = cap - 1;
-  }
+  explicit Window(size_t limit) : limit_(limit) { grow(16); }
   bool empty() const { return size_ == 0; }
   bool full() const { return size_ > limit_; }
   Key back_key() const {
     const Held& h = at(size_ - 1);
     return Key{h.r.timestamp_ns, h.r.seq, h.n};
   }
-  const Held& front() const { return buf_[head_]; }
+  const Held& front() const { return buf_.get()[head_]; }
   void pop_front() {
     head_ = (head_ + 1) & mask_;
     --size_;
   }
   void push_back(const TraceRecord& r, uint64_t n) {
-    Held& h = buf_[(head_ + size_) & mask_];
+    if (size_ == mask_ + 1) grow(2 * (mask_ + 1));
+    Held& h = buf_.get()[(head_ + size_) & mask_];
     h.r = r;
     h.n = n;
     ++size_;
   }
   // Inserts at its place in the order; returns how many held records it went before.
   size_t insert_sorted(const TraceRecord& r, uint64_t n) {
+    if (size_ == mask_ + 1) grow(2 * (mask_ + 1));
     const Key k{r.timestamp_ns, r.seq, n};
     size_t lo = 0, hi = size_;  // first held record with a larger key
     while (lo < hi) {
@@ -255,8 +257,9 @@ class Window {
       if (k < Key{h.r.timestamp_ns, h.r.seq, h.n}) hi = mid;
       else lo = mid + 1;
     }
-    for (size_t i = size_; i > lo; --i) buf_[(head_ + i) & mask_] = buf_[(head_ + i - 1) & mask_];
-    Held& h = buf_[(head_ + lo) & mask_];
+    Held* b = buf_.get();
+    for (size_t i = size_; i > lo; --i) b[(head_ + i) & mask_] = b[(head_ + i - 1) & mask_];
+    Held& h = b[(head_ + lo) & mask_];
     h.r = r;
     h.n = n;
     ++size_;
@@ -264,8 +267,21 @@ class Window {
   }
 
  private:
-  const Held& at(size_t i) const { return buf_[(head_ + i) & mask_]; }
-  std::vector<Held> buf_;
+  struct Free {
+    void operator()(Held* p) const { std::free(p); }
+  };
+  const Held& at(size_t i) const { return buf_.get()[(head_ + i) & mask_]; }
+  void grow(size_t cap) {
+    // Held is trivially copyable: raw storage, written before it is read.
+    std::unique_ptr<Held, Free> nb(static_cast<Held*>(std::malloc(cap * sizeof(Held))));
+    if (!nb) throw std::bad_alloc();
+    for (size_t i = 0; i < size_; ++i) nb.get()[i] = at(i);
+    buf_ = std::move(nb);
+    mask_ = cap - 1;
+    head_ = 0;
+  }
+  static_assert(std::is_trivially_copyable_v<Held>);
+  std::unique_ptr<Held, Free> buf_;
   size_t limit_, mask_ = 0, head_ = 0, size_ = 0;
 };
 
@@ -467,12 +483,12 @@ Result<PassResult> external_pass(Merger& m, const StreamOptions& opt, Sink& sink
 
 // The windowed pass (see analyze_stream); too_late when the window cannot place a record.
 template <class Sink>
-Result<PassResult> window_pass(Merger& m, const StreamOptions& opt, StreamStats* stats, Sink& sink) {
+Result<PassResult> window_pass(Merger& m, size_t window_limit, StreamStats* stats, Sink& sink) {
   // The reordering window: the last `reorder_window` records in replay order, oldest first. A
   // record in order is appended (O(1)); one that is late is inserted at its place (cost in
   // proportion to how late it is); the oldest is replayed when the window is full. A record later
   // than everything the window still holds cannot be placed: the input goes through the external sort.
-  Window window(std::max<size_t>(opt.reorder_window, 1));
+  Window window(std::max<size_t>(window_limit, 1));
   Key last{0, 0, 0};
   bool any = false;
   PassResult out;
@@ -514,21 +530,34 @@ Result<PassResult> window_pass(Merger& m, const StreamOptions& opt, StreamStats*
   return out;
 }
 
-// Opens the inputs, runs the windowed pass, and the external one when needed (make_sink() gives
-// each attempt a fresh sink). Returns the sink that saw the whole input.
+// Opens the inputs and runs the windowed pass: with the small first window, then (when a record
+// came later than it allows) again with the whole reorder window, then through the external sort
+// (make_sink() gives each attempt a fresh sink). Returns the sink that saw the whole input.
 template <class MakeSink>
 auto run_pass(const std::vector<std::string>& paths, const StreamOptions& opt, StreamStats* stats, MakeSink&& make_sink)
     -> Result<decltype(make_sink(std::declval<Globals&>(), std::declval<std::vector<std::unique_ptr<Input>>&>()))> {
-  for (bool external : {false, true}) {
+  const size_t full = std::max<size_t>(opt.reorder_window, 1);
+  const size_t first = std::clamp<size_t>(opt.initial_window, 1, full);
+  std::vector<size_t> windows{first};
+  if (full > first) windows.push_back(full);
+  windows.push_back(0);  // the external sort
+  uint32_t restarts = 0;
+  for (size_t w : windows) {
     std::vector<std::unique_ptr<Input>> inputs;
     MOEPROF_RETURN_IF_ERROR(open_inputs(paths, opt.parallel, &inputs));
     auto g = std::make_unique<Globals>();
     Merger m(inputs, *g);
     auto sink = make_sink(*g, inputs);
     *stats = StreamStats{};
-    MOEPROF_ASSIGN_OR_RETURN(PassResult res, external ? external_pass(m, opt, *sink) : window_pass(m, opt, stats, *sink));
-    if (res.too_late) continue;
+    const bool external = w == 0;
+    MOEPROF_ASSIGN_OR_RETURN(PassResult res, external ? external_pass(m, opt, *sink) : window_pass(m, w, stats, *sink));
+    if (res.too_late) {
+      ++restarts;
+      continue;
+    }
     stats->external_sort = external;
+    stats->window = w;
+    stats->restarts = restarts;
     for (const auto& in : inputs) stats->bytes_read += in->reader().file_bytes();
     sink->done(std::move(g), inputs, res);
     return sink;
@@ -551,7 +580,8 @@ struct ScanSink {
 
 // The replay (pass 2 when categories are inferred).
 struct ReplaySink {
-  ReplaySink(Globals& g, const AnalyzeOptions& ao) : opts(ao), rp(g.strings.all(), opts, 0, UINT64_MAX, 0, &g.stacks) {}
+  ReplaySink(Globals& g, const AnalyzeOptions& ao)
+      : opts(ao), rp(g.strings.all(), opts, 0, UINT64_MAX, 0, &g.stacks, HandoffSearch::kAsItGoes) {}
   AnalyzeOptions opts;
   Replayer rp;
   uint32_t pos = 0;
@@ -591,7 +621,6 @@ struct ReplaySink {
     run.reordered = res.reordered;
     run.replayed_events = pos;
     rp.finish(&run, pos);
-    run.handoffs_computed = false;
     run.streamed = true;
     run.start_ts = first_ts == UINT64_MAX ? 0 : first_ts;
     if (too_long && run.limit_error.empty())
@@ -607,7 +636,7 @@ Result<RunAnalysis> analyze_stream(const std::vector<std::string>& paths, const 
   StreamStats local;
   if (stats == nullptr) stats = &local;
   AnalyzeOptions ao = opt.analyze;
-  ao.keep_lifetimes = ao.keep_event_index = ao.findings = false;
+  ao.keep_lifetimes = ao.keep_event_index = false;
   ao.record_categories = nullptr;
 
   // Pass 1 (category inference): only when the metadata can call for it.

@@ -148,7 +148,8 @@ ordered_json reuse_json(const planner::RunAnalysis& run, const ReportOptions& op
   j["has_uses"] = d.has_uses;
   j["held_after_last_use_bytes"] = d.held_after_last_use_bytes;
   j["never_used_at_peak_bytes"] = d.never_used_at_peak_bytes;
-  j["handoffs_computed"] = run.handoffs_computed;  // false: a streamed analysis (no hand-off search)
+  j["handoffs_computed"] = run.handoffs_computed;  // false: not searched to the end (handoffs_note says why)
+  if (!run.handoffs_computed) j["handoffs_note"] = run.handoffs_note;
   j["handoff_count"] = d.handoff_count;
   j["handoff_bytes"] = d.handoff_bytes;
   j["handoff_bytes_at_activation_peak"] = d.handoff_bytes_at_activation_peak;

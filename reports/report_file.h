@@ -74,7 +74,7 @@ inline std::string json_str(const nlohmann::ordered_json& j, const char* key) {
 
 // What a streamed run (moeprof plan/report --stream on) lacks, said the same way everywhere.
 inline std::string streamed_note() {
-  return "analysed as a stream (--stream): no per-allocation timeline and no hand-off search; --stream off gives both";
+  return "analysed as a stream (--stream): no per-allocation timeline; --stream off draws it";
 }
 
 // The name a reader sees for a live entry, a diff row or an allocation group: its name, else its

@@ -71,7 +71,8 @@ Result<LoadedRun> load_run(const std::vector<std::string>& paths, const LoadOpti
     const auto n = std::filesystem::file_size(p, ec);
     if (!ec) bytes += n;
   }
-  bool stream = opts.stream == StreamMode::kOn || (opts.stream == StreamMode::kAuto && bytes >= opts.auto_bytes);
+  bool stream = opts.stream == StreamMode::kOn ||
+                (opts.stream == StreamMode::kAuto && (opts.prefers_memory.empty() || bytes >= opts.auto_bytes));
   if (!opts.needs_memory.empty()) {
     if (opts.stream == StreamMode::kOn)
       return Status::bad_input(opts.needs_memory + " needs the whole trace in memory: drop --stream on");
@@ -86,18 +87,28 @@ Result<LoadedRun> load_run(const std::vector<std::string>& paths, const LoadOpti
     }
     MOEPROF_RETURN_IF_ERROR(check_rank_traces(metas, paths));
   }
-  LoadedRun run;
   if (stream) {
+    LoadedRun run;
     planner::StreamOptions so;
     so.analyze = opts.analyze;
     so.categories = opts.categories.mode;
     so.category_rules = opts.categories.rules;
-    MOEPROF_ASSIGN_OR_RETURN(run.analysis, planner::analyze_stream(paths, so));
-    if (!run.analysis.limit_error.empty()) return Status::bad_input(paths.front() + ": " + run.analysis.limit_error);
-    if (!opts.name.empty()) run.analysis.meta.name = opts.name;
-    run.analysis.meta.name = valid_utf8(run.analysis.meta.name);
-    run.streamed = true;
-    return run;
+    // Under auto, an input small enough for memory is read there when the stream cannot give what
+    // the in-memory analysis gives: an error (a stream-only limit, e.g. a rank input naming a device
+    // after its first frame; a corrupt input then fails with the in-memory message), or a hand-off
+    // search that stopped.
+    const bool can_redo = opts.stream == StreamMode::kAuto && bytes < opts.auto_bytes;
+    auto streamed = planner::analyze_stream(paths, so);
+    if (!streamed && !can_redo) return streamed.status();
+    if (streamed) run.analysis = std::move(streamed).value();
+    if (streamed && !run.analysis.limit_error.empty()) return Status::bad_input(paths.front() + ": " + run.analysis.limit_error);
+    const bool redo = can_redo && (!streamed || (opts.analyze.findings && !run.analysis.handoffs_computed));
+    if (!redo) {
+      if (!opts.name.empty()) run.analysis.meta.name = opts.name;
+      run.analysis.meta.name = valid_utf8(run.analysis.meta.name);
+      run.streamed = true;
+      return run;
+    }
   }
   if (paths.size() == 1) return load_run(paths.front(), opts.analyze, opts.name, opts.categories);
   std::vector<Trace> ranks;

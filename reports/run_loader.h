@@ -13,7 +13,7 @@ namespace moeprof::reports {
 struct LoadedRun {
   Trace trace;                   // empty when streamed
   planner::RunAnalysis analysis;
-  bool streamed = false;         // planner::analyze_stream: no lifetimes, no hand-offs, no records
+  bool streamed = false;         // planner::analyze_stream: no lifetimes, no records
 };
 
 // How categories are read: inferred for traced programs unless kept (planner/categories.h).
@@ -28,8 +28,12 @@ Result<LoadedRun> load_run(const std::string& path, const planner::AnalyzeOption
                            const std::string& name_override = "", const CategoryOptions& categories = {});
 
 // How a run is read (docs/planner.md, "Streaming"): in memory (every record, then analyze) or as a
-// stream (planner::analyze_stream: memory in proportion to what is live). auto streams inputs of
-// at least kStreamAutoBytes in all unless the command needs the whole trace.
+// stream (planner::analyze_stream: memory in proportion to what is live, the same figures). auto
+// streams unless the command needs every lifetime in memory (needs_memory), or would show something
+// drawn from every lifetime (prefers_memory: the report's per-allocation timeline) and the inputs are
+// smaller than auto_bytes in all. A streamed hand-off search that had to stop (a trace whose used
+// buffers stay live to the end with many allocations of their size after: planner/handoff_stream.h)
+// is redone in memory under auto when the inputs are smaller than auto_bytes.
 enum class StreamMode { kAuto, kOn, kOff };
 inline constexpr uint64_t kStreamAutoBytes = uint64_t{1} << 30;  // 1 GiB, about 16.8M records
 
@@ -41,6 +45,9 @@ struct LoadOptions {
   // What the command does that needs every record in memory (e.g. "--what-if"); empty if nothing.
   // With it, auto reads in memory and --stream on is an error naming it.
   std::string needs_memory;
+  // What the command would draw from every lifetime and can do without (e.g. the report's
+  // per-allocation timeline); empty if nothing. With it, auto reads in memory below auto_bytes.
+  std::string prefers_memory;
   uint64_t auto_bytes = kStreamAutoBytes;
 };
 

@@ -201,7 +201,8 @@ std::string run_text(const ordered_json& r) {
     out += fmt::format("  held after last use at the peak: {}\n", format_bytes(json_u64(u, "held_after_last_use_bytes")));
     out += fmt::format("  never used, live at the peak:    {}\n", format_bytes(json_u64(u, "never_used_at_peak_bytes")));
     if (!u.value("handoffs_computed", true))
-      out += "  hand-off opportunities: not searched (a streamed analysis; --stream off searches them)\n";
+      out += fmt::format("  hand-off opportunities: not searched ({}; --stream off searches them in memory)\n",
+                         u.value("handoffs_note", std::string()));
     else
       out += fmt::format("  hand-off opportunities: {} ({} in all, {} at the peak)\n", with_commas_u(json_u64(u, "handoff_count")),
                          format_bytes(json_u64(u, "handoff_bytes")), format_bytes(json_u64(u, "handoff_bytes_at_activation_peak")));

@@ -1,18 +1,23 @@
 // bench_stream: large traces on disk for the streaming benchmark (bench/stream/run.sh).
 //
-//   bench_stream generate --events N --out PATH [--devices D] [--ranks R] [--template TRACE]
+//   bench_stream generate --events N --out PATH [--devices D] [--ranks R] [--version 1|2]
+//                         [--template TRACE | --pattern executor|window [window options]]
 //       Writes N records to PATH (with --ranks R: R files PATH.rankK.mtrace of N records each, one
-//       device each, as `moeprof run --gpus R` would). The pattern is the executor's: by default
-//       the synthetic prefill of bench/common/synthetic_trace.h (61 layers of MLA + MoE tensors,
-//       sliding-window lifetimes, addresses recycled per size); with --template, a trace of the
-//       executor itself (e.g. `moeprof run --backend meta`) repeated as successive requests: its
-//       persistent allocations (never freed) once, everything else again and again, timestamps
-//       shifted and sequence numbers renewed, on D devices.
+//       device each, as `moeprof run --gpus R` would), in format version 2 (default) or 1. The
+//       pattern: `executor` (default), the synthetic prefill of bench/common/synthetic_trace.h (61
+//       layers of MLA + MoE tensors, sliding-window lifetimes, addresses recycled per size); with
+//       --template, a trace of the executor itself (e.g. `moeprof run --backend meta`) repeated as
+//       successive requests: its persistent allocations (never freed) once, everything else again
+//       and again, timestamps shifted and sequence numbers renewed, on D devices; `window`, the
+//       shapes of shaped_trace.h: --live K (live allocations per device, 64), --names N (10; 0
+//       unnamed), --layers L (61: L x 3 scopes; 0 unscoped), --stacks S (call stacks, version 2;
+//       0), --uses (use records), --traced (as the CUPTI tracer: no categories, kernels, backend
+//       cupti in the metadata), --seed S.
 //   bench_stream read PATH
 //       Reads PATH frame by frame on one thread (TraceReader: checksum + decode) and reports MB/s.
-//   bench_stream analyze [--serial] [--window N] PATH...
-//       planner::analyze_stream over the inputs (merged as ranks when several); time, records/s and
-//       the peak figures. (End-to-end figures with peak RSS come from `moeprof plan` in run.sh.)
+//   bench_stream analyze [--serial] [--no-handoffs] [--window N] PATH...
+//       planner::analyze_stream over the inputs (merged as ranks when several) with plan's options
+//       (--no-handoffs: without the hand-off search); time, records/s and the peak figures. (End-to-end figures with peak RSS come from `moeprof plan` in run.sh.)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +30,7 @@
 #include <vector>
 
 #include "bench/common/synthetic_trace.h"
+#include "bench/stream/shaped_trace.h"
 #include "core/trace_io.h"
 #include "planner/stream.h"
 
@@ -97,7 +103,19 @@ void repeat_template(const Trace& tmpl, size_t target, int devices, Intern&& int
   }
 }
 
-int generate(size_t events, int devices, int ranks, const std::string& tmpl_path, const std::string& out) {
+struct GenerateArgs {
+  size_t events = 0;
+  int devices = 4, ranks = 0;
+  uint32_t version = 2;
+  std::string out, tmpl, pattern = "executor";
+  bench::TraceShape shape;
+};
+
+int generate(const GenerateArgs& a) {
+  const size_t events = a.events;
+  const int devices = a.devices, ranks = a.ranks;
+  const std::string& tmpl_path = a.tmpl;
+  const std::string& out = a.out;
   Trace tmpl;
   if (!tmpl_path.empty()) {
     auto t = read_trace(tmpl_path);
@@ -113,7 +131,14 @@ int generate(size_t events, int devices, int ranks, const std::string& tmpl_path
     meta.mode = meta.mode.empty() ? "baseline" : meta.mode;
     meta.tp_size = ranks > 0 ? ranks : devices;
     meta.tp_rank = ranks > 0 ? k : 0;
-    auto w = TraceWriter::open(path, meta, TraceWriterOptions{16384, 0});
+    TraceWriterOptions wo{16384, 0};
+    wo.version = a.version;
+    if (a.version < 2) meta.pid = 4242;
+    if (a.pattern == "window" && a.shape.traced) {
+      meta.backend = "cupti";
+      meta.mode = "traced";
+    }
+    auto w = TraceWriter::open(path, meta, wo);
     if (!w) die(w.status().message());
     TraceWriter& tw = **w;
     auto intern = [&](const std::string& s) { return tw.intern(s); };
@@ -122,8 +147,26 @@ int generate(size_t events, int devices, int ranks, const std::string& tmpl_path
       if (Status st = tw.append(r); !st && err.is_ok()) err = st;
     };
     const int devs = ranks > 0 ? 1 : devices;
-    if (tmpl_path.empty()) {
-      bench::generate_trace(events, devs, intern, emit);
+    auto emit_v1 = [&](const TraceRecord& r) {  // version 1: the stack slot holds the process id
+      TraceRecord c = r;
+      c.stack_id = static_cast<StackId>(4242);
+      emit(c);
+    };
+    if (a.pattern == "window") {
+      bench::TraceShape shape = a.shape;
+      shape.devices = devs;
+      shape.version = a.version;
+      auto intern_stack = [&](const std::vector<StackFrame>& frames) {
+        std::vector<uint32_t> ids;
+        for (const StackFrame& f : frames) ids.push_back(tw.intern_frame(f));
+        return tw.intern_stack(ids);
+      };
+      bench::generate_shaped(events, shape, intern, intern_stack, emit);
+    } else if (tmpl_path.empty()) {
+      if (a.version < 2) bench::generate_trace(events, devs, intern, emit_v1);
+      else bench::generate_trace(events, devs, intern, emit);
+    } else if (a.version < 2) {
+      repeat_template(tmpl, events, devs, intern, emit_v1);
     } else {
       repeat_template(tmpl, events, devs, intern, emit);
     }
@@ -158,9 +201,11 @@ int read_bench(const std::string& path) {
   return 0;
 }
 
-int analyze_bench(const std::vector<std::string>& paths, bool serial, size_t window) {
+int analyze_bench(const std::vector<std::string>& paths, bool serial, size_t window, bool handoffs) {
   planner::StreamOptions o;
   o.parallel = !serial;
+  o.analyze.alloc_groups = false;  // as `moeprof plan`
+  o.analyze.findings = handoffs;
   if (window > 0) o.reorder_window = window;
   planner::StreamStats st;
   const auto t0 = std::chrono::steady_clock::now();
@@ -181,7 +226,7 @@ int analyze_bench(const std::vector<std::string>& paths, bool serial, size_t win
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) die("usage: bench_stream generate --events N --out PATH [--devices D] [--ranks R] [--template TRACE] | read PATH");
+  if (argc < 2) die("usage: bench_stream generate --events N --out PATH [options] | read PATH | analyze PATH... (see the head of bench_stream.cpp)");
   const std::string cmd = argv[1];
   if (cmd == "read") {
     if (argc != 3) die("usage: bench_stream read PATH");
@@ -189,33 +234,49 @@ int main(int argc, char** argv) {
   }
   if (cmd == "analyze") {
     std::vector<std::string> paths;
-    bool serial = false;
+    bool serial = false, handoffs = true;
     size_t window = 0;
     for (int i = 2; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--serial") serial = true;
+      else if (a == "--no-handoffs") handoffs = false;
       else if (a == "--window" && i + 1 < argc) window = std::strtoull(argv[++i], nullptr, 10);
       else paths.push_back(a);
     }
-    if (paths.empty()) die("usage: bench_stream analyze [--serial] [--window N] PATH...");
-    return analyze_bench(paths, serial, window);
+    if (paths.empty()) die("usage: bench_stream analyze [--serial] [--no-handoffs] [--window N] PATH...");
+    return analyze_bench(paths, serial, window, handoffs);
   }
   if (cmd != "generate") die("unknown command " + cmd);
-  size_t events = 0;
-  int devices = 4, ranks = 0;
-  std::string out, tmpl;
+  GenerateArgs g;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--uses" || a == "--traced") {
+      (a == "--uses" ? g.shape.uses : g.shape.traced) = true;
+      continue;
+    }
     if (i + 1 >= argc) die(a + " needs a value");
     const char* v = argv[++i];
-    if (a == "--events") events = std::strtoull(v, nullptr, 10);
-    else if (a == "--devices") devices = std::atoi(v);
-    else if (a == "--ranks") ranks = std::atoi(v);
-    else if (a == "--out") out = v;
-    else if (a == "--template") tmpl = v;
+    if (a == "--events") g.events = std::strtoull(v, nullptr, 10);
+    else if (a == "--devices") g.devices = std::atoi(v);
+    else if (a == "--ranks") g.ranks = std::atoi(v);
+    else if (a == "--out") g.out = v;
+    else if (a == "--template") g.tmpl = v;
+    else if (a == "--version") g.version = static_cast<uint32_t>(std::atoi(v));
+    else if (a == "--pattern") g.pattern = v;
+    else if (a == "--live") g.shape.live = std::atoi(v);
+    else if (a == "--names") g.shape.names = std::atoi(v);
+    else if (a == "--layers") g.shape.layers = std::atoi(v);
+    else if (a == "--stacks") g.shape.stacks = std::atoi(v);
+    else if (a == "--seed") g.shape.seed = std::strtoull(v, nullptr, 10);
     else die("unknown option " + a);
   }
-  if (events == 0 || out.empty() || devices < 1 || devices > 64 || ranks < 0 || ranks > 64)
+  if (g.events == 0 || g.out.empty() || g.devices < 1 || g.devices > 64 || g.ranks < 0 || g.ranks > 64)
     die("generate needs --events N > 0, --out PATH, --devices 1..64, --ranks 0..64");
-  return generate(events, devices, ranks, tmpl, out);
+  if (g.version < 1 || g.version > 2) die("--version is 1 or 2");
+  if (g.pattern != "executor" && g.pattern != "window") die("--pattern is executor or window");
+  if (g.pattern == "window" && !g.tmpl.empty()) die("--template goes with --pattern executor");
+  if (g.shape.live < 1 || g.shape.names < 0 || g.shape.layers < 0 || g.shape.stacks < 0)
+    die("--live must be at least 1; --names, --layers and --stacks at least 0");
+  if (g.shape.stacks > 0 && g.version < 2) die("--stacks needs --version 2 (version 1 has no call stacks)");
+  return generate(g);
 }

@@ -103,9 +103,10 @@ Result<reports::CategoryOptions> category_options(const CategoryArgs& a) {
 
 void add_stream_option(CLI::App* cmd, std::string* mode) {
   cmd->add_option("--stream", *mode,
-                  "read the traces as a stream, in memory that grows with what is live rather than with the trace: "
-                  "auto streams inputs of 1 GiB or more; streamed runs have no hand-off search and no per-allocation "
-                  "timeline (docs/planner.md, \"Streaming\")")
+                  "read the traces as a stream, in memory that grows with what is live rather than with the trace, "
+                  "with the same figures: auto streams unless the command needs every lifetime in memory (the "
+                  "report's per-allocation timeline: below 1 GiB); streamed runs have no per-allocation timeline "
+                  "(docs/planner.md, \"Streaming\")")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->type_name("MODE")
       ->capture_default_str();

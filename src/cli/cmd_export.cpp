@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "core/status.h"
 #include "core/trace_io.h"
+#include "core/utf8.h"
 #include "reports/format.h"
 #include "reports/perfetto.h"
 #include "reports/report_file.h"
@@ -53,16 +54,14 @@ void register_export(CLI::App& app, int* exit_code) {
       *exit_code = fail("export", Status::bad_input("--json prints on stdout: give --out-jsonl and --out-perfetto a file, not \"-\""));
       return;
     }
-    // JSON lines alone stream (auto: from 1 GiB); the Perfetto trace needs the run in memory.
-    std::error_code ec;
-    const uint64_t size = std::filesystem::file_size(args->trace, ec);
+    // JSON lines alone stream (auto too); the Perfetto trace needs the run in memory.
     const reports::StreamMode mode = stream_mode(args->stream);
     if (mode == reports::StreamMode::kOn && !args->perfetto.empty()) {
       *exit_code = fail("export", Status::bad_input("--out-perfetto needs the whole trace in memory: drop --stream on"));
       return;
     }
-    const bool stream_jsonl =
-        args->perfetto.empty() && (mode == reports::StreamMode::kOn || (mode == reports::StreamMode::kAuto && !ec && size >= reports::kStreamAutoBytes));
+    const bool stream_jsonl = args->perfetto.empty() && mode != reports::StreamMode::kOff;
+    std::string run_name;  // a streamed export's run: the trace's meta name, else the file stem (as load_run names it)
     planner::AnalyzeOptions aopts;
     aopts.keep_lifetimes = true;
     reports::LoadedRun loaded;
@@ -81,9 +80,11 @@ void register_export(CLI::App& app, int* exit_code) {
         write_jsonl(run->trace, os);
         return os ? Status::ok() : Status::run_failure("writing the JSON lines failed");
       }
-      auto n = write_jsonl_stream(args->trace, os);
+      RunMeta meta;
+      auto n = write_jsonl_stream(args->trace, os, &meta);
       if (!n) return n.status();
       records = *n;
+      run_name = meta.name.empty() ? std::filesystem::path(args->trace).stem().string() : meta.name;
       return Status::ok();
     };
     nlohmann::ordered_json written = nlohmann::ordered_json::array();
@@ -132,7 +133,7 @@ void register_export(CLI::App& app, int* exit_code) {
       written.push_back({{"format", "perfetto"}, {"path", args->perfetto}, {"bytes", text.size()}});
     }
     if (args->json) {
-      nlohmann::ordered_json j = {{"trace", args->trace}, {"run", stream_jsonl ? std::string() : run->analysis.meta.name}, {"records", records},
+      nlohmann::ordered_json j = {{"trace", args->trace}, {"run", stream_jsonl ? valid_utf8(run_name) : run->analysis.meta.name}, {"records", records},
                                   {"written", written}};
       if (Status st = write_stdout(reports::json_text(j, 2) + "\n"); !st) {
         *exit_code = fail("export", st);

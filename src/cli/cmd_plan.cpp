@@ -134,6 +134,7 @@ void register_plan(CLI::App& app, int* exit_code) {
     planner::AnalyzeOptions aopts;
     aopts.keep_lifetimes = args->arena || predict;
     aopts.keep_event_index = predict;
+    aopts.alloc_groups = false;  // only compare() matches runs by them
     auto cats = category_options(args->categories);
     if (!cats) {
       *exit_code = fail("plan", cats.status());

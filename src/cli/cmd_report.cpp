@@ -93,6 +93,7 @@ void register_report(CLI::App& app, int* exit_code) {
     }
     planner::AnalyzeOptions aopts;
     aopts.keep_lifetimes = true;  // the per-allocation timeline (memory_timeline) and the Perfetto slices
+    aopts.alloc_groups = runs.size() > 1;  // what compare() matches the runs by
     std::vector<reports::LoadedRun> loaded;
     for (size_t i = 0; i < runs.size(); ++i) {
       reports::LoadOptions lo;
@@ -101,6 +102,7 @@ void register_report(CLI::App& app, int* exit_code) {
       lo.categories = *cats;
       lo.stream = stream_mode(args->stream);
       lo.needs_memory = args->out_perfetto.empty() ? "" : "--out-perfetto";
+      lo.prefers_memory = "the per-allocation timeline (memory_timeline)";
       auto run = reports::load_run(runs[i], lo);
       if (!run) {
         *exit_code = fail("report", run.status());
@@ -109,7 +111,7 @@ void register_report(CLI::App& app, int* exit_code) {
       loaded.push_back(std::move(run).value());
     }
     std::vector<planner::RunAnalysis> analyses;
-    for (const auto& l : loaded) analyses.push_back(l.analysis);
+    for (auto& l : loaded) analyses.push_back(std::move(l.analysis));  // not copied: every lifetime is in there
     reports::ReportOptions ropts;
     ropts.top_entries = args->top;
     ropts.top_scopes = args->top;
@@ -138,7 +140,7 @@ void register_report(CLI::App& app, int* exit_code) {
     if (!args->out_perfetto.empty()) {
       auto names = reports::unique_run_names(analyses);
       std::vector<reports::PerfettoRun> pruns;
-      for (size_t i = 0; i < loaded.size(); ++i) pruns.push_back({names[i], &loaded[i].trace, &loaded[i].analysis});
+      for (size_t i = 0; i < loaded.size(); ++i) pruns.push_back({names[i], &loaded[i].trace, &analyses[i]});
       reports::PerfettoOptions popts;
       popts.max_slices = args->max_slices;
       if (!write(args->out_perfetto, reports::perfetto_json(pruns, popts))) return;

@@ -39,6 +39,7 @@ inline constexpr uint32_t kOldestTraceFormatVersion = 1;
 inline constexpr char kTraceMagic[8] = {'M', 'O', 'E', 'P', 'T', 'R', 'C', '\0'};
 
 uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);   // IEEE 802.3 (format v1)
+uint32_t crc32_tables(const void* data, size_t n, uint32_t crc = 0);  // the same without carry-less multiplication
 uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);  // Castagnoli (format v2)
 
 struct TraceWriterOptions {
@@ -50,6 +51,10 @@ struct TraceWriterOptions {
   // while the recording process computes without recording anything (a long op): a process
   // killed then loses at most one interval. Needs flush_interval_ms > 0.
   bool background_flush = false;
+  // The format version written: 2 (the default), or 1 for readers and benchmarks of old files
+  // (CRC-32, no call stacks: the record's stack slot is the writer's to fill, as version 1 kept the
+  // process id there; intern_frame/intern_stack make flush fail).
+  uint32_t version = kTraceFormatVersion;
 };
 
 class TraceWriter {
@@ -147,6 +152,7 @@ class TraceReader {
  private:
   TraceReader() = default;
   Status read_header();
+  Result<bool> next_frame(std::vector<TraceRecord>* out);
   Status read_frame_payload(uint32_t bytes, uint64_t off);
   Status handle_table_frame(uint32_t type, uint32_t count, uint64_t poff);
   Status check_frame_header(uint32_t type, uint32_t bytes, uint32_t count) const;
@@ -184,8 +190,9 @@ Status write_trace(const std::string& path, const Trace& trace);
 // One JSON object per line: first {"meta":...}, then one per record with strings resolved.
 void write_jsonl(const Trace& trace, std::ostream& os);
 // The same lines from a trace file, read frame by frame (twice: the head line needs the whole
-// file's drops and truncation) in memory that does not grow with the trace; returns the records.
-Result<uint64_t> write_jsonl_stream(const std::string& path, std::ostream& os);
+// file's drops and truncation) in memory that does not grow with the trace; returns the records and
+// (when `meta` is given) the run metadata of the head line.
+Result<uint64_t> write_jsonl_stream(const std::string& path, std::ostream& os, RunMeta* meta = nullptr);
 
 // A stack as text lines, innermost first ("function (file:line)").
 std::vector<std::string> format_stack(const Trace& trace, StackId id);

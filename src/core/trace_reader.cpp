@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <new>
 #include <ostream>
 
 #include "core/checked.h"
@@ -235,7 +236,15 @@ Status TraceReader::add_string(std::string_view raw, uint32_t id, uint64_t at) {
 }
 
 Result<bool> TraceReader::next(std::vector<TraceRecord>* out) {
-  out->clear();
+  Result<bool> more = next_frame(out);
+  if (!more || !*more) out->clear();
+  return more;
+}
+
+// The records of a frame are read over *out's current elements: a vector that already holds a
+// frame's worth (the streamed analysis recycles them) is not cleared and value-initialized again
+// first, which cost as much as reading the file.
+Result<bool> TraceReader::next_frame(std::vector<TraceRecord>* out) {
   while (!done_) {
     FrameHeader fh{};
     size_t n = std::fread(&fh, 1, sizeof(fh), f_);
@@ -272,14 +281,12 @@ Result<bool> TraceReader::next(std::vector<TraceRecord>* out) {
     }
     size_t pn = fh.bytes ? std::fread(dst, 1, fh.bytes, f_) : 0;
     if (pn < fh.bytes) {
-      out->clear();
       mark_truncated("truncated at byte offset " + std::to_string(off_) + " (frame of " + std::to_string(fh.bytes) +
                      " bytes cut short after " + std::to_string(pn) + ")");
       break;
     }
     const uint32_t sum = version_ >= 2 ? crc32c(dst, fh.bytes) : crc32(dst, fh.bytes);
     if (sum != fh.crc) {
-      out->clear();
       return Status::bad_input(at_offset(path_, off_) + "corrupt trace: checksum mismatch");
     }
     off_ += sizeof(fh) + fh.bytes;
@@ -300,10 +307,7 @@ Result<bool> TraceReader::next(std::vector<TraceRecord>* out) {
         r.stack_id = StackId::kNone;
       }
       Status st = validate_record(r, ns, nst, path_, poff + uint64_t(i) * sizeof(TraceRecord));
-      if (!st.is_ok()) {
-        out->clear();
-        return st;
-      }
+      if (!st.is_ok()) return st;
     }
     if (fh.count > 0) return true;
   }
@@ -315,12 +319,17 @@ namespace {
 Result<Trace> read_all(std::unique_ptr<TraceReader> reader, const std::string& path) {
   Trace t;
   t.source_path = path;
+  // Records take at most the file's bytes: reserved once, the vector never grows by copying (which
+  // held the old and the new array at once: up to 2.5x the records at the peak).
+  try {
+    t.records.reserve(static_cast<size_t>(reader->file_bytes() / sizeof(TraceRecord)) + 1);
+  } catch (const std::bad_alloc&) {  // larger than the address space allows: grow as read (and fail there)
+  }
   std::vector<TraceRecord> batch;
   for (;;) {
     MOEPROF_ASSIGN_OR_RETURN(bool more, reader->next(&batch));
     if (!more) break;
-    if (t.records.empty()) t.records.swap(batch);
-    else t.records.insert(t.records.end(), batch.begin(), batch.end());
+    t.records.insert(t.records.end(), batch.begin(), batch.end());
   }
   t.meta = reader->meta();
   t.truncated = reader->truncated();
@@ -410,7 +419,7 @@ void write_jsonl(const Trace& trace, std::ostream& os) {
   for (const auto& r : trace.records) jsonl_record(r, trace.strings, trace.stacks, os);
 }
 
-Result<uint64_t> write_jsonl_stream(const std::string& path, std::ostream& os) {
+Result<uint64_t> write_jsonl_stream(const std::string& path, std::ostream& os, RunMeta* meta) {
   // Pass 1: the head line's figures (metadata, drops, truncation) are known only at the end.
   MOEPROF_ASSIGN_OR_RETURN(auto first, TraceReader::open(path));
   std::vector<TraceRecord> batch;
@@ -419,6 +428,7 @@ Result<uint64_t> write_jsonl_stream(const std::string& path, std::ostream& os) {
     if (!more) break;
   }
   os << jsonl_head(first->meta(), first->dropped_records(), first->truncated(), first->truncation_note()) << '\n';
+  if (meta != nullptr) *meta = first->meta();
   MOEPROF_ASSIGN_OR_RETURN(auto reader, TraceReader::open(path));
   uint64_t n = 0;
   for (;;) {

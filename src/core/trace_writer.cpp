@@ -112,6 +112,9 @@ void unregister_writer(TraceWriter* w) {
 
 Result<std::unique_ptr<TraceWriter>> TraceWriter::open(const std::string& path, const RunMeta& meta,
                                                        const TraceWriterOptions& opt) {
+  if (opt.version < kOldestTraceFormatVersion || opt.version > kTraceFormatVersion)
+    return Status::bad_input("cannot write trace format version " + std::to_string(opt.version) + " (versions " +
+                             std::to_string(kOldestTraceFormatVersion) + " to " + std::to_string(kTraceFormatVersion) + ")");
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::bad_input("cannot create trace " + path + ": " + std::strerror(errno));
   std::unique_ptr<TraceWriter> w(new TraceWriter());
@@ -122,7 +125,7 @@ Result<std::unique_ptr<TraceWriter>> TraceWriter::open(const std::string& path, 
   w->pending_.reserve(w->opt_.records_per_frame);
   FileHeader h{};
   std::memcpy(h.magic, kTraceMagic, 8);
-  h.version = kTraceFormatVersion;
+  h.version = opt.version;
   h.header_size = sizeof(FileHeader);
   h.record_size = sizeof(TraceRecord);
   MOEPROF_RETURN_IF_ERROR(w->write_all(&h, sizeof(h)));
@@ -194,7 +197,8 @@ Status TraceWriter::write_all(const void* p, size_t n) {
 Status TraceWriter::write_frame(uint32_t type, const void* payload, size_t bytes, uint32_t count) {
   if (!error_.is_ok()) return error_;
   if (fd_ < 0) return error_ = Status::run_failure("trace " + path_ + " is closed");
-  FrameHeader fh{type, static_cast<uint32_t>(bytes), crc32c(payload, bytes), count};
+  const uint32_t sum = opt_.version >= 2 ? crc32c(payload, bytes) : crc32(payload, bytes);
+  FrameHeader fh{type, static_cast<uint32_t>(bytes), sum, count};
   // One buffer per frame so the frame reaches the OS in a single write where possible.
   std::vector<char> buf(sizeof(fh) + bytes);
   std::memcpy(buf.data(), &fh, sizeof(fh));
@@ -270,6 +274,8 @@ Status TraceWriter::flush_locked() {
     MOEPROF_RETURN_IF_ERROR(write_frame(kFrameStrings, payload.data(), payload.size(), n));
     strings_written_ = static_cast<uint32_t>(strings_.size());
   }
+  if (opt_.version < 2 && (stacks_.frame_count() > 0 || stacks_.stack_count() > 1))
+    return error_ = Status::run_failure("trace " + path_ + ": format version 1 has no call stacks");
   if (frames_written_ < stacks_.frame_count()) {
     std::vector<char> payload;
     uint32_t n = 0;

@@ -72,7 +72,7 @@ before(() => {
   moeprof('import', path.join(g, 'torch', 'random.pickle'), '--out', p('torch.mtrace'));
   moeprof('report', p('torch.mtrace'), '--out-html', p('torch.html'));
   pages.torch = p('torch.html');
-  // The golden traces analysed as a stream: no per-allocation timeline, no hand-off search; the page
+  // The golden traces analysed as a stream: no per-allocation timeline; the page
   // says so, and its icicles come from the live entries the report lists.
   moeprof('report', path.join(g, 'baseline.mtrace'), path.join(g, 'reuse.mtrace'), '--stream', 'on', '--top', '3', '--out-html', p('streamed.html'));
   pages.streamed = p('streamed.html');

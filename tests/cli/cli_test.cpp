@@ -407,24 +407,29 @@ TEST_CASE("cli: help shows value names and defaults, not CLI11's validators", "[
   CHECK(run_cli("run --help").out.find("[default: moeprof-out]") != std::string::npos);
 }
 
-// Streaming (docs/planner.md, "Streaming"): the streamed figures equal the in-memory ones; what a
-// stream cannot give (hand-offs) is said, and commands that need the whole trace refuse --stream on.
+// Streaming (docs/planner.md, "Streaming"): the streamed figures equal the in-memory ones, hand-offs
+// included; plan streams by default (auto), and commands that need the whole trace refuse --stream on.
 TEST_CASE("cli: --stream on gives the in-memory figures, ranks merge, export streams the same JSON lines", "[cli][stream]") {
   const std::string base = golden("baseline.mtrace"), reuse = golden("reuse.mtrace");
   auto s = run_cli("plan " + base + " --json --stream on");
   auto m = run_cli("plan " + base + " --json --stream off");
+  auto d = run_cli("plan " + base + " --json");
   REQUIRE(s.rc == 0);
   REQUIRE(m.rc == 0);
-  json js = json::parse(s.out), jm = json::parse(m.out);
-  CHECK(js["reuse"]["handoffs_computed"] == false);
+  REQUIRE(d.rc == 0);
+  json js = json::parse(s.out), jm = json::parse(m.out), jd = json::parse(d.out);
+  CHECK(js["reuse"]["handoffs_computed"] == true);
   CHECK(jm["reuse"]["handoffs_computed"] == true);
   CHECK(jm["reuse"]["handoff_count"].get<int>() > 0);  // so the hand-off search is not vacuous
   CHECK(js["streamed"] == true);
   CHECK(jm["streamed"] == false);
-  for (json* j : {&js, &jm}) {
-    j->erase("reuse");
-    j->erase("streamed");
-  }
+  CHECK(jd["streamed"] == true);  // auto: plan needs no lifetime in memory, whatever the size
+  CHECK(jd == js);
+  // With --fixes it does: auto reads the trace into memory.
+  auto f = run_cli("plan " + base + " --json --fixes 1");
+  REQUIRE(f.rc == 0);
+  CHECK(json::parse(f.out)["streamed"] == false);
+  for (json* j : {&js, &jm}) j->erase("streamed");
   CHECK(js == jm);
 
   // Two traces are the ranks of one run when their metadata says so (ranks 0 and 1 of TP=2, one
@@ -454,10 +459,9 @@ TEST_CASE("cli: --stream on gives the in-memory figures, ranks merge, export str
   CHECK(a["devices"][1]["allocations"] == one["allocations"]);
   // Run-level figures are the largest rank's (docs/planner.md).
   CHECK(a["allocations"].get<uint64_t>() == std::max(jm["allocations"].get<uint64_t>(), one["allocations"].get<uint64_t>()));
-  for (json* j : {&a, &b}) {
-    j->erase("reuse");
-    j->erase("streamed");
-  }
+  CHECK(a["streamed"] == true);
+  CHECK(b["streamed"] == false);
+  for (json* j : {&a, &b}) j->erase("streamed");
   CHECK(a == b);
 
   auto fixes = run_cli("plan " + base + " --stream on --fixes");
@@ -472,6 +476,15 @@ TEST_CASE("cli: --stream on gives the in-memory figures, ranks merge, export str
   REQUIRE(e2.rc == 0);
   CHECK(json::parse(e1.out)["records"] == count_lines(moeprof::testing::slurp(f2)) - 1);  // one header line
   CHECK(moeprof::testing::slurp(f1) == moeprof::testing::slurp(f2));
+  // By default JSON lines stream too, and name the run as the in-memory path does.
+  const std::string f3 = (dir / "d.jsonl").string(), f4 = (dir / "o.jsonl").string();
+  auto e3 = run_cli("export " + base + " --out-jsonl '" + f3 + "' --json");
+  auto e4 = run_cli("export " + base + " --out-jsonl '" + f4 + "' --json --stream off");
+  REQUIRE(e3.rc == 0);
+  REQUIRE(e4.rc == 0);
+  CHECK(json::parse(e3.out)["run"] == json::parse(e4.out)["run"]);
+  CHECK_FALSE(json::parse(e3.out)["run"].get<std::string>().empty());
+  CHECK(moeprof::testing::slurp(f3) == moeprof::testing::slurp(f2));
 }
 
 // A traced program's trace: times since its start, not the recording clock; allocations without a
@@ -533,14 +546,14 @@ TEST_CASE("cli: traces of unmodified programs: relative times, unnamed allocatio
   CHECK(slices["activation " + moeprof::reports::format_bytes(1'000)] == 1'000);
   CHECK(slices.count("") == 0);
 
-  // Streamed: no per-allocation timeline and no hand-off search, said in words, never null.
+  // Streamed: no per-allocation timeline, said in words, never null; the hand-off search runs.
   auto sj = run_cli("report --json --stream on --categories keep '" + a + "' '" + b + "'");
   REQUIRE(sj.rc == 0);
   json sdoc = json::parse(sj.out);
   for (const auto& r : sdoc["runs"]) {
     CHECK(r["streamed"] == true);
     CHECK_FALSE(r.contains("memory_timeline"));
-    CHECK(r["reuse"]["handoffs_computed"] == false);
+    CHECK(r["reuse"]["handoffs_computed"] == true);
     CHECK(r["start_timestamp_ns"] == kTracedStart);
   }
   auto smd = run_cli("report --stream on --categories keep '" + a + "' '" + b + "'");

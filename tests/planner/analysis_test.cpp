@@ -6,6 +6,7 @@
 #include <map>
 #include <random>
 
+#include "planner/address_map.h"
 #include "planner/analysis.h"
 #include "planner/arena.h"
 #include "tests/planner/trace_builder.h"
@@ -697,4 +698,34 @@ TEST_CASE("random traces: a filtered replay equals the replay of the trace witho
       CHECK(x.held_after_last_use_bytes == y.held_after_last_use_bytes);
     }
   }
+}
+
+// The hand-off search erases (device, bytes) keys as sizes stop being live: after any mix of
+// inserts and erases on colliding keys the map holds exactly what a std::map holds.
+TEST_CASE("PairMap: erase keeps every other key findable", "[planner]") {
+  PairMap m;
+  std::map<std::pair<uint64_t, uint64_t>, uint32_t> ref;
+  std::mt19937_64 rng(35);
+  for (int i = 0; i < 60000; ++i) {
+    const PairMap::Key k{rng() % 7, rng() % 3001};  // few distinct keys: long probe runs, wraps
+    if (rng() % 3 == 0) {
+      CHECK(m.erase(k) == (ref.erase(k) == 1));
+    } else {
+      const auto v = static_cast<uint32_t>(rng() % 1000 + 1);
+      m[k] = v;
+      ref[k] = v;
+    }
+  }
+  CHECK(m.size() == ref.size());
+  for (const auto& [k, v] : ref) {
+    const uint32_t* got = m.find(k);
+    REQUIRE(got != nullptr);
+    CHECK(*got == v);
+  }
+  size_t seen = 0;
+  m.for_each([&](PairMap::Key k, uint32_t v) {
+    ++seen;
+    CHECK(ref.at(k) == v);
+  });
+  CHECK(seen == ref.size());
 }

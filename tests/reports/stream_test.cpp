@@ -157,7 +157,7 @@ ordered_json report_of(const planner::RunAnalysis& run) {
 
 planner::AnalyzeOptions mem_opts() {
   planner::AnalyzeOptions o;
-  o.findings = false;  // streaming computes no hand-offs
+  o.findings = true;  // hand-offs searched from every lifetime at the end; the stream searches them as it goes
   o.keep_lifetimes = false;
   o.timeline_points = 0;
   return o;
