@@ -23,7 +23,8 @@ constexpr Rule kWindowRules[] = {{Key::kSize, Fit::kBest},     {Key::kSize, Fit:
 }  // namespace
 
 uint64_t plan_window(const Problem& p, const std::vector<uint32_t>& free, const std::vector<uint32_t>& fixed, uint64_t cap,
-                     double search_s, Clock::time_point deadline, std::vector<uint64_t>* off, WindowStats* stats) {
+                     double search_s, uint64_t search_nodes, Clock::time_point deadline, std::vector<uint64_t>* off,
+                     WindowStats* stats) {
   if (free.empty()) return 0;
   uint32_t a = UINT32_MAX, b = 0;
   for (uint32_t j : free) {
@@ -71,31 +72,51 @@ uint64_t plan_window(const Problem& p, const std::vector<uint32_t>& free, const 
     left_to_right.pick = SearchConfig::Pick::kForcedThenLeftmost;
     no_fit.fit = false;
     const std::pair<const Problem*, SearchConfig> strategies[] = {{&longest, {}}, {&longest, left_to_right}, {&largest, no_fit}};
-    bool done = false;
-    for (uint64_t limit = std::max<uint64_t>(2 * n, 1000); !done && Clock::now() < search_deadline; limit *= 2) {
-      for (const auto& [q, cfg] : strategies) {
-        SearchLimits lim;
-        lim.deadline = search_deadline;
-        lim.max_nodes = limit;
-        SearchStats st;
-        std::vector<uint64_t> so;
-        const SearchOutcome out = search_fit(*q, cap, lim, cfg, &so, &st);
-        stats->search_nodes += st.nodes;
-        if (out == SearchOutcome::kFound) {
-          ++stats->search_found;
-          result.clear();
-          best = 0;
-          for (size_t k = 0; k < n; ++k)
-            if (!q->is_fixed(k)) {
-              result.emplace_back(q->orig[k], so[k]);
-              best = std::max(best, so[k] + q->size[k]);
-            }
+    uint64_t gran = 0;  // every offset of a canonical plan of w is a multiple of it
+    for (size_t k = 0; k < n; ++k) {
+      gran = std::gcd(gran, w.size[k]);
+      if (w.align[k] > 1) gran = std::gcd(gran, w.align[k]);
+      if (w.is_fixed(k)) gran = std::gcd(gran, w.fixed[k]);
+    }
+    gran = std::max<uint64_t>(gran, 1);
+    uint64_t used = 0;
+    // One decision "a plan within c?", the strategies in turn with growing node limits.
+    auto probe = [&](uint64_t c, Clock::time_point until, uint64_t nodes) {
+      const uint64_t start = used;
+      for (uint64_t limit = std::max<uint64_t>(2 * n, 1000);; limit *= 2)
+        for (const auto& [q, cfg] : strategies) {
+          if (Clock::now() >= until || (nodes != 0 && used - start >= nodes)) return SearchOutcome::kAborted;
+          SearchLimits lim;
+          lim.deadline = until;
+          lim.max_nodes = nodes != 0 ? std::min(limit, nodes - (used - start)) : limit;
+          SearchStats st;
+          std::vector<uint64_t> so;
+          const SearchOutcome out = search_fit(*q, c, lim, cfg, &so, &st);
+          stats->search_nodes += st.nodes;
+          used += st.nodes;
+          if (out == SearchOutcome::kFound) {
+            ++stats->search_found;
+            result.clear();
+            best = 0;
+            for (size_t k = 0; k < n; ++k)
+              if (!q->is_fixed(k)) {
+                result.emplace_back(q->orig[k], so[k]);
+                best = std::max(best, so[k] + q->size[k]);
+              }
+          }
+          if (out != SearchOutcome::kAborted) return out;
         }
-        if (out != SearchOutcome::kAborted || Clock::now() >= search_deadline) {
-          done = true;
-          break;
-        }
-      }
+    };
+    // At the target first, then halfway between the highest cap that failed and the best plan,
+    // each probe with half of what is left.
+    uint64_t c = cap, failed = cap;
+    while (c < best && Clock::now() < search_deadline && (search_nodes == 0 || used < search_nodes)) {
+      const Clock::time_point now = Clock::now();
+      const SearchOutcome out = probe(c, now + (search_deadline - now) / 2, search_nodes == 0 ? 0 : std::max<uint64_t>(1, (search_nodes - used) / 2));
+      if (out != SearchOutcome::kFound) failed = c;
+      if (best <= failed) break;
+      c = failed + (best - failed) / 2 / gran * gran;
+      if (c <= failed) break;
     }
   }
   for (const auto& [j, at] : result) (*off)[j] = at;
@@ -129,6 +150,7 @@ uint64_t plan_by_windows(const Problem& p, const WindowOptions& opt, std::vector
   uint64_t arena = 0;
   uint32_t cov_lo = 0, cov_hi = 0;  // the covered block (contiguous growth)
   double searched_s = 0;  // time of the windows that needed the search
+  const uint64_t nodes0 = stats->search_nodes;
   std::vector<uint32_t> free, fixed;
   while (left > 0) {
     uint32_t seed_s = UINT32_MAX;
@@ -190,10 +212,11 @@ uint64_t plan_by_windows(const Problem& p, const WindowOptions& opt, std::vector
     // windows hold the peaks. A window that missed the target raised the arena: the later ones
     // need not beat that.
     const double search_s = std::max(0.0, opt.search_s - searched_s) / 2;
+    const uint64_t search_nodes = opt.search_nodes == 0 ? 0 : std::max<uint64_t>(1, (opt.search_nodes - std::min(opt.search_nodes, stats->search_nodes - nodes0)) / 2);
     const uint64_t cap = std::max(opt.cap, arena);
     const Clock::time_point before = Clock::now();
     const uint64_t searched = stats->searched;
-    const uint64_t top = plan_window(p, free, fixed, cap, search_s, opt.deadline, off, stats);
+    const uint64_t top = plan_window(p, free, fixed, cap, search_s, search_nodes, opt.deadline, off, stats);
     if (stats->searched != searched) searched_s += std::chrono::duration<double>(Clock::now() - before).count();
     ++stats->windows;
     if (top > cap) ++stats->over_cap;

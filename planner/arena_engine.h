@@ -265,6 +265,7 @@ struct WindowOptions {
   size_t window_buffers = 1500;
   Clock::time_point deadline = Clock::time_point::max();
   double search_s = 2;            // exact search time of all windows together
+  uint64_t search_nodes = 0;      // and their nodes (0: no limit); each window may take half of what is left
   bool contiguous = false;        // after the first window, grow one block outward
   uint64_t seed = 1;
 };
@@ -273,10 +274,12 @@ struct WindowOptions {
 uint64_t plan_by_windows(const Problem& p, const WindowOptions& opt, std::vector<uint64_t>* off, WindowStats* stats);
 
 // Plans the buffers `free` of `p` around the buffers `fixed` (at off[j]) under `cap`, as
-// plan_by_windows() does for one window (the exact search for search_s seconds after the greedy
-// orders, never past the deadline); writes their offsets to *off. Returns the highest top among
+// plan_by_windows() does for one window (the exact search for search_s seconds and, when not 0,
+// search_nodes nodes after the greedy orders, never past the deadline); writes their offsets to
+// *off. Returns the highest top among
 // them (<= cap when it fit).
 uint64_t plan_window(const Problem& p, const std::vector<uint32_t>& free, const std::vector<uint32_t>& fixed, uint64_t cap,
-                     double search_s, Clock::time_point deadline, std::vector<uint64_t>* off, WindowStats* stats);
+                     double search_s, uint64_t search_nodes, Clock::time_point deadline, std::vector<uint64_t>* off,
+                     WindowStats* stats);
 
 }  // namespace moeprof::planner::detail
