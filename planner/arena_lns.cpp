@@ -264,7 +264,7 @@ bool Lns::run(Clock::time_point deadline, uint64_t max_moves) {
   bool improved = false;
   if (best_arena_ <= lower_ || p_.n() == 0) return false;
   if (target_ == 0) set_target(best_arena_ - std::min(step_, best_arena_ - lower_));
-  for (uint64_t moves = 0;; ++moves) {
+  for (uint64_t moves = 0;;) {
     if (over_.empty()) {  // every top within the target: a better plan
       best_arena_ = 0;
       for (size_t i = 0; i < p_.n(); ++i) best_arena_ = std::max(best_arena_, off_[i] + p_.size[i]);
@@ -289,6 +289,7 @@ bool Lns::run(Clock::time_point deadline, uint64_t max_moves) {
     if (max_moves != 0 && moves >= max_moves) break;
     if ((moves & 7) == 0 && Clock::now() >= deadline) break;
     const uint32_t v = over_[rng_() % over_.size()];
+    ++moves;
     ++stats_.moves;
     ++target_moves_;
     if (move(v, deadline)) ++stats_.accepted;
