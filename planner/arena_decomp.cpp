@@ -11,6 +11,7 @@ namespace moeprof::planner::detail {
 namespace {
 
 constexpr size_t kWindowAdjacency = size_t{1} << 22;  // overlapping pairs of a window's problem
+constexpr size_t kMaxWindowSearch = 6000;  // buffers of a window the search takes (stack: ~500 B each)
 constexpr uint32_t kSnap = 32;  // how far a window end may move to a boundary fewer buffers cross
 
 struct Rule {
@@ -56,7 +57,7 @@ uint64_t plan_window(const Problem& p, const std::vector<uint32_t>& free, const 
   for (size_t k = 0; k < free.size(); ++k) result.emplace_back(w.orig[k], best_o[k]);
   const Clock::time_point search_deadline =
       std::min(deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(search_s)));
-  if (best > cap && w.has_adjacency && Clock::now() < search_deadline) {
+  if (best > cap && w.has_adjacency && n <= kMaxWindowSearch && Clock::now() < search_deadline) {
     ++stats->searched;
     auto by = [&](auto less) {
       std::vector<uint32_t> perm(n);
@@ -126,9 +127,21 @@ uint64_t plan_window(const Problem& p, const std::vector<uint32_t>& free, const 
 uint64_t plan_by_windows(const Problem& p, const WindowOptions& opt, std::vector<uint64_t>* off, WindowStats* stats) {
   const size_t n = p.n();
   const uint32_t S = p.sections;
-  off->assign(n, 0);
   if (n == 0) return 0;
   std::vector<char> placed(n, 0), covered(S, 0);
+  size_t left = n;
+  if (opt.keep != nullptr) {
+    // A region: the buffers inside it are planned anew, the others stay; sections outside count
+    // as covered.
+    *off = *opt.keep;
+    for (size_t i = 0; i < n; ++i) {
+      placed[i] = p.lo[i] < opt.region_lo || p.hi[i] > opt.region_hi;
+      left -= placed[i];
+    }
+    for (uint32_t s = 0; s < S; ++s) covered[s] = s < opt.region_lo || s >= opt.region_hi;
+  } else {
+    off->assign(n, 0);
+  }
   TimeIndex idx(p, true);
   std::vector<uint64_t> load(S + 1, 0);
   std::vector<uint32_t> starts_before(S + 1, 0);
@@ -146,7 +159,6 @@ uint64_t plan_by_windows(const Problem& p, const WindowOptions& opt, std::vector
     cross[s] += cross[s - 1];
   }
   const uint32_t half = static_cast<uint32_t>(std::max<size_t>(opt.window_buffers / 2, 1));
-  size_t left = n;
   uint64_t arena = 0;
   uint32_t cov_lo = 0, cov_hi = 0;  // the covered block (contiguous growth)
   double searched_s = 0;  // time of the windows that needed the search

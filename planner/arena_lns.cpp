@@ -171,7 +171,7 @@ bool Lns::collect_window(uint32_t v) {
 bool Lns::search_window(Clock::time_point deadline) {
   // The window as a problem of its own: its inner buffers free, the buffers that cross its ends
   // fixed; the exact search looks for a plan within the target (a few hundred buffers at most).
-  if (hood_members_.size() > 512) return false;
+  if (hood_members_.size() > 512 || hood_members_.size() + outer_.size() > 6000) return false;  // stack: ~500 B a buffer
   Problem w = make_window_problem(p_, hood_members_, outer_, off_, win_a_, win_b_);
   std::vector<uint32_t> perm(w.n());
   std::iota(perm.begin(), perm.end(), 0u);

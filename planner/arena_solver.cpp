@@ -18,6 +18,8 @@ namespace {
 constexpr size_t kMaxAdjacency = size_t{1} << 23;  // overlapping pairs (64 MiB of neighbour lists)
 constexpr double kGreedyShare = 0.25;  // of the time limit, at most, for the orders after the two by size
 constexpr size_t kWindowSizes[] = {1500, 600, 3000, 1000, 2000, 400};  // buffers per window, by round
+constexpr size_t kRegionBuffers = 6000;  // a region re-plan; components above twice this get them
+constexpr uint32_t kRegionSnap = 64;     // how far a region end may move to a boundary fewer cross
 
 struct Rule {
   Key key;
@@ -162,6 +164,8 @@ struct Component {
   std::unique_ptr<Lns> lns;
   uint64_t rounds = 0;
   double other_spent = 0;
+  std::vector<uint32_t> starts_before, crossing;  // per section boundary (region re-plans)
+  std::mt19937_64 rng{1};
 
   void keep(uint64_t a, const std::vector<uint64_t>& o, std::string how) {
     arena = a;
@@ -171,7 +175,7 @@ struct Component {
 };
 
 struct Totals {
-  uint64_t window_plans = 0, window_nodes = 0, lns_moves = 0, lns_nodes = 0;
+  uint64_t window_plans = 0, region_plans = 0, window_nodes = 0, lns_moves = 0, lns_nodes = 0;
 };
 
 // One probe of the exact search below the component's best plan (or at its lower bound).
@@ -211,14 +215,97 @@ void search_probe(Component& c, Clock::time_point deadline, uint64_t seed, const
   }
 }
 
+// Region re-plans for about slice_s seconds: a buffer at the top of the plan, the sections
+// around its lifetime (about kRegionBuffers buffers inside, ends moved to boundaries few buffers
+// cross), every buffer inside planned anew by windows around the ones that cross. Kept when the
+// region's highest top went down: the arena falls once every region at the top has.
+void region_round(Component& c, Clock::time_point end, uint64_t seed, Totals* t) {
+  const Problem& p = c.problem;
+  const size_t n = p.n();
+  const uint32_t S = p.sections;
+  if (c.starts_before.empty()) {
+    c.starts_before.assign(S + 1, 0);
+    std::vector<int64_t> d(S + 2, 0);
+    for (size_t i = 0; i < n; ++i) {
+      ++c.starts_before[p.lo[i] + 1];
+      ++d[p.lo[i] + 1];
+      --d[p.hi[i]];
+    }
+    c.crossing.assign(S + 1, 0);
+    int64_t cur = 0;
+    for (uint32_t s = 1; s <= S; ++s) c.starts_before[s] += c.starts_before[s - 1];
+    for (uint32_t s = 0; s <= S; ++s) c.crossing[s] = static_cast<uint32_t>(cur += d[s]);
+    c.rng.seed(seed);
+  }
+  while (Clock::now() < end && c.arena > c.lower) {
+    // A buffer at the top, among those with the fewest buffers starting during their lifetime
+    // (ties at random); the region holds about twice that many, at least kRegionBuffers, at most
+    // half the component.
+    uint32_t v = UINT32_MAX, inner = UINT32_MAX, ties = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (c.off[i] + p.size[i] != c.arena) continue;
+      const uint32_t in = c.starts_before[p.hi[i]] - c.starts_before[p.lo[i]];
+      if (in < inner) {
+        v = i;
+        inner = in;
+        ties = 1;
+      } else if (in == inner && c.rng() % ++ties == 0) {
+        v = i;
+      }
+    }
+    const uint32_t size = std::max<uint32_t>(static_cast<uint32_t>(kRegionBuffers), 2 * inner);
+    if (v == UINT32_MAX || size > n / 2) return;
+    const uint32_t extra = size - inner, left = static_cast<uint32_t>(c.rng() % (extra + 1));
+    auto a = static_cast<uint32_t>(std::upper_bound(c.starts_before.begin(), c.starts_before.begin() + p.lo[v] + 1,
+                                                    c.starts_before[p.lo[v]] > left ? c.starts_before[p.lo[v]] - left : 0) -
+                                   c.starts_before.begin());
+    a = a > 0 ? a - 1 : 0;
+    auto b = static_cast<uint32_t>(std::lower_bound(c.starts_before.begin() + p.hi[v], c.starts_before.end(),
+                                                    c.starts_before[p.hi[v]] + (extra - left)) - c.starts_before.begin());
+    b = std::min(b, S);
+    for (uint32_t s = a, k = 0; s > 0 && k < kRegionSnap; --s, ++k)
+      if (c.crossing[s - 1] < c.crossing[a]) a = s - 1;
+    for (uint32_t s = b, k = 0; s < S && k < kRegionSnap; ++s, ++k)
+      if (c.crossing[s + 1] < c.crossing[b]) b = s + 1;
+    uint64_t before = 0;
+    for (uint32_t i = 0; i < n; ++i)
+      if (p.lo[i] >= a && p.hi[i] <= b) before = std::max(before, c.off[i] + p.size[i]);
+    WindowOptions w;
+    w.cap = c.lower;
+    w.window_buffers = kWindowSizes[c.rng() % std::size(kWindowSizes)];
+    w.deadline = end;
+    w.search_s = std::max(0.0, seconds_between(Clock::now(), end)) / 2;
+    w.keep = &c.off;
+    w.region_lo = a;
+    w.region_hi = b;
+    WindowStats ws;
+    std::vector<uint64_t> o;
+    const uint64_t after = plan_by_windows(p, w, &o, &ws);
+    ++t->region_plans;
+    t->window_nodes += ws.search_nodes;
+    if (after >= before) continue;
+    uint64_t arena = 0;
+    for (size_t i = 0; i < n; ++i) arena = std::max(arena, o[i] + p.size[i]);
+    c.keep(arena, o, "windows");
+    if (c.lns) t->lns_moves += c.lns->stats().moves, t->lns_nodes += c.lns->stats().search_nodes;
+    c.lns.reset();
+  }
+}
+
 // One round of window plans or neighbourhood search, for about slice_s seconds. Window rounds
 // cycle through window sizes, contiguous growth and two targets (the lower bound, and halfway
 // to the best plan); the search continues from the best plan, anew after a window plan won.
 void improve_round(Component& c, Clock::time_point deadline, double slice_s, uint64_t seed, Totals* t) {
   const Clock::time_point start = Clock::now(), end = std::min(deadline, after(start, slice_s));
   const size_t n = c.problem.n();
-  if (c.rounds % 2 == 0) {
-    const uint64_t k = c.rounds / 2;
+  // Small components: window plans and neighbourhood search in turn. Large ones: a window plan
+  // first and every sixth round, region re-plans and neighbourhood search in between.
+  const bool large = n > 2 * kRegionBuffers;
+  const bool windows = large ? c.rounds % 6 == 0 : c.rounds % 2 == 0;
+  if (large && !windows && c.rounds % 2 == 1) {
+    region_round(c, end, seed, t);
+  } else if (windows) {
+    const uint64_t k = large ? c.rounds / 6 : c.rounds / 2;
     WindowOptions w;
     w.cap = k % 4 == 3 ? c.lower + (c.arena - c.lower) / 2 : c.lower;
     w.window_buffers = std::min(kWindowSizes[k % std::size(kWindowSizes)], std::max<size_t>(n / 2, 16));
@@ -379,7 +466,7 @@ Result<ArenaSolution> solve_arena(const std::vector<Buffer>& buffers, const Aren
     sol.greedy_by_size_bytes = std::max(sol.greedy_by_size_bytes, c.by_size);
   }
   sol.search_nodes += totals.window_nodes + totals.lns_nodes;
-  sol.window_plans = totals.window_plans;
+  sol.window_plans = totals.window_plans + totals.region_plans;
   sol.lns_moves = totals.lns_moves;
   if (!comps.empty()) {
     const Component& top = comps[top_comp()];
