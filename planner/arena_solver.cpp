@@ -238,23 +238,20 @@ void region_round(Component& c, Clock::time_point end, uint64_t seed, Totals* t)
     c.rng.seed(seed);
   }
   while (Clock::now() < end && c.arena > c.lower) {
-    // A buffer at the top, among those with the fewest buffers starting during their lifetime
-    // (ties at random); the region holds about twice that many, at least kRegionBuffers, at most
-    // half the component.
-    uint32_t v = UINT32_MAX, inner = UINT32_MAX, ties = 0;
-    for (uint32_t i = 0; i < n; ++i) {
-      if (c.off[i] + p.size[i] != c.arena) continue;
-      const uint32_t in = c.starts_before[p.hi[i]] - c.starts_before[p.lo[i]];
-      if (in < inner) {
-        v = i;
-        inner = in;
-        ties = 1;
-      } else if (in == inner && c.rng() % ++ties == 0) {
-        v = i;
-      }
+    // A buffer at the top, at random; the region holds about twice as many buffers as start
+    // during its lifetime, at least kRegionBuffers (or twice that, at random), at most half the
+    // component. A few tries find one that fits.
+    std::vector<uint32_t> tops;
+    for (uint32_t i = 0; i < n; ++i)
+      if (c.off[i] + p.size[i] == c.arena) tops.push_back(i);
+    uint32_t v = UINT32_MAX, inner = 0, size = 0;
+    for (int tries = 0; tries < 8 && v == UINT32_MAX && !tops.empty(); ++tries) {
+      const uint32_t i = tops[c.rng() % tops.size()];
+      inner = c.starts_before[p.hi[i]] - c.starts_before[p.lo[i]];
+      size = std::max<uint32_t>(static_cast<uint32_t>(kRegionBuffers << (c.rng() % 2)), 2 * inner);
+      if (size <= n / 2) v = i;
     }
-    const uint32_t size = std::max<uint32_t>(static_cast<uint32_t>(kRegionBuffers), 2 * inner);
-    if (v == UINT32_MAX || size > n / 2) return;
+    if (v == UINT32_MAX) return;
     const uint32_t extra = size - inner, left = static_cast<uint32_t>(c.rng() % (extra + 1));
     auto a = static_cast<uint32_t>(std::upper_bound(c.starts_before.begin(), c.starts_before.begin() + p.lo[v] + 1,
                                                     c.starts_before[p.lo[v]] > left ? c.starts_before[p.lo[v]] - left : 0) -
@@ -299,10 +296,10 @@ void improve_round(Component& c, Clock::time_point deadline, double slice_s, uin
   const Clock::time_point start = Clock::now(), end = std::min(deadline, after(start, slice_s));
   const size_t n = c.problem.n();
   // Small components: window plans and neighbourhood search in turn. Large ones: a window plan
-  // first and every sixth round, region re-plans and neighbourhood search in between.
+  // first and every sixth round, in between two region re-plans to one neighbourhood search.
   const bool large = n > 2 * kRegionBuffers;
   const bool windows = large ? c.rounds % 6 == 0 : c.rounds % 2 == 0;
-  if (large && !windows && c.rounds % 2 == 1) {
+  if (large && !windows && c.rounds % 3 != 2) {
     region_round(c, end, seed, t);
   } else if (windows) {
     const uint64_t k = large ? c.rounds / 6 : c.rounds / 2;
