@@ -130,18 +130,13 @@ uint64_t plan_by_windows(const Problem& p, const WindowOptions& opt, std::vector
   if (n == 0) return 0;
   std::vector<char> placed(n, 0), covered(S, 0);
   size_t left = n;
-  if (opt.keep != nullptr) {
-    // A region: the buffers inside it are planned anew, the others stay; sections outside count
-    // as covered.
-    *off = *opt.keep;
-    for (size_t i = 0; i < n; ++i) {
-      placed[i] = p.lo[i] < opt.region_lo || p.hi[i] > opt.region_hi;
-      left -= placed[i];
+  off->assign(n, 0);
+  for (size_t i = 0; i < n; ++i)
+    if (p.is_fixed(i)) {  // a region of a larger plan: the buffers that cross its ends stay
+      (*off)[i] = p.fixed[i];
+      placed[i] = 1;
+      --left;
     }
-    for (uint32_t s = 0; s < S; ++s) covered[s] = s < opt.region_lo || s >= opt.region_hi;
-  } else {
-    off->assign(n, 0);
-  }
   TimeIndex idx(p, true);
   std::vector<uint64_t> load(S + 1, 0);
   std::vector<uint32_t> starts_before(S + 1, 0);

@@ -267,15 +267,11 @@ struct WindowOptions {
   double search_s = 2;            // exact search time of all windows together
   uint64_t search_nodes = 0;      // and their nodes (0: no limit); each window may take half of what is left
   bool contiguous = false;        // after the first window, grow one block outward
-  // A region re-plan: only the buffers whose lifetime lies inside the sections [region_lo,
-  // region_hi) are planned; the others keep their offsets in *keep (a complete plan).
-  const std::vector<uint64_t>* keep = nullptr;
-  uint32_t region_lo = 0, region_hi = UINT32_MAX;
   uint64_t seed = 1;
 };
 
 // Writes a complete plan to *off (problem order) and returns the highest top among the buffers it
-// planned (the arena, unless only a region was planned).
+// planned. Fixed buffers of `p` (a region of a larger plan) are placed from the start.
 uint64_t plan_by_windows(const Problem& p, const WindowOptions& opt, std::vector<uint64_t>* off, WindowStats* stats);
 
 // Plans the buffers `free` of `p` around the buffers `fixed` (at off[j]) under `cap`, as

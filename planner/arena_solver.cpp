@@ -20,6 +20,7 @@ constexpr double kGreedyShare = 0.25;  // of the time limit, at most, for the or
 constexpr size_t kWindowSizes[] = {1500, 600, 3000, 1000, 2000, 400};  // buffers per window, by round
 constexpr size_t kRegionBuffers = 6000;  // a region re-plan; components above twice this get them
 constexpr uint32_t kRegionSnap = 64;     // how far a region end may move to a boundary fewer cross
+constexpr size_t kRegionWindows[] = {3000, 2000, 1500};  // buffers per window in a region
 
 struct Rule {
   Key key;
@@ -165,6 +166,7 @@ struct Component {
   uint64_t rounds = 0;
   double other_spent = 0;
   std::vector<uint32_t> starts_before, crossing;  // per section boundary (region re-plans)
+  std::unique_ptr<TimeIndex> index;               // every buffer (region re-plans)
   std::mt19937_64 rng{1};
 
   void keep(uint64_t a, const std::vector<uint64_t>& o, std::string how) {
@@ -219,7 +221,7 @@ void search_probe(Component& c, Clock::time_point deadline, uint64_t seed, const
 // around its lifetime (about kRegionBuffers buffers inside, ends moved to boundaries few buffers
 // cross), every buffer inside planned anew by windows around the ones that cross. Kept when the
 // region's highest top went down: the arena falls once every region at the top has.
-void region_round(Component& c, Clock::time_point end, uint64_t seed, Totals* t) {
+void region_round(Component& c, Clock::time_point end, double slice_s, uint64_t seed, Totals* t) {
   const Problem& p = c.problem;
   const size_t n = p.n();
   const uint32_t S = p.sections;
@@ -236,8 +238,11 @@ void region_round(Component& c, Clock::time_point end, uint64_t seed, Totals* t)
     for (uint32_t s = 1; s <= S; ++s) c.starts_before[s] += c.starts_before[s - 1];
     for (uint32_t s = 0; s <= S; ++s) c.crossing[s] = static_cast<uint32_t>(cur += d[s]);
     c.rng.seed(seed);
+    c.index = std::make_unique<TimeIndex>(p, true);
   }
-  while (Clock::now() < end && c.arena > c.lower) {
+  // Each region has at most half the slice; none starts in its last quarter (a cut-off region
+  // plan ends greedily, a waste).
+  while (seconds_between(Clock::now(), end) > slice_s / 4 && c.arena > c.lower) {
     // A buffer at the top, at random; the region holds about twice as many buffers as start
     // during its lifetime, at least kRegionBuffers (or twice that, at random), at most half the
     // component. A few tries find one that fits.
@@ -264,26 +269,34 @@ void region_round(Component& c, Clock::time_point end, uint64_t seed, Totals* t)
       if (c.crossing[s - 1] < c.crossing[a]) a = s - 1;
     for (uint32_t s = b, k = 0; s < S && k < kRegionSnap; ++s, ++k)
       if (c.crossing[s + 1] < c.crossing[b]) b = s + 1;
+    // The region as a problem of its own: the buffers inside free, those crossing its ends fixed.
+    std::vector<uint32_t> inside, crossing;
     uint64_t before = 0;
-    for (uint32_t i = 0; i < n; ++i)
-      if (p.lo[i] >= a && p.hi[i] <= b) before = std::max(before, c.off[i] + p.size[i]);
+    c.index->for_each_in(a, b, [&](uint32_t j) {
+      if (p.lo[j] >= a && p.hi[j] <= b) {
+        inside.push_back(j);
+        before = std::max(before, c.off[j] + p.size[j]);
+      } else {
+        crossing.push_back(j);
+      }
+    });
+    const Problem region = make_window_problem(p, inside, crossing, c.off, a, b, 0);
     WindowOptions w;
     w.cap = c.lower;
-    w.window_buffers = kWindowSizes[c.rng() % std::size(kWindowSizes)];
-    w.deadline = end;
-    w.search_s = std::max(0.0, seconds_between(Clock::now(), end)) / 2;
-    w.keep = &c.off;
-    w.region_lo = a;
-    w.region_hi = b;
+    w.window_buffers = kRegionWindows[c.rng() % std::size(kRegionWindows)];
+    w.deadline = std::min(end, after(Clock::now(), slice_s / 2));
+    w.search_s = slice_s / 4;
     WindowStats ws;
     std::vector<uint64_t> o;
-    const uint64_t after = plan_by_windows(p, w, &o, &ws);
+    const uint64_t after = plan_by_windows(region, w, &o, &ws);
     ++t->region_plans;
     t->window_nodes += ws.search_nodes;
     if (after >= before) continue;
+    std::vector<uint64_t> next = c.off;
+    for (size_t k = 0; k < inside.size(); ++k) next[region.orig[k]] = o[k];
     uint64_t arena = 0;
-    for (size_t i = 0; i < n; ++i) arena = std::max(arena, o[i] + p.size[i]);
-    c.keep(arena, o, "windows");
+    for (size_t i = 0; i < n; ++i) arena = std::max(arena, next[i] + p.size[i]);
+    c.keep(arena, next, "windows");
     if (c.lns) t->lns_moves += c.lns->stats().moves, t->lns_nodes += c.lns->stats().search_nodes;
     c.lns.reset();
   }
@@ -300,7 +313,7 @@ void improve_round(Component& c, Clock::time_point deadline, double slice_s, uin
   const bool large = n > 2 * kRegionBuffers;
   const bool windows = large ? c.rounds % 6 == 0 : c.rounds % 2 == 0;
   if (large && !windows && c.rounds % 3 != 2) {
-    region_round(c, end, seed, t);
+    region_round(c, end, slice_s, seed, t);
   } else if (windows) {
     const uint64_t k = large ? c.rounds / 6 : c.rounds / 2;
     WindowOptions w;

@@ -313,7 +313,7 @@ TEST_CASE("exact search with fixed buffers: the brute-force optimum is found and
   CHECK(with_holes > 100);  // fixed buffers above free space were exercised
 }
 
-TEST_CASE("window plans and neighbourhood search keep plans valid and never above where they start", "[planner][arena][improve]") {
+TEST_CASE("window plans, region re-plans and neighbourhood search keep plans valid", "[planner][arena][improve]") {
   std::mt19937_64 rng(31);
   for (int iter = 0; iter < 12; ++iter) {
     const auto bs = random_instance(rng, 200 + rng() % 600, 50 + rng() % 400);
@@ -340,6 +340,42 @@ TEST_CASE("window plans and neighbourhood search keep plans valid and never abov
       detail::WindowStats ws2;
       CHECK(detail::plan_by_windows(p, w, &again, &ws2) == a);  // the same plan without a clock
       CHECK(again == off);
+    }
+    // A region of the largest-first plan re-planned by windows, the buffers that cross its ends
+    // fixed: put back into the whole plan, it is valid and the crossing buffers did not move.
+    {
+      detail::TimeIndex all(p, true);
+      std::vector<uint64_t> start(p.n(), 0);
+      std::vector<char> placed(p.n(), 0);
+      detail::TimeIndex idx(p, false);
+      detail::place_greedy(p, &idx, detail::placement_order(p, detail::Key::kSize), detail::Fit::kBest, &start, &placed);
+      const uint32_t a = p.sections / 4, b = p.sections / 2 + 1;
+      std::vector<uint32_t> inside, crossing;
+      all.for_each_in(a, b, [&](uint32_t j) { (p.lo[j] >= a && p.hi[j] <= b ? inside : crossing).push_back(j); });
+      REQUIRE_FALSE(inside.empty());
+      const detail::Problem region = detail::make_window_problem(p, inside, crossing, start, a, b, 0);
+      detail::WindowOptions w;
+      w.cap = p.load;
+      w.window_buffers = 40;
+      w.search_s = 1e9;
+      w.search_nodes = 5000;
+      detail::WindowStats ws;
+      std::vector<uint64_t> o;
+      const uint64_t top = detail::plan_by_windows(region, w, &o, &ws);
+      std::vector<uint64_t> next = start;
+      uint64_t inner_top = 0;
+      for (size_t k = 0; k < region.n(); ++k) {
+        if (region.is_fixed(k)) {
+          CHECK(o[k] == start[region.orig[k]]);
+        } else {
+          next[region.orig[k]] = o[k];
+          inner_top = std::max(inner_top, o[k] + region.size[k]);
+        }
+      }
+      CHECK(top == inner_top);
+      const Status st = validate_plan(bs, plan_of(bs, p, next));
+      INFO(st.message());
+      CHECK(st.is_ok());
     }
     // Neighbourhood search from the largest-first plan, a fixed number of moves.
     detail::TimeIndex idx(p, false);
