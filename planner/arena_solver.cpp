@@ -309,10 +309,10 @@ void improve_round(Component& c, Clock::time_point deadline, double slice_s, uin
   const Clock::time_point start = Clock::now(), end = std::min(deadline, after(start, slice_s));
   const size_t n = c.problem.n();
   // Small components: window plans and neighbourhood search in turn. Large ones: a window plan
-  // first and every sixth round, in between two region re-plans to one neighbourhood search.
+  // first and every eighth round, neighbourhood search every fourth, region re-plans otherwise.
   const bool large = n > 2 * kRegionBuffers;
-  const bool windows = large ? c.rounds % 6 == 0 : c.rounds % 2 == 0;
-  if (large && !windows && c.rounds % 3 != 2) {
+  const bool windows = large ? c.rounds % 8 == 0 : c.rounds % 2 == 0;
+  if (large && !windows && c.rounds % 4 != 2) {
     region_round(c, end, slice_s, seed, t);
   } else if (windows) {
     const uint64_t k = large ? c.rounds / 6 : c.rounds / 2;

@@ -7,8 +7,9 @@
 //   - the activation buffers of .mtrace files, and instances in .csv files, given on the command
 //     line (traces: the device with the largest activation peak, 256-byte alignment, as `moeprof
 //     plan --arena`).
-// Per instance: buffers, LOAD, greedy by size (largest first, the better of best fit and first
-// fit), the solver's arena and its gap over LOAD, and the time. Every plan is checked by
+// Per instance: buffers, LOAD, a time-ordered sweep (best fit in start order, as an allocator
+// that sees the program in time order would do), greedy by size (largest first, the better of
+// best fit and first fit), the solver's arena and its gap over LOAD, and the time. Every plan is checked by
 // validate_plan(); the row says "INVALID" if one fails.
 //
 //   bench_arena [--dir DIR] [--time-limit S] [--gen-time-limit S] [--programs NAME,...]
@@ -27,6 +28,7 @@
 #include "core/trace_io.h"
 #include "planner/analysis.h"
 #include "planner/arena_csv.h"
+#include "planner/arena_engine.h"
 #include "planner/arena_solver.h"
 #include "serving_gen.h"
 
@@ -42,6 +44,7 @@ const char* const kDefaultPrograms =
 
 struct Row {
   std::string name;
+  uint64_t sweep = 0;  // best fit in start order: the plan of an allocator that sees time in order
   ArenaSolution sol;
   bool valid = false;
   std::string error;
@@ -60,6 +63,11 @@ Row solve(const std::string& name, const std::vector<Buffer>& bs, uint64_t align
     return r;
   }
   r.sol = *sol;
+  std::vector<uint32_t> live;
+  for (uint32_t i = 0; i < bs.size(); ++i)
+    if (bs[i].size > 0 && bs[i].lower < bs[i].upper) live.push_back(i);
+  std::stable_sort(live.begin(), live.end(), [&](uint32_t a, uint32_t b) { return bs[a].lower < bs[b].lower; });
+  detail::sweep_best_fit(detail::make_problem(bs, live, alignment, 0), &r.sweep);
   ArenaOptions vo;
   vo.alignment = alignment;
   const Status st = validate_plan(bs, to_arena_plan(*sol), vo);
@@ -77,9 +85,9 @@ std::string commas(uint64_t v) {
 double pct(uint64_t a, uint64_t load) { return load == 0 ? 0.0 : 100.0 * (static_cast<double>(a) - static_cast<double>(load)) / static_cast<double>(load); }
 
 void print_header() {
-  std::printf("| instance | buffers | LOAD | greedy by size | arena | gap | lower bound | proven | first answer | seconds "
-              "| algorithm | search nodes | LNS moves |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|\n");
+  std::printf("| instance | buffers | LOAD | time-ordered sweep | greedy by size | arena | gap | lower bound | proven | first answer "
+              "| seconds | algorithm | search nodes | LNS moves |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|\n");
 }
 
 void print_row(const Row& r, bool history) {
@@ -89,15 +97,15 @@ void print_row(const Row& r, bool history) {
     return;
   }
   const ArenaSolution& s = r.sol;
-  std::printf("| %s | %zu | %s | %s (%+.3f%%) | %s | %+.3f%% | %s | %s | %.1f ms | %.2f | %s%s | %s | %s |\n", r.name.c_str(),
-              s.buffers, commas(s.load_bytes).c_str(), commas(s.greedy_by_size_bytes).c_str(),
+  std::printf("| %s | %zu | %s | %+.2f%% | %s (%+.3f%%) | %s | %+.3f%% | %s | %s | %.1f ms | %.2f | %s%s | %s | %s |\n",
+              r.name.c_str(), s.buffers, commas(s.load_bytes).c_str(), pct(r.sweep, s.load_bytes), commas(s.greedy_by_size_bytes).c_str(),
               pct(s.greedy_by_size_bytes, s.load_bytes), commas(s.arena_bytes).c_str(), s.gap_pct(),
               commas(s.lower_bound_bytes).c_str(), s.proven_optimal ? "yes" : "no", 1e3 * s.first_answer_seconds, s.seconds,
               s.algorithm.c_str(), r.valid ? "" : (", INVALID: " + r.error).c_str(), commas(s.search_nodes).c_str(),
               commas(s.lns_moves).c_str());
   if (history)
     for (const ArenaImprovement& i : s.improvements)
-      std::printf("|   %.3f s | | | | %s | %+.3f%% | | | | | %s | | |\n", i.seconds, commas(i.arena_bytes).c_str(),
+      std::printf("|   %.3f s | | | | | %s | %+.3f%% | | | | | %s | | |\n", i.seconds, commas(i.arena_bytes).c_str(),
                   pct(i.arena_bytes, s.load_bytes), i.algorithm.c_str());
   std::fflush(stdout);
 }
@@ -247,7 +255,9 @@ int main(int argc, char** argv) {
       print_row(solve(name, bs, 256, gen_limit, seed), history);
     }
   for (const auto& path : inputs) {
-    const std::string name = fs::path(path).filename().string();
+    // The file and its folder: a run's traces share their names (baseline.mtrace).
+    const fs::path fp(path);
+    const std::string name = (fp.parent_path().filename() / fp.filename()).string();
     if (!wanted(name)) continue;
     if (fs::path(path).extension() == ".csv") {
       auto csv = read_arena_csv(path);
