@@ -50,34 +50,6 @@ void sweep(const Problem& p, F&& on_arrive) {
   }
 }
 
-std::vector<uint32_t> greedy_order(const Problem& p, ArenaOrder order) {
-  std::vector<uint32_t> idx(p.n());
-  std::iota(idx.begin(), idx.end(), 0u);
-  auto dur = [&](uint32_t i) { return p.thi[i] - p.tlo[i]; };
-  auto area = [&](uint32_t i) { return static_cast<unsigned __int128>(p.size[i]) * dur(i); };
-  std::stable_sort(idx.begin(), idx.end(), [&](uint32_t a, uint32_t b) {
-    switch (order) {
-      case ArenaOrder::kSizeDesc:
-        if (p.size[a] != p.size[b]) return p.size[a] > p.size[b];
-        if (dur(a) != dur(b)) return dur(a) > dur(b);
-        return p.tlo[a] < p.tlo[b];
-      case ArenaOrder::kDurationDesc:
-        if (dur(a) != dur(b)) return dur(a) > dur(b);
-        if (p.size[a] != p.size[b]) return p.size[a] > p.size[b];
-        return p.tlo[a] < p.tlo[b];
-      case ArenaOrder::kAreaDesc:
-        if (area(a) != area(b)) return area(a) > area(b);
-        if (p.size[a] != p.size[b]) return p.size[a] > p.size[b];
-        return p.tlo[a] < p.tlo[b];
-      case ArenaOrder::kLowerAsc:
-        if (p.tlo[a] != p.tlo[b]) return p.tlo[a] < p.tlo[b];
-        return p.size[a] > p.size[b];
-    }
-    return false;
-  });
-  return idx;
-}
-
 }  // namespace
 
 Problem make_problem(const std::vector<Buffer>& all, const std::vector<uint32_t>& members, uint64_t alignment,
@@ -142,6 +114,34 @@ Problem make_problem(const std::vector<Buffer>& all, const std::vector<uint32_t>
   return p;
 }
 
+Problem make_window_problem(const Problem& p, const std::vector<uint32_t>& inner, const std::vector<uint32_t>& outer,
+                            const std::vector<uint64_t>& off, uint32_t a, uint32_t b, size_t max_adjacency) {
+  // Sections of p serve as times: the window's own sections are the distinct cut ends.
+  std::vector<Buffer> bs;
+  std::vector<uint32_t> members;
+  bs.reserve(inner.size() + outer.size());
+  for (const auto* list : {&inner, &outer})
+    for (uint32_t j : *list) {
+      Buffer b_;
+      b_.size = p.size[j];
+      b_.alignment = p.align[j];
+      b_.lower = std::max(p.lo[j], a);
+      b_.upper = std::min(p.hi[j], b);
+      members.push_back(static_cast<uint32_t>(bs.size()));
+      bs.push_back(b_);
+    }
+  Problem q = make_problem(bs, members, 1, max_adjacency);
+  for (size_t k = 0; k < q.n(); ++k) q.orig[k] = k < inner.size() ? inner[k] : outer[k - inner.size()];
+  // The duration orders look at the whole lifetime, not the cut one.
+  for (size_t k = 0; k < q.n(); ++k) {
+    q.tlo[k] = p.tlo[q.orig[k]];
+    q.thi[k] = p.thi[q.orig[k]];
+  }
+  q.fixed.assign(q.n(), Problem::kFree);
+  for (size_t k = inner.size(); k < q.n(); ++k) q.fixed[k] = off[q.orig[k]];
+  return q;
+}
+
 Problem permute_problem(const Problem& p, const std::vector<uint32_t>& perm) {
   Problem q;
   const size_t n = p.n();
@@ -162,6 +162,7 @@ Problem permute_problem(const Problem& p, const std::vector<uint32_t>& perm) {
   q.sections = p.sections;
   q.load = p.load;
   q.has_adjacency = p.has_adjacency;
+  if (!p.fixed.empty()) q.fixed = pick(p.fixed);
   if (p.has_adjacency) {
     q.adj_off.assign(n + 1, 0);
     for (size_t k = 0; k < n; ++k) q.adj_off[k + 1] = q.adj_off[k] + (p.adj_off[perm[k] + 1] - p.adj_off[perm[k]]);
@@ -178,38 +179,6 @@ uint64_t count_overlaps(const Problem& p) {
   uint64_t pairs = 0;
   sweep(p, [&](uint32_t, const std::vector<uint32_t>& active) { pairs += active.size(); });
   return pairs;
-}
-
-std::vector<uint64_t> greedy_best_fit(const Problem& p, ArenaOrder order, uint64_t* arena) {
-  std::vector<uint64_t> off(p.n(), 0);
-  std::vector<char> placed(p.n(), 0);
-  std::vector<std::pair<uint64_t, uint64_t>> busy;
-  uint64_t top = 0;
-  for (uint32_t i : greedy_order(p, order)) {
-    busy.clear();
-    for (uint64_t e = p.adj_off[i]; e < p.adj_off[i + 1]; ++e) {
-      const uint32_t j = p.adj[e];
-      if (placed[j]) busy.emplace_back(off[j], off[j] + p.size[j]);
-    }
-    std::sort(busy.begin(), busy.end());
-    const uint64_t sz = p.size[i], al = p.align[i];
-    uint64_t cur = 0, best_off = 0, best_gap = UINT64_MAX;
-    bool found = false;
-    for (const auto& [o, e] : busy) {
-      const uint64_t start = align_up(cur, al);
-      if (o > start && o - start >= sz && o - start < best_gap) {
-        best_gap = o - start;
-        best_off = start;
-        found = true;
-      }
-      cur = std::max(cur, e);
-    }
-    off[i] = found ? best_off : align_up(cur, al);
-    placed[i] = 1;
-    top = std::max(top, off[i] + sz);
-  }
-  *arena = top;
-  return off;
 }
 
 std::vector<uint64_t> sweep_best_fit(const Problem& p, uint64_t* arena) {

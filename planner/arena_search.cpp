@@ -66,6 +66,7 @@ class Searcher {
     for (size_t i = 0; i < n; ++i) {
       gran_ = std::gcd(gran_, p.size[i]);
       if (p.align[i] > 1) gran_ = std::gcd(gran_, p.align[i]);
+      if (p.is_fixed(i)) gran_ = std::gcd(gran_, p.fixed[i]);  // free buffers may sit on fixed ones
     }
     gran_ = std::max<uint64_t>(gran_, 1);
     // The buffers of each section (CSR), when they are not too many.
@@ -98,7 +99,8 @@ class Searcher {
       for (size_t a = k; a < e; ++a)
         for (size_t b = k; b < e; ++b) {
           const uint32_t x = by_life[a], y = by_life[b];
-          if (x != y && p.align[x] == p.align[y] && p.size[x] % p.align[x] == 0 && p.size[y] % p.align[y] == 0)
+          if (x != y && !p.is_fixed(x) && !p.is_fixed(y) && p.align[x] == p.align[y] && p.size[x] % p.align[x] == 0 &&
+              p.size[y] % p.align[y] == 0)
             tw[x].push_back(y);
         }
       k = e;
@@ -113,7 +115,10 @@ class Searcher {
     std::iota(all.begin(), all.end(), 0u);
     std::stable_sort(all.begin(), all.end(), [&](uint32_t a, uint32_t b) { return p_.lo[a] < p_.lo[b]; });
     pool_ = all;
-    R r = solve_groups(0, pool_.size(), 0);
+    R r = R::kFound;
+    for (size_t i = 0; i < p_.n() && r == R::kFound; ++i)
+      if (p_.is_fixed(i) && p_.fixed[i] + p_.size[i] > cap_) r = R::kFail;
+    if (r == R::kFound) r = solve_groups(0, pool_.size(), 0);
     stats->nodes += nodes_;
     stats->max_depth = max_depth_;
     if (r == R::kFound) {
@@ -220,12 +225,19 @@ class Searcher {
   R solve(size_t beg, size_t end, uint64_t x) {
     if (out_of_budget()) return R::kAbort;
     const size_t pool_mark = pool_.size();
-    uint64_t m = kInf, wait_top = kInf;
-    uint32_t span_lo = UINT32_MAX, span_hi = 0;
+    uint64_t m = kInf, wait_top = kInf, mf = kInf;
+    uint32_t span_lo = UINT32_MAX, span_hi = 0, fi = UINT32_MAX;
     for (size_t k = beg; k < end; ++k) {
       const uint32_t i = pool_[k];
       span_lo = std::min(span_lo, p_.lo[i]);
       span_hi = std::max(span_hi, p_.hi[i]);
+      if (p_.is_fixed(i)) {
+        if (p_.fixed[i] < mf) {
+          mf = p_.fixed[i];
+          fi = i;
+        }
+        continue;
+      }
       const uint64_t kk = key(i);
       if (waits(i, kk, x)) {
         if (free_nbrs_[i] == 0) return fail(pool_mark);  // waits for a neighbour that will never come
@@ -238,6 +250,7 @@ class Searcher {
       }
       if (kk == m) pool_.push_back(i);
     }
+    if (fi != UINT32_MAX && mf <= m) return place_fixed(beg, end, x, fi, pool_mark);
     if (cfg_.symmetry && m != kInf) {
       // Symmetry: buffers with the same lifetime that touch (one directly on the other) can swap
       // places, so only plans with the lower index below are searched.
@@ -299,6 +312,7 @@ class Searcher {
     const size_t cand_end = w;
 
     auto try_place = [&](uint32_t i) {
+      if (!p_.fixed.empty() && hits_fixed(i, m)) return R::kFail;
       place(i, m);
       // The rest of the group, in lower order, then solved in independent parts.
       const size_t rest = pool_.size();
@@ -348,6 +362,32 @@ class Searcher {
                      [&](uint32_t x, uint32_t y) { return score(x) > score(y); });
   }
 
+  // A free buffer at m would overlap an unplaced fixed neighbour (those sit at >= m).
+  bool hits_fixed(uint32_t i, uint64_t m) const {
+    const uint64_t top = m + p_.size[i];
+    for (uint64_t e = p_.adj_off[i]; e < p_.adj_off[i + 1]; ++e) {
+      const uint32_t j = p_.adj[e];
+      if (!placed_[j] && p_.is_fixed(j) && p_.fixed[j] < top) return true;
+    }
+    return false;
+  }
+
+  // The lowest unplaced fixed buffer comes no higher than every free candidate: it goes at its
+  // offset now (one branch), unless a placed neighbour already reaches above it.
+  R place_fixed(size_t beg, size_t end, uint64_t x, uint32_t f, size_t pool_mark) {
+    pool_.resize(pool_mark);
+    const uint64_t at = p_.fixed[f];
+    if (at < x || key(f) > at || at + p_.size[f] > cap_) return R::kFail;
+    place(f, at);
+    const size_t rest = pool_.size();
+    for (size_t k = beg; k < end; ++k)
+      if (pool_[k] != f) pool_.push_back(pool_[k]);
+    R r = solve_groups(rest, pool_.size(), at);
+    pool_.resize(rest);
+    if (r != R::kFound) undo_last();
+    return r;
+  }
+
   R fail(size_t pool_mark, R r = R::kFail) {
     pool_.resize(pool_mark);
     return r;
@@ -359,6 +399,7 @@ class Searcher {
   // support (a buffer that passed there last time); only a section whose support no longer
   // passes scans its buffers.
   uint64_t effective_key(uint32_t i, uint64_t x, uint64_t m) const {
+    if (p_.is_fixed(i)) return p_.fixed[i];
     const uint64_t kk = key(i);
     return kk < m || waits(i, kk, x) ? m + gran_ : kk;
   }

@@ -1,5 +1,6 @@
-// The arena solver (arena_solver.h): components, greedy first answer, then a portfolio of exact
-// decision searches that lowers the arena and raises the lower bound within the time limit.
+// The arena solver (arena_solver.h): components, the greedy portfolio for a first answer, then
+// improvement until the time limit: the exact search's probes, window plans and large
+// neighbourhood search, on the component that sets the arena.
 #include "planner/arena_solver.h"
 
 #include <algorithm>
@@ -15,8 +16,32 @@ namespace detail {
 namespace {
 
 constexpr size_t kMaxAdjacency = size_t{1} << 23;  // overlapping pairs (64 MiB of neighbour lists)
+constexpr double kGreedyShare = 0.25;  // of the time limit, at most, for the orders after the two by size
+constexpr size_t kWindowSizes[] = {1500, 600, 3000, 1000, 2000, 400};  // buffers per window, by round
+constexpr size_t kRegionBuffers = 6000;  // a region re-plan; components above twice this get them
+constexpr uint32_t kRegionSnap = 64;     // how far a region end may move to a boundary fewer cross
+constexpr size_t kRegionWindows[] = {3000, 2000, 1500};  // buffers per window in a region
+
+struct Rule {
+  Key key;
+  Fit fit;
+};
+// Largest first comes first (the classic planner, and the structural guarantee), both fits.
+constexpr Rule kRules[] = {{Key::kSize, Fit::kBest},      {Key::kSize, Fit::kFirst},     {Key::kPressure, Fit::kBest},
+                           {Key::kPressure, Fit::kFirst}, {Key::kConflict, Fit::kBest},  {Key::kConflict, Fit::kFirst},
+                           {Key::kArea, Fit::kBest},      {Key::kArea, Fit::kFirst},     {Key::kDuration, Fit::kBest},
+                           {Key::kDuration, Fit::kFirst}, {Key::kLower, Fit::kBest},     {Key::kLower, Fit::kFirst}};
+constexpr size_t kSizeRules = 2;
+
+std::string rule_name(const Rule& r) {
+  return "greedy:" + std::string(key_name(r.key)) + (r.fit == Fit::kFirst ? "/first_fit" : "");
+}
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+Clock::time_point after(Clock::time_point t, double s) {
+  return t + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
 
 // Every offset of a canonical plan of `p` is a multiple of this.
 uint64_t granule(const Problem& p) {
@@ -124,17 +149,197 @@ class Portfolio {
 
 struct Component {
   Problem problem;
-  uint64_t arena = 0;  // best plan found
-  uint64_t lower = 0;  // proven lower bound
+  std::vector<uint64_t> off;  // the best plan (problem order)
+  uint64_t arena = 0;         // its arena
+  uint64_t lower = 0;         // proven lower bound
   uint64_t gran = 1;
+  uint64_t by_size = UINT64_MAX;  // greedy by size
   std::string algorithm;
   bool searchable = false;
+  // The exact search's probes: the budgets of the two kinds, the descent step, the time spent.
+  std::unique_ptr<Portfolio> portfolio;
+  double low_s = 0, step_s = 0, low_spent = 0, step_spent = 0;
+  uint64_t step = 0;
+  bool tried_low = false;
+  // Window plans and neighbourhood search: rounds alternate between them.
+  std::unique_ptr<Lns> lns;
+  uint64_t rounds = 0;
+  double other_spent = 0;
+  std::vector<uint32_t> starts_before, crossing;  // per section boundary (region re-plans)
+  std::unique_ptr<TimeIndex> index;               // every buffer (region re-plans)
+  std::mt19937_64 rng{1};
+
+  void keep(uint64_t a, const std::vector<uint64_t>& o, std::string how) {
+    arena = a;
+    off = o;
+    algorithm = std::move(how);
+  }
 };
 
-uint64_t component_arena(const Problem& p, const std::vector<uint64_t>& off) {
-  uint64_t top = 0;
-  for (size_t k = 0; k < p.n(); ++k) top = std::max(top, off[p.orig[k]] + p.size[k]);
-  return top;
+struct Totals {
+  uint64_t window_plans = 0, region_plans = 0, window_nodes = 0, lns_moves = 0, lns_nodes = 0;
+};
+
+// One probe of the exact search below the component's best plan (or at its lower bound).
+void search_probe(Component& c, Clock::time_point deadline, uint64_t seed, const ArenaSolveOptions& opt,
+                  std::vector<uint64_t>* trial) {
+  if (!c.portfolio) c.portfolio = std::make_unique<Portfolio>(c.problem, seed);
+  if (c.step == 0) c.step = c.gran;
+  // Two kinds of probe. "Low": at the lower bound, where a plan is optimal; first, then whenever
+  // the low probes have had less than half the time of the step probes, with a budget that
+  // doubles each time. "Step": below the best plan by `step`, which doubles after a success and
+  // shrinks after a miss; at one granule, a miss doubles its budget.
+  const bool low = !c.tried_low || c.low_spent < c.step_spent / 2;
+  c.tried_low = true;
+  uint64_t cap = low ? c.lower : std::max(c.lower, c.arena - std::min(c.step, c.arena - c.lower));
+  if (opt.capacity != 0 && c.arena > opt.capacity && c.lower <= opt.capacity) cap = std::min(cap, opt.capacity);
+  const Clock::time_point start = Clock::now();
+  const SearchOutcome out = c.portfolio->decide(cap, std::min(deadline, after(start, low ? c.low_s : c.step_s)), trial);
+  (low ? c.low_spent : c.step_spent) += seconds_between(start, Clock::now());
+  if (out == SearchOutcome::kFound) {
+    uint64_t a = 0;
+    for (size_t k = 0; k < c.problem.n(); ++k) a = std::max(a, (*trial)[c.problem.orig[k]] + c.problem.size[k]);
+    if (a < c.arena) {
+      std::vector<uint64_t> o(c.problem.n());
+      for (size_t k = 0; k < c.problem.n(); ++k) o[k] = (*trial)[c.problem.orig[k]];
+      c.keep(a, o, "search");
+    }
+    if (!low) c.step *= 2;
+  } else if (out == SearchOutcome::kInfeasible) {
+    c.lower = std::max(c.lower, round_up(cap + 1, c.gran));
+    c.step = std::max(c.gran, c.step / 2 / c.gran * c.gran);
+  } else if (low) {
+    c.low_s *= 2;
+  } else if (c.step > c.gran) {
+    c.step = std::max(c.gran, c.step / 4 / c.gran * c.gran);
+  } else {
+    c.step_s *= 2;
+  }
+}
+
+// Region re-plans for about slice_s seconds: a buffer at the top of the plan, the sections
+// around its lifetime (about kRegionBuffers buffers inside, ends moved to boundaries few buffers
+// cross), every buffer inside planned anew by windows around the ones that cross. Kept when the
+// region's highest top went down: the arena falls once every region at the top has.
+void region_round(Component& c, Clock::time_point end, double slice_s, uint64_t seed, Totals* t) {
+  const Problem& p = c.problem;
+  const size_t n = p.n();
+  const uint32_t S = p.sections;
+  if (c.starts_before.empty()) {
+    c.starts_before.assign(S + 1, 0);
+    std::vector<int64_t> d(S + 2, 0);
+    for (size_t i = 0; i < n; ++i) {
+      ++c.starts_before[p.lo[i] + 1];
+      ++d[p.lo[i] + 1];
+      --d[p.hi[i]];
+    }
+    c.crossing.assign(S + 1, 0);
+    int64_t cur = 0;
+    for (uint32_t s = 1; s <= S; ++s) c.starts_before[s] += c.starts_before[s - 1];
+    for (uint32_t s = 0; s <= S; ++s) c.crossing[s] = static_cast<uint32_t>(cur += d[s]);
+    c.rng.seed(seed);
+    c.index = std::make_unique<TimeIndex>(p, true);
+  }
+  // Each region has at most half the slice; none starts in its last quarter (a cut-off region
+  // plan ends greedily, a waste).
+  while (seconds_between(Clock::now(), end) > slice_s / 4 && c.arena > c.lower) {
+    // A buffer at the top, at random; the region holds about twice as many buffers as start
+    // during its lifetime, at least kRegionBuffers (or twice that, at random), at most half the
+    // component. A few tries find one that fits.
+    std::vector<uint32_t> tops;
+    for (uint32_t i = 0; i < n; ++i)
+      if (c.off[i] + p.size[i] == c.arena) tops.push_back(i);
+    uint32_t v = UINT32_MAX, inner = 0, size = 0;
+    for (int tries = 0; tries < 8 && v == UINT32_MAX && !tops.empty(); ++tries) {
+      const uint32_t i = tops[c.rng() % tops.size()];
+      inner = c.starts_before[p.hi[i]] - c.starts_before[p.lo[i]];
+      size = std::max<uint32_t>(static_cast<uint32_t>(kRegionBuffers << (c.rng() % 2)), 2 * inner);
+      if (size <= n / 2) v = i;
+    }
+    if (v == UINT32_MAX) return;
+    const uint32_t extra = size - inner, left = static_cast<uint32_t>(c.rng() % (extra + 1));
+    auto a = static_cast<uint32_t>(std::upper_bound(c.starts_before.begin(), c.starts_before.begin() + p.lo[v] + 1,
+                                                    c.starts_before[p.lo[v]] > left ? c.starts_before[p.lo[v]] - left : 0) -
+                                   c.starts_before.begin());
+    a = a > 0 ? a - 1 : 0;
+    auto b = static_cast<uint32_t>(std::lower_bound(c.starts_before.begin() + p.hi[v], c.starts_before.end(),
+                                                    c.starts_before[p.hi[v]] + (extra - left)) - c.starts_before.begin());
+    b = std::min(b, S);
+    for (uint32_t s = a, k = 0; s > 0 && k < kRegionSnap; --s, ++k)
+      if (c.crossing[s - 1] < c.crossing[a]) a = s - 1;
+    for (uint32_t s = b, k = 0; s < S && k < kRegionSnap; ++s, ++k)
+      if (c.crossing[s + 1] < c.crossing[b]) b = s + 1;
+    // The region as a problem of its own: the buffers inside free, those crossing its ends fixed.
+    std::vector<uint32_t> inside, crossing;
+    uint64_t before = 0;
+    c.index->for_each_in(a, b, [&](uint32_t j) {
+      if (p.lo[j] >= a && p.hi[j] <= b) {
+        inside.push_back(j);
+        before = std::max(before, c.off[j] + p.size[j]);
+      } else {
+        crossing.push_back(j);
+      }
+    });
+    const Problem region = make_window_problem(p, inside, crossing, c.off, a, b, 0);
+    WindowOptions w;
+    w.cap = c.lower;
+    w.window_buffers = kRegionWindows[c.rng() % std::size(kRegionWindows)];
+    w.deadline = std::min(end, after(Clock::now(), slice_s / 2));
+    w.search_s = slice_s / 4;
+    WindowStats ws;
+    std::vector<uint64_t> o;
+    const uint64_t after = plan_by_windows(region, w, &o, &ws);
+    ++t->region_plans;
+    t->window_nodes += ws.search_nodes;
+    if (after >= before) continue;
+    std::vector<uint64_t> next = c.off;
+    for (size_t k = 0; k < inside.size(); ++k) next[region.orig[k]] = o[k];
+    uint64_t arena = 0;
+    for (size_t i = 0; i < n; ++i) arena = std::max(arena, next[i] + p.size[i]);
+    c.keep(arena, next, "windows");
+    if (c.lns) t->lns_moves += c.lns->stats().moves, t->lns_nodes += c.lns->stats().search_nodes;
+    c.lns.reset();
+  }
+}
+
+// One round of window plans or neighbourhood search, for about slice_s seconds. Window rounds
+// cycle through window sizes, contiguous growth and two targets (the lower bound, and halfway
+// to the best plan); the search continues from the best plan, anew after a window plan won.
+void improve_round(Component& c, Clock::time_point deadline, double slice_s, uint64_t seed, Totals* t) {
+  const Clock::time_point start = Clock::now(), end = std::min(deadline, after(start, slice_s));
+  const size_t n = c.problem.n();
+  // Small components: window plans and neighbourhood search in turn. Large ones: a window plan
+  // first and every eighth round, neighbourhood search every fourth, region re-plans otherwise.
+  const bool large = n > 2 * kRegionBuffers;
+  const bool windows = large ? c.rounds % 8 == 0 : c.rounds % 2 == 0;
+  if (large && !windows && c.rounds % 4 != 2) {
+    region_round(c, end, slice_s, seed, t);
+  } else if (windows) {
+    const uint64_t k = large ? c.rounds / 6 : c.rounds / 2;
+    WindowOptions w;
+    w.cap = k % 4 == 3 ? c.lower + (c.arena - c.lower) / 2 : c.lower;
+    w.window_buffers = std::min(kWindowSizes[k % std::size(kWindowSizes)], std::max<size_t>(n / 2, 16));
+    w.contiguous = k % 2 == 1;
+    w.deadline = end;
+    w.search_s = slice_s / 2;  // for the searches of all windows together
+    w.seed = seed + k;
+    WindowStats ws;
+    std::vector<uint64_t> o;
+    const uint64_t a = plan_by_windows(c.problem, w, &o, &ws);
+    ++t->window_plans;
+    t->window_nodes += ws.search_nodes;
+    if (a < c.arena) {
+      c.keep(a, o, "windows");
+      if (c.lns) t->lns_moves += c.lns->stats().moves, t->lns_nodes += c.lns->stats().search_nodes;
+      c.lns.reset();
+    }
+  } else {
+    if (!c.lns) c.lns = std::make_unique<Lns>(c.problem, c.lower, seed + c.rounds, c.off);
+    c.lns->run(end);
+    if (c.lns->arena() < c.arena) c.keep(c.lns->arena(), c.lns->best(), "lns");
+  }
+  ++c.rounds;
+  c.other_spent += seconds_between(start, Clock::now());
 }
 
 }  // namespace
@@ -158,8 +363,7 @@ Result<ArenaSolution> solve_arena(const std::vector<Buffer>& buffers, const Aren
   using namespace detail;
   const Clock::time_point t0 = Clock::now();
   const double limit_s = std::max(0.0, opt.time_limit_s);
-  const Clock::time_point deadline =
-      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::min(limit_s, 1e7)));
+  const Clock::time_point deadline = after(t0, std::min(limit_s, 1e7));
   const uint64_t al = std::max<uint64_t>(opt.alignment, 1);
 
   ArenaSolution sol;
@@ -179,7 +383,8 @@ Result<ArenaSolution> solve_arena(const std::vector<Buffer>& buffers, const Aren
   if (total >= (static_cast<unsigned __int128>(1) << 63)) return Status::bad_input("the buffer sizes sum to more than 2^63 bytes");
   sol.buffers = live.size();
 
-  // Components: buffers sorted by lower, cut where no earlier buffer is still live.
+  // Components: buffers sorted by lower, cut where no earlier buffer is still live. The overlap
+  // graph (for the exact search) only for components it may run on.
   std::stable_sort(live.begin(), live.end(), [&](uint32_t a, uint32_t b) { return buffers[a].lower < buffers[b].lower; });
   std::vector<Component> comps;
   for (size_t k = 0; k < live.size();) {
@@ -189,7 +394,7 @@ Result<ArenaSolution> solve_arena(const std::vector<Buffer>& buffers, const Aren
     Component c;
     c.problem = make_problem(buffers, std::vector<uint32_t>(live.begin() + static_cast<std::ptrdiff_t>(k),
                                                             live.begin() + static_cast<std::ptrdiff_t>(e)),
-                             al, kMaxAdjacency);
+                             al, e - k <= opt.max_search_buffers ? kMaxAdjacency : 0);
     c.gran = granule(c.problem);
     c.lower = c.problem.load;
     c.searchable = c.problem.has_adjacency && c.problem.n() <= opt.max_search_buffers;
@@ -198,25 +403,7 @@ Result<ArenaSolution> solve_arena(const std::vector<Buffer>& buffers, const Aren
   }
   sol.components = comps.size();
 
-  // Greedy: the first order gives the first answer; the others may improve it.
-  std::vector<uint64_t> off;
-  for (int o = 0; o < kNumArenaOrders; ++o) {
-    const ArenaOrder order = static_cast<ArenaOrder>(o);
-    for (Component& c : comps) {
-      if (o > 0 && c.arena == c.lower) continue;
-      if (o > 0 && !c.problem.has_adjacency) continue;  // the sweep below was the only order
-      uint64_t arena = 0;
-      off = c.problem.has_adjacency ? greedy_best_fit(c.problem, order, &arena) : sweep_best_fit(c.problem, &arena);
-      if (o == 0 || arena < c.arena) {
-        c.arena = arena;
-        c.algorithm = c.problem.has_adjacency ? "greedy:" + std::string(arena_order_name(order)) : "greedy:lower_asc_sweep";
-        for (size_t k = 0; k < c.problem.n(); ++k) sol.offsets[c.problem.orig[k]] = off[k];
-      }
-    }
-    if (o == 0) sol.first_answer_seconds = seconds_between(t0, Clock::now());
-  }
-
-  auto best_comp = [&]() {
+  auto top_comp = [&]() {
     size_t b = 0;
     for (size_t i = 1; i < comps.size(); ++i)
       if (comps[i].arena > comps[b].arena) b = i;
@@ -227,73 +414,72 @@ Result<ArenaSolution> solve_arena(const std::vector<Buffer>& buffers, const Aren
     for (const Component& c : comps) lb = std::max(lb, c.lower);
     return lb;
   };
+  auto note = [&](const std::string& how) {  // a new best arena, if it is one
+    if (comps.empty()) return;
+    const uint64_t a = comps[top_comp()].arena;
+    if (sol.improvements.empty() || a < sol.improvements.back().arena_bytes)
+      sol.improvements.push_back({seconds_between(t0, Clock::now()), a, how});
+  };
 
-  // Improvement: the component that sets the arena is searched below its best plan.
-  if (limit_s > 0 && !comps.empty()) {
-    std::vector<std::unique_ptr<Portfolio>> portfolios(comps.size());
-    // Per component: the budgets of the two kinds of probe, the descent step, the time spent.
-    struct Schedule {
-      double low_s = 0, step_s = 0, low_spent = 0, step_spent = 0;
-      uint64_t step = 0;
-      bool tried_low = false;
-    };
-    std::vector<Schedule> sched(comps.size());
-    for (Schedule& sc : sched) {
-      sc.low_s = std::max(0.01, limit_s / 32);
-      sc.step_s = std::max(0.005, limit_s / 512);
+  // Greedy: largest first in both fits always (the first answer, and never worse than greedy by
+  // size), then the other orders while they have time (all of them with no time limit).
+  for (size_t r = 0; r < std::size(kRules); ++r) {
+    if (r >= kSizeRules && limit_s > 0 && seconds_between(t0, Clock::now()) > kGreedyShare * limit_s) break;
+    for (Component& c : comps) {
+      if (r >= kSizeRules && c.arena == c.lower) continue;
+      TimeIndex idx(c.problem, false);
+      std::vector<uint64_t> o(c.problem.n(), 0);
+      std::vector<char> placed(c.problem.n(), 0);
+      const uint64_t a = place_greedy(c.problem, &idx, placement_order(c.problem, kRules[r].key), kRules[r].fit, &o, &placed);
+      if (r < kSizeRules) c.by_size = std::min(c.by_size, a);
+      if (r == 0 || a < c.arena) c.keep(a, o, rule_name(kRules[r]));
     }
+    if (r == 0) sol.first_answer_seconds = seconds_between(t0, Clock::now());
+    if (!comps.empty()) note(comps[top_comp()].algorithm);
+  }
+
+  // Improvement, on the component that sets the arena until it is optimal or time is up.
+  Totals totals;
+  if (limit_s > 0) {
     std::vector<uint64_t> trial(buffers.size(), 0);
-    while (Clock::now() < deadline) {
-      const size_t ci = best_comp();
-      Component& c = comps[ci];
-      if (c.arena <= global_lower() || !c.searchable) break;  // optimal, or nothing more to try
-      if (!portfolios[ci]) portfolios[ci] = std::make_unique<Portfolio>(c.problem, opt.seed + ci);
-      Schedule& sc = sched[ci];
-      if (sc.step == 0) sc.step = c.gran;
-      // Two kinds of probe. "Low": at the lower bound, where a plan is optimal; first, then
-      // whenever the low probes have had less than half the time of the step probes, with a
-      // budget that doubles each time. "Step": below the best plan by `step`, which doubles
-      // after a success and shrinks after a miss; at one granule, a miss doubles its budget.
-      const bool low = !sc.tried_low || sc.low_spent < sc.step_spent / 2;
-      sc.tried_low = true;
-      uint64_t cap = low ? c.lower : std::max(c.lower, c.arena - std::min(sc.step, c.arena - c.lower));
-      if (opt.capacity != 0 && c.arena > opt.capacity && c.lower <= opt.capacity) cap = std::min(cap, opt.capacity);
-      const double probe_s = low ? sc.low_s : sc.step_s;
-      const Clock::time_point start = Clock::now();
-      const Clock::time_point probe_deadline =
-          std::min(deadline, start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(probe_s)));
-      const SearchOutcome out = portfolios[ci]->decide(cap, probe_deadline, &trial);
-      (low ? sc.low_spent : sc.step_spent) += seconds_between(start, Clock::now());
-      if (out == SearchOutcome::kFound) {
-        const uint64_t a = component_arena(c.problem, trial);
-        if (a < c.arena) {
-          c.arena = a;
-          c.algorithm = "search";
-          for (uint32_t i : c.problem.orig) sol.offsets[i] = trial[i];
-        }
-        if (!low) sc.step *= 2;
-      } else if (out == SearchOutcome::kInfeasible) {
-        c.lower = std::max(c.lower, round_up(cap + 1, c.gran));
-        sc.step = std::max(c.gran, sc.step / 2 / c.gran * c.gran);
-      } else if (low) {
-        sc.low_s *= 2;
-      } else if (sc.step > c.gran) {
-        sc.step = std::max(c.gran, sc.step / 4 / c.gran * c.gran);
-      } else {
-        sc.step_s *= 2;
-      }
+    for (Component& c : comps) {
+      c.low_s = std::max(0.01, limit_s / 32);
+      c.step_s = std::max(0.005, limit_s / 512);
     }
-    for (const auto& p : portfolios) {
-      if (!p) continue;
-      sol.search_nodes += p->nodes;
-      sol.searches += p->searches;
+    while (!comps.empty() && Clock::now() < deadline) {
+      const size_t ci = top_comp();
+      Component& c = comps[ci];
+      if (c.arena <= global_lower()) break;  // optimal
+      // Where the exact search runs, it has the first quarter of the time limit to itself, then
+      // three quarters of the time.
+      const double search_spent = c.low_spent + c.step_spent;
+      if (c.searchable && (search_spent < limit_s / 4 || c.other_spent * 3 >= search_spent)) {
+        search_probe(c, deadline, opt.seed + ci, opt, &trial);
+      } else {
+        improve_round(c, deadline, std::max(0.01, limit_s / (c.searchable ? 64 : 16)), opt.seed + ci, &totals);
+      }
+      note(c.algorithm);
     }
   }
 
-  sol.load_bytes = 0;
-  for (const Component& c : comps) sol.load_bytes = std::max(sol.load_bytes, c.problem.load);
+  for (const Component& c : comps) {
+    for (size_t k = 0; k < c.problem.n(); ++k) sol.offsets[c.problem.orig[k]] = c.off[k];
+    if (c.portfolio) {
+      sol.search_nodes += c.portfolio->nodes;
+      sol.searches += c.portfolio->searches;
+    }
+    if (c.lns) {
+      totals.lns_moves += c.lns->stats().moves;
+      totals.lns_nodes += c.lns->stats().search_nodes;
+    }
+    sol.load_bytes = std::max(sol.load_bytes, c.problem.load);
+    sol.greedy_by_size_bytes = std::max(sol.greedy_by_size_bytes, c.by_size);
+  }
+  sol.search_nodes += totals.window_nodes + totals.lns_nodes;
+  sol.window_plans = totals.window_plans + totals.region_plans;
+  sol.lns_moves = totals.lns_moves;
   if (!comps.empty()) {
-    const Component& top = comps[best_comp()];
+    const Component& top = comps[top_comp()];
     sol.arena_bytes = top.arena;
     sol.algorithm = top.algorithm;
   } else {

@@ -3,12 +3,20 @@
 //
 //   1. The buffers are split into components that do not overlap in time (each is planned on its
 //      own; the arena is the largest component arena).
-//   2. First answer: greedy best-fit in several orders (arena_engine.h), milliseconds.
-//   3. Improvement and proof, within the time limit: the exact canonical search (arena_search.cpp)
-//      decides "does a plan fit in C?" for the component that sets the arena, first at its
-//      lower bound, then below the best plan found; a portfolio of buffer orders with restarts
-//      and growing node limits. A search that exhausts its tree proves that C does not fit, which
-//      raises the lower bound above LOAD.
+//   2. First answer: greedy placements in a portfolio of orders (largest first, best fit and first
+//      fit, always; then the heaviest clique, overlapping bytes, area, duration, start), each in
+//      O(overlapping pairs) time without the pair list (arena_engine.h). The best is kept, so the
+//      answer is never worse than greedy by size.
+//   3. Improvement and proof, within the time limit, on the component that sets the arena:
+//      - the exact canonical search (arena_search.cpp) decides "does a plan fit in C?" on
+//        components of at most max_search_buffers, first at the lower bound, then below the best
+//        plan; a search that exhausts its tree raises the lower bound above LOAD;
+//      - plans by windows (arena_decomp.cpp): from the most loaded sections outward, every window
+//        of buffers planned around the ones already placed, by greedy orders or the exact search;
+//      - large neighbourhood search (arena_lns.cpp): the buffers above a target, with the
+//        buffers around them, taken out and put back.
+//      Window plans and neighbourhood search alternate under a restart schedule (window sizes,
+//      targets); on components the exact search handles they get a quarter of the time.
 // docs/planner.md describes the algorithm; the plans are checked by validate_plan().
 #pragma once
 
@@ -26,7 +34,14 @@ struct ArenaSolveOptions {
   uint64_t capacity = 0;      // 0: none; otherwise the plan must fit in it (fits_capacity says)
   double time_limit_s = 1.0;  // for the whole call; 0: greedy only
   uint64_t seed = 1;          // the random buffer orders of the portfolio
-  size_t max_search_buffers = 4000;  // components larger than this get the greedy only
+  size_t max_search_buffers = 4000;  // the exact search runs on components of at most this many
+};
+
+// A new best plan found during the solve.
+struct ArenaImprovement {
+  double seconds = 0;        // since the call began
+  uint64_t arena_bytes = 0;  // the arena (the largest component's) from then on
+  std::string algorithm;     // what found it: "greedy:<order>", "search", "windows" or "lns"
 };
 
 struct ArenaSolution {
@@ -34,15 +49,21 @@ struct ArenaSolution {
   uint64_t arena_bytes = 0;
   uint64_t load_bytes = 0;         // LOAD (aligned sizes)
   uint64_t lower_bound_bytes = 0;  // >= LOAD: raised by searches that proved a size infeasible
-  std::string algorithm;           // "greedy:<order>" or "search"
+  std::string algorithm;           // how the plan that sets the arena was found (ArenaImprovement)
   bool proven_optimal = false;     // arena_bytes == lower_bound_bytes
   bool fits_capacity = true;       // arena_bytes <= capacity (when one was given)
   double seconds = 0;              // the whole call
   double first_answer_seconds = 0;  // until the first complete plan (greedy)
   size_t buffers = 0;              // buffers that occupy memory (size > 0, lower < upper)
   size_t components = 0;
-  uint64_t search_nodes = 0;
+  uint64_t search_nodes = 0;       // exact search nodes (probes, windows, neighbourhoods)
   uint64_t searches = 0;           // decision searches run (restarts included)
+  uint64_t window_plans = 0;       // complete plans built window by window
+  uint64_t lns_moves = 0;          // large neighbourhood search moves
+  // Greedy by size (largest first, best fit or first fit, the better; per component): the
+  // classic planner's arena, which arena_bytes never exceeds.
+  uint64_t greedy_by_size_bytes = 0;
+  std::vector<ArenaImprovement> improvements;  // the first answer, then each better plan
 
   double gap_pct() const;          // 100 * (arena - LOAD) / LOAD
 };

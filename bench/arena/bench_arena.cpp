@@ -1,29 +1,36 @@
 // bench_arena: the arena solver (planner/arena_solver.h) on
 //   - MiniMalloc's "challenging" instances (a directory of MiniMalloc CSV files);
-//   - generated instances: a serving engine's forward steps made of the executor's Kimi-K2.5
-//     layer (generate_forward below), one stream (forward-*) or two-batch overlap (tbo-*), 10k
-//     and 100k buffers by default, 256-byte alignment;
-//   - the activation buffers of .mtrace files given on the command line (the device with the
-//     largest activation peak, 256-byte alignment, as `moeprof plan --arena`).
-// Every plan is checked by validate_plan(); the row says "INVALID" if one fails.
+//   - generated training programs (arena_gen.h): GPT, MoE, U-Net and DenseNet training steps as
+//     a framework's allocation log (-fw) or a compiler's tensor schedule (-cc), one component
+//     each, long and short lifetimes mixed, hard for a time-ordered sweep;
+//   - generated serving instances (serving_gen.h) from the executor's Kimi-K2.5 layer;
+//   - the activation buffers of .mtrace files, and instances in .csv files, given on the command
+//     line (traces: the device with the largest activation peak, 256-byte alignment, as `moeprof
+//     plan --arena`).
+// Per instance: buffers, LOAD, a time-ordered sweep (best fit in start order, as an allocator
+// that sees the program in time order would do), greedy by size (largest first, the better of
+// best fit and first fit), the solver's arena and its gap over LOAD, and the time. Every plan is checked by
+// validate_plan(); the row says "INVALID" if one fails.
 //
-//   bench_arena [--dir DIR] [--time-limit S] [--gen-time-limit S] [--gen N,N,...] [--seed S]
-//               [--only NAME,...] [--dump-generated DIR] [TRACE.mtrace ...]
+//   bench_arena [--dir DIR] [--time-limit S] [--gen-time-limit S] [--programs NAME,...]
+//               [--serving N,...] [--seed S] [--only NAME,...] [--dump-generated DIR]
+//               [--history] [TRACE.mtrace | INSTANCE.csv ...]
+// A program name is FAMILY-TIME-SIZE: gpt|moe|unet|densenet, fw|cc, a buffer count with an
+// optional k (e.g. unet-cc-20k).
 #include <algorithm>
-#include <array>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "arena_gen.h"
 #include "core/trace_io.h"
 #include "planner/analysis.h"
 #include "planner/arena_csv.h"
+#include "planner/arena_engine.h"
 #include "planner/arena_solver.h"
+#include "serving_gen.h"
 
 using namespace moeprof;
 using namespace moeprof::planner;
@@ -31,137 +38,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Forward steps of a serving engine, back to back, each with its own token count T (1k..16k).
-// A step runs 61 layers of the executor's DeepSeek-V3/Kimi-K2.5 layer (baseline mode, TP=4
-// rank shapes): the allocations and frees below are the order `moeprof run` records on
-// Kimi-K2.5, with sizes in bytes per token (or per padded MoE row, P = 8T + 384 * 63). Every
-// buffer of a step is freed when it ends, so steps are independent components. With `overlap`
-// (two-batch overlap), a step's tokens are split in two microbatches whose events alternate.
-// Time = event index.
-struct LayerEvent {
-  bool alloc;
-  int tensor;     // index into kTensors
-  int layer_back;  // frees: 0 = this layer's tensor, 1 = the previous layer's
-};
-struct TensorSpec {
-  uint64_t per_token, per_row, fixed;  // bytes = per_token * T + per_row * P + fixed
-};
-enum : int { kPostNorm, kQkvA, kQaNormed, kQ, kKvaNormed, kKv, kK, kAttnOut, kOProj, kGateUp, kAct, kShared, kLogits,
-             kTopkIds, kTopkW, kMoeOut, kHsFp4, kHsScales, kOffsets, kPermToTok, kExpToPerm, kG1, kG1Scales, kG2, kNumTensors };
-constexpr TensorSpec kTensors[kNumTensors] = {
-    {14336, 0, 0}, {4224, 0, 0}, {3072, 0, 0}, {6144, 0, 0},  {1024, 0, 0},  {8192, 0, 0}, {6144, 0, 0},    {4096, 0, 0},
-    {14336, 0, 0}, {2048, 0, 0}, {1024, 0, 0}, {14336, 0, 0}, {1536, 0, 0},  {32, 0, 0},   {32, 0, 0},      {14336, 0, 0},
-    {3584, 0, 0},  {448, 0, 0},  {0, 0, 1540}, {0, 4, 0},     {32, 0, 0},    {0, 256, 0},  {0, 32, 0},      {0, 14336, 0}};
-constexpr LayerEvent kLayer[] = {
-    {true, kPostNorm, 0},   {false, kQkvA, 1},      {false, kPostNorm, 1},  {true, kQkvA, 0},       {true, kQaNormed, 0},
-    {true, kQ, 0},          {false, kQaNormed, 0},  {true, kKvaNormed, 0},  {true, kKv, 0},         {false, kKvaNormed, 0},
-    {true, kK, 0},          {true, kAttnOut, 0},    {false, kQ, 0},         {false, kK, 0},         {false, kKv, 0},
-    {true, kOProj, 0},      {false, kAttnOut, 0},   {true, kGateUp, 0},     {true, kAct, 0},        {false, kGateUp, 0},
-    {true, kShared, 0},     {false, kAct, 0},       {true, kLogits, 0},     {true, kTopkIds, 0},    {true, kTopkW, 0},
-    {true, kMoeOut, 0},     {true, kHsFp4, 0},      {true, kHsScales, 0},   {true, kOffsets, 0},    {true, kPermToTok, 0},
-    {true, kExpToPerm, 0},  {true, kG1, 0},         {true, kG1Scales, 0},   {true, kG2, 0},         {false, kG2, 0},
-    {false, kG1Scales, 0},  {false, kG1, 0},        {false, kExpToPerm, 0}, {false, kPermToTok, 0}, {false, kOffsets, 0},
-    {false, kHsScales, 0},  {false, kHsFp4, 0},     {false, kTopkW, 0},     {false, kTopkIds, 0},   {false, kLogits, 0},
-    {false, kShared, 0},    {false, kOProj, 0},     {false, kMoeOut, 1}};
-
-std::vector<Buffer> generate_forward(size_t target, uint64_t seed, bool overlap, uint64_t fixed_tokens);
-
-// Pipelined steps: a new step (its own token count) starts every half forward, so two steps of
-// different sizes are always in flight, one op each in turn: one component for the whole run.
-std::vector<Buffer> generate_pipelined(size_t target, uint64_t seed) {
-  constexpr int kLayers = 61;
-  constexpr int kEvents = static_cast<int>(sizeof(kLayer) / sizeof(kLayer[0]));
-  std::mt19937_64 rng(seed);
-  std::vector<Buffer> out;
-  uint64_t now = 0;
-  struct Step {
-    uint64_t tokens = 0;
-    int pos = 0;  // next event: layer * kEvents + event
-    std::array<std::array<size_t, kNumTensors>, 2> live{};
-    std::vector<size_t> mine;
-  };
-  auto fresh = [&]() {
-    Step s;
-    s.tokens = 64 * (16 + rng() % 241);
-    return s;
-  };
-  Step steps[2] = {fresh(), fresh()};
-  steps[1].pos = -kLayers / 2 * kEvents;  // starts half a forward later
-  for (size_t turn = 0; out.size() < target; ++turn) {
-    Step& s = steps[turn % 2];
-    if (s.pos < 0) {
-      ++s.pos;
-      continue;
-    }
-    const int layer = s.pos / kEvents;
-    const LayerEvent& e = kLayer[s.pos % kEvents];
-    if (e.alloc) {
-      const TensorSpec& t = kTensors[e.tensor];
-      const uint64_t P = 8 * s.tokens + 384 * 63;
-      Buffer b;
-      b.id = out.size();
-      b.size = t.per_token * s.tokens + t.per_row * P + t.fixed;
-      b.lower = now++;
-      b.upper = UINT64_MAX;
-      s.live[static_cast<size_t>(layer % 2)][static_cast<size_t>(e.tensor)] = out.size();
-      s.mine.push_back(out.size());
-      out.push_back(b);
-    } else if (layer >= e.layer_back) {
-      out[s.live[static_cast<size_t>((layer - e.layer_back) % 2)][static_cast<size_t>(e.tensor)]].upper = now++;
-    }
-    if (++s.pos == kLayers * kEvents) {
-      for (size_t i : s.mine)
-        if (out[i].upper == UINT64_MAX) out[i].upper = now++;
-      s = fresh();
-    }
-  }
-  for (Buffer& b : out)
-    if (b.upper == UINT64_MAX) b.upper = now++;
-  return out;
-}
-
-std::vector<Buffer> generate_forward(size_t target, uint64_t seed, bool overlap, uint64_t fixed_tokens = 0) {
-  constexpr int kLayers = 61;
-  std::mt19937_64 rng(seed);
-  std::vector<Buffer> out;
-  uint64_t now = 0;
-  while (out.size() < target) {
-    const uint64_t tokens = fixed_tokens != 0 ? fixed_tokens : 64 * (16 + rng() % 241);
-    const int streams = overlap ? 2 : 1;
-    const uint64_t mb_tokens[2] = {overlap ? tokens / 128 * 64 : tokens, overlap ? tokens - tokens / 128 * 64 : 0};
-    // live[m][layer % 2][tensor]: buffer index of microbatch m's tensor, this and the previous layer.
-    std::vector<std::array<std::array<size_t, kNumTensors>, 2>> live(static_cast<size_t>(streams));
-    std::vector<size_t> pending;  // buffers still live at the end of the step
-    for (int layer = 0; layer < kLayers; ++layer) {
-      for (const LayerEvent& e : kLayer) {
-        for (int m = 0; m < streams; ++m) {
-          auto& mine = live[static_cast<size_t>(m)];
-          if (e.alloc) {
-            const TensorSpec& t = kTensors[e.tensor];
-            const uint64_t T = mb_tokens[m], P = 8 * T + 384 * 63;
-            Buffer b;
-            b.id = out.size();
-            b.size = t.per_token * T + t.per_row * P + t.fixed;
-            b.lower = now++;
-            b.upper = UINT64_MAX;
-            mine[static_cast<size_t>(layer % 2)][static_cast<size_t>(e.tensor)] = out.size();
-            out.push_back(b);
-          } else if (layer >= e.layer_back) {
-            Buffer& b = out[mine[static_cast<size_t>((layer - e.layer_back) % 2)][static_cast<size_t>(e.tensor)]];
-            b.upper = now++;
-          }
-        }
-      }
-    }
-    for (Buffer& b : out)
-      if (b.upper == UINT64_MAX) b.upper = now++;
-  }
-  return out;
-}
+const char* const kDefaultPrograms =
+    "gpt-fw-20k,gpt-cc-20k,moe-fw-20k,moe-cc-20k,unet-fw-20k,unet-cc-20k,densenet-fw-20k,densenet-cc-20k,"
+    "unet-cc-60k,densenet-cc-60k,densenet-fw-100k,unet-cc-100k";
 
 struct Row {
   std::string name;
-  size_t buffers = 0;
+  uint64_t sweep = 0;  // best fit in start order: the plan of an allocator that sees time in order
   ArenaSolution sol;
   bool valid = false;
   std::string error;
@@ -180,7 +63,11 @@ Row solve(const std::string& name, const std::vector<Buffer>& bs, uint64_t align
     return r;
   }
   r.sol = *sol;
-  r.buffers = sol->buffers;
+  std::vector<uint32_t> live;
+  for (uint32_t i = 0; i < bs.size(); ++i)
+    if (bs[i].size > 0 && bs[i].lower < bs[i].upper) live.push_back(i);
+  std::stable_sort(live.begin(), live.end(), [&](uint32_t a, uint32_t b) { return bs[a].lower < bs[b].lower; });
+  detail::sweep_best_fit(detail::make_problem(bs, live, alignment, 0), &r.sweep);
   ArenaOptions vo;
   vo.alignment = alignment;
   const Status st = validate_plan(bs, to_arena_plan(*sol), vo);
@@ -195,34 +82,98 @@ std::string commas(uint64_t v) {
   return s;
 }
 
+double pct(uint64_t a, uint64_t load) { return load == 0 ? 0.0 : 100.0 * (static_cast<double>(a) - static_cast<double>(load)) / static_cast<double>(load); }
+
 void print_header() {
-  std::printf("| instance | buffers | LOAD | lower bound | arena | gap | proven | first answer | seconds | algorithm |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|---|---:|---:|---|\n");
+  std::printf("| instance | buffers | LOAD | time-ordered sweep | greedy by size | arena | gap | lower bound | proven | first answer "
+              "| seconds | algorithm | search nodes | LNS moves |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|\n");
 }
 
-void print_row(const Row& r) {
-  if (!r.error.empty() && r.buffers == 0) {
+void print_row(const Row& r, bool history) {
+  if (!r.error.empty() && r.sol.buffers == 0) {
     std::printf("| %s | error: %s |\n", r.name.c_str(), r.error.c_str());
     std::fflush(stdout);
     return;
   }
   const ArenaSolution& s = r.sol;
-  std::printf("| %s | %zu | %s | %s | %s | %.2f%% | %s | %.1f ms | %.3f | %s%s |\n", r.name.c_str(), r.buffers,
-              commas(s.load_bytes).c_str(), commas(s.lower_bound_bytes).c_str(), commas(s.arena_bytes).c_str(), s.gap_pct(),
-              s.proven_optimal ? "yes" : "no", 1e3 * s.first_answer_seconds, s.seconds, s.algorithm.c_str(),
-              r.valid ? "" : (", INVALID: " + r.error).c_str());
+  std::printf("| %s | %zu | %s | %+.2f%% | %s (%+.3f%%) | %s | %+.3f%% | %s | %s | %.1f ms | %.2f | %s%s | %s | %s |\n",
+              r.name.c_str(), s.buffers, commas(s.load_bytes).c_str(), pct(r.sweep, s.load_bytes), commas(s.greedy_by_size_bytes).c_str(),
+              pct(s.greedy_by_size_bytes, s.load_bytes), commas(s.arena_bytes).c_str(), s.gap_pct(),
+              commas(s.lower_bound_bytes).c_str(), s.proven_optimal ? "yes" : "no", 1e3 * s.first_answer_seconds, s.seconds,
+              s.algorithm.c_str(), r.valid ? "" : (", INVALID: " + r.error).c_str(), commas(s.search_nodes).c_str(),
+              commas(s.lns_moves).c_str());
+  if (history)
+    for (const ArenaImprovement& i : s.improvements)
+      std::printf("|   %.3f s | | | | | %s | %+.3f%% | | | | | %s | | |\n", i.seconds, commas(i.arena_bytes).c_str(),
+                  pct(i.arena_bytes, s.load_bytes), i.algorithm.c_str());
   std::fflush(stdout);
+}
+
+std::vector<std::string> split(const std::string& v) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= v.size()) {
+    const size_t c = v.find(',', start);
+    const std::string item = v.substr(start, c == std::string::npos ? std::string::npos : c - start);
+    if (!item.empty()) out.push_back(item);
+    if (c == std::string::npos) break;
+    start = c + 1;
+  }
+  return out;
+}
+
+// "unet-cc-20k" -> spec; false if the name does not parse.
+bool parse_program(const std::string& name, uint64_t seed, bench::GenSpec* spec) {
+  const auto parts = [&] {
+    std::vector<std::string> p;
+    size_t s = 0;
+    for (size_t d; (d = name.find('-', s)) != std::string::npos; s = d + 1) p.push_back(name.substr(s, d - s));
+    p.push_back(name.substr(s));
+    return p;
+  }();
+  if (parts.size() != 3) return false;
+  bool known = false;
+  for (bench::Family f : {bench::Family::kGpt, bench::Family::kMoe, bench::Family::kUnet, bench::Family::kDenseNet})
+    if (bench::family_name(f) == parts[0]) {
+      spec->family = f;
+      known = true;
+    }
+  if (!known || (parts[1] != "fw" && parts[1] != "cc")) return false;
+  spec->time = parts[1] == "fw" ? bench::TimeModel::kFramework : bench::TimeModel::kCompiler;
+  std::string size = parts[2];
+  uint64_t mult = 1;
+  if (!size.empty() && size.back() == 'k') {
+    mult = 1000;
+    size.pop_back();
+  }
+  if (size.empty() || size.find_first_not_of("0123456789") != std::string::npos) return false;
+  spec->target_buffers = std::strtoull(size.c_str(), nullptr, 10) * mult;
+  spec->seed = seed;
+  return true;
+}
+
+void dump_csv(const std::string& dir, const std::string& name, const std::vector<Buffer>& bs) {
+  if (dir.empty()) return;
+  std::string text = "id,lower,upper,size\n";
+  for (const Buffer& b : bs)
+    text += std::to_string(b.id) + "," + std::to_string(b.lower) + "," + std::to_string(b.upper) + "," + std::to_string(b.size) + "\n";
+  if (FILE* f = std::fopen((dir + "/" + name + ".csv").c_str(), "w")) {
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string dir = "../shared/data/arena/minimalloc-challenging";
-  double limit = 60, gen_limit = 10;
-  std::vector<size_t> gen = {10000, 100000};
-  std::vector<std::string> traces, only;
+  double limit = 60, gen_limit = 60;
+  std::vector<size_t> serving = {10000, 100000};
+  std::vector<std::string> inputs, only, programs = split(kDefaultPrograms);
   std::string dump_dir;
   uint64_t seed = 1;
+  bool history = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -232,44 +183,33 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    auto list = [](const std::string& v) {
-      std::vector<std::string> out;
-      size_t start = 0;
-      while (start <= v.size()) {
-        const size_t c = v.find(',', start);
-        const std::string item = v.substr(start, c == std::string::npos ? std::string::npos : c - start);
-        if (!item.empty()) out.push_back(item);
-        if (c == std::string::npos) break;
-        start = c + 1;
-      }
-      return out;
-    };
     if (a == "--dir") dir = next();
     else if (a == "--time-limit") limit = std::atof(next().c_str());
     else if (a == "--gen-time-limit") gen_limit = std::atof(next().c_str());
     else if (a == "--seed") seed = std::strtoull(next().c_str(), nullptr, 10);
-    else if (a == "--only") only = list(next());
+    else if (a == "--only") only = split(next());
     else if (a == "--dump-generated") dump_dir = next();
-    else if (a == "--gen") {
-      gen.clear();
-      for (const auto& v : list(next())) gen.push_back(std::strtoull(v.c_str(), nullptr, 10));
+    else if (a == "--programs") programs = split(next());
+    else if (a == "--history") history = true;
+    else if (a == "--serving") {
+      serving.clear();
+      for (const auto& v : split(next())) serving.push_back(std::strtoull(v.c_str(), nullptr, 10));
     } else if (a == "--help" || a == "-h") {
-      std::printf("bench_arena [--dir DIR] [--time-limit S] [--gen-time-limit S] [--gen N,...] [--seed S] [--only NAME,...] "
-                  "[TRACE.mtrace ...]\n");
+      std::printf("bench_arena [--dir DIR] [--time-limit S] [--gen-time-limit S] [--programs NAME,...] [--serving N,...] "
+                  "[--seed S] [--only NAME,...] [--dump-generated DIR] [--history] [TRACE.mtrace | INSTANCE.csv ...]\n"
+                  "programs: FAMILY-TIME-SIZE, FAMILY gpt|moe|unet|densenet, TIME fw|cc, e.g. unet-cc-20k (default: %s)\n",
+                  kDefaultPrograms);
       return 0;
     } else if (!a.empty() && a[0] == '-') {
       std::fprintf(stderr, "bench_arena: unknown option %s\n", a.c_str());
       return 2;
     } else {
-      traces.push_back(a);
+      inputs.push_back(a);
     }
   }
-  auto wanted = [&](const std::string& name) {
-    return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
-  };
+  auto wanted = [&](const std::string& name) { return only.empty() || std::find(only.begin(), only.end(), name) != only.end(); };
 
-  std::printf("arena solver: challenging instances with --time-limit %g s, generated and traces with %g s\n\n", limit,
-              gen_limit);
+  std::printf("arena solver: challenging instances with --time-limit %g s, the others with %g s\n\n", limit, gen_limit);
   print_header();
   std::vector<fs::path> files;
   if (fs::is_directory(dir))
@@ -285,41 +225,58 @@ int main(int argc, char** argv) {
       Row r;
       r.name = name;
       r.error = csv.status().message();
-      print_row(r);
+      print_row(r, history);
       continue;
     }
-    print_row(solve(name, csv->buffers, 1, limit, seed));
+    print_row(solve(name, csv->buffers, 1, limit, seed), history);
+  }
+  for (const std::string& name : programs) {
+    bench::GenSpec spec;
+    if (!parse_program(name, seed, &spec)) {
+      std::fprintf(stderr, "bench_arena: bad program name %s (FAMILY-TIME-SIZE, e.g. unet-cc-20k)\n", name.c_str());
+      return 2;
+    }
+    if (!wanted(name)) continue;
+    const std::vector<Buffer> bs = bench::generate_program(spec);
+    dump_csv(dump_dir, name, bs);
+    print_row(solve(name, bs, 1, gen_limit, seed), history);
   }
   // The seed case's shape: one 16,384-token forward of the executor's Kimi-K2.5 layer.
-  if (!gen.empty() && wanted("kimi16k-model")) print_row(solve("kimi16k-model", generate_forward(1, seed, false, 16384), 256, gen_limit, seed));
-  for (size_t n : gen)
+  if (!serving.empty() && wanted("kimi16k-model"))
+    print_row(solve("kimi16k-model", bench::generate_forward(1, seed, false, 16384), 256, gen_limit, seed), history);
+  for (size_t n : serving)
     for (int kind = 0; kind < 3; ++kind) {
-    static const char* kKinds[3] = {"forward-", "tbo-", "pipelined-"};
-    const std::string name = kKinds[kind] + std::to_string(n / 1000) + "k";
+      static const char* kKinds[3] = {"forward-", "tbo-", "pipelined-"};
+      const std::string name = kKinds[kind] + std::to_string(n / 1000) + "k";
+      if (!wanted(name)) continue;
+      const std::vector<Buffer> bs = kind == 2 ? bench::generate_pipelined(n, seed + n + 2)
+                                               : bench::generate_forward(n, seed + n + static_cast<uint64_t>(kind), kind == 1, 0);
+      dump_csv(dump_dir, name, bs);
+      print_row(solve(name, bs, 256, gen_limit, seed), history);
+    }
+  for (const auto& path : inputs) {
+    // The file and its folder: a run's traces share their names (baseline.mtrace).
+    const fs::path fp(path);
+    const std::string name = (fp.parent_path().filename() / fp.filename()).string();
     if (!wanted(name)) continue;
-    const std::vector<Buffer> bs =
-        kind == 2 ? generate_pipelined(n, seed + n + 2) : generate_forward(n, seed + n + static_cast<uint64_t>(kind), kind == 1, 0);
-    if (!dump_dir.empty()) {  // the instance as a MiniMalloc CSV, for other solvers
-      std::string text = "id,lower,upper,size\n";
-      for (const Buffer& b : bs)
-        text += std::to_string(b.id) + "," + std::to_string(b.lower) + "," + std::to_string(b.upper) + "," +
-                std::to_string(b.size) + "\n";
-      if (FILE* f = std::fopen((dump_dir + "/" + name + ".csv").c_str(), "w")) {
-        std::fwrite(text.data(), 1, text.size(), f);
-        std::fclose(f);
+    if (fs::path(path).extension() == ".csv") {
+      auto csv = read_arena_csv(path);
+      Row r;
+      r.name = name;
+      if (!csv) {
+        r.error = csv.status().message();
+        print_row(r, history);
+      } else {
+        print_row(solve(name, csv->buffers, 1, gen_limit, seed), history);
       }
+      continue;
     }
-    print_row(solve(name, bs, 256, gen_limit, seed));
-    }
-  for (const auto& path : traces) {
-    const std::string name = fs::path(path).filename().string();
-    if (!wanted(name)) continue;
     auto t = read_trace(path);
     if (!t) {
       Row r;
       r.name = name;
       r.error = t.status().message();
-      print_row(r);
+      print_row(r, history);
       continue;
     }
     AnalyzeOptions aopt;
@@ -330,7 +287,7 @@ int main(int argc, char** argv) {
     const DeviceAnalysis* dev = &run.devices[0];
     for (const auto& d : run.devices)
       if (d.peak_activation_bytes > dev->peak_activation_bytes) dev = &d;
-    print_row(solve(name, buffers_from_lifetimes(run, dev->device, true), 256, gen_limit, seed));
+    print_row(solve(name, buffers_from_lifetimes(run, dev->device, true), 256, gen_limit, seed), history);
   }
   return 0;
 }

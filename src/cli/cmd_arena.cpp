@@ -35,6 +35,24 @@ std::string bytes(uint64_t b) {
   return fmt::format("{:>14}  ({})", reports::format_bytes(b), reports::format_exact_bytes(b));
 }
 
+double over(uint64_t a, uint64_t load) {
+  return load == 0 ? 0.0 : 100.0 * (static_cast<double>(a) - static_cast<double>(load)) / static_cast<double>(load);
+}
+
+// The improvements over time: all when they are few, else the first three and the last five.
+std::string improvements_text(const planner::ArenaSolution& s) {
+  std::string out = "  improvements       (time, arena, over LOAD, found by)\n";
+  const size_t n = s.improvements.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (n > 10 && i == 3) out += fmt::format("    ... {} more\n", n - 8);
+    if (n > 10 && i >= 3 && i < n - 5) continue;
+    const auto& m = s.improvements[i];
+    out += fmt::format("    {:>9.3f} s  {:>20}  +{:.3f}%  {}\n", m.seconds, reports::format_exact_bytes(m.arena_bytes),
+                       over(m.arena_bytes, s.load_bytes), m.algorithm);
+  }
+  return out;
+}
+
 int run_arena(const ArenaArgs& a) {
   if (!std::isfinite(a.time_limit) || a.time_limit < 0) {
     return fail(Status::bad_input("--time-limit must be a number of seconds >= 0"));
@@ -62,6 +80,9 @@ int run_arena(const ArenaArgs& a) {
     j["arena_bytes"] = sol->arena_bytes;
     j["fragmentation_bytes"] = sol->arena_bytes - sol->load_bytes;
     j["gap_pct"] = sol->gap_pct();
+    j["bound_gap_pct"] = over(sol->arena_bytes, sol->lower_bound_bytes);
+    j["greedy_by_size_bytes"] = sol->greedy_by_size_bytes;
+    j["greedy_by_size_gap_pct"] = over(sol->greedy_by_size_bytes, sol->load_bytes);
     j["algorithm"] = sol->algorithm;
     j["proven_optimal"] = sol->proven_optimal;
     if (a.capacity != 0) {
@@ -73,6 +94,16 @@ int run_arena(const ArenaArgs& a) {
     j["first_answer_seconds"] = sol->first_answer_seconds;
     j["time_limit_seconds"] = a.time_limit;
     j["search_nodes"] = sol->search_nodes;
+    j["searches"] = sol->searches;
+    j["window_plans"] = sol->window_plans;
+    j["lns_moves"] = sol->lns_moves;
+    nlohmann::ordered_json imp = nlohmann::ordered_json::array();
+    for (const auto& m : sol->improvements)
+      imp.push_back({{"seconds", m.seconds},
+                     {"arena_bytes", m.arena_bytes},
+                     {"gap_pct", over(m.arena_bytes, sol->load_bytes)},
+                     {"algorithm", m.algorithm}});
+    j["improvements"] = std::move(imp);
     std::cout << reports::json_text(j, 2) << "\n";
   } else if (a.write_offsets != "-") {
     fmt::print("moeprof arena {}: {} buffers, {} component{}\n", a.file, csv->buffers.size(), sol->components,
@@ -80,12 +111,19 @@ int run_arena(const ArenaArgs& a) {
     fmt::print("  LOAD (lower bound) {}\n", bytes(sol->load_bytes));
     if (sol->lower_bound_bytes > sol->load_bytes)
       fmt::print("  lower bound        {}  (raised by the search)\n", bytes(sol->lower_bound_bytes));
-    fmt::print("  arena              {}  +{:.2f}% over LOAD, {}, {}\n", bytes(sol->arena_bytes), sol->gap_pct(),
+    fmt::print("  greedy by size     {}  +{:.3f}% over LOAD\n", bytes(sol->greedy_by_size_bytes),
+               over(sol->greedy_by_size_bytes, sol->load_bytes));
+    fmt::print("  arena              {}  +{:.3f}% over LOAD, {}, {}\n", bytes(sol->arena_bytes), sol->gap_pct(),
                sol->algorithm, sol->proven_optimal ? "proven optimal" : "not proven optimal");
+    if (!sol->proven_optimal && sol->lower_bound_bytes > sol->load_bytes)
+      fmt::print("  final gap          +{:.3f}% over the lower bound\n", over(sol->arena_bytes, sol->lower_bound_bytes));
     if (a.capacity != 0)
       fmt::print("  capacity           {}  {}\n", bytes(a.capacity), sol->fits_capacity ? "fits" : "DOES NOT FIT");
-    fmt::print("  time               first answer {:.1f} ms, total {:.3f} s (limit {} s), {} search nodes\n",
-               1e3 * sol->first_answer_seconds, sol->seconds, a.time_limit, sol->search_nodes);
+    fmt::print("  search             {} exact-search nodes, {} neighbourhood moves, {} window plans\n", sol->search_nodes,
+               sol->lns_moves, sol->window_plans);
+    fmt::print("{}", improvements_text(*sol));
+    fmt::print("  time               first answer {:.1f} ms, total {:.3f} s (limit {} s)\n", 1e3 * sol->first_answer_seconds,
+               sol->seconds, a.time_limit);
   }
   if (!a.write_offsets.empty()) {
     const Status st = planner::write_arena_csv(a.write_offsets, *csv, sol->offsets);

@@ -1,4 +1,5 @@
-// moeprof plan TRACE [--json] [--top N] [--arena [--arena-time-limit S]]: the memory analysis of one trace.
+// moeprof plan TRACE [--json] [--top N] [--arena [--arena-time-limit S] [--arena-out-csv FILE]]: the memory
+// analysis of one trace.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "core/status.h"
 #include "reports/format.h"
 #include "planner/arena.h"
+#include "planner/arena_csv.h"
 #include "planner/arena_solver.h"
 #include "reports/json_report.h"
 #include "reports/run_loader.h"
@@ -27,6 +29,7 @@ struct PlanArgs {
   bool json = false;
   bool arena = false;
   double arena_time_limit = 1.0;
+  std::string arena_out_csv;
   size_t top = 10;
   std::string what_if;  // rule file
   size_t fixes = 0;
@@ -44,7 +47,9 @@ std::string plan_text(const nlohmann::ordered_json& r) {
       out += fmt::format("  LOAD (lower bound) {:>16} B\n", with_commas(a["load_bytes"].get<int64_t>()));
       if (a["lower_bound_bytes"].get<uint64_t>() > a["load_bytes"].get<uint64_t>())
         out += fmt::format("  lower bound        {:>16} B  (raised by the search)\n", with_commas(a["lower_bound_bytes"].get<int64_t>()));
-      out += fmt::format("  arena              {:>16} B  (+{:.2f}%, {}, {}, {:.3f} s{})\n", with_commas(a["arena_bytes"].get<int64_t>()),
+      out += fmt::format("  greedy by size     {:>16} B  (+{:.3f}%)\n", with_commas(a["greedy_by_size_bytes"].get<int64_t>()),
+                         a["greedy_by_size_gap_pct"].get<double>());
+      out += fmt::format("  arena              {:>16} B  (+{:.3f}%, {}, {}, {:.3f} s{})\n", with_commas(a["arena_bytes"].get<int64_t>()),
                          a["gap_pct"].get<double>(), a["algorithm"].get<std::string>(),
                          a["proven_optimal"].get<bool>() ? "proven optimal" : "not proven optimal", a["seconds"].get<double>(),
                          a["valid"].get<bool>() ? "" : ", INVALID");
@@ -56,10 +61,15 @@ std::string plan_text(const nlohmann::ordered_json& r) {
 }  // namespace
 
 // The offline arena for the activation buffers of the device with the largest activation peak.
-// Time is the replay position, so LOAD equals that device's activation peak.
-nlohmann::ordered_json arena_json(const planner::RunAnalysis& run, double time_limit_s) {
+// Time is the replay position, so LOAD equals that device's activation peak. With out_csv, the
+// instance and its plan are written as a MiniMalloc CSV (sizes as planned: rounded up to the
+// alignment, which the `alignment` column repeats).
+Result<nlohmann::ordered_json> arena_json(const planner::RunAnalysis& run, double time_limit_s, const std::string& out_csv) {
   nlohmann::ordered_json a;
-  if (run.devices.empty()) return a;
+  if (run.devices.empty()) {
+    if (!out_csv.empty()) return Status::bad_input("--arena-out-csv: the trace has no device with allocations");
+    return a;
+  }
   const planner::DeviceAnalysis* dev = &run.devices[0];
   for (const auto& d : run.devices)
     if (d.peak_activation_bytes > dev->peak_activation_bytes) dev = &d;
@@ -82,12 +92,32 @@ nlohmann::ordered_json arena_json(const planner::RunAnalysis& run, double time_l
   a["arena_bytes"] = sol->arena_bytes;
   a["fragmentation_bytes"] = sol->arena_bytes - sol->load_bytes;
   a["gap_pct"] = sol->gap_pct();
+  a["greedy_by_size_bytes"] = sol->greedy_by_size_bytes;
+  a["greedy_by_size_gap_pct"] =
+      sol->load_bytes == 0 ? 0.0
+                           : 100.0 * static_cast<double>(sol->greedy_by_size_bytes - sol->load_bytes) / static_cast<double>(sol->load_bytes);
   a["algorithm"] = sol->algorithm;
   // The greedy order that won, or "search" (kept for readers of the earlier greedy-only output).
   a["order"] = sol->algorithm.rfind("greedy:", 0) == 0 ? sol->algorithm.substr(7) : sol->algorithm;
   a["proven_optimal"] = sol->proven_optimal;
   a["seconds"] = sol->seconds;
+  a["search_nodes"] = sol->search_nodes;
+  a["window_plans"] = sol->window_plans;
+  a["lns_moves"] = sol->lns_moves;
+  a["improvements"] = sol->improvements.size();
   a["valid"] = planner::validate_plan(buffers, planner::to_arena_plan(*sol), check).is_ok();
+  if (!out_csv.empty()) {
+    planner::ArenaCsv csv;
+    csv.buffers = buffers;
+    csv.columns = {"id", "lower", "upper", "size", "alignment"};
+    csv.has_alignment = true;
+    for (const planner::Buffer& b : buffers) {
+      const uint64_t size = (b.size + opt.alignment - 1) / opt.alignment * opt.alignment;
+      csv.rows.push_back({std::to_string(b.id), std::to_string(b.lower), std::to_string(b.upper), std::to_string(size),
+                          std::to_string(opt.alignment)});
+    }
+    if (Status st = planner::write_arena_csv(out_csv, csv, sol->offsets); !st) return st;
+  }
   return a;
 }
 
@@ -104,11 +134,15 @@ void register_plan(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--arena", args->arena,
                 "also plan one offline arena for the activation buffers of the peak device (the arena solver: greedy "
-                "orders, then the exact search within --arena-time-limit) and compare it with LOAD, the lower bound");
+                "orders, then the exact search, window plans and neighbourhood search within --arena-time-limit) and "
+                "compare it with LOAD, the lower bound");
   cmd->add_option("--arena-time-limit", args->arena_time_limit, "seconds for the arena plan (0: greedy only)")
       ->check(seconds_range(0, 86400))
       ->type_name("SECONDS")
       ->capture_default_str();
+  cmd->add_option("--arena-out-csv", args->arena_out_csv,
+                  "with --arena: write the buffers and their offsets as a MiniMalloc CSV (input of `moeprof arena`)")
+      ->type_name("FILE");
   cmd->add_option("--what-if", args->what_if,
                   "predict the peaks if the rules in this file were applied (docs/planner.md, \"What-if\"; "
                   "e.g. examples/what-if/sglang-pr-25379.rules)")
@@ -158,7 +192,20 @@ void register_plan(CLI::App& app, int* exit_code) {
     ropts.top_scopes = args->top;
     ropts.include_timeline = false;
     auto j = reports::make_run_json(run->analysis, run->analysis.meta.name, ropts);
-    if (args->arena) j["arena"] = arena_json(run->analysis, args->arena_time_limit);
+    if (!args->arena_out_csv.empty() && (!args->arena || args->arena_out_csv == "-")) {
+      *exit_code = fail("plan", Status::bad_input(args->arena ? "--arena-out-csv needs a file (stdout holds the report)"
+                                                              : "--arena-out-csv needs --arena"));
+      return;
+    }
+    if (args->arena) {
+      auto a = arena_json(run->analysis, args->arena_time_limit, args->arena_out_csv);
+      if (!a) {
+        *exit_code = fail("plan", a.status());
+        return;
+      }
+      j["arena"] = std::move(a).value();
+      if (!args->arena_out_csv.empty()) note("plan", "wrote {}", args->arena_out_csv);
+    }
     std::string text;
     if (predict) {
       planner::WhatIfOptions wopt;
