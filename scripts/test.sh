@@ -16,7 +16,16 @@ if build/src/cli/moeprof devices >/dev/null 2>&1; then
   ctest --preset test-all 2>&1 | tee "$log"
 else
   echo "moeprof test: no usable GPU ($(build/src/cli/moeprof devices 2>&1 | tail -1)): CPU tests, then the gpu label (skipped)"
-  ctest --preset test 2>&1 | tee "$log"
+  if ! ctest --preset test 2>&1 | tee "$log"; then
+    # The failing tests once more, with their whole output, last: a CI log keeps its tail.
+    echo "moeprof test: CPU tests failed; memory, disk, then the failing ones again with their output:"
+    free -m || true
+    df -h . "${TMPDIR:-/tmp}" || true
+    ctest --test-dir build --rerun-failed --output-on-failure 2>&1 | tail -n 200 || true
+    echo "moeprof test: failed:"
+    sed -n '/The following tests FAILED/,$p' "$log" | grep -E '^[[:space:]]+[0-9]+ - ' || true
+    exit 8
+  fi
   ctest --test-dir build -L gpu 2>&1 | tee -a "$log" | tail -n 4
 fi
 passed=$(grep -cE 'Test +#[0-9]+: .*[ *]Passed +[0-9.]+ sec' "$log" || true)

@@ -179,13 +179,15 @@ TEST_CASE("what-if: free after scope uses marker ends, devices are separate", "[
   TraceBuilder b;
   for (uint16_t dev : {uint16_t{0}, uint16_t{3}}) {
     const uint64_t base = dev * 1000;
+    // Records are set through the reference add() returns before the next add can move them.
+    const StrId layer0 = b.trace.strings.intern("layer.0");
     TraceRecord& m0 = b.trace.add(EventKind::kMarkerBegin, base + 5, 0, 0);
-    m0.name_id = b.trace.strings.intern("layer.0");
+    m0.name_id = layer0;
     m0.device = dev;
     b.alloc(base + 10, 0x10, 64, Category::kActivation, "layer.0/attn", "pn", dev);
     b.use(base + 20, 0x10, dev);
     TraceRecord& m1 = b.trace.add(EventKind::kMarkerEnd, base + 25, 0, 0);
-    m1.name_id = m0.name_id;
+    m1.name_id = layer0;
     m1.device = dev;
     b.alloc(base + 30, 0x20, 64 + dev, Category::kActivation, "layer.1/moe", "out", dev);
     b.use(base + 40, 0x20, dev);
