@@ -253,7 +253,10 @@ class Searcher {
     if (fi != UINT32_MAX && mf <= m) return place_fixed(beg, end, x, fi, pool_mark);
     if (cfg_.symmetry && m != kInf) {
       // Symmetry: buffers with the same lifetime that touch (one directly on the other) can swap
-      // places, so only plans with the lower index below are searched.
+      // places, so only plans with the lower index below are searched. A buffer left out this way
+      // does not go at m, but it may still go higher: when every candidate is left out, the node
+      // goes on without them at m (banned there), as the branch that places none at m does. (With
+      // fixed buffers that branch can succeed: a fixed buffer above m may be the next to place.)
       size_t w = pool_mark;
       for (size_t k = pool_mark; k < pool_.size(); ++k) {
         const uint32_t i = pool_[k];
@@ -264,8 +267,18 @@ class Searcher {
         }
         if (ok) pool_[w++] = i;
       }
+      if (w == pool_mark) {
+        const size_t ban_mark = ban_trail_.size();
+        for (size_t k = pool_mark; k < pool_.size(); ++k) {
+          ban_trail_.emplace_back(pool_[k], ban_[pool_[k]]);
+          ban_[pool_[k]] = m;
+        }
+        pool_.resize(pool_mark);
+        const R r = solve(beg, end, m);
+        if (r != R::kFound) unban(ban_mark);
+        return r;
+      }
       pool_.resize(w);
-      if (w == pool_mark) return fail(pool_mark);
     }
     if (m == kInf || m > cap_) return fail(pool_mark);
     // Dominance: a waiting buffer that fits between its key and m could go there: every

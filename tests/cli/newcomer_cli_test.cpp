@@ -9,6 +9,7 @@
 
 #include "core/gpu_probe.h"
 #include "core/trace_io.h"
+#include "executor/backends.h"
 #include "tests/cli/cli_util.h"
 #include "tests/gpu_skip.h"
 
@@ -29,6 +30,12 @@ std::map<std::string, std::string> snapshot(const fs::path& dir) {
 
 std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
 
+// The one line `run --backend cuda` gives where it cannot run: the build's reason in a build
+// without the CUDA backend (the cpu and asan presets), else the GPU probe's.
+std::string no_gpu_line() {
+  if (!moeprof::cuda_backend_compiled()) return "moeprof run: error: this moeprof was built without the CUDA backend (MOEPROF_ENABLE_CUDA=OFF)";
+  return "moeprof run: error: no usable GPU: " + moeprof::probe_gpus().problem;
+}
 }  // namespace
 
 TEST_CASE("newcomer: a mistyped run leaves the earlier results byte for byte", "[cli][newcomer]") {
@@ -53,8 +60,8 @@ TEST_CASE("newcomer: a mistyped run leaves the earlier results byte for byte", "
       {"run --backend cpu --model tiny --tokens 0", 2,
        "moeprof run: error: --tokens: must be an integer from 1 to 1,099,511,627,776 (got 0) (see moeprof run --help)"},
   };
-  if (moeprof::probe_gpus().usable().empty())
-    typos.push_back({"run --backend cuda", 3, "moeprof run: error: no usable GPU: " + moeprof::probe_gpus().problem});
+  if (moeprof::probe_gpus().usable().empty() || !moeprof::cuda_backend_compiled())
+    typos.push_back({"run --backend cuda", 3, no_gpu_line()});
   for (const auto& t : typos) {
     INFO("moeprof " << t.args);
     auto r = run_cli(t.args + " -o " + q(keep));
@@ -241,8 +248,7 @@ TEST_CASE("newcomer: run and devices give one reason for no GPU", "[cli][newcome
   auto dev = run_cli("devices");
   CHECK(dev.rc == 3);
   CHECK(dev.out == "no usable GPU: " + probe.problem + "\n");
-  check_error("run --backend cuda -o " + q(moeprof::testing::temp_dir("newcomer_nogpu") / "o"), 3,
-              "moeprof run: error: no usable GPU: " + probe.problem);
+  check_error("run --backend cuda -o " + q(moeprof::testing::temp_dir("newcomer_nogpu") / "o"), 3, no_gpu_line());
 }
 
 TEST_CASE("newcomer: the gate's table is in exact bytes, and a failure says how to accept the change", "[cli][newcomer]") {
