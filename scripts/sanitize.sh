@@ -16,7 +16,16 @@ bash scripts/setup.sh --sanitizers --no-build
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$JOBS"
 step "asan build"
-ctest --preset asan 2>&1 | tail -n 15
+mkdir -p build-asan/Testing
+if ! ctest --preset asan > build-asan/Testing/moeprof-asan.log 2>&1; then
+  # The summary, then the failing tests once more with their output: a CI log keeps its tail.
+  tail -n 15 build-asan/Testing/moeprof-asan.log
+  echo "moeprof sanitize: asan CPU tests failed; the failing ones again, with their output:"
+  ctest --test-dir build-asan --rerun-failed --output-on-failure 2>&1 | tail -n 200 || true
+  sed -n '/The following tests FAILED/,$p' build-asan/Testing/moeprof-asan.log | grep -E '^[[:space:]]+[0-9]+ - ' || true
+  exit 8
+fi
+tail -n 15 build-asan/Testing/moeprof-asan.log
 step "asan CPU tests"
 bash scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
 step "fuzzing"
