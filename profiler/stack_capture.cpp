@@ -41,6 +41,8 @@ struct PyApi {
   void* (*FrameGetCode)(void*) = nullptr;  // new reference
   void* (*FrameGetBack)(void*) = nullptr;  // new reference
   int (*FrameGetLine)(void*) = nullptr;
+  int (*FrameGetLasti)(void*) = nullptr;      // 3.11+: the last instruction's offset in bytes
+  int (*CodeAddr2Line)(void*, int) = nullptr;  // that offset's line (what PyFrame_GetLineNumber computes)
   void* (*GetAttr)(void*, const char*) = nullptr;  // new reference
   const char* (*AsUTF8)(void*) = nullptr;
   void (*IncRef)(void*) = nullptr;
@@ -63,6 +65,9 @@ const PyApi& py_api() {
     a.FrameGetCode = reinterpret_cast<void* (*)(void*)>(sym("PyFrame_GetCode"));
     a.FrameGetBack = reinterpret_cast<void* (*)(void*)>(sym("PyFrame_GetBack"));
     a.FrameGetLine = reinterpret_cast<int (*)(void*)>(sym("PyFrame_GetLineNumber"));
+    a.FrameGetLasti = reinterpret_cast<int (*)(void*)>(sym("PyFrame_GetLasti"));
+    a.CodeAddr2Line = reinterpret_cast<int (*)(void*, int)>(sym("PyCode_Addr2Line"));
+    if (a.FrameGetLasti == nullptr || a.CodeAddr2Line == nullptr) a.FrameGetLasti = nullptr, a.CodeAddr2Line = nullptr;
     a.GetAttr = reinterpret_cast<void* (*)(void*, const char*)>(sym("PyObject_GetAttrString"));
     a.AsUTF8 = reinterpret_cast<const char* (*)(void*)>(sym("PyUnicode_AsUTF8"));
     a.IncRef = reinterpret_cast<void (*)(void*)>(sym("Py_IncRef"));
@@ -98,61 +103,96 @@ StackCollector::StackCollector(StackMode mode, size_t max_frames) : mode_(mode),
   }
 }
 
+// The walk holds the GIL but not mu_: reading frames can allocate Python objects (a frame object
+// for each caller), so a garbage collection can run finalizers that free or allocate memory on
+// this thread, and the tracer's callback would then capture again. Only work that runs no Python
+// code (table lookups, PyCode_Addr2Line) is done under mu_.
+//
+// Where the interpreter has PyFrame_GetLasti (3.11+), a frame is its code object and the offset
+// of its instruction; the line is computed once per (code, offset) and cached, since decoding the
+// line table was most of the cost of a walk (bench/stacks). Older interpreters give the line.
 void StackCollector::python_frames(std::vector<Raw>* out) {
   const PyApi& py = py_api();
   if (!py.ok || !py.IsInitialized() || (py.IsFinalizing && py.IsFinalizing())) return;
   if (py.GetThisThreadState() == nullptr) return;  // this thread never ran Python
   const int g = py.GILEnsure();
+  thread_local std::vector<PyFrameKey> scratch;  // reused by the thread's captures
+  std::vector<PyFrameKey>& frames = scratch;
+  const size_t base = frames.size();  // a capture nested in this one (from a finalizer) keeps ours
   void* f = py.GetFrame();
   if (f) py.IncRef(f);
-  std::vector<std::pair<void*, int>> frames;  // (code, line), code with a new reference
-  while (f && frames.size() < max_frames_) {
-    void* code = py.FrameGetCode(f);
-    frames.emplace_back(code, py.FrameGetLine(f));
+  while (f && frames.size() - base < max_frames_) {
+    void* code = py.FrameGetCode(f);  // a new reference, dropped at the end
+    frames.push_back(PyFrameKey{code, py.FrameGetLasti ? py.FrameGetLasti(f) : py.FrameGetLine(f)});
     void* back = py.FrameGetBack(f);
     py.DecRef(f);
     f = back;
   }
   if (f) py.DecRef(f);
-  // Names of code objects seen for the first time, read while the GIL is held.
-  std::vector<std::pair<void*, std::pair<std::string, std::string>>> fresh;
+  const size_t first = out->size();
+  // One lookup per frame where every (code, offset) was seen before: the common case.
+  bool missed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [code, line] : frames)
-      if (code && !code_index_.count(code)) fresh.emplace_back(code, std::pair<std::string, std::string>{});
-  }
-  for (auto& [code, names] : fresh) {
-    for (int k = 0; k < 2; ++k) {
-      void* s = py.GetAttr(code, k == 0 ? "co_filename" : "co_qualname");
-      if (s == nullptr && k == 1) {
-        py.ErrClear();
-        s = py.GetAttr(code, "co_name");  // before 3.11
-      }
-      const char* text = s ? py.AsUTF8(s) : nullptr;
-      (k == 0 ? names.first : names.second) = text ? text : "?";
-      if (!text) py.ErrClear();
-      if (s) py.DecRef(s);
+    for (size_t k = base; k < frames.size() && !missed; ++k) {
+      if (!frames[k].code) continue;
+      auto it = py_frames_.find(frames[k]);
+      if (it == py_frames_.end()) missed = true;
+      else out->push_back(it->second);
     }
   }
-  {
+  if (missed) {
+    out->resize(first);
+    // Names of code objects seen for the first time, read while the GIL is held.
+    std::vector<std::pair<void*, std::pair<std::string, std::string>>> fresh;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t k = base; k < frames.size(); ++k)
+        if (frames[k].code && !code_index_.count(frames[k].code)) fresh.emplace_back(frames[k].code, std::pair<std::string, std::string>{});
+    }
+    for (auto& [code, names] : fresh) {
+      for (int k = 0; k < 2; ++k) {
+        void* s = py.GetAttr(code, k == 0 ? "co_filename" : "co_qualname");
+        if (s == nullptr && k == 1) {
+          py.ErrClear();
+          s = py.GetAttr(code, "co_name");  // before 3.11
+        }
+        const char* text = s ? py.AsUTF8(s) : nullptr;
+        (k == 0 ? names.first : names.second) = text ? text : "?";
+        if (!text) py.ErrClear();
+        if (s) py.DecRef(s);
+      }
+    }
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [code, names] : fresh) {
       if (code_index_.count(code)) continue;
       code_index_.emplace(code, static_cast<uint32_t>(py_code_.size()));
       py_code_.push_back(std::move(names));
-      py.IncRef(code);  // keeps the names' code object (and so its address) alive
+      py.IncRef(code);  // keeps the code object (and so its address, names and lines) alive
     }
-    for (auto& [code, line] : frames)
-      if (code) out->push_back(Raw{code_index_.at(code), static_cast<uint32_t>(line < 0 ? 0 : line), 1});
+    for (size_t k = base; k < frames.size(); ++k) {
+      const auto [code, at] = frames[k];
+      if (!code) continue;
+      auto it = py_frames_.find(frames[k]);
+      if (it == py_frames_.end()) {
+        // PyCode_Addr2Line runs no Python code: safe under mu_.
+        const int line = py.FrameGetLasti ? py.CodeAddr2Line(code, at) : at;
+        it = py_frames_.emplace(frames[k], Raw{code_index_.at(code), static_cast<uint32_t>(line < 0 ? 0 : line), 1}).first;
+      }
+      out->push_back(it->second);
+    }
   }
-  for (auto& [code, line] : frames)
-    if (code) py.DecRef(code);
+  for (size_t k = base; k < frames.size(); ++k)
+    if (frames[k].code) py.DecRef(frames[k].code);
+  frames.resize(base);
   py.GILRelease(g);
 }
 
 uint32_t StackCollector::capture() {
   if (mode_ == StackMode::kNone) return 0;
-  std::vector<Raw> raw;
+  thread_local std::vector<Raw> scratch;  // copied only for a stack not seen before
+  std::vector<Raw>& raw = scratch;
+  raw.clear();
   try {
     if (mode_ == StackMode::kPython || mode_ == StackMode::kBoth) python_frames(&raw);
     if (mode_ == StackMode::kNative || mode_ == StackMode::kBoth) {
@@ -172,7 +212,7 @@ uint32_t StackCollector::capture() {
   if (it != index_.end()) return it->second;
   const auto id = static_cast<uint32_t>(stacks_.size());
   stacks_.push_back(raw);
-  index_.emplace(std::move(raw), id);
+  index_.emplace(raw, id);
   return id;
 }
 

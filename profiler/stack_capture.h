@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -51,8 +50,24 @@ class StackCollector {
     uint64_t value;  // native: return address; Python: index into py_code_
     uint32_t line;
     uint8_t python;
-    bool operator<(const Raw& o) const {
-      return python != o.python ? python < o.python : value != o.value ? value < o.value : line < o.line;
+    bool operator==(const Raw& o) const { return value == o.value && line == o.line && python == o.python; }
+  };
+  struct RawHash {
+    size_t operator()(const std::vector<Raw>& v) const {
+      uint64_t h = 0x9e3779b97f4a7c15ull ^ v.size();
+      for (const Raw& r : v) h = (h ^ (r.value * 0xff51afd7ed558ccdull) ^ (uint64_t{r.line} << 1 | r.python)) * 0xc4ceb9fe1a85ec53ull;
+      return static_cast<size_t>(h ^ (h >> 29));
+    }
+  };
+  // A Python frame as read: its code object and its instruction offset (3.11+; the line before).
+  struct PyFrameKey {
+    void* code;
+    int at;
+    bool operator==(const PyFrameKey& o) const { return code == o.code && at == o.at; }
+  };
+  struct PyFrameKeyHash {
+    size_t operator()(const PyFrameKey& k) const {
+      return static_cast<size_t>((reinterpret_cast<uintptr_t>(k.code) >> 4) * 0x9e3779b97f4a7c15ull ^ static_cast<uint32_t>(k.at));
     }
   };
   void python_frames(std::vector<Raw>* out);
@@ -61,10 +76,12 @@ class StackCollector {
   StackMode mode_;
   size_t max_frames_;
   std::mutex mu_;  // guards everything below
-  std::map<std::vector<Raw>, uint32_t> index_;
+  std::unordered_map<std::vector<Raw>, uint32_t, RawHash> index_;
   std::vector<std::vector<Raw>> stacks_{{}};
   std::unordered_map<const void*, uint32_t> code_index_;  // code object -> index into py_code_
   std::vector<std::pair<std::string, std::string>> py_code_;  // (file, function)
+  // (code, offset) -> the frame (code index, line), for code objects in code_index_ (kept alive).
+  std::unordered_map<PyFrameKey, Raw, PyFrameKeyHash> py_frames_;
   std::unordered_map<uint64_t, ResolvedFrame> symbols_;
   uint64_t captured_ = 0, python_captured_ = 0;
 };

@@ -27,6 +27,12 @@ def outer(dll, mode=0):
     return inner(dll, mode)
 
 
+def two_lines(dll):
+    first = capture(dll)  # line B
+    second = capture(dll)  # line C
+    return first, second
+
+
 def line_of(marker):
     for i, text in enumerate(open(HERE, encoding="utf-8"), 1):
         if marker in text and "def " not in text:
@@ -52,6 +58,12 @@ for name, dll in (("CDLL (GIL released)", ctypes.CDLL(LIB)), ("PyDLL (GIL held)"
         check(py[1][1] == "inner" and int(py[1][3]) == line_of("# line A"), f"{name}: inner frame {py[1]}")
         check(py[2][1] == "outer" and int(py[2][3]) == line_of("return inner(dll, mode)"), f"{name}: outer frame {py[2]}")
         check(py[-1][1] == "<module>", f"{name}: outermost frame {py[-1]}")
+    # One code object, two instructions: two lines (frames are cached by code and offset), and
+    # the same again on a second pass through the cache.
+    for _ in range(2):
+        b, c = two_lines(dll)
+        check([f[1] for f in b[:2]] == ["capture", "two_lines"] and int(b[1][3]) == line_of("# line B"), f"{name}: line B {b[:2]}")
+        check([f[1] for f in c[:2]] == ["capture", "two_lines"] and int(c[1][3]) == line_of("# line C"), f"{name}: line C {c[:2]}")
     # Both: Python frames first, then native ones (libffi / ctypes / the interpreter).
     both = outer(dll, 1)
     kinds = [f[0] for f in both]
