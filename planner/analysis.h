@@ -238,6 +238,13 @@ struct RunAnalysis {
   const DeviceAnalysis* device(uint16_t id) const;
 };
 
+// Every allocation of every device has its lifetime (analyze() with keep_lifetimes).
+inline bool has_every_lifetime(const RunAnalysis& run) {
+  uint64_t n = 0;
+  for (const auto& d : run.devices) n += d.allocations;
+  return run.lifetimes.size() == n;
+}
+
 struct AnalyzeOptions {
   size_t timeline_points = 2000;  // per timeline; 0 = no timeline
   bool keep_lifetimes = true;

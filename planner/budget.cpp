@@ -9,17 +9,6 @@ namespace moeprof::planner {
 
 namespace {
 
-// Every allocation of every device has its lifetime (analyze() with keep_lifetimes).
-bool has_every_lifetime(const RunAnalysis& run) {
-  uint64_t n = 0;
-  for (const auto& d : run.devices) n += d.allocations;
-  return run.lifetimes.size() == n;
-}
-
-}  // namespace
-
-namespace {
-
 using i128 = __int128;
 
 std::string lower(std::string_view s) {

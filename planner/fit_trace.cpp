@@ -12,17 +12,6 @@ namespace moeprof::planner {
 
 namespace {
 
-// Every allocation of every device has its lifetime (analyze() with keep_lifetimes).
-bool has_every_lifetime(const RunAnalysis& run) {
-  uint64_t n = 0;
-  for (const auto& d : run.devices) n += d.allocations;
-  return run.lifetimes.size() == n;
-}
-
-}  // namespace
-
-namespace {
-
 bool replayed(EventKind k) {
   return k == EventKind::kAlloc || k == EventKind::kFree || k == EventKind::kUse || k == EventKind::kPoolReserve ||
          k == EventKind::kGraphMem;
