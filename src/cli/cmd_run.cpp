@@ -22,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/op_times.h"
 #include "cli/run_output.h"
+#include "cli/run_routing.h"
 #include "cli/run_serving.h"
 #include "core/trace_io.h"
 #include "core/version.h"
@@ -31,7 +32,6 @@
 #include "executor/run.h"
 #include "executor/tp_run.h"
 #include "model/config.h"
-#include "model/routing.h"
 #include "planner/analysis.h"
 #include "planner/budget.h"
 #include "planner/whatif.h"
@@ -76,8 +76,7 @@ struct RunArgs {
   double peak_tflops = 0, peak_gbps = 0;
   std::string gpu_memory;  // --gpu-memory: the meta backend as a device of this size (bytes or a GPU name)
   ServingArgs serving;     // --workload and its options (cli/run_serving.h)
-  std::string routing = "router";  // --routing (model/routing.h)
-  std::string moe_rows = "bound";  // --moe-rows
+  RoutingArgs routing;     // --routing, --moe-rows (cli/run_routing.h)
 };
 
 // The first of these environment variables that is set, as an int (launchers: torchrun, Open MPI,
@@ -190,13 +189,6 @@ int run_command(const RunArgs& a) {
   }
   auto serving = serving_options(a.serving);
   if (!serving) return fail("run", serving.status());
-  auto routing = parse_routing(a.routing);
-  if (!routing) return fail("run", routing.status());
-  auto moe_rows = parse_moe_rows(a.moe_rows);
-  if (!moe_rows) return fail("run", moe_rows.status());
-  if (*moe_rows == MoeRows::kRouted && !routing->forced() && a.backend == "meta")
-    return fail("run", Status::bad_input("--moe-rows routed on the meta backend needs a drawn routing (--routing uniform, zipf:S, "
-                                         "hot:N or worst): it computes no router to count"));
   if (*serving && a.tokens > 0) return fail("run", Status::bad_input("--tokens sets one prefill: with --workload the requests set the tokens"));
   if (*serving && (args.gpus > 1 || rank_mode))
     return fail("run", Status::bad_input("--workload runs on one device: drop --gpus/--rank (--tp N runs one rank's shapes)"));
@@ -258,17 +250,13 @@ int run_command(const RunArgs& a) {
   plan.op_times = args.op_times;
   plan.log = a.quiet ? nullptr : stderr;
   plan.serving = *serving;
-  plan.routing = *routing;
-  plan.moe_rows = *moe_rows;
 
   // The header, before any work: what runs where. The model and its shapes are checked first.
   {
     auto cfg = resolve_model_config(plan.model);
     if (!cfg) return fail("run", cfg.status());
     if (auto shape = make_rank_shape(*cfg, plan.tokens, plan.tp, 0, plan.layers); !shape) return fail("run", shape.status());
-    if (plan.routing.forced())
-      if (auto d = RoutingDraw::create(plan.routing, cfg->n_routed_experts, cfg->num_experts_per_tok, plan.seed); !d)
-        return fail("run", d.status());
+    if (Status st = apply_routing_options(a.routing, *cfg, backend_name, &plan); !st) return fail("run", st);
     const std::string header = fmt::format(
         "moeprof run: {}, {}, TP={}{}, {} layers, modes {}, backend {} ({})\n", cfg->name,
         plan.serving ? "workload " + plan.serving->workload : std::to_string(plan.tokens) + " tokens", plan.tp,
@@ -367,7 +355,7 @@ int run_command(const RunArgs& a) {
                  fmt::format("{}", a.nccl_timeout), "--symm-mem", a.symm_mem, "--rank-only"};
       if (a.layers > 0) rp.argv.insert(rp.argv.end(), {"--layers", std::to_string(a.layers)});
       if (plan.routing.forced() || plan.moe_rows != MoeRows::kBound)
-        rp.argv.insert(rp.argv.end(), {"--routing", a.routing, "--moe-rows", a.moe_rows});
+        rp.argv.insert(rp.argv.end(), {"--routing", a.routing.routing, "--moe-rows", a.routing.moe_rows});
       if (a.symm_pool_mb > 0) rp.argv.insert(rp.argv.end(), {"--symm-pool-mb", std::to_string(a.symm_pool_mb)});
       for (int64_t l : a.symm_outside) rp.argv.insert(rp.argv.end(), {"--symm-outside-layer", std::to_string(l)});
       if (!a.cupti) rp.argv.push_back("--no-cupti");
@@ -659,6 +647,7 @@ int run_command(const RunArgs& a) {
   if (!cupti_paths.empty())
     out += fmt::format("CUPTI traces agree with the executor's accounting in every category: {}\n", cupti_agrees ? "yes" : "NO");
 #endif
+  out += routing_summary(plan, r);
   out += serving_summary(r);
   out += op_tables;
   out += "\ntraces:";
@@ -770,16 +759,7 @@ void register_run(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--rank-only", args->rank_only, "with --rank: write this rank's traces only (--launch processes merges them)")
       ->group("");
-  cmd->add_option("--routing", args->routing,
-                  "the MoE layers' routing: router (the router's own top-k), or drawn from --seed: uniform, zipf:S (expert of "
-                  "rank r weighted 1/r^S), hot:N (N hot experts in every top-k), worst (the counts that pad the most rows)")
-      ->type_name("SPEC")
-      ->capture_default_str();
-  cmd->add_option("--moe-rows", args->moe_rows,
-                  "the expert runner's padded rows: bound = T*k + E*(tile-1) for any routing; routed = the routing's own "
-                  "per-expert tiles (a CUDA graph takes the worst case)")
-      ->type_name("bound|routed")
-      ->capture_default_str();
+  add_routing_options(cmd, &args->routing);
   add_serving_options(cmd, &args->serving);
   cmd->callback([args, exit_code, cmd]() {
     args->model_given = cmd->count("--model") > 0;

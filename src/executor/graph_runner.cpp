@@ -136,7 +136,7 @@ DecodeGraphs::~DecodeGraphs() {
 
 uint64_t DecodeGraphs::input_bytes() const {
   uint64_t b = 0;
-  for (const Tensor* t : {&ids_, &positions_, &rows_, &slots_})
+  for (const Tensor* t : {&ids_, &positions_, &rows_, &slots_, &routed_ids_})
     if (t->defined()) b += t->bytes();
   return b;
 }

@@ -133,9 +133,12 @@ TEST_CASE("uniform and hot routings match their frequencies over random keys", "
     const int64_t E = 37, k = 5, N = 3;
     auto d = RoutingDraw::create(spec("hot:3"), E, k, 11);
     const auto f = inclusion(draw(*d, 3, keys, k), rows, E);
+    const auto ids = draw(*d, 3, keys, k);
+    const auto c = expert_counts(ids.data(), rows * k, E);
     int64_t always = 0;
-    for (double x : f) {
-      if (x == 1.0) {
+    for (size_t e = 0; e < c.size(); ++e) {
+      const double x = f[e];
+      if (c[e] == rows) {
         ++always;
         continue;
       }
@@ -240,6 +243,17 @@ TEST_CASE("the worst routing's rows match brute force over every count vector", 
           ++cases;
         }
   CHECK(cases == 5 * (1 + 3 + 3) * 5);
+  // No drawn routing pads more rows than the worst, which the worst routing reaches.
+  for (int64_t rows : {1, 3, 37, 211})
+    for (const char* text : {"uniform", "zipf:1.2", "zipf:4", "hot:1", "hot:3", "hot:9", "worst"}) {
+      const int64_t E = 37, k = 5, tile = moe_tile_rows(rows, k, E);
+      auto d = RoutingDraw::create(spec(text), E, k, 99);
+      const auto ids = draw(*d, 1, random_keys(static_cast<size_t>(rows), 7), k);
+      const int64_t got = moe_routed_rows(expert_counts(ids.data(), rows * k, E), tile);
+      INFO(text << " rows " << rows);
+      CHECK(got <= moe_worst_rows(rows, k, E, tile));
+      if (std::string(text) == "worst") CHECK(got == moe_worst_rows(rows, k, E, tile));
+    }
   // The padded rows of given counts, and the bound.
   CHECK(moe_routed_rows({0, 1, 8, 9, 17}, 8) == 0 + 8 + 8 + 16 + 24);
   CHECK(moe_bound_rows(101, 5, 37, 16) == 505 + 37 * 15);
