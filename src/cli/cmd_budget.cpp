@@ -201,7 +201,7 @@ void register_budget(CLI::App& app, int* exit_code) {
   cmd->add_option("--out-md", args->out_md, "write the budget as Markdown to this file")->type_name("FILE");
   cmd->add_option("--out-html", args->out_html, "write the budget as a single-file HTML page")->type_name("FILE");
   add_category_options(cmd, &args->categories);
-  add_routing_options(cmd, &args->routing);
+  add_routing_options(cmd, &args->routing, "MoE routing of the run, with --backend meta (docs/budget.md, \"Routing skew\")");
   cmd->callback([args, exit_code, cmd] {
     args->routing_given = cmd->count("--routing") + cmd->count("--moe-rows") > 0;
     *exit_code = budget_command(*args);

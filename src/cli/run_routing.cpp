@@ -7,8 +7,8 @@
 
 namespace moeprof::cli {
 
-void add_routing_options(CLI::App* cmd, RoutingArgs* a) {
-  const std::string g = "MoE routing (docs/budget.md, \"Routing skew\")";
+void add_routing_options(CLI::App* cmd, RoutingArgs* a, const std::string& group) {
+  const std::string g = group.empty() ? "MoE routing (docs/budget.md, \"Routing skew\")" : group;
   cmd->add_option("--routing", a->routing,
                   "the MoE layers' routing: router (the router's own top-k), or drawn from --seed per token: uniform, zipf:S "
                   "(expert of rank r weighted 1/r^S), hot:N (N hot experts take every top-k they can), worst (the counts "

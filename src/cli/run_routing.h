@@ -18,7 +18,8 @@ struct RoutingArgs {
   std::string moe_rows = "bound";
 };
 
-void add_routing_options(CLI::App* cmd, RoutingArgs* a);
+// `group`: the title of the options in --help ("" for run's).
+void add_routing_options(CLI::App* cmd, RoutingArgs* a, const std::string& group = "");
 // Parses both into the plan and checks them against the model (hot:N within its experts) and the
 // backend (routed rows on the meta backend need a drawn routing: it computes no router).
 Status apply_routing_options(const RoutingArgs& a, const ModelConfig& cfg, const std::string& backend, RunPlan* plan);
