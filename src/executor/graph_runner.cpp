@@ -120,6 +120,10 @@ Result<std::unique_ptr<DecodeGraphs>> DecodeGraphs::capture(Backend& backend, De
     c.pool_bytes_after = g->pool_.reserved_bytes();
     c.live_peak_bytes = g->pool_.scope_live_peak_bytes();
     c.live_at_peak = g->pool_.scope_live_at_peak();
+    c.own_peak_bytes = c.live_peak_bytes;
+    for (const GraphPool::LiveBlock& b : c.live_at_peak)
+      if (b.scope.rfind(scope + "/", 0) != 0) c.own_peak_bytes -= b.bytes;
+    c.output_block_bytes = (c.output_bytes + GraphPool::kGranule - 1) / GraphPool::kGranule * GraphPool::kGranule;
     std::sort(c.live_at_peak.begin(), c.live_at_peak.end(), [](const GraphPool::LiveBlock& a, const GraphPool::LiveBlock& b) {
       if (a.bytes != b.bytes) return a.bytes > b.bytes;
       return std::tie(a.scope, a.name) < std::tie(b.scope, b.name);
@@ -127,6 +131,26 @@ Result<std::unique_ptr<DecodeGraphs>> DecodeGraphs::capture(Backend& backend, De
   }
   std::reverse(g->captures_.begin(), g->captures_.end());  // ascending, like graphs_
   return g;
+}
+
+Result<SharedPoolNeed> shared_pool_need(const std::vector<GraphCapture>& captures, std::vector<int64_t> sizes) {
+  std::sort(sizes.rbegin(), sizes.rend());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  SharedPoolNeed n;
+  uint64_t outputs = 0;  // of the larger graphs of the set, captured before
+  for (int64_t bs : sizes) {
+    auto it = std::find_if(captures.begin(), captures.end(), [&](const GraphCapture& c) { return c.bs == bs; });
+    if (it == captures.end()) return Status::bad_input("no captured decode graph of batch size " + std::to_string(bs));
+    if (it->own_peak_bytes + outputs > n.need_bytes || n.at_bs == 0) {
+      n.need_bytes = it->own_peak_bytes + outputs;
+      n.at_bs = bs;
+      n.at_own_bytes = it->own_peak_bytes;
+      n.at_outputs_bytes = outputs;
+    }
+    n.separate_bytes += it->own_peak_bytes;
+    outputs += it->output_block_bytes;
+  }
+  return n;
 }
 
 DecodeGraphs::~DecodeGraphs() {

@@ -37,7 +37,24 @@ struct GraphCapture {
   uint64_t output_bytes = 0;      // its outputs, live in the pool
   uint64_t live_peak_bytes = 0;   // the most bytes live in the pool during its capture
   std::vector<GraphPool::LiveBlock> live_at_peak;  // largest first
+  // Of live_peak_bytes, the blocks of this capture itself (scope graph.bsN/...): what its capture
+  // needs alone; the rest are the outputs of the graphs captured before it.
+  uint64_t own_peak_bytes = 0;
+  uint64_t output_block_bytes = 0;  // its outputs as the pool holds them (rounded to the granule)
 };
+
+// What one pool shared by the graphs of `sizes` (captured ones, any order) needs, from their
+// captures: captured largest first, the capture of size s has live its own blocks and the outputs
+// of the larger graphs of the set, so the need is max over s of own_peak(s) + the larger graphs'
+// output blocks, in live bytes (the pool's segments round it up). Separate pools would need the
+// sum of the own peaks. Bad input when a size was not captured.
+struct SharedPoolNeed {
+  uint64_t need_bytes = 0;       // live bytes one shared pool needs
+  int64_t at_bs = 0;             // the capture where that is reached
+  uint64_t at_own_bytes = 0, at_outputs_bytes = 0;  // its own peak, and the larger graphs' outputs
+  uint64_t separate_bytes = 0;   // sum of the own peaks: one pool per graph
+};
+Result<SharedPoolNeed> shared_pool_need(const std::vector<GraphCapture>& captures, std::vector<int64_t> sizes);
 
 class DecodeGraphs {
  public:

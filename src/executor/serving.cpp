@@ -132,10 +132,18 @@ std::string ServingResult::summary_json() const {
     for (size_t i = 0; i < c.live_at_peak.size() && i < 20; ++i)
       live.push_back({{"name", c.live_at_peak[i].name}, {"scope", c.live_at_peak[i].scope}, {"bytes", c.live_at_peak[i].bytes}});
     caps.push_back({{"bs", c.bs}, {"pool_bytes_after", c.pool_bytes_after}, {"output_bytes", c.output_bytes},
-                    {"live_peak_bytes", c.live_peak_bytes}, {"live_at_peak", live}});
+                    {"live_peak_bytes", c.live_peak_bytes}, {"own_peak_bytes", c.own_peak_bytes},
+                    {"output_block_bytes", c.output_block_bytes}, {"live_at_peak", live}});
   }
   j["cuda_graphs"] = {{"enabled", graphs}, {"sizes", graph_sizes}, {"pool_bytes", graph_pool_bytes},
                       {"input_bytes", graph_input_bytes}, {"captures", caps}};
+  if (auto need = shared_pool_need(graph_captures, graph_sizes); need.is_ok() && !graph_captures.empty())
+    j["cuda_graphs"]["shared_pool"] = {{"need_bytes", need->need_bytes},
+                                       {"at_bs", need->at_bs},
+                                       {"at_own_bytes", need->at_own_bytes},
+                                       {"at_outputs_bytes", need->at_outputs_bytes},
+                                       {"separate_pools_bytes", need->separate_bytes},
+                                       {"reserved_bytes", graph_pool_bytes}};
   j["steps"] = {{"prefill", prefill.steps}, {"decode", decode.steps}};
   j["step_kinds"] = {{"prefill", kind_json(prefill)}, {"decode", kind_json(decode)}};
   // A replayed decode step allocates nothing: its activations are the graph pool's blocks, whose
