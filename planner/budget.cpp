@@ -150,9 +150,28 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
   }
   const uint64_t cell = b.kv_bytes_per_token, p = opt.page_size;
 
+  // Routing skew: a runner that sizes its padded rows by the routing (moe_rows = routed) must have
+  // room for the worst routing, whatever routing the run met (executor/run.cpp's routing.* keys).
+  auto extra = [&](const char* key) -> std::string {
+    auto it = run.meta.extra.find(key);
+    return it == run.meta.extra.end() ? std::string() : it->second;
+  };
+  b.routing = extra("routing");
+  b.moe_rows = extra("moe_rows");
+  if (b.moe_rows == "routed") {
+    const std::string w = extra("routing.peak_activation_worst_bytes");
+    uint64_t v = 0;
+    if (w.empty() || w.find_first_not_of("0123456789") != std::string::npos || w.size() > 19 ||
+        (v = std::stoull(w)) > static_cast<uint64_t>(INT64_MAX))
+      return Status::bad_input("the trace's MoE rows follow the routing (moe_rows = routed) but its routing.peak_activation_worst_bytes is " +
+                               (w.empty() ? std::string("missing") : "not a byte count: " + w));
+    b.worst_routing_peak_bytes = v;
+    b.routing_reserve_bytes = v > b.activation_peak_bytes ? v - b.activation_peak_bytes : 0;
+  }
+
   // The fixed needs, then the pool: (N + p) x cell <= what is left, N a multiple of p.
   uint64_t fixed = 0;
-  for (uint64_t v : {bn.weights, bn.activation, bn.workspace, bn.graph, b.rest_bytes, opt.margin_bytes})
+  for (uint64_t v : {bn.weights, bn.activation, bn.workspace, bn.graph, b.rest_bytes, opt.margin_bytes, b.routing_reserve_bytes})
     if (!add_bytes(fixed, v)) return Status::bad_input("the budget's components add up to more than 2^63-1 bytes");
   const uint64_t G = opt.gpu_memory_bytes;
   const i128 one_page = static_cast<i128>(2 * p) * cell;  // p usable tokens + p padding rows
@@ -200,6 +219,11 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
               : "no page of KV fits");
   comp("activation_peak", static_cast<int64_t>(bn.activation),
        "activation bytes live at the peak of " + step_text + (peak_scope.empty() ? "" : ", made by " + peak_scope));
+  if (b.moe_rows == "routed")
+    comp("routing_worst", static_cast<int64_t>(b.routing_reserve_bytes),
+         "the MoE runner's padded rows follow the routing (--moe-rows routed" + (b.routing.empty() ? "" : ", --routing " + b.routing) +
+             "): under the worst routing of the router's capacity the activation peak is " + with_commas(b.worst_routing_peak_bytes) +
+             " B, this much above the " + with_commas(b.activation_peak_bytes) + " B measured");
   comp("graph_pool", static_cast<int64_t>(bn.graph), bn.graph ? "CUDA graph memory (graph category, or the driver's figure)" : "no CUDA graph in the trace");
   comp("workspaces", static_cast<int64_t>(bn.workspace), "workspace and communication bytes (cuBLAS, cuDNN, NCCL) live at the same peak");
   comp("allocator_rest", static_cast<int64_t>(b.rest_bytes),
@@ -211,7 +235,7 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
 }
 
 uint64_t kv_tokens_with_peak(const BudgetResult& b, uint64_t activation_peak_bytes) {
-  const i128 fixed = static_cast<i128>(b.weights_bytes) + b.graph_bytes + b.rest_bytes + activation_peak_bytes;
+  const i128 fixed = static_cast<i128>(b.weights_bytes) + b.graph_bytes + b.rest_bytes + activation_peak_bytes + b.routing_reserve_bytes;
   i128 margin = 0;
   for (const auto& c : b.components)
     if (c.name == "margin") margin = c.bytes;

@@ -8,6 +8,10 @@
 //   kv_pool          (kv_tokens + page_size) x bytes per token: SGLang's MLA pool holds one page
 //                    of padding rows beside the kv_tokens it hands out
 //   activation_peak  activation + unknown bytes live at the activation peak (the worst step)
+//   routing_worst    only for a run whose MoE runner sized its padded rows by the routing
+//                    (meta.extra moe_rows = routed): what the activation peak grows by when every
+//                    MoE call meets the worst routing of the router's capacity (the executor's
+//                    routing.peak_activation_worst_bytes - the peak measured). docs/budget.md
 //   graph_pool       the graph category's high-water mark, or the CUDA-graph memory the driver
 //                    reported (kGraphMem), whichever is larger
 //   workspaces       workspace + communication bytes live at the activation peak (cuBLAS, cuDNN,
@@ -75,6 +79,11 @@ struct BudgetResult {
   // ("step.N/prefill"), or "prefill" for a trace of one prefill; what is live there.
   std::string worst_step;
   uint64_t activation_peak_bytes = 0;       // activation_bytes + workspace_bytes
+  // Routing skew (the routing_worst component): the run's routing ("zipf:1.2"; "" when the trace
+  // does not say), the activation peak under the worst routing, and what is reserved for it
+  // beyond activation_peak_bytes (0 unless the padded rows followed the routing).
+  std::string routing, moe_rows;
+  uint64_t worst_routing_peak_bytes = 0, routing_reserve_bytes = 0;
   std::vector<LiveEntry> live_at_peak;
   size_t live_at_peak_count = 0;
   // Steps' own activation high-water marks (scopes step.N), largest first, when the trace has them.
@@ -83,9 +92,9 @@ struct BudgetResult {
 
 Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& opt);
 
-// The usable KV tokens of a device where everything but the activation peak stays as in `b`, and
-// the activation peak is `activation_peak_bytes` (activation + workspaces): what a mode or a fix
-// buys. 0 when no page fits.
+// The usable KV tokens of a device where everything but the activation peak stays as in `b` (the
+// routing reserve included), and the activation peak is `activation_peak_bytes` (activation +
+// workspaces): what a mode or a fix buys. 0 when no page fits.
 uint64_t kv_tokens_with_peak(const BudgetResult& b, uint64_t activation_peak_bytes);
 uint64_t requests_for(const BudgetResult& b, uint64_t kv_tokens);
 

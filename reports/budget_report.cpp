@@ -54,6 +54,9 @@ ordered_json budget_json(const BudgetReportInput& in) {
                      {"activation_peak_bytes", b.activation_peak_bytes},
                      {"activation_bytes", b.activation_bytes},
                      {"workspace_bytes", b.workspace_bytes},
+                     {"worst_routing_peak_bytes", b.moe_rows == "routed" ? b.worst_routing_peak_bytes : b.activation_peak_bytes},
+                     {"routing", b.routing},
+                     {"moe_rows", b.moe_rows},
                      {"live_count", b.live_at_peak_count},
                      {"live", live},
                      {"steps", steps}};
@@ -216,7 +219,7 @@ std::string budget_html(const ordered_json& j) {
                     "<title>moeprof memory budget</title>\n<style>";
   out += html_asset("page.css");
   out += ".bar{display:flex;height:34px;border-radius:6px;overflow:hidden;margin:8px 0}.bar div{min-width:1px}"
-         ".c-weights{background:#6b7a90}.c-kv_pool{background:#2f6fde}.c-activation_peak{background:#b3261e}.c-graph_pool{background:#8e44ad}"
+         ".c-weights{background:#6b7a90}.c-kv_pool{background:#2f6fde}.c-activation_peak{background:#b3261e}.c-routing_worst{background:#e3736b}.c-graph_pool{background:#8e44ad}"
          ".c-workspaces{background:#e08a1e}.c-allocator_rest{background:#9aa3b2}.c-margin{background:#f0c27b}.c-free{background:#dde1e8}</style></head>"
          "<body><main>\n<h1>moeprof memory budget</h1>\n";
   const auto& r = j["run"];

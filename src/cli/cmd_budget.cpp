@@ -10,6 +10,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/run_routing.h"
 #include "core/status.h"
 #include "executor/backends.h"
 #include "executor/run.h"
@@ -33,6 +34,8 @@ struct BudgetArgs {
   size_t fixes = 5;
   bool json = false;
   CategoryArgs categories;
+  RoutingArgs routing;  // with --backend meta (cli/run_routing.h)
+  bool routing_given = false;
 };
 
 int budget_command(const BudgetArgs& a) {
@@ -54,6 +57,7 @@ int budget_command(const BudgetArgs& a) {
     auto cfg = resolve_model_config(a.model);
     if (!cfg) return fail("budget", cfg.status());
     RunPlan plan;
+    if (Status st = apply_routing_options(a.routing, *cfg, "meta", &plan); !st) return fail("budget", st);
     plan.model = a.model;
     plan.tokens = a.tokens;
     plan.tp = a.tp;
@@ -79,6 +83,8 @@ int budget_command(const BudgetArgs& a) {
     if (kv_cost == 0) kv_cost = from_cfg;
   }
   if (traces.empty()) return fail("budget", Status::bad_input("give the run's traces, or --backend meta --model M --tokens T"));
+  if (a.routing_given && a.backend.empty())
+    return fail("budget", Status::bad_input("--routing/--moe-rows run the meta backend (--backend meta): a trace says its own routing"));
   reports::LoadOptions lo;
   lo.analyze.keep_lifetimes = true;
   lo.analyze.timeline_points = 0;
@@ -195,7 +201,11 @@ void register_budget(CLI::App& app, int* exit_code) {
   cmd->add_option("--out-md", args->out_md, "write the budget as Markdown to this file")->type_name("FILE");
   cmd->add_option("--out-html", args->out_html, "write the budget as a single-file HTML page")->type_name("FILE");
   add_category_options(cmd, &args->categories);
-  cmd->callback([args, exit_code] { *exit_code = budget_command(*args); });
+  add_routing_options(cmd, &args->routing, "MoE routing of the run, with --backend meta (docs/budget.md, \"Routing skew\")");
+  cmd->callback([args, exit_code, cmd] {
+    args->routing_given = cmd->count("--routing") + cmd->count("--moe-rows") > 0;
+    *exit_code = budget_command(*args);
+  });
 }
 
 }  // namespace moeprof::cli

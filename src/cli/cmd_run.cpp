@@ -22,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/op_times.h"
 #include "cli/run_output.h"
+#include "cli/run_routing.h"
 #include "cli/run_serving.h"
 #include "core/trace_io.h"
 #include "core/version.h"
@@ -75,6 +76,7 @@ struct RunArgs {
   double peak_tflops = 0, peak_gbps = 0;
   std::string gpu_memory;  // --gpu-memory: the meta backend as a device of this size (bytes or a GPU name)
   ServingArgs serving;     // --workload and its options (cli/run_serving.h)
+  RoutingArgs routing;     // --routing, --moe-rows (cli/run_routing.h)
 };
 
 // The first of these environment variables that is set, as an int (launchers: torchrun, Open MPI,
@@ -254,6 +256,7 @@ int run_command(const RunArgs& a) {
     auto cfg = resolve_model_config(plan.model);
     if (!cfg) return fail("run", cfg.status());
     if (auto shape = make_rank_shape(*cfg, plan.tokens, plan.tp, 0, plan.layers); !shape) return fail("run", shape.status());
+    if (Status st = apply_routing_options(a.routing, *cfg, backend_name, &plan); !st) return fail("run", st);
     const std::string header = fmt::format(
         "moeprof run: {}, {}, TP={}{}, {} layers, modes {}, backend {} ({})\n", cfg->name,
         plan.serving ? "workload " + plan.serving->workload : std::to_string(plan.tokens) + " tokens", plan.tp,
@@ -351,6 +354,8 @@ int run_command(const RunArgs& a) {
                  std::to_string(a.gpus), "--device", std::to_string(rk), "--nccl-id", id_file, "--nccl-timeout",
                  fmt::format("{}", a.nccl_timeout), "--symm-mem", a.symm_mem, "--rank-only"};
       if (a.layers > 0) rp.argv.insert(rp.argv.end(), {"--layers", std::to_string(a.layers)});
+      if (plan.routing.forced() || plan.moe_rows != MoeRows::kBound)
+        rp.argv.insert(rp.argv.end(), {"--routing", a.routing.routing, "--moe-rows", a.routing.moe_rows});
       if (a.symm_pool_mb > 0) rp.argv.insert(rp.argv.end(), {"--symm-pool-mb", std::to_string(a.symm_pool_mb)});
       for (int64_t l : a.symm_outside) rp.argv.insert(rp.argv.end(), {"--symm-outside-layer", std::to_string(l)});
       if (!a.cupti) rp.argv.push_back("--no-cupti");
@@ -642,6 +647,7 @@ int run_command(const RunArgs& a) {
   if (!cupti_paths.empty())
     out += fmt::format("CUPTI traces agree with the executor's accounting in every category: {}\n", cupti_agrees ? "yes" : "NO");
 #endif
+  out += routing_summary(plan, r);
   out += serving_summary(r);
   out += op_tables;
   out += "\ntraces:";
@@ -753,6 +759,7 @@ void register_run(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--rank-only", args->rank_only, "with --rank: write this rank's traces only (--launch processes merges them)")
       ->group("");
+  add_routing_options(cmd, &args->routing);
   add_serving_options(cmd, &args->serving);
   cmd->callback([args, exit_code, cmd]() {
     args->model_given = cmd->count("--model") > 0;

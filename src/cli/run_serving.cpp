@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "executor/graph_runner.h"
 #include "executor/workload.h"
 #include "reports/format.h"
 
@@ -112,6 +113,12 @@ std::string serving_summary(const RunPlanResult& r) {
       for (int64_t b : s.graph_sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(b);
       out += fmt::format("  CUDA graphs: batch sizes {}; graph pool {} ({}), inputs {}\n", sizes, format_bytes(s.graph_pool_bytes),
                          format_exact_bytes(s.graph_pool_bytes), format_bytes(s.graph_input_bytes));
+      if (auto need = shared_pool_need(s.graph_captures, s.graph_sizes); need.is_ok() && !s.graph_captures.empty())
+        out += fmt::format("  graph pool shared by {} graphs: needs {} live (the capture of batch {}: its own {} + the outputs of the "
+                           "larger graphs {}); one pool per graph would need {} (the sum of the own peaks); reserved {} in segments\n",
+                           s.graph_captures.size(), format_exact_bytes(need->need_bytes), need->at_bs,
+                           format_exact_bytes(need->at_own_bytes), format_exact_bytes(need->at_outputs_bytes),
+                           format_exact_bytes(need->separate_bytes), format_exact_bytes(s.graph_pool_bytes));
     } else {
       out += "  CUDA graphs: none (decode runs eagerly)\n";
     }

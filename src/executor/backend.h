@@ -61,6 +61,8 @@ class Backend {
   // True when all_reduce really communicates (real TP over NCCL); false where it is a no-op (one
   // rank, emulated TP, the CPU reference): op timing then charges it no bytes.
   virtual bool collectives_real() const { return false; }
+  // False where ops compute nothing (the meta backend): values read back are not the model's.
+  virtual bool computes() const { return true; }
 
   // ---- memory ------------------------------------------------------------------------------
   // Allocates rows x cols of dtype, tagged. `mem_kind` lets weights/KV cache use plain device
@@ -249,7 +251,10 @@ class Backend {
   // Expert-contiguous permutation with rows padded to multiples of `tile` per expert, stable in
   // the flat index i = t*k + j: offsets [E+1] i32 (padded row starts), permuted_to_token [P] i32
   // (-1 for padding and for rows past offsets[E]), expanded_to_permuted [T*k] i32. All four index
-  // tensors contiguous; P >= T*k + E*(tile-1); expert ids in [0, E); `workspace` holds at least
+  // tensors contiguous; P >= T*k + E*(tile-1) (the bound, any routing), or P a multiple of tile
+  // >= T*k that holds this routing's padded rows, sum_e ceil(count_e/tile)*tile (a runner sized by
+  // the routed counts: the CPU reference checks it on the host; the CUDA kernel gives rows past P
+  // to no token, expanded_to_permuted = -1); expert ids in [0, E); `workspace` holds at least
   // moe_permute_workspace_bytes(T, k, E) bytes (may be undefined when that is 0).
   size_t moe_permute_workspace_bytes(int64_t T, int64_t k, int64_t E) const {
     return do_moe_permute_workspace_bytes(T, k, E);

@@ -541,8 +541,15 @@ Status Backend::moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t
   MOEPROF_RETURN_IF_ERROR(need_positive(op, "tile", tile));
   const int64_t T = topk_ids.rows(), k = topk_ids.cols(), E = num_experts;
   MOEPROF_RETURN_IF_ERROR(need_vector(op, "offsets", offsets, DType::kI32, E + 1));
-  MOEPROF_RETURN_IF_ERROR(need_index_vector(op, "permuted_to_token", permuted_to_token, T * k + E * (tile - 1),
-                                            "T*k + E*(tile-1)"));
+  // The bound holds every routing; a smaller P is a runner sized by the routed counts: a multiple
+  // of the tile, at least T*k (the CPU reference checks the routing's rows on the host).
+  const int64_t bound = T * k + E * (tile - 1), P = permuted_to_token.numel();
+  MOEPROF_RETURN_IF_ERROR(need_dtype(op, "permuted_to_token", permuted_to_token, DType::kI32));
+  if (P < bound && (P < T * k || P % tile != 0))
+    return fail(op, "permuted_to_token",
+                "have at least T*k + E*(tile-1) = " + std::to_string(bound) + " elements, or a multiple of tile = " +
+                    std::to_string(tile) + " of at least T*k = " + std::to_string(T * k) + " (the routed rows)" + got(permuted_to_token));
+  MOEPROF_RETURN_IF_ERROR(need_contiguous(op, "permuted_to_token", permuted_to_token));
   MOEPROF_RETURN_IF_ERROR(need_vector(op, "expanded_to_permuted", expanded_to_permuted, DType::kI32, T * k));
   const size_t need = moe_permute_workspace_bytes(T, k, E);
   const size_t have = workspace.defined() ? workspace.bytes() : 0;

@@ -229,7 +229,11 @@ Status CpuBackend::do_moe_permute(const Tensor& topk_ids, int64_t num_experts, i
   std::vector<int64_t> off(static_cast<size_t>(E + 1), 0);
   for (int64_t e = 0; e < E; ++e)
     off[static_cast<size_t>(e + 1)] = off[static_cast<size_t>(e)] + (count[static_cast<size_t>(e)] + tile - 1) / tile * tile;
-  // off.back() <= T*k + E*(tile-1) <= P: the contract checked permuted_to_token's size.
+  // With the bound, off.back() <= T*k + E*(tile-1) <= P (the contract checked P); a P sized by the
+  // routed counts must hold this routing's rows.
+  if (off.back() > P)
+    return Status::bad_input("moe_permute: permuted_to_token must hold this routing's " + std::to_string(off.back()) +
+                             " padded rows (got " + std::to_string(P) + ")");
   for (int64_t e = 0; e <= E; ++e) offsets.data<int32_t>()[vec_index(offsets, e)] = static_cast<int32_t>(off[static_cast<size_t>(e)]);
   for (int64_t r = 0; r < P; ++r) permuted_to_token.data<int32_t>()[vec_index(permuted_to_token, r)] = -1;
   std::vector<int64_t> cursor(off.begin(), off.end() - 1);

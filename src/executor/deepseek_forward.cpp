@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 
 #include "executor/deepseek_weights.h"
 
@@ -266,18 +267,86 @@ Result<Tensor> DeepseekModel::moe(int64_t l, Tensor& moe_in, MoeRunnerStats* sta
   MOEPROF_RETURN_IF_ERROR(op("router_topk", be_.router_topk(logits, L.gate_bias, rp, topk_ids, topk_w), {&logits},
                              {&topk_ids, &topk_w}));
   if (plans_[l].free_router_logits_after_topk) logits.reset();
+  // A drawn routing (--routing) replaces the router's ids; its weights stay the router's, slot by
+  // slot. In a CUDA graph's step the ids come from the graph's static input (the replay fills
+  // it); otherwise they are drawn here and copied in.
+  std::vector<int32_t> host_ids;
+  if (draw_) {
+    if (step_ != nullptr && step_->routed_ids.defined()) {
+      Tensor drawn = step_->routed_ids.rows_view(moe_ordinal_[static_cast<size_t>(l)] * step_->routed_ids_stride, T);
+      // Router logits, top-k and the shared output stay referenced until the MoE call returns.
+      return routed_experts(l, moe_in, drawn, topk_w, shared_out, stats);
+    }
+    std::vector<uint64_t> keys;
+    if (step_ != nullptr && !step_->route_keys.empty()) {
+      keys = step_->route_keys;
+    } else {
+      keys.resize(static_cast<size_t>(T));
+      for (int64_t t = 0; t < T; ++t) keys[static_cast<size_t>(t)] = routing_key(0, static_cast<uint64_t>(t));
+    }
+    if (static_cast<int64_t>(keys.size()) != T) return Status::bad_input("moe: the step's routing keys must be one per row");
+    host_ids.resize(static_cast<size_t>(T * k));
+    draw_->draw(l, keys, host_ids.data());
+    MOEPROF_RETURN_IF_ERROR(op("routing_draw", be_.copy_from_host(topk_ids, host_ids.data()), {}, {&topk_ids}));
+  }
   // Router logits, top-k and the shared output stay referenced until the MoE call returns.
-  return routed_experts(l, moe_in, topk_ids, topk_w, shared_out, stats);
+  return routed_experts(l, moe_in, topk_ids, topk_w, shared_out, stats, std::move(host_ids));
+}
+
+Result<int64_t> DeepseekModel::padded_rows(const Tensor& topk_ids, std::vector<int32_t>& host_ids, int64_t tile,
+                                           MoeRunnerStats* stats) {
+  const int64_t T = topk_ids.rows(), E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
+  const int64_t bound = moe_bound_rows(T, k, E, tile);
+  const int64_t worst = opt_.moe_rows == MoeRows::kRouted ? moe_worst_rows(T, k, E, tile) : bound;
+  const bool static_shapes = step_ != nullptr && step_->static_shapes;
+  int64_t rows = bound;
+  if (opt_.moe_rows == MoeRows::kRouted && static_shapes) {
+    rows = worst;  // a graph cannot size by its data
+  } else if (opt_.moe_rows == MoeRows::kRouted && host_ids.empty()) {
+    // The router's own ids: the counts reach the host (a synchronizing copy, as a runner sized by
+    // the counts needs them there). The meta backend computes no router to count.
+    if (!be_.computes())
+      return Status::bad_input("--moe-rows routed on the " + be_.name() +
+                               " backend needs a drawn routing (--routing uniform, zipf:S, hot:N or worst): it computes no router");
+    host_ids.resize(static_cast<size_t>(T * k));
+    MOEPROF_RETURN_IF_ERROR(be_.copy_to_host(topk_ids, host_ids.data()));
+  }
+  if (!host_ids.empty()) {
+    for (int32_t e : host_ids)
+      if (e < 0 || e >= E) return Status::bad_input("moe: expert id " + std::to_string(e) + " outside [0, " + std::to_string(E) + ")");
+    const std::vector<int64_t> counts = expert_counts(host_ids.data(), T * k, E);
+    if (opt_.moe_rows == MoeRows::kRouted && !static_shapes) rows = moe_routed_rows(counts, tile);
+    const int64_t top = *std::max_element(counts.begin(), counts.end());
+    // The largest share of an expert's capacity seen.
+    if (stats != nullptr && (stats->max_expert_tokens < 0 || top * stats->max_expert_capacity > stats->max_expert_tokens * T)) {
+      stats->max_expert_tokens = top;
+      stats->max_expert_capacity = T;
+    }
+  }
+  if (stats != nullptr) {
+    ++stats->calls;
+    stats->rows_allocated += rows;
+    stats->rows_bound += bound;
+    stats->rows_worst += worst;
+  }
+  return rows;
 }
 
 Result<Tensor> DeepseekModel::routed_experts(int64_t l, Tensor& moe_in, const Tensor& topk_ids,
-                                             const Tensor& topk_w, const Tensor& shared_out, MoeRunnerStats* stats) {
+                                             const Tensor& topk_w, const Tensor& shared_out, MoeRunnerStats* stats,
+                                             std::vector<int32_t> host_ids) {
   const LayerWeights& L = w_->layers[l];
   const std::string scope = plans_[l].scope + "/moe/experts";
   const int64_t T = moe_in.rows(), H = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok,
                 I = shape_.moe_inter;
   const int64_t tile = moe_tile_rows(T, k, E);
-  const int64_t P = T * k + E * (tile - 1);
+  // The padded rows: T*k + E*(tile-1) (--moe-rows bound), or the routed counts' (routed).
+  MOEPROF_ASSIGN_OR_RETURN(const int64_t P, padded_rows(topk_ids, host_ids, tile, stats));
+  // Their size under the worst routing of the router's capacity (AllocTag::worst_bytes).
+  const int64_t Pw = opt_.moe_rows == MoeRows::kRouted ? moe_worst_rows(T, k, E, tile) : P;
+  auto worst_bytes = [&](DType dt, int64_t cols) {
+    return Pw == P ? uint64_t{0} : static_cast<uint64_t>(Pw) * static_cast<uint64_t>(cols) * dtype_size(dt);
+  };
 
   // Output-buffer protocol: use the provided buffer only if it matches exactly.
   Tensor out;
@@ -304,7 +373,7 @@ Result<Tensor> DeepseekModel::routed_experts(int64_t l, Tensor& moe_in, const Te
   MOEPROF_RETURN_IF_ERROR(op("fp4_quantize", be_.fp4_quantize(moe_in, L.a_gs, hs_fp4, hs_sf), {&moe_in}, {&hs_fp4, &hs_sf}));
   if (plans_[l].free_mlp_input_after_use) moe_in.reset();  // its last use
   MOEPROF_ASSIGN_OR_RETURN(Tensor offsets, act(DType::kI32, 1, E + 1, "expert_offsets", scope));
-  MOEPROF_ASSIGN_OR_RETURN(Tensor p2t, act(DType::kI32, 1, P, "permuted_to_token", scope));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor p2t, routed_act(DType::kI32, 1, P, worst_bytes(DType::kI32, 1), "permuted_to_token", scope));
   MOEPROF_ASSIGN_OR_RETURN(Tensor e2p, act(DType::kI32, 1, T * k, "expanded_to_permuted", scope));
   Tensor perm_ws;
   if (size_t b = be_.moe_permute_workspace_bytes(T, k, E); b > 0) {
@@ -314,8 +383,8 @@ Result<Tensor> DeepseekModel::routed_experts(int64_t l, Tensor& moe_in, const Te
   MOEPROF_RETURN_IF_ERROR(op("moe_permute", be_.moe_permute(topk_ids, E, tile, offsets, p2t, e2p, perm_ws), {&topk_ids},
                              {&offsets, &p2t, &e2p}));
   perm_ws.reset();
-  MOEPROF_ASSIGN_OR_RETURN(Tensor g1, act(DType::kFP4x2, P, I / 2, "gemm1_out_fp4", scope));
-  MOEPROF_ASSIGN_OR_RETURN(Tensor g1_sf, act(DType::kE4M3, P, I / 16, "gemm1_out_scales", scope));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor g1, routed_act(DType::kFP4x2, P, I / 2, worst_bytes(DType::kFP4x2, I / 2), "gemm1_out_fp4", scope));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor g1_sf, routed_act(DType::kE4M3, P, I / 16, worst_bytes(DType::kE4M3, I / 16), "gemm1_out_scales", scope));
   MOEPROF_RETURN_IF_ERROR(op("moe_gemm1_fp4",
                              be_.moe_gemm1_fp4(hs_fp4, hs_sf, L.a_gs, L.w13, L.w13_scales, L.w13_gs, offsets, p2t,
                                                L.h_gs, g1, g1_sf),
@@ -324,7 +393,7 @@ Result<Tensor> DeepseekModel::routed_experts(int64_t l, Tensor& moe_in, const Te
     hs_fp4.reset();
     hs_sf.reset();
   }
-  MOEPROF_ASSIGN_OR_RETURN(Tensor g2, act(DType::kBF16, P, H, "gemm2_out", scope));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor g2, routed_act(DType::kBF16, P, H, worst_bytes(DType::kBF16, H), "gemm2_out", scope));
   MOEPROF_RETURN_IF_ERROR(op("moe_gemm2_fp4",
                              be_.moe_gemm2_fp4(g1, g1_sf, L.h_gs, L.w2, L.w2_scales, L.w2_gs, offsets, p2t, g2),
                              {&g1, &g1_sf, &offsets, &p2t}, {&g2}));

@@ -10,12 +10,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "executor/backend.h"
 #include "model/config.h"
+#include "model/routing.h"
 
 namespace moeprof {
 
@@ -64,6 +66,11 @@ struct ModelOptions {
   // to step()), and a rope table of `rope_positions` rows (0: shape.tokens), the context length.
   bool paged_kv = false;
   int64_t rope_positions = 0;
+  // Routing skew (model/routing.h, `moeprof run --routing`): the router's own top-k, or a routing
+  // drawn on the host (from `seed`) that replaces its ids; and how the expert runner sizes its
+  // padded rows (`--moe-rows`): the bound, or the routed counts.
+  RoutingSpec routing;
+  MoeRows moe_rows = MoeRows::kBound;
 };
 
 // One serving step's batch (executor/serving.h builds it): N token rows, one per token, and the
@@ -82,6 +89,16 @@ struct StepInputs {
   bool all_logits = false;
   // Prefixes every allocation's scope ("step.7/decode" -> "step.7/decode/layer.3/attn").
   std::string scope;
+  // A drawn routing (ModelOptions::routing): each row's token, routing_key(request, position)
+  // (kPaddingRoutingKey for a padded row). Empty: row r is position r of request 0.
+  std::vector<uint64_t> route_keys;
+  // A CUDA graph's step (capture or replay): its shapes are static, so the MoE runner's routed
+  // rows take their worst case (moe_worst_rows), and a drawn routing is read from `routed_ids`,
+  // a static input [moe layers x routed_ids_stride, top_k] i32 the replay fills (MoE layer m's
+  // rows start at m x routed_ids_stride), not copied from the host inside the graph.
+  bool static_shapes = false;
+  Tensor routed_ids;
+  int64_t routed_ids_stride = 0;
 };
 // The pool: per layer [slots, kv_lora + rope] bf16, and the request-to-token table.
 struct PagedKv {
@@ -112,6 +129,12 @@ struct MoeRunnerStats {
   int64_t fallback = 0;        // buffer provided but rejected (shape/dtype/device/pool mismatch)
   int64_t fresh = 0;           // no buffer provided (baseline, layer 0)
   std::vector<int64_t> fallback_layers;  // the layers whose provided buffer was rejected
+  // The routed experts' padded rows over the MoE calls made (a graph replay makes none): as
+  // allocated, at the bound T*k + E*(tile-1), and at the worst routing (model/routing.h).
+  int64_t calls = 0, rows_allocated = 0, rows_bound = 0, rows_worst = 0;
+  // The most tokens one expert received in one call, where the routing was known on the host,
+  // and that call's tokens (an expert's capacity); -1 when it never was.
+  int64_t max_expert_tokens = -1, max_expert_capacity = 0;
 };
 
 struct ForwardOutput {
@@ -159,6 +182,9 @@ class DeepseekModel {
   const std::vector<LayerPlan>& plans() const { return plans_; }
   bool weights_shared() const { return weights_shared_; }
   const std::string& weights_note() const { return weights_note_; }
+  // The drawn routing (null with the router's own top-k) and the MoE layers' indices, in order.
+  const RoutingDraw* routing_draw() const { return draw_ ? &*draw_ : nullptr; }
+  const std::vector<int64_t>& moe_layers() const { return moe_layers_; }
   // Runs only the routed-expert runner on `moe_in` (for tests of the output-buffer protocol).
   Result<Tensor> run_routed_experts_for_test(int64_t layer, const Tensor& moe_in, const Tensor& topk_ids,
                                              const Tensor& topk_weights, const Tensor& shared_out,
@@ -181,13 +207,22 @@ class DeepseekModel {
   Result<Tensor> attention(int64_t layer);
   // moe_in / x are released early when the layer plan says so (fixes mode).
   Result<Tensor> moe(int64_t layer, Tensor& moe_in, MoeRunnerStats* stats);
+  // host_ids: the routing on the host when it is known there (drawn), else empty.
   Result<Tensor> routed_experts(int64_t layer, Tensor& moe_in, const Tensor& topk_ids,
-                                const Tensor& topk_weights, const Tensor& shared_out, MoeRunnerStats* stats);
+                                const Tensor& topk_weights, const Tensor& shared_out, MoeRunnerStats* stats,
+                                std::vector<int32_t> host_ids = {});
+  // The padded rows of one call (ModelOptions::moe_rows), and the stats.
+  Result<int64_t> padded_rows(const Tensor& topk_ids, std::vector<int32_t>& host_ids, int64_t tile,
+                              MoeRunnerStats* stats);
   Result<Tensor> dense_mlp(int64_t layer, Tensor& x, const Tensor& gate_up, const Tensor& down, const std::string& scope);
   Status op(const std::string& what, Status st, std::initializer_list<const Tensor*> reads,
             std::initializer_list<const Tensor*> writes);
   Result<Tensor> act(DType dt, int64_t rows, int64_t cols, const std::string& name, const std::string& scope,
                      Category cat = Category::kActivation);
+  // An activation whose size follows the routing: worst_bytes is its size under the worst one
+  // (AllocTag::worst_bytes; 0: it cannot change).
+  Result<Tensor> routed_act(DType dt, int64_t rows, int64_t cols, uint64_t worst_bytes, const std::string& name,
+                            const std::string& scope);
   // Serving attention: the new latents into the pool, then MHA per request segment or the
   // absorbed form over the pool (deepseek_step.cpp).
   Result<Tensor> paged_attention(int64_t l, const std::string& scope, Tensor& q, Tensor& kv_a_n, const Tensor& k_pe);
@@ -211,6 +246,9 @@ class DeepseekModel {
   std::string scope_prefix_;    // "" (forward) or "step.N/kind/" (step)
   const StepInputs* step_ = nullptr;  // the running step, if any
   PagedKv kv_;
+  std::optional<RoutingDraw> draw_;
+  std::vector<int64_t> moe_layers_;       // indices of the MoE layers
+  std::vector<int64_t> moe_ordinal_;      // layer -> its index among the MoE layers (-1: dense)
   struct AttnInputs {
     Tensor post_norm;
     Tensor latent;

@@ -91,9 +91,14 @@ DeepseekModel::DeepseekModel(Backend& backend, const ModelConfig& cfg, const Ran
   if (opt_.symm_mem) opt_.require_symmetric_output = true;  // SGLang: the provided buffer must lie in the pool
   // Per-layer decisions, computed once.
   plans_.resize(shape_.layers);
+  moe_ordinal_.assign(static_cast<size_t>(shape_.layers), -1);
   for (int64_t l = 0; l < shape_.layers; ++l) {
     LayerPlan& p = plans_[l];
     p.moe = cfg_.is_moe_layer(l);
+    if (p.moe) {
+      moe_ordinal_[static_cast<size_t>(l)] = static_cast<int64_t>(moe_layers_.size());
+      moe_layers_.push_back(l);
+    }
     p.scope = "layer." + std::to_string(l);
     // Layer 0's input is the embedding output, which also becomes the residual: never dead.
     const bool reuse = mode_ == MemoryMode::kReuse || mode_ == MemoryMode::kFixes;
@@ -117,6 +122,12 @@ Result<std::unique_ptr<DeepseekModel>> DeepseekModel::create(Backend& backend, c
                                                               const RankShape& shape, MemoryMode mode,
                                                               const ModelOptions& opt) {
   std::unique_ptr<DeepseekModel> m(new DeepseekModel(backend, cfg, shape, mode, opt));
+  if (opt.routing.forced()) {
+    // The draws' seed follows the run's: the same routing in every memory mode and on every backend.
+    MOEPROF_ASSIGN_OR_RETURN(RoutingDraw d, RoutingDraw::create(opt.routing, cfg.n_routed_experts, cfg.num_experts_per_tok,
+                                                                opt.seed ^ 0x4F07E5D4A11ull));
+    m->draw_ = std::move(d);
+  }
   WeightBytes wb = estimate_weight_bytes(cfg, shape);
   switch (opt.weights) {
     case WeightsMode::kShared:
@@ -197,6 +208,11 @@ Status prepare_model_linears(Backend& backend, const ModelConfig& cfg, const Ran
 Result<Tensor> DeepseekModel::act(DType dt, int64_t rows, int64_t cols, const std::string& name,
                                   const std::string& scope, Category cat) {
   return be_.empty(dt, rows, cols, AllocTag{name, scope_prefix_ + scope, cat});
+}
+
+Result<Tensor> DeepseekModel::routed_act(DType dt, int64_t rows, int64_t cols, uint64_t worst_bytes, const std::string& name,
+                                         const std::string& scope) {
+  return be_.empty(dt, rows, cols, AllocTag{name, scope_prefix_ + scope, Category::kActivation, worst_bytes});
 }
 
 Result<Tensor> DeepseekModel::reduced_act(int64_t layer, int64_t rows, int64_t cols, const std::string& name,

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <tuple>
 
+#include "model/routing.h"
+
 namespace moeprof {
 
 std::vector<int64_t> default_graph_sizes(uint64_t device_bytes, int64_t max_bs, int64_t max_running_requests) {
@@ -27,12 +29,28 @@ StepInputs DecodeGraphs::inputs(int64_t size, const std::string& scope) const {
   in.slots = slots_.reshaped(1, size);
   in.all_logits = true;
   in.scope = scope;
+  in.static_shapes = true;
+  if (routed_ids_.defined()) {
+    in.routed_ids = routed_ids_;
+    in.routed_ids_stride = max_bs_;
+  }
   return in;
 }
 
 Status DecodeGraphs::fill_inputs(int64_t size, const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
-                                 const std::vector<int32_t>& rows, const std::vector<int32_t>& slots) {
+                                 const std::vector<int32_t>& rows, const std::vector<int32_t>& slots,
+                                 const std::vector<uint64_t>& route_keys) {
   const size_t n = ids.size();
+  if (const RoutingDraw* draw = model_.routing_draw(); draw != nullptr && routed_ids_.defined()) {
+    // Every MoE layer's draw for the padded batch, as an eager step of these rows draws it.
+    std::vector<uint64_t> keys(static_cast<size_t>(size), kPaddingRoutingKey);
+    std::copy(route_keys.begin(), route_keys.begin() + static_cast<std::ptrdiff_t>(std::min(route_keys.size(), keys.size())), keys.begin());
+    const int64_t k = routed_ids_.cols();
+    std::vector<int32_t> host(static_cast<size_t>(routed_ids_.rows() * k), 0);
+    for (size_t m = 0; m < model_.moe_layers().size(); ++m)
+      draw->draw(model_.moe_layers()[m], keys, host.data() + static_cast<int64_t>(m) * max_bs_ * k);
+    MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(routed_ids_, host.data()));
+  }
   auto padded = [&](const std::vector<int32_t>& v, int32_t pad) {
     std::vector<int32_t> out(static_cast<size_t>(size), pad);
     std::copy(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(n, out.size())), out.begin());
@@ -64,11 +82,17 @@ Result<std::unique_ptr<DecodeGraphs>> DecodeGraphs::capture(Backend& backend, De
                          {&g->slots_, "out_cache_loc"}}) {
     MOEPROF_ASSIGN_OR_RETURN(*t, backend.empty(DType::kI32, 1, max_bs, AllocTag{name, "graph/inputs", Category::kGraph}));
   }
+  g->max_bs_ = max_bs;
+  if (model.routing_draw() != nullptr && !model.moe_layers().empty()) {
+    const int64_t moe = static_cast<int64_t>(model.moe_layers().size());
+    MOEPROF_ASSIGN_OR_RETURN(g->routed_ids_, backend.empty(DType::kI32, moe * max_bs, model.config().num_experts_per_tok,
+                                                           AllocTag{"routed_ids", "graph/inputs", Category::kGraph}));
+  }
   // Largest first, as SGLang captures: the smaller graphs then fit in what the larger ones freed.
   for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {
     const int64_t bs = *it;
     const std::string scope = "graph.bs" + std::to_string(bs);
-    MOEPROF_RETURN_IF_ERROR(g->fill_inputs(bs, {}, {}, {}, {}));
+    MOEPROF_RETURN_IF_ERROR(g->fill_inputs(bs, {}, {}, {}, {}, {}));
     backend.marker(scope, true);
     g->pool_.set_scope(scope);
     backend.set_graph_pool(&g->pool_);
@@ -96,6 +120,10 @@ Result<std::unique_ptr<DecodeGraphs>> DecodeGraphs::capture(Backend& backend, De
     c.pool_bytes_after = g->pool_.reserved_bytes();
     c.live_peak_bytes = g->pool_.scope_live_peak_bytes();
     c.live_at_peak = g->pool_.scope_live_at_peak();
+    c.own_peak_bytes = c.live_peak_bytes;
+    for (const GraphPool::LiveBlock& b : c.live_at_peak)
+      if (b.scope.rfind(scope + "/", 0) != 0) c.own_peak_bytes -= b.bytes;
+    c.output_block_bytes = (c.output_bytes + GraphPool::kGranule - 1) / GraphPool::kGranule * GraphPool::kGranule;
     std::sort(c.live_at_peak.begin(), c.live_at_peak.end(), [](const GraphPool::LiveBlock& a, const GraphPool::LiveBlock& b) {
       if (a.bytes != b.bytes) return a.bytes > b.bytes;
       return std::tie(a.scope, a.name) < std::tie(b.scope, b.name);
@@ -105,6 +133,26 @@ Result<std::unique_ptr<DecodeGraphs>> DecodeGraphs::capture(Backend& backend, De
   return g;
 }
 
+Result<SharedPoolNeed> shared_pool_need(const std::vector<GraphCapture>& captures, std::vector<int64_t> sizes) {
+  std::sort(sizes.rbegin(), sizes.rend());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  SharedPoolNeed n;
+  uint64_t outputs = 0;  // of the larger graphs of the set, captured before
+  for (int64_t bs : sizes) {
+    auto it = std::find_if(captures.begin(), captures.end(), [&](const GraphCapture& c) { return c.bs == bs; });
+    if (it == captures.end()) return Status::bad_input("no captured decode graph of batch size " + std::to_string(bs));
+    if (it->own_peak_bytes + outputs > n.need_bytes || n.at_bs == 0) {
+      n.need_bytes = it->own_peak_bytes + outputs;
+      n.at_bs = bs;
+      n.at_own_bytes = it->own_peak_bytes;
+      n.at_outputs_bytes = outputs;
+    }
+    n.separate_bytes += it->own_peak_bytes;
+    outputs += it->output_block_bytes;
+  }
+  return n;
+}
+
 DecodeGraphs::~DecodeGraphs() {
   // Outputs and graphs before the pool's segments, which the pool releases last.
   graphs_.clear();
@@ -112,7 +160,7 @@ DecodeGraphs::~DecodeGraphs() {
 
 uint64_t DecodeGraphs::input_bytes() const {
   uint64_t b = 0;
-  for (const Tensor* t : {&ids_, &positions_, &rows_, &slots_})
+  for (const Tensor* t : {&ids_, &positions_, &rows_, &slots_, &routed_ids_})
     if (t->defined()) b += t->bytes();
   return b;
 }
@@ -125,12 +173,12 @@ int64_t DecodeGraphs::size_for(int64_t batch) const {
 
 Result<std::vector<float>> DecodeGraphs::replay(int64_t size, const std::vector<int32_t>& ids,
                                                 const std::vector<int32_t>& positions, const std::vector<int32_t>& rows,
-                                                const std::vector<int32_t>& slots) {
+                                                const std::vector<int32_t>& slots, const std::vector<uint64_t>& route_keys) {
   auto it = std::find_if(graphs_.begin(), graphs_.end(), [&](const Graph& g) { return g.bs == size; });
   if (it == graphs_.end() || static_cast<int64_t>(ids.size()) > size)
     return Status::bad_input("no captured decode graph of batch size " + std::to_string(size) + " holds " +
                              std::to_string(ids.size()) + " rows");
-  MOEPROF_RETURN_IF_ERROR(fill_inputs(size, ids, positions, rows, slots));
+  MOEPROF_RETURN_IF_ERROR(fill_inputs(size, ids, positions, rows, slots, route_keys));
   const int64_t n = static_cast<int64_t>(ids.size()), vocab = it->logits.cols();
   std::vector<float> host(static_cast<size_t>(n * vocab));
   if (be_.captures_graphs()) {

@@ -7,6 +7,9 @@
 // req_pool_indices, out_cache_loc: i32, category graph, scope graph/inputs): a replay copies the
 // batch into them, padding with request row 0, position 0, slot 0 (the pool's padding page) and
 // the first token of the rank's vocabulary. A graph's outputs (its logits) stay live in the pool.
+// With a drawn routing (--routing) the graphs also read every MoE layer's expert ids from a static
+// input (routed_ids, category graph), and a captured MoE runner sized by the routed counts
+// (--moe-rows routed) takes the worst case of the router's capacity: a graph cannot size by data.
 //
 // On the CUDA backend a capture records the decode forward on the backend's stream
 // (Backend::begin_capture / end_capture) and a replay launches the graph: nothing is allocated.
@@ -34,7 +37,24 @@ struct GraphCapture {
   uint64_t output_bytes = 0;      // its outputs, live in the pool
   uint64_t live_peak_bytes = 0;   // the most bytes live in the pool during its capture
   std::vector<GraphPool::LiveBlock> live_at_peak;  // largest first
+  // Of live_peak_bytes, the blocks of this capture itself (scope graph.bsN/...): what its capture
+  // needs alone; the rest are the outputs of the graphs captured before it.
+  uint64_t own_peak_bytes = 0;
+  uint64_t output_block_bytes = 0;  // its outputs as the pool holds them (rounded to the granule)
 };
+
+// What one pool shared by the graphs of `sizes` (captured ones, any order) needs, from their
+// captures: captured largest first, the capture of size s has live its own blocks and the outputs
+// of the larger graphs of the set, so the need is max over s of own_peak(s) + the larger graphs'
+// output blocks, in live bytes (the pool's segments round it up). Separate pools would need the
+// sum of the own peaks. Bad input when a size was not captured.
+struct SharedPoolNeed {
+  uint64_t need_bytes = 0;       // live bytes one shared pool needs
+  int64_t at_bs = 0;             // the capture where that is reached
+  uint64_t at_own_bytes = 0, at_outputs_bytes = 0;  // its own peak, and the larger graphs' outputs
+  uint64_t separate_bytes = 0;   // sum of the own peaks: one pool per graph
+};
+Result<SharedPoolNeed> shared_pool_need(const std::vector<GraphCapture>& captures, std::vector<int64_t> sizes);
 
 class DecodeGraphs {
  public:
@@ -46,10 +66,12 @@ class DecodeGraphs {
 
   // The smallest captured size >= batch; 0 when none holds it (the step then runs eagerly).
   int64_t size_for(int64_t batch) const;
-  // Replays the decode of rows.size() <= size rows (ids, positions, request rows, slots) on the
-  // graph of `size`; the logits of the real rows, [rows, vocab] f32 on the host.
+  // Replays the decode of rows.size() <= size rows (ids, positions, request rows, slots, and the
+  // rows' routing keys for a drawn routing: StepInputs::route_keys) on the graph of `size`; the
+  // logits of the real rows, [rows, vocab] f32 on the host.
   Result<std::vector<float>> replay(int64_t size, const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
-                                    const std::vector<int32_t>& rows, const std::vector<int32_t>& slots);
+                                    const std::vector<int32_t>& rows, const std::vector<int32_t>& slots,
+                                    const std::vector<uint64_t>& route_keys = {});
 
   uint64_t pool_bytes() const { return pool_.reserved_bytes(); }
   uint64_t input_bytes() const;
@@ -58,7 +80,7 @@ class DecodeGraphs {
  private:
   DecodeGraphs(Backend& b, DeepseekModel& m, const PagedKv& kv) : be_(b), model_(m), kv_(kv), pool_(b) {}
   Status fill_inputs(int64_t size, const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
-                     const std::vector<int32_t>& rows, const std::vector<int32_t>& slots);
+                     const std::vector<int32_t>& rows, const std::vector<int32_t>& slots, const std::vector<uint64_t>& route_keys);
   StepInputs inputs(int64_t size, const std::string& scope) const;
 
   Backend& be_;
@@ -66,6 +88,10 @@ class DecodeGraphs {
   PagedKv kv_;
   int32_t pad_token_ = 0;
   Tensor ids_, positions_, rows_, slots_;  // [1, max size] i32 each
+  // With a drawn routing: every MoE layer's expert ids, [moe layers x max size, top_k] i32
+  // (StepInputs::routed_ids), filled by each replay from the rows' keys.
+  Tensor routed_ids_;
+  int64_t max_bs_ = 0;
   GraphPool pool_;
   struct Graph {
     int64_t bs = 0;

@@ -25,6 +25,7 @@ class MetaBackend final : public Backend {
   explicit MetaBackend(uint64_t device_bytes = 0) : device_bytes_(device_bytes) {}
   std::string name() const override { return "meta"; }
   std::string device_name() const override { return "meta (no memory, no compute)"; }
+  bool computes() const override { return false; }
   MemKind default_mem_kind(Category /*c*/) const override { return MemKind::kHost; }
   bool memory_info(size_t* free_bytes, size_t* total_bytes) const override {
     if (device_bytes_ == 0) return false;

@@ -1,5 +1,6 @@
 #include "executor/recorder.h"
 
+#include <algorithm>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -117,6 +118,15 @@ void MemoryAccounting::on_alloc(const Storage& s, const AllocTag& tag, DType, co
     c_.current_activation += s.bytes();
     if (c_.current_activation > c_.peak_activation) c_.peak_activation = c_.current_activation;
   }
+  // The same under the worst routing: a routed tensor counts its worst_bytes.
+  const uint64_t worst = tag.worst_bytes > s.bytes() ? tag.worst_bytes : s.bytes();
+  if (worst != s.bytes()) worst_extra_[s.id()] = worst - s.bytes();
+  c_.current_total_worst += worst;
+  c_.peak_total_worst = std::max(c_.peak_total_worst, c_.current_total_worst);
+  if (counts_as_activation(tag.category)) {
+    c_.current_activation_worst += worst;
+    c_.peak_activation_worst = std::max(c_.peak_activation_worst, c_.current_activation_worst);
+  }
 }
 
 void MemoryAccounting::on_free(const Storage& s) {
@@ -124,6 +134,13 @@ void MemoryAccounting::on_free(const Storage& s) {
   c_.current[c] -= s.bytes();
   c_.current_total -= s.bytes();
   if (counts_as_activation(s.category())) c_.current_activation -= s.bytes();
+  uint64_t worst = s.bytes();
+  if (auto it = worst_extra_.find(s.id()); it != worst_extra_.end()) {
+    worst += it->second;
+    worst_extra_.erase(it);
+  }
+  c_.current_total_worst -= worst;
+  if (counts_as_activation(s.category())) c_.current_activation_worst -= worst;
 }
 
 }  // namespace moeprof

@@ -53,6 +53,11 @@ struct CategoryCounters {
   std::array<uint64_t, kNumCategories> allocations{};
   uint64_t current_total = 0, peak_total = 0;
   uint64_t current_activation = 0, peak_activation = 0;  // categories counted as activation
+  // The same two peaks with every routed tensor at its worst_bytes (AllocTag): what the run would
+  // reach if every MoE call met the worst routing of the router's capacity. Equal to the peaks
+  // above when no allocation depends on the routing (--moe-rows bound).
+  uint64_t current_total_worst = 0, peak_total_worst = 0;
+  uint64_t current_activation_worst = 0, peak_activation_worst = 0;
 };
 
 // The executor's own accounting of the bytes it asked for.
@@ -64,6 +69,7 @@ class MemoryAccounting : public AllocationObserver {
 
  private:
   CategoryCounters c_;
+  std::unordered_map<uint64_t, uint64_t> worst_extra_;  // storage id -> worst_bytes - bytes
 };
 
 }  // namespace moeprof

@@ -88,6 +88,10 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
   mo.real_collectives = !opt.tp_emulated && shape.tp_size > 1;
   mo.symm_mem = plan.symm_mem;
   mo.symm_outside_layers = plan.symm_outside_layers;
+  mo.routing = plan.routing;
+  mo.moe_rows = plan.moe_rows;
+  meta.extra["routing"] = plan.routing.text();
+  meta.extra["moe_rows"] = std::string(moe_rows_name(plan.moe_rows));
   // Serving: the workload (parsed before any allocation), the device's memory before the weights
   // (--mem-fraction-static) and the per-step-kind peaks, attached before the model is built.
   DeviceMemory device_mem;
@@ -218,6 +222,18 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
   // processes, tp_run.h): totals, timings and the outputs' hashes.
   meta.extra["accounting.peak_total_bytes"] = std::to_string(mr.accounting.peak_total);
   meta.extra["accounting.peak_activation_bytes"] = std::to_string(mr.accounting.peak_activation);
+  // Routing skew (docs/budget.md): the peaks had every MoE call met the worst routing of the
+  // router's capacity, and the runner's padded rows as allocated, at the bound and at that worst.
+  meta.extra["routing.peak_activation_worst_bytes"] = std::to_string(mr.accounting.peak_activation_worst);
+  meta.extra["routing.peak_total_worst_bytes"] = std::to_string(mr.accounting.peak_total_worst);
+  meta.extra["routing.moe_calls"] = std::to_string(mr.moe.calls);
+  meta.extra["routing.rows_allocated"] = std::to_string(mr.moe.rows_allocated);
+  meta.extra["routing.rows_bound"] = std::to_string(mr.moe.rows_bound);
+  meta.extra["routing.rows_worst"] = std::to_string(mr.moe.rows_worst);
+  if (mr.moe.max_expert_tokens >= 0) {
+    meta.extra["routing.max_expert_tokens"] = std::to_string(mr.moe.max_expert_tokens);
+    meta.extra["routing.max_expert_capacity"] = std::to_string(mr.moe.max_expert_capacity);
+  }
   meta.extra["total_seconds"] = std::to_string(mr.total_seconds);
   meta.extra["output.hidden_hash"] = std::to_string(mr.output.hidden_hash);
   meta.extra["output.logits_hash"] = std::to_string(mr.output.logits_hash);

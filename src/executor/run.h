@@ -37,6 +37,9 @@ struct RunPlan {
   // `--workload`: each mode runs the serving workload (executor/serving.h) instead of one prefill;
   // the rank's shapes are then those of a --chunked-prefill-size step.
   std::optional<ServingOptions> serving;
+  // `--routing` and `--moe-rows` (ModelOptions::routing, moe_rows; model/routing.h).
+  RoutingSpec routing;
+  MoeRows moe_rows = MoeRows::kBound;
   // Called around each mode's run, e.g. to start and stop a CUPTI tracer: before_mode right
   // after the trace is opened, after_mode once the model is torn down and the device is idle.
   std::function<Status(const std::string& mode, const RunMeta& meta)> before_mode;

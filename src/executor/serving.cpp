@@ -37,6 +37,8 @@ nlohmann::ordered_json kind_json(const StepKindStats& k) {
           {"peak_activation_bytes", k.peak_activation_bytes},
           {"peak_step", k.peak_step},
           {"peak_rows", k.peak_rows},
+          {"peak_activation_worst_routing_bytes", k.peak_activation_worst_bytes},
+          {"worst_routing_step", k.worst_step},
           {"seconds", k.seconds},
           {"max_seconds", k.max_seconds},
           {"live_at_peak", live}};
@@ -53,8 +55,10 @@ void StepPeakTracker::begin(StepKindStats* kind, int64_t step, int64_t rows) {
 
 void StepPeakTracker::on_alloc(const Storage& s, const AllocTag& tag, DType /*dtype*/, const std::string& shape) {
   if (!counts_as_activation(tag.category)) return;
-  live_[s.id()] = LiveTensor{tag.name, tag.scope, shape, tag.category, s.bytes()};
+  const uint64_t worst = std::max<uint64_t>(tag.worst_bytes, s.bytes());
+  live_[s.id()] = LiveTensor{tag.name, tag.scope, shape, tag.category, s.bytes(), worst};
   live_bytes_ += s.bytes();
+  live_worst_bytes_ += worst;
   check_peak();
 }
 
@@ -62,11 +66,17 @@ void StepPeakTracker::on_free(const Storage& s) {
   auto it = live_.find(s.id());
   if (it == live_.end()) return;
   live_bytes_ -= it->second.bytes;
+  live_worst_bytes_ -= it->second.worst_bytes;
   live_.erase(it);
 }
 
 void StepPeakTracker::check_peak() {
-  if (kind_ == nullptr || (live_bytes_ <= kind_->peak_activation_bytes && kind_->peak_step >= 0)) return;
+  if (kind_ == nullptr) return;
+  if (live_worst_bytes_ > kind_->peak_activation_worst_bytes || kind_->worst_step < 0) {
+    kind_->peak_activation_worst_bytes = live_worst_bytes_;
+    kind_->worst_step = step_;
+  }
+  if (live_bytes_ <= kind_->peak_activation_bytes && kind_->peak_step >= 0) return;
   kind_->peak_activation_bytes = live_bytes_;
   kind_->peak_step = step_;
   kind_->peak_rows = rows_;
@@ -122,10 +132,18 @@ std::string ServingResult::summary_json() const {
     for (size_t i = 0; i < c.live_at_peak.size() && i < 20; ++i)
       live.push_back({{"name", c.live_at_peak[i].name}, {"scope", c.live_at_peak[i].scope}, {"bytes", c.live_at_peak[i].bytes}});
     caps.push_back({{"bs", c.bs}, {"pool_bytes_after", c.pool_bytes_after}, {"output_bytes", c.output_bytes},
-                    {"live_peak_bytes", c.live_peak_bytes}, {"live_at_peak", live}});
+                    {"live_peak_bytes", c.live_peak_bytes}, {"own_peak_bytes", c.own_peak_bytes},
+                    {"output_block_bytes", c.output_block_bytes}, {"live_at_peak", live}});
   }
   j["cuda_graphs"] = {{"enabled", graphs}, {"sizes", graph_sizes}, {"pool_bytes", graph_pool_bytes},
                       {"input_bytes", graph_input_bytes}, {"captures", caps}};
+  if (auto need = shared_pool_need(graph_captures, graph_sizes); need.is_ok() && !graph_captures.empty())
+    j["cuda_graphs"]["shared_pool"] = {{"need_bytes", need->need_bytes},
+                                       {"at_bs", need->at_bs},
+                                       {"at_own_bytes", need->at_own_bytes},
+                                       {"at_outputs_bytes", need->at_outputs_bytes},
+                                       {"separate_pools_bytes", need->separate_bytes},
+                                       {"reserved_bytes", graph_pool_bytes}};
   j["steps"] = {{"prefill", prefill.steps}, {"decode", decode.steps}};
   j["step_kinds"] = {{"prefill", kind_json(prefill)}, {"decode", kind_json(decode)}};
   // A replayed decode step allocates nothing: its activations are the graph pool's blocks, whose
@@ -271,6 +289,7 @@ Result<ServingResult> run_serving(Backend& backend, DeepseekModel& model, const 
     const int64_t n = static_cast<int64_t>(plan.rows.size());
     std::vector<int32_t> ids(static_cast<size_t>(n)), pos(static_cast<size_t>(n)), rows(static_cast<size_t>(n)),
         slots(static_cast<size_t>(n));
+    std::vector<uint64_t> keys(static_cast<size_t>(n));  // each row's token, for a drawn routing
     for (int64_t i = 0; i < n; ++i) {
       const StepRow& r = plan.rows[static_cast<size_t>(i)];
       const RequestState& st = sched.requests()[static_cast<size_t>(r.request)];
@@ -279,6 +298,7 @@ Result<ServingResult> run_serving(Backend& backend, DeepseekModel& model, const 
       pos[static_cast<size_t>(i)] = static_cast<int32_t>(r.pos);
       rows[static_cast<size_t>(i)] = static_cast<int32_t>(st.row);
       slots[static_cast<size_t>(i)] = r.slot;
+      keys[static_cast<size_t>(i)] = routing_key(static_cast<uint64_t>(r.request), static_cast<uint64_t>(r.pos));
     }
     // The request-to-token table: each request's new positions, one contiguous run per request.
     for (int64_t i = 0; i < n;) {
@@ -300,7 +320,7 @@ Result<ServingResult> run_serving(Backend& backend, DeepseekModel& model, const 
     Status st;
     const int64_t graph_bs = (!prefill && graphs) ? graphs->size_for(n) : 0;
     if (graph_bs > 0) {
-      auto host = graphs->replay(graph_bs, ids, pos, rows, slots);
+      auto host = graphs->replay(graph_bs, ids, pos, rows, slots, keys);
       if (host.is_ok()) {
         logits = std::move(host).value();
         logit_rows = n;
@@ -312,6 +332,7 @@ Result<ServingResult> run_serving(Backend& backend, DeepseekModel& model, const 
       StepInputs in;
       in.scope = scope;
       in.all_logits = !prefill;
+      in.route_keys = keys;
       bool mha = prefill;
       for (const auto& seg : plan.segments) {
         if (seg.prefix > 0) mha = false;

@@ -46,6 +46,7 @@ struct LiveTensor {
   std::string name, scope, shape;
   Category category = Category::kActivation;
   uint64_t bytes = 0;
+  uint64_t worst_bytes = 0;  // its size under the worst routing (= bytes unless it follows the routing)
 };
 
 struct StepKindStats {
@@ -54,6 +55,10 @@ struct StepKindStats {
   uint64_t peak_activation_bytes = 0;    // the highest activation bytes live during a step of the kind
   int64_t peak_step = -1, peak_rows = 0;
   std::vector<LiveTensor> live_at_peak;  // activation tensors live there, largest first
+  // The same peak with every routed tensor at its worst-routing size (AllocTag::worst_bytes): what
+  // a step of this kind reaches if its MoE calls meet the worst routing of the router's capacity.
+  uint64_t peak_activation_worst_bytes = 0;
+  int64_t worst_step = -1;
   double seconds = 0, max_seconds = 0;   // wall time per step, to its tokens on the host
 };
 
@@ -70,7 +75,7 @@ class StepPeakTracker : public AllocationObserver {
  private:
   void check_peak();
   std::unordered_map<uint64_t, LiveTensor> live_;
-  uint64_t live_bytes_ = 0;
+  uint64_t live_bytes_ = 0, live_worst_bytes_ = 0;
   StepKindStats* kind_ = nullptr;
   int64_t step_ = 0, rows_ = 0;
 };

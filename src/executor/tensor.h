@@ -18,10 +18,15 @@ class Backend;
 class GraphPool;
 
 // What an allocation is, for the trace: name ("post_norm"), scope ("layer.3/attn"), category.
+// worst_bytes: for a tensor whose size follows the routing (the MoE runner's padded rows with
+// --moe-rows routed), the bytes it takes under the worst routing of the router's capacity; 0 when
+// its size cannot change. The executor's accounting keeps the activation peak under that routing
+// beside the measured one (recorder.h); the trace holds the bytes allocated.
 struct AllocTag {
   std::string name;
   std::string scope;
   Category category = Category::kActivation;
+  uint64_t worst_bytes = 0;
 };
 
 // One allocation from a backend. Destroying it returns the memory to the backend.

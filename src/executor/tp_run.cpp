@@ -81,6 +81,16 @@ ModeResult mode_result_from_meta(const RunMeta& m, const std::string& path) {
   }
   mr.accounting.peak_total = extra_u64(m, "accounting.peak_total_bytes");
   mr.accounting.peak_activation = extra_u64(m, "accounting.peak_activation_bytes");
+  mr.accounting.peak_total_worst = extra_u64(m, "routing.peak_total_worst_bytes");
+  mr.accounting.peak_activation_worst = extra_u64(m, "routing.peak_activation_worst_bytes");
+  mr.moe.calls = static_cast<int64_t>(extra_u64(m, "routing.moe_calls"));
+  mr.moe.rows_allocated = static_cast<int64_t>(extra_u64(m, "routing.rows_allocated"));
+  mr.moe.rows_bound = static_cast<int64_t>(extra_u64(m, "routing.rows_bound"));
+  mr.moe.rows_worst = static_cast<int64_t>(extra_u64(m, "routing.rows_worst"));
+  if (m.extra.count("routing.max_expert_tokens")) {
+    mr.moe.max_expert_tokens = static_cast<int64_t>(extra_u64(m, "routing.max_expert_tokens"));
+    mr.moe.max_expert_capacity = static_cast<int64_t>(extra_u64(m, "routing.max_expert_capacity"));
+  }
   mr.output.hidden_hash = extra_u64(m, "output.hidden_hash");
   mr.output.logits_hash = extra_u64(m, "output.logits_hash");
   mr.output.moe = mr.moe;
@@ -103,6 +113,10 @@ CategoryCounters max_over_ranks(const std::vector<const CategoryCounters*>& cs) 
     m.peak_total = std::max(m.peak_total, c->peak_total);
     m.current_activation = std::max(m.current_activation, c->current_activation);
     m.peak_activation = std::max(m.peak_activation, c->peak_activation);
+    m.current_total_worst = std::max(m.current_total_worst, c->current_total_worst);
+    m.peak_total_worst = std::max(m.peak_total_worst, c->peak_total_worst);
+    m.current_activation_worst = std::max(m.current_activation_worst, c->current_activation_worst);
+    m.peak_activation_worst = std::max(m.peak_activation_worst, c->peak_activation_worst);
   }
   return m;
 }

@@ -144,3 +144,34 @@ TEST_CASE("moeprof budget writes JSON, Markdown and HTML with the same figures, 
     CHECK(e.err.rfind("moeprof budget: error: ", 0) == 0);
   }
 }
+
+TEST_CASE("moeprof budget: a run with routed rows reserves the worst routing's activation peak", "[cli][budget][routing]") {
+  auto budget = [](const std::string& routing) {
+    auto r = run_cli("budget --backend meta --model tiny --tokens 37 --mode baseline --gpu-memory 80,000,000 --json " + routing);
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  const auto plain = budget(""), uniform = budget("--routing uniform --moe-rows routed"), worst = budget("--routing worst --moe-rows routed");
+  auto comp = [](const nlohmann::json& j, const std::string& name) -> int64_t {
+    for (const auto& c : j["components"])
+      if (c["name"] == name) return c["bytes"].get<int64_t>();
+    return -1;
+  };
+  CHECK(comp(plain, "routing_worst") == -1);  // the bound: nothing follows the routing
+  for (const auto* j : {&plain, &uniform, &worst}) CHECK(sum_components(*j) == 80'000'000);
+  // Uniform pads fewer rows than the worst routing: the budget reserves the difference, so the
+  // activation peak plus the reserve is the worst routing's peak, which the worst run measures.
+  const int64_t reserve = comp(uniform, "routing_worst");
+  CHECK(reserve > 0);
+  CHECK(comp(worst, "routing_worst") == 0);
+  CHECK(uniform["worst_step"]["activation_peak_bytes"].get<int64_t>() + reserve == worst["worst_step"]["activation_peak_bytes"].get<int64_t>());
+  CHECK(uniform["worst_step"]["worst_routing_peak_bytes"] == worst["worst_step"]["activation_peak_bytes"]);
+  CHECK(uniform["worst_step"]["routing"] == "uniform");
+  CHECK(uniform["kv_tokens"] == worst["kv_tokens"]);
+  // The bound is never below the worst routing's rows: it leaves no more KV.
+  CHECK(uniform["kv_tokens"].get<uint64_t>() >= plain["kv_tokens"].get<uint64_t>());
+  auto e = run_cli("budget /nonexistent.mtrace --gpu-memory H200 --routing uniform");
+  CHECK(e.rc == 2);
+  CHECK(count_lines(e.err) == 1);
+}

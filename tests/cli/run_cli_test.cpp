@@ -232,3 +232,42 @@ TEST_CASE("moeprof run --workload: bad serving input exits 2 with one line", "[c
   CHECK(both.rc >= 100);  // CLI11: options that exclude each other
   CHECK(lines(both.err) == 1);
 }
+
+TEST_CASE("moeprof run --routing --moe-rows: the routing in the summary and the report, bad specs exit 2 naming them", "[cli][run][routing]") {
+  const fs::path dir = moeprof::testing::temp_dir("run_cli_routing");
+  auto r = run_moeprof("run --backend meta --model tiny --tokens 37 --mode baseline --routing hot:1 --moe-rows routed --quiet --out '" +
+                       dir.string() + "'");
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  // Tiny at 37 tokens: tile 16, the bound 194 rows per MoE call, the worst routing 192; hot:1 puts
+  // every token on one expert (3 tiles) and spreads 37 rows over the other 7.
+  CHECK(r.out.find("MoE routing (baseline): hot:1, rows routed: ") != std::string::npos);
+  CHECK(r.out.find("over 3 MoE calls (bound 582, worst routing 576); busiest expert 37 of 37 tokens") != std::string::npos);
+  std::ifstream in(dir / "report.json");
+  auto j = nlohmann::json::parse(in);
+  const auto& extra = j["runs"][0]["extra"];
+  CHECK(extra["routing"] == "hot:1");
+  CHECK(extra["moe_rows"] == "routed");
+  CHECK(extra["routing.rows_worst"] == "576");
+  CHECK(std::stoull(extra["routing.peak_activation_worst_bytes"].get<std::string>()) >
+        std::stoull(extra["accounting.peak_activation_bytes"].get<std::string>()));
+  // The defaults print no routing line.
+  auto plain = run_moeprof("run --backend meta --model tiny --tokens 37 --mode baseline --quiet --out '" + dir.string() + "'");
+  REQUIRE(plain.rc == 0);
+  CHECK(plain.out.find("MoE routing") == std::string::npos);
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--routing zipf:0", "--routing zipf:0: the exponent S must be a number in (0, 64]"},
+           {"--routing hot:x", "--routing hot:x: N must be a whole number"},
+           {"--routing skewed", "--routing skewed: unknown routing"},
+           {"--routing hot:9", "--routing hot:9: the model has only 8 routed experts"},
+           {"--moe-rows padded", "--moe-rows padded: must be bound or routed"},
+           {"--moe-rows routed", "--moe-rows routed on the meta backend needs a drawn routing"}}) {
+    auto e = run_moeprof("run --backend meta --model tiny --quiet --out '" + (dir / "bad").string() + "' " + args);
+    INFO(args << "\n" << e.err);
+    CHECK(e.rc == 2);
+    CHECK(lines(e.err) == 1);
+    CHECK(e.err.rfind("moeprof run: error: ", 0) == 0);
+    CHECK(e.err.find(says) != std::string::npos);
+    CHECK(!fs::exists(dir / "bad"));
+  }
+}

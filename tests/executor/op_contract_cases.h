@@ -436,8 +436,13 @@ inline std::vector<ContractOp> contract_ops() {
        {"offsets", "moe_permute: offsets must be contiguous (got i32 5x1 with row stride 2)",
         [](const Mk& m, Permute& a) { a.offsets = m.view(D::kI32, 5, 2, 0, 1); }},
        {"permuted_to_token",
-        "moe_permute: permuted_to_token must have at least T*k + E*(tile-1) = 20 elements (got i32 1x19)",
+        "moe_permute: permuted_to_token must have at least T*k + E*(tile-1) = 20 elements, or a multiple of tile = 4 of at least "
+        "T*k = 8 (the routed rows) (got i32 1x19)",
         [](const Mk& m, Permute& a) { a.p2t = m.t(D::kI32, 1, 19); }},
+       {"permuted_to_token",
+        "moe_permute: permuted_to_token must have at least T*k + E*(tile-1) = 20 elements, or a multiple of tile = 4 of at least "
+        "T*k = 8 (the routed rows) (got i32 1x4)",
+        [](const Mk& m, Permute& a) { a.p2t = m.t(D::kI32, 1, 4); }},
        {"permuted_to_token", "moe_permute: permuted_to_token must be contiguous (got i32 2x10 with row stride 11)",
         [](const Mk& m, Permute& a) { a.p2t = m.view(D::kI32, 2, 11, 0, 10); }},
        {"expanded_to_permuted", "moe_permute: expanded_to_permuted must have 8 elements (got i32 1x7)",

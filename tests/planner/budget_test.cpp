@@ -186,6 +186,58 @@ TEST_CASE("budget - the engine settings give exactly the capacity, and what a sm
   CHECK(shortest_decimal(5, 5, 9).empty());
 }
 
+TEST_CASE("budget - a run whose MoE rows follow the routing reserves the worst routing's peak", "[planner][budget][routing]") {
+  Trace t = serving_like();
+  BudgetOptions o;
+  o.gpu_memory_bytes = 10'000'019;
+  // The padded rows at the bound (or a trace that does not say): no reserve, no component.
+  t.meta.extra["routing"] = "zipf:1.2";
+  t.meta.extra["moe_rows"] = "bound";
+  t.meta.extra["routing.peak_activation_worst_bytes"] = "72359";
+  auto bound = memory_budget(analyzed(t), o);
+  REQUIRE(bound.is_ok());
+  for (const auto& c : bound->components) CHECK(c.name != "routing_worst");
+  CHECK(bound->kv_tokens == 119'186);
+  // Routed rows: the worst routing's activation peak, 9,999 B above the 72,359 B measured, is its
+  // own component; the pool shrinks by it.
+  t.meta.extra["moe_rows"] = "routed";
+  t.meta.extra["routing.peak_activation_worst_bytes"] = "82358";
+  auto b = memory_budget(analyzed(t), o);
+  REQUIRE(b.is_ok());
+  CHECK(component(*b, "activation_peak") == 10'001 + 30'013);
+  CHECK(component(*b, "routing_worst") == 9'999);
+  CHECK(b->routing_reserve_bytes == 9'999);
+  CHECK(b->worst_routing_peak_bytes == 82'358);
+  CHECK(b->routing == "zipf:1.2");
+  // 8,819,880 - 9,999 = 8,809,881 B = 119,052 slots of 74 B (33 B left), one of them padding.
+  CHECK(b->available_for_kv_bytes == 8'809'881);
+  CHECK(b->kv_tokens == 119'051);
+  CHECK(component(*b, "free") == 33);
+  CHECK(sum(*b) == 10'000'019);
+  CHECK(kv_tokens_with_peak(*b, b->activation_peak_bytes) == b->kv_tokens);
+  // vLLM's non-KV memory holds the reserve too.
+  const EngineSettings e = engine_settings(*b);
+  auto [un, ud] = decimal(e.gpu_memory_utilization);
+  const __int128 kv = un * b->gpu_memory_bytes / ud - (10'000'019 - component(*b, "kv_pool") - component(*b, "free"));
+  CHECK(kv >= static_cast<__int128>(b->kv_tokens) * 74);
+  CHECK(kv < static_cast<__int128>(b->kv_tokens + 16) * 74);
+  // The worst routing's peak at or below the measured one (the run met the worst): nothing more.
+  t.meta.extra["routing.peak_activation_worst_bytes"] = "72359";
+  auto met = memory_budget(analyzed(t), o);
+  REQUIRE(met.is_ok());
+  CHECK(component(*met, "routing_worst") == 0);
+  CHECK(met->kv_tokens == 119'186);
+  // Routed rows without the worst peak, or with one that is not a byte count: bad input.
+  for (const char* v : {"", "12x", "-5", "99999999999999999999"}) {
+    INFO(v);
+    if (*v == 0) t.meta.extra.erase("routing.peak_activation_worst_bytes");
+    else t.meta.extra["routing.peak_activation_worst_bytes"] = v;
+    auto bad = memory_budget(analyzed(t), o);
+    REQUIRE_FALSE(bad.is_ok());
+    CHECK(bad.status().message().find("routing.peak_activation_worst_bytes") != std::string::npos);
+  }
+}
+
 TEST_CASE("budget - the worst step of a trace with step scopes, and what cannot be budgeted", "[planner][budget]") {
   TraceBuilder t("serve");
   t.alloc(1, 0x1000, 4'096, Category::kWeights, "model", "w");

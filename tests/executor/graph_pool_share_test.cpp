@@ -1,0 +1,102 @@
+// One CUDA-graph pool shared by the decode graphs (executor/graph_runner.h, shared_pool_need): a
+// capture's live peak is its own blocks plus the outputs of the larger graphs captured before it,
+// and the need of any subset of sizes, computed from one run's captures, is what a run capturing
+// only that subset measures, on the CPU reference and the meta backend alike.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "executor/backends.h"
+#include "executor/graph_runner.h"
+#include "executor/run.h"
+
+using namespace moeprof;
+namespace fs = std::filesystem;
+
+namespace {
+
+ServingResult serve(Backend& be, const std::string& name, std::vector<int64_t> sizes) {
+  RunPlan plan;
+  plan.model = "tiny";
+  plan.out_dir = (fs::temp_directory_path() / ("moeprof_graph_share_" + std::to_string(::getpid())) / name).string();
+  fs::create_directories(plan.out_dir);
+  plan.modes = {MemoryMode::kBaseline};
+  ServingOptions so;
+  so.workload = "synthetic:9,3-30,2-9,7";
+  so.chunked_prefill_size = 24;
+  so.page_size = 4;
+  so.max_running_requests = 8;
+  so.kv_tokens = 300;
+  so.cuda_graph_bs = std::move(sizes);
+  plan.serving = so;
+  auto r = execute_run_plan(be, plan);
+  REQUIRE(r.is_ok());
+  REQUIRE(r->modes[0].serving);
+  return *r->modes[0].serving;
+}
+
+uint64_t max_live_peak(const ServingResult& s) {
+  uint64_t m = 0;
+  for (const GraphCapture& c : s.graph_captures) m = std::max(m, c.live_peak_bytes);
+  return m;
+}
+
+const GraphCapture& capture(const ServingResult& s, int64_t bs) {
+  for (const GraphCapture& c : s.graph_captures)
+    if (c.bs == bs) return c;
+  FAIL("no capture of batch " << bs);
+  return s.graph_captures.front();
+}
+
+}  // namespace
+
+TEST_CASE("graph pool - a capture's peak is its own blocks plus the larger graphs' outputs, not the sum of the graphs", "[executor][graphs]") {
+  auto be = make_cpu_backend();
+  const ServingResult all = serve(*be, "all", {1, 3, 5, 8});
+  REQUIRE(all.graph_captures.size() == 4);
+  // Captured largest first: only the outputs (logits [bs, vocab] f32, in 512-byte blocks) of the
+  // larger graphs stay live into a smaller one's capture.
+  uint64_t outputs = 0;
+  for (auto it = all.graph_captures.rbegin(); it != all.graph_captures.rend(); ++it) {
+    INFO("bs " << it->bs);
+    CHECK(it->output_bytes == static_cast<uint64_t>(it->bs) * 1000 * 4);
+    CHECK(it->output_block_bytes == (it->output_bytes + 511) / 512 * 512);
+    CHECK(it->own_peak_bytes > 0);
+    CHECK(it->live_peak_bytes == it->own_peak_bytes + outputs);
+    outputs += it->output_block_bytes;
+  }
+  auto need = shared_pool_need(all.graph_captures, {8, 5, 3, 1});
+  REQUIRE(need.is_ok());
+  CHECK(need->need_bytes == max_live_peak(all));
+  uint64_t sum = 0;
+  for (const GraphCapture& c : all.graph_captures) sum += c.own_peak_bytes;
+  CHECK(need->separate_bytes == sum);
+  CHECK(need->need_bytes < need->separate_bytes);  // one pool needs less than one per graph
+  CHECK(all.graph_pool_bytes >= need->need_bytes);  // the segments hold it
+  CHECK(!shared_pool_need(all.graph_captures, {1, 4}).is_ok());
+}
+
+TEST_CASE("graph pool - the need of a subset of sizes, from one run's captures, is what a run of that subset measures", "[executor][graphs]") {
+  auto cpu = make_cpu_backend();
+  auto meta = make_meta_backend();
+  const ServingResult all = serve(*cpu, "all_cpu", {1, 3, 5, 8});
+  const ServingResult all_meta = serve(*meta, "all_meta", {1, 3, 5, 8});
+  for (size_t i = 0; i < all.graph_captures.size(); ++i) {
+    CHECK(all.graph_captures[i].own_peak_bytes == all_meta.graph_captures[i].own_peak_bytes);
+    CHECK(all.graph_captures[i].live_peak_bytes == all_meta.graph_captures[i].live_peak_bytes);
+  }
+  for (const std::vector<int64_t>& subset : {std::vector<int64_t>{1, 5}, {3, 8}, {1, 3, 5}, {5}}) {
+    std::string name = "sub";
+    for (int64_t b : subset) name += "_" + std::to_string(b);
+    INFO(name);
+    const ServingResult part = serve(*cpu, name, subset);
+    auto predicted = shared_pool_need(all.graph_captures, subset);
+    REQUIRE(predicted.is_ok());
+    CHECK(max_live_peak(part) == predicted->need_bytes);
+    for (int64_t bs : subset) CHECK(capture(part, bs).own_peak_bytes == capture(all, bs).own_peak_bytes);
+    CHECK(part.graph_pool_bytes >= predicted->need_bytes);
+    if (subset.size() == 1) CHECK(predicted->need_bytes == predicted->separate_bytes);
+  }
+}
