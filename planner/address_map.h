@@ -6,11 +6,13 @@
 #include <utility>
 #include <vector>
 
+#include "planner/analysis.h"
+
 namespace moeprof::planner {
 
 // Open-addressing map from a pair of 64-bit words to a uint32, for the hot per-event lookups:
-// (device, address) -> allocation state, (device, scope) -> scope-chain slots,
-// ((scope, name), bytes) -> count, (device, bytes) -> hand-off key. Linear probing, power-of-two
+// (device, address) -> allocation state, (device, scope) -> scope-chain slots, (scope, name or
+// stack) -> allocation-group label, (device, bytes) -> hand-off key. Linear probing, power-of-two
 // capacity, at most half full; erase() shifts the entries after it back (no tombstones).
 class PairMap {
  public:
@@ -99,6 +101,63 @@ class PairMap {
   }
   std::vector<Entry> entries_;
   size_t cap_ = 0, size_ = 0;
+};
+
+// (label, bytes) -> count for the allocation groups (AllocGroupCount; a count of 0 marks an empty
+// slot): 16 B an entry, at most 3/4 full, never erased. A trace whose sizes do not repeat has one
+// entry per allocation, so the entries are kept as small as the key allows.
+class GroupCounter {
+ public:
+  GroupCounter() { entries_.assign(1024, AllocGroupCount{}); }
+  void add(uint32_t label, uint64_t bytes) {
+    if ((size_ + 1) * 4 > entries_.size() * 3) grow();
+    const size_t mask = entries_.size() - 1;
+    for (size_t i = hash(label, bytes) & mask;; i = (i + 1) & mask) {
+      AllocGroupCount& e = entries_[i];
+      if (e.count == 0) {
+        e = AllocGroupCount{bytes, label, 1};
+        ++size_;
+        return;
+      }
+      if (e.bytes == bytes && e.label == label) {
+        ++e.count;
+        return;
+      }
+    }
+  }
+  size_t size() const { return size_; }
+  // The entries, in no order (moved out: the counter is left empty). The vector keeps the table's
+  // capacity; copy what is kept of it.
+  std::vector<AllocGroupCount> take() {
+    size_t n = 0;
+    for (size_t i = 0; i < entries_.size(); ++i)
+      if (entries_[i].count != 0) entries_[n++] = entries_[i];
+    entries_.resize(n);
+    size_ = 0;
+    return std::move(entries_);
+  }
+
+ private:
+  static size_t hash(uint32_t label, uint64_t bytes) {
+    uint64_t x = bytes * 0x9e3779b97f4a7c15ULL ^ (uint64_t{label} * 0xc2b2ae3d27d4eb4fULL + 0x632be59bd9b4e019ULL);
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return static_cast<size_t>(x);
+  }
+  void grow() {
+    std::vector<AllocGroupCount> old = std::move(entries_);
+    entries_.assign(old.size() * 2, AllocGroupCount{});
+    const size_t mask = entries_.size() - 1;
+    for (const AllocGroupCount& e : old) {
+      if (e.count == 0) continue;
+      size_t i = hash(e.label, e.bytes) & mask;
+      while (entries_[i].count != 0) i = (i + 1) & mask;
+      entries_[i] = e;
+    }
+  }
+  std::vector<AllocGroupCount> entries_;
+  size_t size_ = 0;
 };
 
 // Allocation state per (device, address). A freed allocation leaves its address marked freed, so
