@@ -175,7 +175,8 @@ void Replayer::finish(RunAnalysis* run, uint32_t num_events) {
     }
     g[n++] = g[i];
   }
-  ag.groups.assign(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(n));  // without the table's spare capacity
+  g.resize(n);
+  ag.groups = std::move(g);
   if (opt_.keep_lifetimes) run->lifetimes = std::move(lts_);
   if (opt_.keep_event_index) {
     run->position_ts = std::move(position_ts_);
