@@ -3,14 +3,24 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
 #include <utility>
 #include <vector>
+
+#include "planner/analysis.h"
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace moeprof::planner {
 
 // Open-addressing map from a pair of 64-bit words to a uint32, for the hot per-event lookups:
-// (device, address) -> allocation state, (device, scope) -> scope-chain slots,
-// ((scope, name), bytes) -> count, (device, bytes) -> hand-off key. Linear probing, power-of-two
+// (device, address) -> allocation state, (device, scope) -> scope-chain slots, (scope, name or
+// stack) -> allocation-group label, (device, bytes) -> hand-off key. Linear probing, power-of-two
 // capacity, at most half full; erase() shifts the entries after it back (no tombstones).
 class PairMap {
  public:
@@ -98,6 +108,82 @@ class PairMap {
     }
   }
   std::vector<Entry> entries_;
+  size_t cap_ = 0, size_ = 0;
+};
+
+// (label, bytes) -> count for the allocation groups (AllocGroupCount; a count of 0 marks an empty
+// slot): 16 B an entry, at most 3/4 full, never erased. A trace whose sizes do not repeat has one
+// entry per allocation, each a random access into a table of 16 B x the groups, so the entries
+// are as small as the key allows and a large table asks for huge pages (fewer TLB misses).
+class GroupCounter {
+ public:
+  GroupCounter() { table_ = alloc_table(1024); }
+  void add(uint32_t label, uint64_t bytes) {
+    if ((size_ + 1) * 4 > cap_ * 3) grow();
+    const size_t mask = cap_ - 1;
+    for (size_t i = hash(label, bytes) & mask;; i = (i + 1) & mask) {
+      AllocGroupCount& e = table_[i];
+      if (e.count == 0) {
+        e = AllocGroupCount{bytes, label, 1};
+        ++size_;
+        return;
+      }
+      if (e.bytes == bytes && e.label == label) {
+        ++e.count;
+        return;
+      }
+    }
+  }
+  size_t size() const { return size_; }
+  // The entries, in no order; the counter is left empty (its table freed).
+  std::vector<AllocGroupCount> take() {
+    std::vector<AllocGroupCount> out;
+    out.reserve(size_);
+    for (size_t i = 0; i < cap_; ++i)
+      if (table_[i].count != 0) out.push_back(table_[i]);
+    table_ = alloc_table(1024);
+    size_ = 0;
+    return out;
+  }
+
+ private:
+  struct Free {
+    void operator()(AllocGroupCount* p) const { std::free(p); }
+  };
+  using Table = std::unique_ptr<AllocGroupCount[], Free>;
+  Table alloc_table(size_t cap) {
+    constexpr size_t kHuge = size_t{2} << 20;
+    const size_t bytes = cap * sizeof(AllocGroupCount);
+    void* p = bytes >= kHuge ? std::aligned_alloc(kHuge, bytes) : std::malloc(bytes);
+    if (p == nullptr) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+    if (bytes >= kHuge) madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without it, 4 KiB pages
+#endif
+    std::memset(p, 0, bytes);
+    cap_ = cap;
+    return Table(static_cast<AllocGroupCount*>(p));
+  }
+  static size_t hash(uint32_t label, uint64_t bytes) {
+    uint64_t x = bytes * 0x9e3779b97f4a7c15ULL ^ (uint64_t{label} * 0xc2b2ae3d27d4eb4fULL + 0x632be59bd9b4e019ULL);
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return static_cast<size_t>(x);
+  }
+  void grow() {
+    const size_t old_cap = cap_;
+    Table old = std::move(table_);
+    table_ = alloc_table(old_cap * 2);
+    const size_t mask = cap_ - 1;
+    for (size_t k = 0; k < old_cap; ++k) {
+      const AllocGroupCount& e = old[k];
+      if (e.count == 0) continue;
+      size_t i = hash(e.label, e.bytes) & mask;
+      while (table_[i].count != 0) i = (i + 1) & mask;
+      table_[i] = e;
+    }
+  }
+  Table table_;
   size_t cap_ = 0, size_ = 0;
 };
 

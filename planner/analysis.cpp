@@ -18,6 +18,16 @@ uint64_t CategoryBytes::activation() const {
   return t;
 }
 
+std::vector<AllocGroup> AllocGroups::expand() const {
+  std::vector<AllocGroup> out;
+  out.reserve(groups.size());
+  for (const AllocGroupCount& g : groups) {
+    const AllocLabel& l = labels.at(g.label);
+    out.push_back(AllocGroup{l.scope, l.name, l.frame, g.bytes, g.count});
+  }
+  return out;
+}
+
 const DeviceAnalysis* RunAnalysis::device(uint16_t id) const {
   for (const auto& d : devices) {
     if (d.device == id) return &d;

@@ -154,6 +154,25 @@ struct AllocGroup {
   uint64_t bytes = 0;
   uint64_t count = 0;
 };
+// The groups as the analysis keeps them: each distinct (scope, name, frame) once, as a label, and
+// per group only (label, bytes, count), 16 B. A trace whose sizes do not repeat has one group per
+// allocation; only what a report lists is turned into strings (compare()).
+struct AllocLabel {
+  std::string scope, name, frame;
+};
+struct AllocGroupCount {
+  uint64_t bytes = 0;
+  uint32_t label = 0;  // index into AllocGroups::labels
+  uint32_t count = 0;  // at most the replayed events (< 2^32)
+};
+struct AllocGroups {
+  std::vector<AllocLabel> labels;        // distinct, sorted by (scope, name, frame)
+  std::vector<AllocGroupCount> groups;   // distinct, sorted by (label, bytes): the order of (scope, name, frame, bytes)
+  bool empty() const { return groups.empty(); }
+  size_t size() const { return groups.size(); }
+  // Every group with its strings, in order (tests, small runs).
+  std::vector<AllocGroup> expand() const;
+};
 
 // A use by an op or the end of a marker range, at a replay position (AnalyzeOptions::keep_event_index).
 // For a marker, `pos` is the number of replayed events before it.
@@ -195,7 +214,7 @@ struct RunAnalysis {
   std::string limit_error;
   std::vector<std::string> strings;     // the trace's string table (ids used by Lifetime)
   StackTable stacks;                    // the trace's call stacks (Lifetime::stack_id)
-  std::vector<AllocGroup> alloc_groups; // sorted by (scope, name, bytes); empty unless AnalyzeOptions::alloc_groups
+  AllocGroups alloc_groups;              // empty unless AnalyzeOptions::alloc_groups
   // All lifetimes in alloc replay order, when AnalyzeOptions::keep_lifetimes. Handoff indices
   // refer to this numbering (which is also used when lifetimes are not kept).
   std::vector<Lifetime> lifetimes;
@@ -269,8 +288,8 @@ struct AnalyzeOptions {
   size_t handoff_max_waiting = size_t{1} << 21;
   bool keep_event_index = false;
   // RunAnalysis::alloc_groups, the (scope, name, frame, bytes) multiset that compare() matches runs
-  // by: one entry per distinct size of each (scope, name), so up to one per allocation in a trace
-  // whose sizes vary. Commands that compare nothing (plan, a report of one run) leave it off.
+  // by: one entry (16 B) per distinct size of each (scope, name), so up to one per allocation in a
+  // trace whose sizes vary. Commands that compare nothing (plan, a report of one run) leave it off.
   bool alloc_groups = true;
   // Per record index: the category the replay uses for that allocation instead of the record's
   // (planner/categories.h infers them for traced programs); nullptr = the records' own.
@@ -344,10 +363,16 @@ struct Comparison {
   CategoryBytes baseline_live_at_peak, candidate_live_at_peak;
   // Scopes in either run, by |activation delta| desc, then |delta| desc, then name.
   std::vector<ScopeDelta> scope_deltas;
-  std::vector<AllocGroupDelta> only_in_baseline, only_in_candidate;  // multiset difference
+  // The multiset difference of the allocation groups, in (scope, name, frame, bytes) order: the
+  // first `group_limit` entries of each side (compare()); the totals count every entry.
+  std::vector<AllocGroupDelta> only_in_baseline, only_in_candidate;
+  uint64_t only_in_baseline_groups = 0, only_in_candidate_groups = 0;  // entries in all
+  uint64_t only_in_baseline_bytes = 0, only_in_candidate_bytes = 0;    // sum of bytes x count over them
   LiveDiff live_at_peak_diff;
 };
 
-Comparison compare(const RunAnalysis& baseline, const RunAnalysis& candidate);
+// group_limit: how many entries of each only_in_* list are kept (the rest only counted); a report
+// that lists N needs N.
+Comparison compare(const RunAnalysis& baseline, const RunAnalysis& candidate, size_t group_limit = SIZE_MAX);
 
 }  // namespace moeprof::planner

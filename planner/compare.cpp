@@ -11,7 +11,7 @@
 
 namespace moeprof::planner {
 
-Comparison compare(const RunAnalysis& baseline, const RunAnalysis& candidate) {
+Comparison compare(const RunAnalysis& baseline, const RunAnalysis& candidate, size_t group_limit) {
   Comparison c;
   c.baseline_name = baseline.meta.name;
   c.candidate_name = candidate.meta.name;
@@ -72,24 +72,59 @@ Comparison compare(const RunAnalysis& baseline, const RunAnalysis& candidate) {
     return mag(a.delta) > mag(b.delta);  // stable: equal magnitudes keep name order
   });
 
-  // Multiset difference of (scope, name, bytes); both lists are sorted by that key.
-  const auto& bg = baseline.alloc_groups;
-  const auto& cg = candidate.alloc_groups;
+  // Multiset difference of (scope, name, frame, bytes). Each run's groups are sorted by (label,
+  // bytes), its labels by their strings: the two label lists are merged once into one order
+  // (strings compared per distinct label, not per group), and the groups then by integers. Only
+  // the first group_limit entries of each side are turned into strings.
+  const AllocGroups& ba = baseline.alloc_groups;
+  const AllocGroups& ca = candidate.alloc_groups;
+  std::vector<uint32_t> brank(ba.labels.size()), crank(ca.labels.size());
+  {
+    auto key = [](const AllocLabel& l) { return std::tie(l.scope, l.name, l.frame); };
+    size_t i = 0, j = 0;
+    uint32_t r = 0;
+    while (i < ba.labels.size() || j < ca.labels.size()) {
+      if (j == ca.labels.size() || (i < ba.labels.size() && key(ba.labels[i]) < key(ca.labels[j]))) {
+        brank[i++] = r++;
+      } else if (i == ba.labels.size() || key(ca.labels[j]) < key(ba.labels[i])) {
+        crank[j++] = r++;
+      } else {
+        brank[i++] = crank[j++] = r++;
+      }
+    }
+  }
+  auto more = [group_limit](const AllocGroups& run, const AllocGroupCount& g, uint64_t count, std::vector<AllocGroupDelta>* list,
+                            uint64_t* groups, uint64_t* bytes) {
+    ++*groups;
+    *bytes += g.bytes * count;
+    if (list->size() < group_limit) {
+      const AllocLabel& l = run.labels[g.label];
+      list->push_back(AllocGroupDelta{l.scope, l.name, l.frame, g.bytes, count});
+    }
+  };
+  auto only_b = [&](const AllocGroupCount& g, uint64_t count) {
+    more(ba, g, count, &c.only_in_baseline, &c.only_in_baseline_groups, &c.only_in_baseline_bytes);
+  };
+  auto only_c = [&](const AllocGroupCount& g, uint64_t count) {
+    more(ca, g, count, &c.only_in_candidate, &c.only_in_candidate_groups, &c.only_in_candidate_bytes);
+  };
+  const auto& bg = ba.groups;
+  const auto& cg = ca.groups;
+  auto bkey = [&](size_t i) { return std::pair<uint32_t, uint64_t>(brank[bg[i].label], bg[i].bytes); };
+  auto ckey = [&](size_t j) { return std::pair<uint32_t, uint64_t>(crank[cg[j].label], cg[j].bytes); };
   size_t i = 0, j = 0;
-  auto key = [](const AllocGroup& g) { return std::tie(g.scope, g.name, g.frame, g.bytes); };
-  auto more = [](const AllocGroup& g, uint64_t count) { return AllocGroupDelta{g.scope, g.name, g.frame, g.bytes, count}; };
   while (i < bg.size() || j < cg.size()) {
-    if (j == cg.size() || (i < bg.size() && key(bg[i]) < key(cg[j]))) {
-      c.only_in_baseline.push_back(more(bg[i], bg[i].count));
+    if (j == cg.size() || (i < bg.size() && bkey(i) < ckey(j))) {
+      only_b(bg[i], bg[i].count);
       ++i;
-    } else if (i == bg.size() || key(cg[j]) < key(bg[i])) {
-      c.only_in_candidate.push_back(more(cg[j], cg[j].count));
+    } else if (i == bg.size() || ckey(j) < bkey(i)) {
+      only_c(cg[j], cg[j].count);
       ++j;
     } else {
       if (bg[i].count > cg[j].count) {
-        c.only_in_baseline.push_back(more(bg[i], bg[i].count - cg[j].count));
+        only_b(bg[i], bg[i].count - cg[j].count);
       } else if (cg[j].count > bg[i].count) {
-        c.only_in_candidate.push_back(more(cg[j], cg[j].count - bg[i].count));
+        only_c(cg[j], cg[j].count - bg[i].count);
       }
       ++i;
       ++j;
@@ -186,10 +221,10 @@ LiveDiff diff_live_at_peak(const RunAnalysis& baseline, const RunAnalysis& candi
        LiveChange::kMoved, true);
   pass([&](size_t i) { return k(bl[i], bframe[i], bfam[i], false); }, [&](size_t j) { return k(cl[j], cframe[j], cfam[j], false); },
        LiveChange::kResized, true);
-  // Tensors a run allocates at all, by (scope family, name, frame).
+  // Tensors a run allocates at all, by (scope family, name, frame): every label has a group.
   auto allocated = [](const RunAnalysis& run) {
     std::set<std::tuple<std::string, std::string, std::string>> s;
-    for (const auto& g : run.alloc_groups) s.emplace(family_scope(g.scope), g.name, g.frame);
+    for (const auto& l : run.alloc_groups.labels) s.emplace(family_scope(l.scope), l.name, l.frame);
     return s;
   };
   const auto in_candidate = allocated(candidate), in_baseline = allocated(baseline);

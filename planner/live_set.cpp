@@ -132,10 +132,15 @@ void Replayer::finish(RunAnalysis* run, uint32_t num_events) {
   t.lifetime_slots = lts_.size();
   t.handoff_held = handoffs_ ? handoffs_->max_waiting_seen() : 0;
 
+  // Each label slot's strings; stacks that differ only in library or outer frames share their
+  // innermost user frame, so two slots may get one label, and their groups merge below.
   std::map<uint32_t, std::string> frame_of;  // stack id -> innermost user frame
-  groups_.for_each([&](std::pair<uint64_t, uint64_t> k, uint32_t count) {
-    AllocGroup g{run->str(static_cast<StrId>(k.first >> 32)), "", "", k.second, count};
-    const uint64_t who = k.first & 0xffffffffu;
+  std::vector<AllocLabel> slot_label(group_keys_.size());
+  for (size_t k = 0; k < group_keys_.size(); ++k) {
+    const uint64_t key = group_keys_[k];
+    AllocLabel& l = slot_label[k];
+    l.scope = run->str(static_cast<StrId>(key >> 32));
+    const uint64_t who = key & 0xffffffffu;
     if (who & kGroupByStack) {
       const uint32_t sid = static_cast<uint32_t>(who & ~kGroupByStack);
       auto [it, fresh] = frame_of.emplace(sid, std::string());
@@ -143,30 +148,35 @@ void Replayer::finish(RunAnalysis* run, uint32_t num_events) {
         const auto frames = user_frames(*run, static_cast<StackId>(sid), 1);
         if (!frames.empty()) it->second = frames.front();
       }
-      g.frame = it->second;
+      l.frame = it->second;
     } else {
-      g.name = run->str(static_cast<StrId>(who));
+      l.name = run->str(static_cast<StrId>(who));
     }
-    run->alloc_groups.push_back(std::move(g));
-  });
-  std::sort(run->alloc_groups.begin(), run->alloc_groups.end(), [](const AllocGroup& a, const AllocGroup& b) {
-    return std::tie(a.scope, a.name, a.frame, a.bytes) < std::tie(b.scope, b.name, b.frame, b.bytes);
-  });
-  // Stacks that differ only in library or outer frames share their innermost user frame: one group.
-  size_t n = 0;
-  for (size_t i = 0; i < run->alloc_groups.size(); ++i) {
-    AllocGroup& g = run->alloc_groups[i];
-    if (n > 0) {
-      AllocGroup& last = run->alloc_groups[n - 1];
-      if (std::tie(last.scope, last.name, last.frame, last.bytes) == std::tie(g.scope, g.name, g.frame, g.bytes)) {
-        last.count += g.count;
-        continue;
-      }
-    }
-    if (n != i) run->alloc_groups[n] = std::move(g);
-    ++n;
   }
-  run->alloc_groups.resize(n);
+  auto label_key = [](const AllocLabel& l) { return std::tie(l.scope, l.name, l.frame); };
+  std::vector<uint32_t> order(slot_label.size()), rank(slot_label.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<uint32_t>(k);
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return label_key(slot_label[a]) < label_key(slot_label[b]); });
+  AllocGroups& ag = run->alloc_groups;
+  for (uint32_t k : order) {
+    if (ag.labels.empty() || label_key(ag.labels.back()) != label_key(slot_label[k])) ag.labels.push_back(std::move(slot_label[k]));
+    rank[k] = static_cast<uint32_t>(ag.labels.size() - 1);
+  }
+  std::vector<AllocGroupCount> g = groups_.take();
+  for (AllocGroupCount& e : g) e.label = rank[e.label];
+  std::sort(g.begin(), g.end(), [](const AllocGroupCount& a, const AllocGroupCount& b) {
+    return a.label != b.label ? a.label < b.label : a.bytes < b.bytes;
+  });
+  size_t n = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (n > 0 && g[n - 1].label == g[i].label && g[n - 1].bytes == g[i].bytes) {
+      g[n - 1].count += g[i].count;
+      continue;
+    }
+    g[n++] = g[i];
+  }
+  g.resize(n);
+  ag.groups = std::move(g);
   if (opt_.keep_lifetimes) run->lifetimes = std::move(lts_);
   if (opt_.keep_event_index) {
     run->position_ts = std::move(position_ts_);

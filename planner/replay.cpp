@@ -198,7 +198,17 @@ void Replayer::on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos) {
   if (opt_.alloc_groups) {
     uint64_t who = index_of(r.name_id);
     if (who == 0 && r.stack_id != StackId::kNone && index_of(r.stack_id) < kGroupByStack) who = kGroupByStack | index_of(r.stack_id);
-    ++groups_[{uint64_t{index_of(r.scope_id)} << 32 | who, r.bytes}];
+    const uint64_t key = uint64_t{index_of(r.scope_id)} << 32 | who;
+    if (key != last_group_key_ || last_group_slot_ == UINT32_MAX) {
+      uint32_t& s = group_slot_[{key, 0}];
+      if (s == 0) {
+        group_keys_.push_back(key);
+        s = static_cast<uint32_t>(group_keys_.size());
+      }
+      last_group_key_ = key;
+      last_group_slot_ = s - 1;
+    }
+    groups_.add(last_group_slot_, r.bytes);
   }
   d.tl_total.sample(r.timestamp_ns, d.live_total);
   d.tl_act.sample(r.timestamp_ns, d.live_act);

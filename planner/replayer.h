@@ -131,7 +131,13 @@ class Replayer {
   std::vector<std::pair<uint32_t, uint32_t>> chain_ranges_;  // [begin, end) into chain_slots_
   std::vector<uint32_t> chain_slots_;                        // indices into scope_stats_
   std::vector<uint32_t> slot_chain_;                         // per lifetime slot: its chain index
-  PairMap groups_;  // ((scope_id << 32) | name_id, or kGroupByStack | stack_id when unnamed; bytes) -> count
+  // Allocation groups (AnalyzeOptions::alloc_groups): each (scope id << 32 | name id, or
+  // kGroupByStack | stack id when unnamed) gets a label slot; groups_ counts (slot, bytes).
+  PairMap group_slot_;                  // (that key, 0) -> 1 + slot
+  std::vector<uint64_t> group_keys_;    // slot -> that key
+  uint64_t last_group_key_ = 0;         // the last allocation's key and slot (runs of one scope and name)
+  uint32_t last_group_slot_ = UINT32_MAX;
+  GroupCounter groups_;
   Anomalies an_;
   // Bytes allocated over all devices, checked against kMaxBytes: every other byte figure of the
   // analysis (live bytes, peaks, scope counters, groups, never-freed bytes) is at most this sum,

@@ -198,12 +198,6 @@ ordered_json alloc_groups_json(const std::vector<planner::AllocGroupDelta>& v, s
   return a;
 }
 
-uint64_t group_bytes(const std::vector<planner::AllocGroupDelta>& v) {
-  uint64_t s = 0;
-  for (const auto& g : v) s += g.bytes * g.count;
-  return s;
-}
-
 }  // namespace
 
 ordered_json live_diff_json(const planner::LiveDiff& d) {
@@ -353,9 +347,9 @@ ordered_json make_comparison_json(const planner::Comparison& c, const ReportOpti
   j["scope_deltas"] = scopes;
   j["scope_deltas_omitted"] = nonzero - scopes.size();
   j["only_in_baseline"] = alloc_groups_json(c.only_in_baseline, opts.list_limit);
-  j["only_in_baseline_bytes"] = group_bytes(c.only_in_baseline);
+  j["only_in_baseline_bytes"] = c.only_in_baseline_bytes;
   j["only_in_candidate"] = alloc_groups_json(c.only_in_candidate, opts.list_limit);
-  j["only_in_candidate_bytes"] = group_bytes(c.only_in_candidate);
+  j["only_in_candidate_bytes"] = c.only_in_candidate_bytes;
   j["live_at_peak_diff"] = live_diff_json(c.live_at_peak_diff);
   return j;
 }
@@ -370,7 +364,7 @@ Result<ordered_json> make_report(const std::vector<planner::RunAnalysis>& runs, 
   doc["runs"] = arr;
 
   auto compare_named = [&](size_t b, size_t c) {
-    planner::Comparison cmp = planner::compare(runs[b], runs[c]);
+    planner::Comparison cmp = planner::compare(runs[b], runs[c], opts.list_limit);
     cmp.baseline_name = names[b];
     cmp.candidate_name = names[c];
     return make_comparison_json(cmp, opts);

@@ -114,7 +114,7 @@ void register_compare(CLI::App& app, int* exit_code) {
       warnings.push_back("A and B run different workloads (" + what + "): the changes below are the workloads' difference, "
                          "not a change of memory behaviour");
     }
-    planner::Comparison cmp = planner::compare(runs[0], runs[1]);
+    planner::Comparison cmp = planner::compare(runs[0], runs[1], args->top);  // lists only --top of each
     cmp.baseline_name = names[0];
     cmp.candidate_name = names[1];
     reports::ReportOptions ropts;

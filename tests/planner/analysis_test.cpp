@@ -503,7 +503,7 @@ TEST_CASE("category_mask: allocations of other categories and their frees are le
   CHECK(r.str(r.lifetimes[2].name_id) == "b");
   CHECK(r.lifetimes[2].alloc_index == 2);
   CHECK(r.lifetimes[2].free_index == 4);
-  for (const auto& g : r.alloc_groups) CHECK(g.name != "g");
+  for (const auto& g : r.alloc_groups.expand()) CHECK(g.name != "g");
   CHECK(names(d.live_set_at_activation_peak) == std::vector<std::string>{"a", "b"});
 
   AnalyzeOptions only_graph;
