@@ -218,12 +218,18 @@ print(('PASS' if ok else 'FAIL'), f'baseline {b} reuse {c} (pred {pc}) fixes {f}
       step bench_mla_decode 90 "$B/bench/gpu/bench_mla_decode" 64 2048 8192 16384 32768
       rc=$?; row bench_mla_decode "rc=$rc" "$(grep -E 'GB/s' "$L/bench_mla_decode.log" | tail -n 4 | tr -s ' ' | tr '\n' ';' | head -c 300)"
       python3 -c "import json; print(json.dumps({'prompt_tokens': 65536, 'output_tokens': 1})); [print(json.dumps({'prompt_tokens': 2048, 'output_tokens': 256, 'arrival_step': 4})) for _ in range(64)]" > "$L/h200.jsonl"
-      for m in ${SERVING_MODES:-baseline}; do
-        step "serving_$m" 240 "$B/src/cli/moeprof" run --backend cuda --model kimi-k2.5 --tp 4 --workload "$L/h200.jsonl" \
-          --chunked-prefill-size 16384 --mem-fraction-static 0.88 --cuda-graph-max-bs 64 --mode "$m" ${SERVING_ARGS:-} --out "$L/serving-$m"
-        rc=$?; row "serving_$m" "rc=$rc" "$(grep -E '^  (prefill|decode) ' "$L/serving_$m.log" | tr -s ' ' | tr '\n' ';' | head -c 400)"
-        cp "$L/serving-$m/report.json" "$OUT/serving-$m-report.json" 2>/dev/null
-      done ;;
+      # Each run: name, then its extra options (the router's routing, traced by CUPTI; a drawn
+      # uniform routing untraced, whose decode steps report the bytes they read at least).
+      while read -r name extra; do
+        [ -z "$name" ] && continue
+        step "serving_$name" 240 "$B/src/cli/moeprof" run --backend cuda --model kimi-k2.5 --tp 4 --workload "$L/h200.jsonl" \
+          --chunked-prefill-size 16384 --mem-fraction-static 0.88 --cuda-graph-max-bs 64 $extra --out "$L/serving-$name"
+        rc=$?; row "serving_$name" "rc=$rc" "$(grep -E '^  (prefill|decode) |reads at least' "$L/serving_$name.log" | tr -s ' ' | tr '\n' ';' | head -c 600)"
+        cp "$L/serving-$name/report.json" "$OUT/serving-$name-report.json" 2>/dev/null
+        cp "$L/serving_$name.log" "$OUT/" 2>/dev/null
+      done <<< "${SERVING_RUNS:-baseline --mode baseline
+uniform --mode baseline --routing uniform --no-cupti}"
+      ;;
     sizelaw)
       # Issue 37 on the GPU: an unmodified PyTorch program (transformers' DeepSeek-V3 MoE, small
       # random config) traced at four small prompt lengths; moeprof fit predicts the traced peak

@@ -136,6 +136,17 @@ std::string serving_summary(const RunPlanResult& r) {
                          pre ? "" : fmt::format(", {} replayed from a graph", k->graph_steps), k->max_rows,
                          format_bytes(k->peak_activation_bytes), format_exact_bytes(k->peak_activation_bytes), k->peak_step,
                          k->peak_rows, top, k->seconds / static_cast<double>(k->steps));
+      if (k->read_steps > 0) {
+        // The floor of a memory-bound step: what it must read, and the rate its wall time gives.
+        const double n = static_cast<double>(k->read_steps);
+        const double bytes = static_cast<double>(k->read_weight_bytes + k->read_kv_bytes) / n;
+        out += fmt::format("          reads at least {} per step: weights {} (routed experts {}, {:.1f} hit per MoE layer) + KV "
+                           "cache {}; {:.0f} GB/s at {:.4f} s per step\n",
+                           format_bytes(static_cast<uint64_t>(bytes)), format_bytes(k->read_weight_bytes / k->read_steps),
+                           format_bytes(k->read_expert_bytes / k->read_steps),
+                           static_cast<double>(k->experts_hit) / n / std::max<double>(1.0, static_cast<double>(s.moe_layers)),
+                           format_bytes(k->read_kv_bytes / k->read_steps), bytes / (k->read_seconds / n) / 1e9, k->read_seconds / n);
+      }
       if (!pre && k->graph_steps > 0) {
         const GraphCapture* g = nullptr;
         for (const GraphCapture& c : s.graph_captures)

@@ -150,6 +150,18 @@ struct ForwardOutput {
 };
 
 // One dense projection the forward runs: x [rows, k] @ w [n, k]^T -> [rows, n] of `out`.
+// The bytes a decode step must read from device memory at least (the floor a memory-bound step is
+// measured against): every weight it uses, once per layer that uses it (the routed experts only
+// where a row is drawn to them), and the KV cache rows its attention reads. Counted per layer also
+// where layers alias one layer's expert weights (--weights shared): each layer's kernels read them
+// again, and a layer's experts (GBs at full size) do not stay in L2.
+struct StepReads {
+  uint64_t weight_bytes = 0;   // all weights read, the routed experts included
+  uint64_t expert_bytes = 0;   // of which the routed experts (FP4 codes, block scales, global scales)
+  uint64_t kv_bytes = 0;       // latent + rope cache rows read by the attention
+  int64_t experts_hit = 0;     // distinct routed experts summed over the MoE layers
+};
+
 struct LinearShape {
   std::string name;  // the weight's name in the trace
   int64_t rows = 0, n = 0, k = 0;
@@ -185,6 +197,11 @@ class DeepseekModel {
   // The drawn routing (null with the router's own top-k) and the MoE layers' indices, in order.
   const RoutingDraw* routing_draw() const { return draw_ ? &*draw_ : nullptr; }
   const std::vector<int64_t>& moe_layers() const { return moe_layers_; }
+  // What a decode step of these rows reads at least (StepReads): needs the drawn routing
+  // (routing_draw() non-null), since the router's own top-k is known only on the device.
+  // route_keys: one per row (padded rows of a graph batch included); context: each row's
+  // positions attended (its position + 1).
+  Result<StepReads> decode_reads(const std::vector<uint64_t>& route_keys, const std::vector<int64_t>& context) const;
   // Runs only the routed-expert runner on `moe_in` (for tests of the output-buffer protocol).
   Result<Tensor> run_routed_experts_for_test(int64_t layer, const Tensor& moe_in, const Tensor& topk_ids,
                                              const Tensor& topk_weights, const Tensor& shared_out,

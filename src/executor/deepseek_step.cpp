@@ -1,6 +1,8 @@
 // One serving step of the DeepSeek-V2-family model over the paged KV pool (executor/serving.h):
 // the forward's layers, allocations and memory modes, with the step's rows instead of the
 // prefill's tokens, and attention over the pool (docs/executor.md, "Serving").
+#include <algorithm>
+
 #include "executor/deepseek_weights.h"
 
 namespace moeprof {
@@ -111,6 +113,50 @@ Result<Tensor> DeepseekModel::paged_attention(int64_t l, const std::string& scop
   MOEPROF_RETURN_IF_ERROR(op("mla_v_up", be_.mla_v_up(lat, L.kv_b, h, nope, vd, attn), {&lat}, {&attn}));
   lat.reset();
   return attn;
+}
+
+Result<StepReads> DeepseekModel::decode_reads(const std::vector<uint64_t>& route_keys,
+                                              const std::vector<int64_t>& context) const {
+  if (!draw_) return Status::bad_input("decode_reads: the router's own routing is known only on the device (use --routing)");
+  if (route_keys.size() != context.size()) return Status::bad_input("decode_reads: one context length per row");
+  const int64_t rows = static_cast<int64_t>(route_keys.size()), E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
+  StepReads r;
+  auto sum = [](std::initializer_list<const Tensor*> ts) {
+    uint64_t b = 0;
+    for (const Tensor* t : ts)
+      if (t->defined()) b += t->bytes();
+    return b;
+  };
+  // The embedding rows looked up, the final norm and the LM head.
+  r.weight_bytes = static_cast<uint64_t>(rows) * static_cast<uint64_t>(cfg_.hidden_size) * 2 + sum({&w_->final_norm, &w_->lm_head});
+  uint64_t ctx = 0;
+  for (int64_t c : context) ctx += static_cast<uint64_t>(std::max<int64_t>(c, 0));
+  const uint64_t kv_row = static_cast<uint64_t>(cfg_.kv_lora_rank + cfg_.qk_rope_head_dim) * 2;
+  std::vector<int32_t> ids(static_cast<size_t>(rows * k));
+  std::vector<char> hit(static_cast<size_t>(E));
+  for (int64_t l = 0; l < shape_.layers; ++l) {
+    const LayerWeights& L = w_->layers[static_cast<size_t>(l)];
+    r.weight_bytes += sum({&L.input_norm, &L.post_attn_norm, &L.qkv_a, &L.q_proj, &L.kv_a, &L.q_a_norm, &L.kv_a_norm, &L.q_b,
+                           &L.kv_b, &L.o_proj});
+    r.kv_bytes += ctx * kv_row;
+    if (!plans_[static_cast<size_t>(l)].moe) {
+      r.weight_bytes += sum({&L.mlp_gate_up, &L.mlp_down});
+      continue;
+    }
+    r.weight_bytes += sum({&L.gate, &L.gate_bias, &L.shared_gate_up, &L.shared_down});
+    draw_->draw(l, route_keys, ids.data());
+    std::fill(hit.begin(), hit.end(), 0);
+    int64_t n = 0;
+    for (int32_t e : ids)
+      if (e >= 0 && e < E && !hit[static_cast<size_t>(e)]) hit[static_cast<size_t>(e)] = 1, ++n;
+    // Each expert's slice of the stacked tensors (rows ordered by expert); the global scales are
+    // one f32 per expert.
+    const uint64_t per_expert = sum({&L.w13, &L.w13_scales, &L.w2, &L.w2_scales, &L.w13_gs, &L.w2_gs}) / static_cast<uint64_t>(E);
+    r.expert_bytes += static_cast<uint64_t>(n) * per_expert;
+    r.experts_hit += n;
+  }
+  r.weight_bytes += r.expert_bytes;
+  return r;
 }
 
 }  // namespace moeprof

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cmath>
 #include <memory>
 #include <tuple>
@@ -41,6 +42,12 @@ nlohmann::ordered_json kind_json(const StepKindStats& k) {
           {"worst_routing_step", k.worst_step},
           {"seconds", k.seconds},
           {"max_seconds", k.max_seconds},
+          {"reads", {{"steps", k.read_steps},
+                     {"weight_bytes", k.read_weight_bytes},
+                     {"expert_bytes", k.read_expert_bytes},
+                     {"kv_bytes", k.read_kv_bytes},
+                     {"experts_hit", k.experts_hit},
+                     {"seconds", k.read_seconds}}},
           {"live_at_peak", live}};
 }
 
@@ -185,6 +192,7 @@ Result<ServingResult> run_serving(Backend& backend, DeepseekModel& model, const 
   res.device = mem;
   res.weights_bytes = accounting.counters().current[static_cast<size_t>(Category::kWeights)];
   res.weights_shared = model.weights_shared();
+  res.moe_layers = static_cast<int64_t>(model.moe_layers().size());
   res.weights_per_layer_bytes = estimate_weight_bytes(cfg, shape).per_layer;
   res.cell_bytes = kv_cell_bytes(cfg, shape.layers);
   if (opt.page_size < 1) return Status::bad_input("--page-size must be >= 1");
@@ -319,6 +327,18 @@ Result<ServingResult> run_serving(Backend& backend, DeepseekModel& model, const 
     int64_t logit_rows = 0;
     Status st;
     const int64_t graph_bs = (!prefill && graphs) ? graphs->size_for(n) : 0;
+    std::optional<StepReads> reads;
+    if (!prefill && model.routing_draw() != nullptr) {
+      // What the step reads at least: a graph batch's padded rows are routed and computed too.
+      std::vector<uint64_t> rk(keys);
+      std::vector<int64_t> ctx(pos.begin(), pos.end());
+      for (int64_t& c : ctx) ++c;
+      rk.resize(static_cast<size_t>(std::max(graph_bs, n)), kPaddingRoutingKey);
+      ctx.resize(rk.size(), 1);
+      auto r = model.decode_reads(rk, ctx);
+      if (!r.is_ok()) return r.status();
+      reads = r.value();
+    }
     if (graph_bs > 0) {
       auto host = graphs->replay(graph_bs, ids, pos, rows, slots, keys);
       if (host.is_ok()) {
@@ -375,6 +395,14 @@ Result<ServingResult> run_serving(Backend& backend, DeepseekModel& model, const 
     kind.max_rows = std::max(kind.max_rows, n);
     kind.seconds += secs;
     kind.max_seconds = std::max(kind.max_seconds, secs);
+    if (reads) {
+      ++kind.read_steps;
+      kind.read_weight_bytes += reads->weight_bytes;
+      kind.read_expert_bytes += reads->expert_bytes;
+      kind.read_kv_bytes += reads->kv_bytes;
+      kind.experts_hit += reads->experts_hit;
+      kind.read_seconds += secs;
+    }
     std::vector<int32_t> tokens(static_cast<size_t>(logit_rows));
     for (int64_t i = 0; i < logit_rows; ++i)
       tokens[static_cast<size_t>(i)] =

@@ -60,6 +60,11 @@ struct StepKindStats {
   uint64_t peak_activation_worst_bytes = 0;
   int64_t worst_step = -1;
   double seconds = 0, max_seconds = 0;   // wall time per step, to its tokens on the host
+  // Decode steps with a drawn routing (--routing): the bytes they read at least (StepReads), summed
+  // over read_steps steps, and those steps' wall time.
+  int64_t read_steps = 0, experts_hit = 0;
+  uint64_t read_weight_bytes = 0, read_expert_bytes = 0, read_kv_bytes = 0;
+  double read_seconds = 0;
 };
 
 // The activation bytes live during each step kind and what is live at each kind's highest point,
@@ -100,6 +105,7 @@ struct ServingResult {
   uint64_t graph_pool_bytes = 0, graph_input_bytes = 0;
   std::vector<GraphCapture> graph_captures;  // ascending batch size
   StepKindStats prefill, decode;
+  int64_t moe_layers = 0;                     // MoE layers of the model (StepKindStats::experts_hit per layer)
   std::vector<std::vector<int32_t>> outputs;  // generated tokens per request
   std::vector<OccupancySample> occupancy;     // the scheduler's own counts, after every change
   int64_t peak_tokens_used = 0;

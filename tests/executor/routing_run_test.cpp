@@ -9,10 +9,14 @@
 
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
 #include <sstream>
 
 #include "core/trace_io.h"
 #include "executor/backends.h"
+#include "executor/deepseek_model.h"
 #include "executor/graph_runner.h"
 #include "executor/run.h"
 #include "model/config.h"
@@ -238,4 +242,108 @@ TEST_CASE("routing runs - serving with a drawn routing: decode graphs take the w
   }
   CHECK(eager.serving->prefill.peak_activation_worst_bytes > eager.serving->prefill.peak_activation_bytes);
   CHECK(graph.accounting.peak_activation_worst >= graph.accounting.peak_activation);
+}
+
+TEST_CASE("routing runs - a decode step's reads count each hit expert once per MoE layer, on the CPU and the meta backend", "[executor][routing][serving]") {
+  auto cfg = resolve_model_config("tiny");
+  REQUIRE(cfg.is_ok());
+  auto shape = make_rank_shape(*cfg, 37, 1, 0, 0);
+  REQUIRE(shape.is_ok());
+  std::mt19937_64 rng(0xDEC0DE);
+  for (const char* backend : {"cpu", "meta"}) {
+    auto be = std::string(backend) == "cpu" ? make_cpu_backend() : make_meta_backend();
+    ModelOptions opt;
+    opt.paged_kv = true;
+    opt.rope_positions = 512;
+    opt.routing = *parse_routing("zipf:1.1");
+    auto model = DeepseekModel::create(*be, *cfg, *shape, MemoryMode::kBaseline, opt);
+    REQUIRE(model.is_ok());
+    const DeepseekModel& m = **model;
+    REQUIRE(m.routing_draw() != nullptr);
+    for (int64_t rows : {1, 5, 13}) {
+      INFO(backend << ", " << rows << " rows");
+      std::vector<uint64_t> keys;
+      std::vector<int64_t> ctx;
+      uint64_t ctx_sum = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        keys.push_back(routing_key(rng() % 50, rng() % 400));
+        ctx.push_back(static_cast<int64_t>(1 + rng() % 300));
+        ctx_sum += static_cast<uint64_t>(ctx.back());
+      }
+      auto reads = m.decode_reads(keys, ctx);
+      REQUIRE(reads.is_ok());
+      // Independently: every weight tensor once per layer, the embedding by its rows, each MoE
+      // layer's experts by the share of distinct experts its rows are drawn to.
+      uint64_t want = 0, want_experts = 0;
+      int64_t want_hit = 0;
+      std::map<int64_t, int64_t> hit_of_layer;
+      for (int64_t l : m.moe_layers()) {
+        std::vector<int32_t> ids(static_cast<size_t>(rows * kK));
+        m.routing_draw()->draw(l, keys, ids.data());
+        hit_of_layer[l] = static_cast<int64_t>(std::set<int32_t>(ids.begin(), ids.end()).size());
+        want_hit += hit_of_layer[l];
+      }
+      for (const auto& [name, t] : m.named_weights()) {
+        if (!t.defined() || name == "rope.cos_sin") continue;
+        if (name == "model.embed_tokens.weight") {
+          want += static_cast<uint64_t>(rows * kH * 2);
+          continue;
+        }
+        if (name.find(".mlp.experts.") != std::string::npos) {
+          const int64_t l = std::stoll(name.substr(std::string("model.layers.").size()));
+          const uint64_t part = t.bytes() / kE * static_cast<uint64_t>(hit_of_layer.at(l));
+          CHECK(t.bytes() % kE == 0);
+          want_experts += part;
+          want += part;
+          continue;
+        }
+        want += t.bytes();
+      }
+      CHECK(reads->experts_hit == want_hit);
+      CHECK(reads->expert_bytes == want_experts);
+      CHECK(reads->weight_bytes == want);
+      CHECK(reads->kv_bytes == static_cast<uint64_t>(shape->layers) * ctx_sum * static_cast<uint64_t>(cfg->kv_lora_rank + cfg->qk_rope_head_dim) * 2);
+      CHECK(want_hit > static_cast<int64_t>(m.moe_layers().size()));  // more than one expert per layer was hit
+    }
+  }
+  // The router's own routing is known only on the device: no floor.
+  auto be = make_meta_backend();
+  ModelOptions opt;
+  opt.paged_kv = true;
+  auto model = DeepseekModel::create(*be, *cfg, *shape, MemoryMode::kBaseline, opt);
+  REQUIRE(model.is_ok());
+  CHECK_FALSE((*model)->decode_reads({1}, {1}).is_ok());
+}
+
+TEST_CASE("routing runs - a serving run with a drawn routing reports what its decode steps read", "[executor][routing][serving]") {
+  for (const char* routing : {"uniform", "router"}) {
+    auto be = make_meta_backend();
+    RunPlan plan = plan_of(std::string("reads_") + routing, routing, MoeRows::kBound, 100);
+    ServingOptions so;
+    so.workload = "synthetic:5,3-20,2-9,3";
+    so.chunked_prefill_size = 16;
+    so.kv_tokens = 160;
+    so.cuda_graph_bs = {1, 2, 4};
+    plan.serving = so;
+    auto r = execute_run_plan(*be, plan);
+    REQUIRE(r.is_ok());
+    const ServingResult& s = *r->modes[0].serving;
+    INFO(routing);
+    CHECK(s.prefill.read_steps == 0);
+    if (std::string(routing) == "router") {
+      CHECK(s.decode.read_steps == 0);
+      CHECK(s.decode.read_weight_bytes == 0);
+      continue;
+    }
+    REQUIRE(s.decode.steps > 3);
+    CHECK(s.decode.read_steps == s.decode.steps);
+    CHECK(s.decode.read_expert_bytes > 0);
+    CHECK(s.decode.read_weight_bytes > s.decode.read_expert_bytes);
+    CHECK(s.decode.read_kv_bytes > 0);
+    CHECK(s.decode.experts_hit >= s.decode.steps * kMoeLayers);
+    CHECK(s.decode.read_seconds <= s.decode.seconds);
+    auto j = nlohmann::json::parse(s.summary_json());
+    CHECK(j["step_kinds"]["decode"]["reads"]["weight_bytes"].get<uint64_t>() == s.decode.read_weight_bytes);
+    CHECK(j["step_kinds"]["decode"]["reads"]["steps"].get<int64_t>() == s.decode.steps);
+  }
 }
