@@ -3,6 +3,7 @@
 // rows; a budget solve checked by running its edge; mismatched programs and bad input refused.
 #include <catch2/catch.hpp>
 
+#include <cctype>
 #include <filesystem>
 #include <map>
 
@@ -18,13 +19,17 @@ using moeprof::testing::run_cli;
 namespace {
 
 // One baseline run of the tiny model on the CPU at `tokens`; its trace path (cached per size).
-std::string tiny_trace(int64_t tokens, const std::string& backend = "cpu", const std::string& model = "tiny") {
+std::string tiny_trace(int64_t tokens, const std::string& backend = "cpu", const std::string& model = "tiny",
+                       const std::string& extra = "") {
   static std::map<std::string, std::string> done;
-  const std::string key = backend + model + std::to_string(tokens);
+  std::string tag = extra;
+  for (char& c : tag)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  const std::string key = backend + model + std::to_string(tokens) + tag;
   if (auto it = done.find(key); it != done.end()) return it->second;
   const fs::path dir = moeprof::testing::temp_dir("fit_cli_" + key);
   auto r = run_cli("run --backend " + backend + " --model " + model + " --tokens " + std::to_string(tokens) +
-                   " --mode baseline --quiet --out '" + dir.string() + "'");
+                   " --mode baseline --quiet " + extra + " --out '" + dir.string() + "'");
   INFO(r.err);
   REQUIRE(r.rc == 0);
   return done[key] = (dir / "baseline.mtrace").string();
@@ -140,4 +145,32 @@ TEST_CASE("moeprof fit refuses other programs and bad variables in one line", "[
   auto at = run_cli("fit" + traces({140, 200}) + " --at context=5");
   CHECK(at.rc == 2);
   CHECK(moeprof::testing::count_lines(at.err) == 1);
+}
+
+TEST_CASE("moeprof fit on routed rows: the worst routing follows exact laws within one residue of the tile", "[cli][fit][routing]") {
+  auto routed = [](std::initializer_list<int64_t> sizes, const std::string& routing) {
+    std::string s;
+    for (int64_t t : sizes) s += " '" + tiny_trace(t, "meta", "tiny", "--routing " + routing + " --moe-rows routed") + "'";
+    return s;
+  };
+  // Under the worst routing of the router's capacity, an expert's padded rows are a law of the
+  // tokens only among sizes of one residue: the worst puts tile-1 padding rows on every expert
+  // only where T*k - E is a multiple of the tile (tiny: k 2, E 8, tile 64 from T = 132 on, so
+  // T = 4 mod 32). Sizes of that residue give confirmed laws and the peak of such a size to the
+  // byte; sizes of mixed residues leave the laws unconfirmed, and the prediction says so.
+  const auto worst = analysed(tiny_trace(996, "meta", "tiny", "--routing worst --moe-rows routed"));
+  auto w = run_cli("fit" + routed({164, 228, 292, 356}, "worst") + " --at tokens=996 --json");
+  INFO(w.err);
+  REQUIRE(w.rc == 0);
+  const auto jw = nlohmann::json::parse(w.out);
+  CHECK(jw["predictions"][0]["peak_activation_bytes"].get<uint64_t>() == worst.peak_activation_bytes);
+  CHECK(jw["predictions"][0]["bounded"] == false);
+  CHECK(jw["predictions"][0]["unconfirmed"] == false);
+  CHECK(law(jw, "layer.1/moe/experts/gemm2_out")["formula"] == "1,024 * T + 258,048");  // (2 T + 8 x 63) x 256 x 2 B
+  auto mixed = run_cli("fit" + routed({143, 211, 307, 401}, "worst") + " --at tokens=996 --json");
+  REQUIRE(mixed.rc == 0);
+  CHECK(nlohmann::json::parse(mixed.out)["predictions"][0]["unconfirmed"] == true);
+  // The worst routing bounds a drawn one at the same size.
+  const auto drawn = analysed(tiny_trace(996, "meta", "tiny", "--routing zipf:1.3 --moe-rows routed"));
+  CHECK(drawn.peak_activation_bytes <= worst.peak_activation_bytes);
 }
