@@ -6,7 +6,7 @@
 # is printed last and saved as $OUT/summary.txt.
 #   usage: OUT=dir scripts/device_all.sh [steps...]
 #          (steps: ops model seed trace bench seed-nocupti ncu models oom hf snapshot sanitizer gemm-sanitizer
-#           tp2 symm serving sizelaw)
+#           tp2 symm serving sizelaw routing)
 set -u
 B=${B:-build-gpu}
 OUT=${OUT:-$PWD/device-logs}
@@ -230,6 +230,21 @@ print(('PASS' if ok else 'FAIL'), f'baseline {b} reuse {c} (pred {pc}) fixes {f}
       done <<< "${SERVING_RUNS:-baseline --mode baseline
 uniform --mode baseline --routing uniform --no-cupti}"
       ;;
+    routing)
+      # --routing on the GPU: the CUDA backend allocates what the meta backend does for the same
+      # drawn routing with routed rows (Kimi-K2.5, 4 layers, 2,053 tokens, TP=4 shapes).
+      for be in cuda meta; do
+        step "routing_$be" 120 "$B/src/cli/moeprof" run --backend "$be" --model kimi-k2.5 --tp 4 --layers 4 --tokens 2053 \
+          --routing zipf:1.2 --moe-rows routed --mode all --no-cupti --quiet --out "$L/routing-$be"
+      done
+      res=$(python3 - "$L/routing-cuda/report.json" "$L/routing-meta/report.json" <<'PY' 2>&1
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+ra = {r["name"]: r["peak_activation_bytes"] for r in a["runs"]}; rb = {r["name"]: r["peak_activation_bytes"] for r in b["runs"]}
+print(("PASS" if ra == rb else "FAIL"), "cuda", ra, "meta", rb)
+PY
+)
+      row routing_gpu "${res%% *}" "${res#* }" ;;
     sizelaw)
       # Issue 37 on the GPU: an unmodified PyTorch program (transformers' DeepSeek-V3 MoE, small
       # random config) traced at four small prompt lengths; moeprof fit predicts the traced peak
