@@ -99,6 +99,18 @@ std::string serving_markdown(const ordered_json& run) {
     out += fmt::format("\nA replayed decode step allocates nothing: its tensors live in the CUDA graph pool, at most {} at once "
                        "(during the capture of batch size {}).\n",
                        bytes_cell(json_u64(dec, "graph_live_peak_bytes")), json_u64(dec, "graph_live_peak_bs"));
+  if (dec.contains("reads") && json_u64(dec["reads"], "steps") > 0) {
+    // The floor of a memory-bound decode step (a drawn routing says which experts it reads).
+    const ordered_json& r = dec["reads"];
+    const double n = static_cast<double>(json_u64(r, "steps"));
+    const uint64_t w = json_u64(r, "weight_bytes"), kv = json_u64(r, "kv_bytes");
+    const double secs = r.value("seconds", 0.0);
+    out += fmt::format("\nA decode step reads at least {} per step: weights {} (routed experts {}) and KV cache rows {}; "
+                       "at its wall time, {:.0f} GB/s.\n",
+                       bytes_cell(static_cast<uint64_t>(double(w + kv) / n)), bytes_cell(static_cast<uint64_t>(double(w) / n)),
+                       bytes_cell(static_cast<uint64_t>(double(json_u64(r, "expert_bytes")) / n)),
+                       bytes_cell(static_cast<uint64_t>(double(kv) / n)), secs > 0 ? double(w + kv) / secs / 1e9 : 0.0);
+  }
   for (const char* k : kKinds) {
     const ordered_json& st = s["step_kinds"][k];
     if (json_u64(st, "steps") == 0 || st["live_at_peak"].empty()) continue;
