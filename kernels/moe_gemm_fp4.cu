@@ -1,11 +1,23 @@
-// The grouped FP4 GEMMs' launcher: checks the arguments, picks the path (Fp4GemmPath, the weight
-// layout, the device) and calls the kernels of its translation unit (moe_gemm_fp4_paths.cuh lists
-// them), falling back as moe_gemm_fp4.cuh describes; and the weight packing for the tiled layouts.
+// The grouped FP4 GEMMs (kernels/moe_gemm_fp4.cuh): the kernels, in the parts included below, and
+// their host side: argument checks, path choice and fallbacks, launches, the gemm2 TMA output map
+// and the weight packing for the tiled layouts. The parts are included in the order of their
+// definitions, as one translation unit, so that nvcc compiles each kernel to the same machine code
+// as the single file they come from (docs/kernels.md, "SASS of the parts").
 #include "kernels/moe_gemm_fp4.cuh"
 
-#include "kernels/moe_gemm_fp4_device.cuh"
+#include "kernels/common/fp4_tiled.h"
+#include "kernels/fp4_quant.cuh"
 
+#include <cuda.h>
 #include <cudaTypedefs.h>
+
+#include <type_traits>
+
+#include "kernels/moe_gemm_fp4_ref.cuh"      // kLegacy: moe_gemm_fp4_kernel; silu_f32
+#include "kernels/moe_gemm_fp4_device.cuh"   // v2: tile constants, Args, device helpers
+#include "kernels/moe_gemm_fp4_ws.cuh"       // v2: the warp-specialized pipeline (sm_90a)
+#include "kernels/moe_gemm_fp4_tiled.cuh"    // v2: tiled_kernel (variants 0-6, 9)
+#include "kernels/moe_gemm_fp4_persist.cuh"  // v2: persist_kernel, persist_rs_kernel
 
 namespace moeprof::kern {
 namespace {
@@ -20,6 +32,113 @@ bool aligned(const void* ptr, int64_t ld, int a) {
 bool supported(const Args& p) {
   return p.K % BK == 0 && p.K > 0 && aligned(p.a, p.ld_a, 8) && aligned(p.w, p.ld_w, 8) && aligned(p.a_sc, p.ld_a_sc, 4) &&
          aligned(p.w_sc, p.ld_w_sc, 4) && p.P < (int64_t{1} << 31);
+}
+
+// Opts the kernel into its 150 KiB of dynamic shared memory; false (error cleared) where the device
+// cannot give that much. Called before every launch (cheap, host side; the attribute is per context).
+template <bool kGemm1, int kVar>
+bool smem_ok() {
+  if (cudaFuncSetAttribute(tiled_kernel<kGemm1, kVar>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           smem_bytes<kGemm1, kVar>()) == cudaSuccess)
+    return true;
+  (void)cudaGetLastError();
+  return false;
+}
+
+template <bool kGemm1, int kVar>
+cudaError_t launch(Args p, cudaStream_t stream) {
+  if (p.P <= 0 || p.N <= 0) return cudaSuccess;
+  constexpr int kCols = kGemm1 ? kCols1 : kCols2;
+  constexpr int kNPer = n_per<kGemm1, kVar>();
+  const int64_t nt = (p.N + kCols - 1) / kCols;
+  const int64_t grid_m = (p.P + BM - 1) / BM + p.E;
+  const int64_t n_groups = (nt + kNPer - 1) / kNPer;
+  if (grid_m * n_groups >= (int64_t{1} << 31)) return cudaErrorInvalidConfiguration;
+  p.grid_m = static_cast<int>(grid_m);
+  p.n_groups = static_cast<int>(n_groups);
+  tiled_kernel<kGemm1, kVar><<<static_cast<unsigned>(grid_m * n_groups), kVar >= 4 ? kThreads + kProducers : kThreads,
+                               smem_bytes<kGemm1, kVar>(), stream>>>(p);
+  return last_launch_error();
+}
+
+// kWgmmaPersist's gemm2 output as a TMA tensor map: bf16 [P][N] (row stride ld_out), 16 x 64-element
+// boxes with the 128-byte swizzle (store_out_tile_tma_k). False (the kernel then stores with
+// st.global as the other paths do) where the driver lacks cuTensorMapEncodeTiled or the output is
+// not 16-byte aligned with 16-byte row strides.
+bool make_out_map(const Args& p, CUtensorMap& m) {
+  using Encode = PFN_cuTensorMapEncodeTiled_v12000;
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return Encode{nullptr};
+    }
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (encode == nullptr || !p.vec16_out || p.P >= (int64_t{1} << 31)) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.N), static_cast<cuuint64_t>(p.P)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.ld_out) * 2};
+  const cuuint32_t box[2] = {64, 16}, ones[2] = {1, 1};
+  return encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.out, dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// kWgmmaPersist (variant 7) / kWgmmaPersistRA (variant 8, kResA): one CTA per SM, each walking its
+// share of the work items.
+template <bool kGemm1, bool kResA, bool kTW = false>
+bool persist_smem_ok() {
+  if (cudaFuncSetAttribute(persist_kernel<kGemm1, kResA, kTW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           persist_smem_bytes()) == cudaSuccess)
+    return true;
+  (void)cudaGetLastError();
+  return false;
+}
+template <bool kGemm1, bool kResA, bool kTW = false>
+cudaError_t persist_launch(Args p, cudaStream_t stream) {
+  if (p.P <= 0 || p.N <= 0) return cudaSuccess;
+  constexpr int kCols = kGemm1 ? kCols1 : kCols2;
+  constexpr int kNPer = n_per<kGemm1, 5>();
+  const int64_t nt = (p.N + kCols - 1) / kCols;
+  p.n_groups = static_cast<int>((nt + kNPer - 1) / kNPer);
+  p.grid_m = 0;  // (unused: the kernel counts the row tiles)
+  if (((p.P + BM - 1) / BM + p.E) * p.n_groups >= (int64_t{1} << 31)) return cudaErrorInvalidConfiguration;
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      sms <= 0) {
+    (void)cudaGetLastError();
+    return cudaErrorInvalidDevice;
+  }
+  CUtensorMap out_map{};
+  p.tma_out = !kGemm1 && make_out_map(p, out_map);
+  persist_kernel<kGemm1, kResA, kTW>
+      <<<static_cast<unsigned>(sms), kThreads + kProducers, persist_smem_bytes(), stream>>>(p, out_map);
+  return last_launch_error();
+}
+
+// Variant 13 (persist_rs_kernel): one CTA per SM, like persist_launch.
+bool persist_rs_smem_ok() {
+  if (cudaFuncSetAttribute(persist_rs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, persist_rs_smem_bytes()) ==
+      cudaSuccess)
+    return true;
+  (void)cudaGetLastError();
+  return false;
+}
+cudaError_t persist_rs_launch(Args p, cudaStream_t stream) {
+  if (p.P <= 0 || p.N <= 0) return cudaSuccess;
+  const int64_t nt = p.N / kCols1;
+  p.n_groups = static_cast<int>(nt);
+  p.grid_m = 0;  // (unused: the kernel counts the row tiles)
+  if (((p.P + BM - 1) / BM + p.E) * nt >= (int64_t{1} << 31)) return cudaErrorInvalidConfiguration;
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      sms <= 0) {
+    (void)cudaGetLastError();
+    return cudaErrorInvalidDevice;
+  }
+  persist_rs_kernel<<<static_cast<unsigned>(sms), kThreads + kProducers, persist_rs_smem_bytes(), stream>>>(p);
+  return last_launch_error();
 }
 
 // kWgmma (variant 3) runs only where the kernels were built for sm_90a (MOEPROF_HAVE_SM90A, set by
@@ -45,32 +164,32 @@ template <bool kGemm1>
 bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
   if (!supported(p)) return false;
   switch (var) {
-    case 0: if (!fp4gemm::tiled_smem_ok<kGemm1, 0>()) return false; err = fp4gemm::tiled_launch<kGemm1, 0>(p, stream); return true;
-    case 1: if (!fp4gemm::tiled_smem_ok<kGemm1, 1>()) return false; err = fp4gemm::tiled_launch<kGemm1, 1>(p, stream); return true;
-    case 2: if (!fp4gemm::tiled_smem_ok<kGemm1, 2>()) return false; err = fp4gemm::tiled_launch<kGemm1, 2>(p, stream); return true;
-    case 3: if (!wgmma_ok() || !fp4gemm::tiled_smem_ok<kGemm1, 3>()) return false; err = fp4gemm::tiled_launch<kGemm1, 3>(p, stream); return true;
-    case 4: if (!wgmma_ok() || !fp4gemm::tiled_smem_ok<kGemm1, 4>()) return false; err = fp4gemm::tiled_launch<kGemm1, 4>(p, stream); return true;
-    case 5: if (!wgmma_ok() || !fp4gemm::tiled_smem_ok<kGemm1, 5>()) return false; err = fp4gemm::tiled_launch<kGemm1, 5>(p, stream); return true;
+    case 0: if (!smem_ok<kGemm1, 0>()) return false; err = launch<kGemm1, 0>(p, stream); return true;
+    case 1: if (!smem_ok<kGemm1, 1>()) return false; err = launch<kGemm1, 1>(p, stream); return true;
+    case 2: if (!smem_ok<kGemm1, 2>()) return false; err = launch<kGemm1, 2>(p, stream); return true;
+    case 3: if (!wgmma_ok() || !smem_ok<kGemm1, 3>()) return false; err = launch<kGemm1, 3>(p, stream); return true;
+    case 4: if (!wgmma_ok() || !smem_ok<kGemm1, 4>()) return false; err = launch<kGemm1, 4>(p, stream); return true;
+    case 5: if (!wgmma_ok() || !smem_ok<kGemm1, 5>()) return false; err = launch<kGemm1, 5>(p, stream); return true;
     case 6:  // the consumers' 16-byte A code loads
-      if (!wgmma_ok() || !aligned(p.a, p.ld_a, 16) || !fp4gemm::tiled_smem_ok<kGemm1, 6>()) return false;
-      err = fp4gemm::tiled_launch<kGemm1, 6>(p, stream);
+      if (!wgmma_ok() || !aligned(p.a, p.ld_a, 16) || !smem_ok<kGemm1, 6>()) return false;
+      err = launch<kGemm1, 6>(p, stream);
       return true;
-    case 7: if (!wgmma_ok() || !fp4gemm::persist_smem_ok<kGemm1, false>()) return false; err = fp4gemm::persist_launch<kGemm1, false>(p, stream); return true;
+    case 7: if (!wgmma_ok() || !persist_smem_ok<kGemm1, false>()) return false; err = persist_launch<kGemm1, false>(p, stream); return true;
     case 9:  // kWgmmaWsRs on tiled weights (gemm1 only): 16-byte code / 8-byte scale loads of the blocks
       if constexpr (kGemm1) {
         if (!wgmma_ok() || !aligned(p.a, p.ld_a, 16) || !gemm1_tiled_ok(p.K, p.N) || !aligned(p.w, 16, 16) ||
-            !aligned(p.w_sc, 8, 8) || !fp4gemm::tiled_smem_ok<true, 9>())
+            !aligned(p.w_sc, 8, 8) || !smem_ok<true, 9>())
           return false;
-        err = fp4gemm::tiled_launch<true, 9>(p, stream);
+        err = launch<true, 9>(p, stream);
         return true;
       }
       return false;
     case 13:  // variant 9 as a persistent kernel (gemm1 only, tiled weights)
       if constexpr (kGemm1) {
         if (!wgmma_ok() || !aligned(p.a, p.ld_a, 16) || !gemm1_tiled_ok(p.K, p.N) || !aligned(p.w, 16, 16) ||
-            !aligned(p.w_sc, 8, 8) || !fp4gemm::persist_rs_smem_ok())
+            !aligned(p.w_sc, 8, 8) || !persist_rs_smem_ok())
           return false;
-        err = fp4gemm::persist_rs_launch(p, stream);
+        err = persist_rs_launch(p, stream);
         return true;
       }
       return false;
@@ -79,12 +198,12 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
       if constexpr (!kGemm1) {
         if (!wgmma_ok() || !gemm2_tiled_ok(p.K, p.N) || !aligned(p.w, 16, 16) || !aligned(p.w_sc, 8, 8)) return false;
         if (var == 11 && p.K <= kRaMaxK) {
-          if (!fp4gemm::persist_smem_ok<false, true, true>()) return false;
-          err = fp4gemm::persist_launch<false, true, true>(p, stream);
+          if (!persist_smem_ok<false, true, true>()) return false;
+          err = persist_launch<false, true, true>(p, stream);
           return true;
         }
-        if (!fp4gemm::persist_smem_ok<false, false, true>()) return false;
-        err = fp4gemm::persist_launch<false, false, true>(p, stream);
+        if (!persist_smem_ok<false, false, true>()) return false;
+        err = persist_launch<false, false, true>(p, stream);
         return true;
       }
       return false;
@@ -92,13 +211,13 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
       // Resident A tiles: gemm2 with K <= kRaMaxK; elsewhere (gemm1, larger K) the kWgmmaPersist layout.
       if constexpr (!kGemm1) {
         if (p.K <= kRaMaxK) {
-          if (!wgmma_ok() || !fp4gemm::persist_smem_ok<false, true>()) return false;
-          err = fp4gemm::persist_launch<false, true>(p, stream);
+          if (!wgmma_ok() || !persist_smem_ok<false, true>()) return false;
+          err = persist_launch<false, true>(p, stream);
           return true;
         }
       }
-      if (!wgmma_ok() || !fp4gemm::persist_smem_ok<kGemm1, false>()) return false;
-      err = fp4gemm::persist_launch<kGemm1, false>(p, stream);
+      if (!wgmma_ok() || !persist_smem_ok<kGemm1, false>()) return false;
+      err = persist_launch<kGemm1, false>(p, stream);
       return true;
   }
 }
@@ -128,8 +247,17 @@ int variant_of(Fp4GemmPath path, bool gemm1) {
 
 bool aligned8(const void* ptr, int64_t ld) { return (reinterpret_cast<uintptr_t>(ptr) % 8 == 0) && (ld % 8 == 0); }
 
-}  // namespace
+template <bool kGemm1>
+cudaError_t launch(const GemmArgs& p, cudaStream_t stream) {
+  if (p.P <= 0 || p.N <= 0) return cudaSuccess;
+  const int n_per_block = kGemm1 ? kBN / 2 : kBN;
+  const dim3 grid(ceil_div_u(p.P, kBM), ceil_div_u(p.N, n_per_block));
+  if (grid.y > 65535) return cudaErrorInvalidConfiguration;
+  moe_gemm_fp4_kernel<kGemm1><<<grid, kThreads, 0, stream>>>(p);
+  return last_launch_error();
+}
 
+}  // namespace
 
 cudaError_t launch_moe_gemm1_fp4(const uint8_t* a, int64_t ld_a, const uint8_t* a_scales, int64_t ld_a_scales,
                                  float a_gs, const uint8_t* w13, int64_t ld_w, const uint8_t* w13_scales,
@@ -175,13 +303,13 @@ cudaError_t launch_moe_gemm1_fp4(const uint8_t* a, int64_t ld_a, const uint8_t* 
     if (v2::try_launch<true>(t, 2, stream, err)) return err;
     if (v2::try_launch<true>(t, 0, stream, err)) return err;
   }
-  fp4gemm::LegacyParams p{};
+  GemmArgs p{};
   p.a = a; p.ld_a = ld_a; p.a_sc = a_scales; p.ld_a_sc = ld_a_scales; p.a_gs = a_gs;
   p.w = w13; p.ld_w = ld_w; p.w_sc = w13_scales; p.ld_w_sc = ld_w_scales; p.w_gs = w13_gs;
   p.offsets = offsets; p.p2t = permuted_to_token; p.P = P; p.E = static_cast<int>(E);
   p.K = static_cast<int>(H); p.N = static_cast<int>(I);
   p.out_gs = out_gs; p.out_q = out; p.ld_out_q = ld_out; p.out_sc = out_scales; p.ld_out_sc = ld_out_scales;
-  return fp4gemm::legacy_launch<true>(p, stream);
+  return launch<true>(p, stream);
 }
 
 cudaError_t launch_moe_gemm2_fp4(const uint8_t* h, int64_t ld_h, const uint8_t* h_scales, int64_t ld_h_scales,
@@ -221,14 +349,14 @@ cudaError_t launch_moe_gemm2_fp4(const uint8_t* h, int64_t ld_h, const uint8_t* 
     if (v2::try_launch<false>(t, 2, stream, err)) return err;
     if (v2::try_launch<false>(t, 0, stream, err)) return err;
   }
-  fp4gemm::LegacyParams p{};
+  GemmArgs p{};
   p.a = h; p.ld_a = ld_h; p.a_sc = h_scales; p.ld_a_sc = ld_h_scales; p.a_gs = h_gs;
   p.w = w2; p.ld_w = ld_w; p.w_sc = w2_scales; p.ld_w_sc = ld_w_scales; p.w_gs = w2_gs;
   p.offsets = offsets; p.p2t = permuted_to_token; p.P = P; p.E = static_cast<int>(E);
   p.K = static_cast<int>(I); p.N = static_cast<int>(H);
   p.out = out; p.ld_out = ld_out;
   p.vec_out = reinterpret_cast<uintptr_t>(out) % 16 == 0 && ld_out % 8 == 0;
-  return fp4gemm::legacy_launch<false>(p, stream);
+  return launch<false>(p, stream);
 }
 
 namespace {
@@ -259,12 +387,12 @@ cudaError_t pack_tiled(const uint8_t* w, int64_t ld_w, const uint8_t* w_sc, int6
 }  // namespace
 
 bool gemm1_tiled_supported(int64_t H, int64_t I) {
-  return gemm1_tiled_ok(H, I) && v2::wgmma_ok() && (fp4gemm::persist_rs_smem_ok() || fp4gemm::tiled_smem_ok<true, 9>());
+  return gemm1_tiled_ok(H, I) && v2::wgmma_ok() && (v2::persist_rs_smem_ok() || v2::smem_ok<true, 9>());
 }
 
 bool gemm2_tiled_supported(int64_t I, int64_t H) {
-  return gemm2_tiled_ok(I, H) && v2::wgmma_ok() && fp4gemm::persist_smem_ok<false, false, true>() &&
-         (I > v2::kRaMaxK || fp4gemm::persist_smem_ok<false, true, true>());
+  return gemm2_tiled_ok(I, H) && v2::wgmma_ok() && v2::persist_smem_ok<false, false, true>() &&
+         (I > v2::kRaMaxK || v2::persist_smem_ok<false, true, true>());
 }
 
 cudaError_t launch_pack_gemm1_weights_tiled(const uint8_t* w13, int64_t ld_w, const uint8_t* w13_scales,

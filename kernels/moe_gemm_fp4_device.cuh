@@ -1,31 +1,13 @@
-// Internal to the grouped FP4 GEMMs: the device helpers shared by the tiled, wgmma and persistent
-// paths (tile constants, PTX wrappers, e2m1/e4m3 dequantization to fp16, SiLU, the output
-// epilogues and the gemm1 requantization, the XOR swizzles of the shared tiles). Everything is
-// inline (forceinline device functions, constexpr values) in an anonymous namespace: each
-// translation unit that includes it has its own copy, with no state to share.
+// The tile constants, argument struct (v2::Args) and device helpers shared by the tiled, wgmma and
+// persistent paths of the grouped FP4 GEMMs: PTX wrappers, e2m1/e4m3 dequantization to fp16, the
+// output epilogues and the gemm1 requantization, the XOR swizzles of the shared tiles.
+// A part of kernels/moe_gemm_fp4.cu, which includes the parts in the order of their definitions: the
+// FP4 GEMMs are one translation unit (docs/kernels.md, "SASS of the parts"). Not for other files.
 #pragma once
-#include "kernels/moe_gemm_fp4_paths.cuh"
-
-#include "kernels/common/fp4_tiled.h"
-#include "kernels/fp4_quant.cuh"
-
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
-#include <type_traits>
+#include "kernels/moe_gemm_fp4_ref.cuh"  // (silu_f32)
 
 namespace moeprof::kern {
 namespace {
-
-// silu(x) = x / (1 + e^-x) in fp32, as the tiled kernels' gemm1 epilogues compute it (every path
-// but kLegacy): e^-x by the SFU's exp2 (__expf) and the division by its reciprocal (__fdividef,
-// which gives 0 where 1 + e^-x > 2^126, i.e. x < -87.3, instead of a value under 2^-119). A few
-// instructions instead of expf's and __fdiv_rn's sequences; h = bf16(silu(gate) * up) then differs
-// from the IEEE form only where the exact value sits within the intrinsics' error (a few fp32 ulps,
-// growing with |x| for __expf) of a bf16 rounding boundary. kLegacy keeps the IEEE form, so
-// bench_moe_gemm's cross-checks of every tiled path against it measure the difference
-// (docs/performance.md). The CPU emulator of the tiled kernels supplies its own.
-__device__ __forceinline__ float silu_f32(float x) { return __fdividef(x, __fadd_rn(1.0f, __expf(-x))); }
 
 // ---- Tiled kernel (Fp4GemmPath::kTiled) -------------------------------------------------------
 // CTA tile 128 padded rows x 256 weight rows x 64 along K, 8 warps as 2 (M) x 4 (N), 64 x 64 each.
@@ -324,8 +306,16 @@ __device__ __forceinline__ void e2m1x8_to_f16x8_cvt(uint32_t w, uint32_t sh, uin
 }
 #endif
 
-// The kernels' argument: fp4gemm::Params's fields (moe_gemm_fp4_paths.cuh), nothing added.
-struct Args : fp4gemm::Params {};
+struct Args {
+  const uint8_t* a; int64_t ld_a; const uint8_t* a_sc; int64_t ld_a_sc; float a_gs;
+  const uint8_t* w; int64_t ld_w; const uint8_t* w_sc; int64_t ld_w_sc; const float* w_gs;
+  const int32_t* offsets; const int32_t* p2t; int64_t P; int E;
+  int K, N;
+  int grid_m, n_groups;
+  float out_gs; uint8_t* out_q; int64_t ld_out_q; uint8_t* out_sc; int64_t ld_out_sc; bool q_vec;  // gemm1
+  uint16_t* out; int64_t ld_out; bool vec_out; bool vec16_out;                                   // gemm2
+  bool tma_out;  // kWgmmaPersist's gemm2: the output tensor map (persist_kernel's out_map) is valid
+};
 
 // gemm2's output tile from wgmma fragments (kWgmma, and kWgmmaWs without the half staging): this
 // warp owns tile rows row_w + (g, g + 8), columns 8 j + 2 q (+1), j = 0..31 (acc[j / 8][j % 8]),
@@ -567,18 +557,6 @@ __device__ __forceinline__ void seg_of(const Args& p, int e, int64_t& s, int64_t
   s = a;
   t = b;
 }
-
-
-// kWgmmaPersistRA (gemm2 with K <= kRaMaxK): the 128 A rows of a work item stay resident as fp16 for
-// all K (KT <= 8 tiles of 128 x 64, kRaATile bytes each, the 128-byte-swizzle layout of the A half of
-// a kBufBytes tile), dequantized once, in the item's first column tile, and read by the wgmmas of all
-// its 7 column tiles; the ring holds only the 256 weight rows (kRaStages tiles of kRaBTile bytes).
-// The same 230,400 bytes as the other layout: 128 KiB A + 2 x 32 KiB B + 32 KiB output staging.
-constexpr int kRaMaxK = 512, kRaKT = kRaMaxK / BK, kRaStages = 2;
-constexpr int kRaATile = BM * BK * 2, kRaBTile = BN * BK * 2;
-static_assert(kRaKT * kRaATile + kRaStages * kRaBTile == kWsStages * kBufBytes, "resident-A layout: the same bytes");
-static_assert(kRaATile == (kPItems / 3) * (kProducers / 4) * 128 && kRaBTile == (kPItems - kPItems / 3) * (kProducers / 4) * 128,
-              "A items 0..3 fill an A tile, items 4..11 a B tile");
 
 }  // namespace v2
 }  // namespace

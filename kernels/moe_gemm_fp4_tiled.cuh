@@ -1,7 +1,8 @@
-// Internal to the grouped FP4 GEMMs: tiled_kernel<kGemm1, kVar>, the one kernel template of the
-// mma.sync tiled path (kVar 0-2, moe_gemm_fp4_tiled.cu) and the wgmma paths (kVar 3-6 and 9,
-// moe_gemm_fp4_wgmma.cu), with its host launch. Each variant is instantiated in one of those two
-// files only (explicit instantiations of fp4gemm::tiled_smem_ok / tiled_launch at their ends).
+// tiled_kernel<kGemm1, kVar>, the kernel template of the grouped FP4 GEMMs' mma.sync tiled path
+// (kVar 0-2: kTiled, kTiledSkip, kTiledStaged) and wgmma paths (3-6: kWgmma, kWgmmaWs, kWgmmaWs2,
+// kWgmmaWsRs; 9: kWgmmaWsRs on kGemm1Tiled weights).
+// A part of kernels/moe_gemm_fp4.cu, which includes the parts in the order of their definitions: the
+// FP4 GEMMs are one translation unit (docs/kernels.md, "SASS of the parts"). Not for other files.
 #pragma once
 #include "kernels/moe_gemm_fp4_ws.cuh"
 
@@ -440,41 +441,6 @@ __global__ void __launch_bounds__(kVar >= 4 ? kThreads + kProducers : kThreads, 
 
 #pragma nv_diag_default 128
 
-// Opts the kernel into its 150 KiB of dynamic shared memory; false (error cleared) where the device
-// cannot give that much. Called before every launch (cheap, host side; the attribute is per context).
-template <bool kGemm1, int kVar>
-bool smem_ok() {
-  if (cudaFuncSetAttribute(tiled_kernel<kGemm1, kVar>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           smem_bytes<kGemm1, kVar>()) == cudaSuccess)
-    return true;
-  (void)cudaGetLastError();
-  return false;
-}
-
-template <bool kGemm1, int kVar>
-cudaError_t launch(Args p, cudaStream_t stream) {
-  if (p.P <= 0 || p.N <= 0) return cudaSuccess;
-  constexpr int kCols = kGemm1 ? kCols1 : kCols2;
-  constexpr int kNPer = n_per<kGemm1, kVar>();
-  const int64_t nt = (p.N + kCols - 1) / kCols;
-  const int64_t grid_m = (p.P + BM - 1) / BM + p.E;
-  const int64_t n_groups = (nt + kNPer - 1) / kNPer;
-  if (grid_m * n_groups >= (int64_t{1} << 31)) return cudaErrorInvalidConfiguration;
-  p.grid_m = static_cast<int>(grid_m);
-  p.n_groups = static_cast<int>(n_groups);
-  tiled_kernel<kGemm1, kVar><<<static_cast<unsigned>(grid_m * n_groups), kVar >= 4 ? kThreads + kProducers : kThreads,
-                               smem_bytes<kGemm1, kVar>(), stream>>>(p);
-  return last_launch_error();
-}
-
 }  // namespace v2
 }  // namespace
-
-namespace fp4gemm {
-template <bool kGemm1, int kVar>
-bool tiled_smem_ok() { return v2::smem_ok<kGemm1, kVar>(); }
-template <bool kGemm1, int kVar>
-cudaError_t tiled_launch(const Params& p, cudaStream_t stream) { return v2::launch<kGemm1, kVar>(v2::Args{p}, stream); }
-}  // namespace fp4gemm
-
 }  // namespace moeprof::kern

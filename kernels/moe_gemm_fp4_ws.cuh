@@ -1,7 +1,9 @@
-// Internal to the grouped FP4 GEMMs: the warp-specialized pipeline (sm_90a only) shared by the
-// wgmma paths (tiled_kernel variants 4-6 and 9) and the persistent paths: mbarriers, the producer
-// warpgroup's loads, dequantization and swizzled stores, the RS consumers' register fragments,
-// the consumers' wgmma steps and ws_body.
+// The warp-specialized pipeline (sm_90a only) of the grouped FP4 GEMMs' wgmma paths (tiled_kernel
+// variants 4-6 and 9) and persistent paths: mbarriers, the producer warpgroup's loads,
+// dequantization and swizzled stores, the RS consumers' register fragments, the consumers' wgmma
+// steps and ws_body.
+// A part of kernels/moe_gemm_fp4.cu, which includes the parts in the order of their definitions: the
+// FP4 GEMMs are one translation unit (docs/kernels.md, "SASS of the parts"). Not for other files.
 #pragma once
 #include "kernels/moe_gemm_fp4_device.cuh"
 

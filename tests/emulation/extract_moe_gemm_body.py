@@ -1,10 +1,9 @@
 #!/usr/bin/env python3
 """Extracts the host-compilable part of the tiled FP4 grouped GEMMs for the emulator.
 
-Writes the NVFP4 quantizer of kernels/fp4_quant.cuh, the kernels' argument fields
-(fp4gemm::Params of kernels/moe_gemm_fp4_paths.cuh) and the `v2` namespaces of the tiled kernel's
-headers (kernels/moe_gemm_fp4_device.cuh without its PTX helpers, moe_gemm_fp4_ws.cuh,
-moe_gemm_fp4_tiled.cuh up to its host launch; shared arrays turned into the emulator's per-CTA
+Writes the NVFP4 quantizer of kernels/fp4_quant.cuh and the `v2` namespaces of the tiled kernel's
+parts of kernels/moe_gemm_fp4.cu (kernels/moe_gemm_fp4_device.cuh without its PTX helpers,
+moe_gemm_fp4_ws.cuh, moe_gemm_fp4_tiled.cuh; shared arrays turned into the emulator's per-CTA
 buffers) to one file that tests/emulation/moe_gemm_fp4_emu.cpp includes.
   usage: extract_moe_gemm_body.py KERNELS_DIR OUT   (KERNELS_DIR: the kernels/ folder)
 """
@@ -22,11 +21,8 @@ def v2_part(path, end=None):
 def main(kdir, out):
     gemm_cu = os.path.join(kdir, 'moe_gemm_fp4_tiled.cuh')
     quant_cuh = os.path.join(kdir, 'fp4_quant.cuh')
-    paths = open(os.path.join(kdir, 'moe_gemm_fp4_paths.cuh')).read()
-    params = paths[paths.index('struct Params {'):]
-    params = 'namespace fp4gemm {\n' + params[:params.index('};') + 2] + '\n}  // namespace fp4gemm\n'
     body = (v2_part(os.path.join(kdir, 'moe_gemm_fp4_device.cuh')) + v2_part(os.path.join(kdir, 'moe_gemm_fp4_ws.cuh')) +
-            v2_part(gemm_cu, '// Opts the kernel into'))
+            v2_part(gemm_cu))
     a = body.index('__device__ __forceinline__ uint32_t smem_u32')
     b = body.index('// fp16 with the value')
     body = body[:a] + body[b:]
@@ -43,7 +39,7 @@ def main(kdir, out):
     k = q.index('__device__ __forceinline__ uint8_t nvfp4_quantize16')
     l = q.index('#endif', k)
     with open(out, 'w') as f:
-        f.write(q[k:l] + params + body)
+        f.write(q[k:l] + body)
 
 
 if __name__ == '__main__':

@@ -1,6 +1,10 @@
 // The reference path of the grouped FP4 GEMMs (Fp4GemmPath::kLegacy, and every fallback's last):
-// moe_gemm_fp4_kernel, bf16 mma.sync on LUT-dequantized operands, IEEE SiLU in gemm1.
-#include "kernels/moe_gemm_fp4_paths.cuh"
+// moe_gemm_fp4_kernel, bf16 mma.sync on LUT-dequantized operands, IEEE SiLU in gemm1; and silu_f32,
+// the SFU SiLU of the tiled paths' gemm1 epilogues.
+// A part of kernels/moe_gemm_fp4.cu, which includes the parts in the order of their definitions: the
+// FP4 GEMMs are one translation unit (docs/kernels.md, "SASS of the parts"). Not for other files.
+#pragma once
+#include "kernels/moe_gemm_fp4.cuh"
 
 #include "kernels/common/fp4_tiled.h"
 #include "kernels/fp4_quant.cuh"
@@ -21,8 +25,25 @@ constexpr int kSmemAB = (kBM + kBN) * kPitch * 2;
 constexpr int kSmemC = kBM * kCPitch * 4;
 constexpr int kSmem = kSmemAB > kSmemC ? kSmemAB : kSmemC;
 
-// The kernel's argument: fp4gemm::LegacyParams's fields (moe_gemm_fp4_paths.cuh), nothing added.
-struct GemmArgs : fp4gemm::LegacyParams {};
+struct GemmArgs {
+  const uint8_t* a; int64_t ld_a; const uint8_t* a_sc; int64_t ld_a_sc; float a_gs;
+  const uint8_t* w; int64_t ld_w; const uint8_t* w_sc; int64_t ld_w_sc; const float* w_gs;
+  const int32_t* offsets; const int32_t* p2t; int64_t P; int E;
+  int K;        // reduction length (elements)
+  int N;        // gemm1: I (output columns; 2I weight rows per expert); gemm2: H
+  float out_gs; uint8_t* out_q; int64_t ld_out_q; uint8_t* out_sc; int64_t ld_out_sc;  // gemm1
+  uint16_t* out; int64_t ld_out; bool vec_out;                                         // gemm2
+};
+
+// silu(x) = x / (1 + e^-x) in fp32, as the tiled kernels' gemm1 epilogues compute it (every path
+// but kLegacy): e^-x by the SFU's exp2 (__expf) and the division by its reciprocal (__fdividef,
+// which gives 0 where 1 + e^-x > 2^126, i.e. x < -87.3, instead of a value under 2^-119). A few
+// instructions instead of expf's and __fdiv_rn's sequences; h = bf16(silu(gate) * up) then differs
+// from the IEEE form only where the exact value sits within the intrinsics' error (a few fp32 ulps,
+// growing with |x| for __expf) of a bf16 rounding boundary. kLegacy keeps the IEEE form, so
+// bench_moe_gemm's cross-checks of every tiled path against it measure the difference
+// (docs/performance.md). The CPU emulator of the tiled kernels supplies its own.
+__device__ __forceinline__ float silu_f32(float x) { return __fdividef(x, __fadd_rn(1.0f, __expf(-x))); }
 
 // One 16-element FP4 block in flight: 8 code bytes + its e4m3 scale (scale 0 / codes 0 = zeros).
 struct Item {
@@ -267,23 +288,5 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_fp4_kernel(GemmArgs p) {
   }
 }
 
-template <bool kGemm1>
-cudaError_t launch(const GemmArgs& p, cudaStream_t stream) {
-  if (p.P <= 0 || p.N <= 0) return cudaSuccess;
-  const int n_per_block = kGemm1 ? kBN / 2 : kBN;
-  const dim3 grid(ceil_div_u(p.P, kBM), ceil_div_u(p.N, n_per_block));
-  if (grid.y > 65535) return cudaErrorInvalidConfiguration;
-  moe_gemm_fp4_kernel<kGemm1><<<grid, kThreads, 0, stream>>>(p);
-  return last_launch_error();
-}
-
 }  // namespace
-
-namespace fp4gemm {
-template <bool kGemm1>
-cudaError_t legacy_launch(const LegacyParams& p, cudaStream_t stream) { return launch<kGemm1>(GemmArgs{p}, stream); }
-template cudaError_t legacy_launch<true>(const LegacyParams&, cudaStream_t);
-template cudaError_t legacy_launch<false>(const LegacyParams&, cudaStream_t);
-}  // namespace fp4gemm
-
 }  // namespace moeprof::kern

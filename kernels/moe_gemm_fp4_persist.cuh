@@ -1,6 +1,9 @@
-// The persistent paths of the grouped FP4 GEMMs (sm_90a) and their epilogue: persist_kernel
+// The persistent kernels of the grouped FP4 GEMMs (sm_90a) and their epilogue: persist_kernel
 // (kWgmmaPersist, kWgmmaPersistRA, and both on kGemm2Tiled weights) and persist_rs_kernel
-// (kWgmmaPersist on kGemm1Tiled weights), with gemm2's TMA output map and the host launches.
+// (kWgmmaPersist on kGemm1Tiled weights).
+// A part of kernels/moe_gemm_fp4.cu, which includes the parts in the order of their definitions: the
+// FP4 GEMMs are one translation unit (docs/kernels.md, "SASS of the parts"). Not for other files.
+#pragma once
 #include "kernels/moe_gemm_fp4_ws.cuh"
 
 namespace moeprof::kern {
@@ -25,6 +28,16 @@ namespace v2 {
 //  - the zero rows past offsets[E] are written by the consumers of all CTAs, grid-strided, first.
 constexpr int kEpiBytes = 32768;  // gemm1: 128 x 128 bf16 h tile; gemm2: 8 warps x 4 KiB staging
 constexpr int persist_smem_bytes() { return kWsStages * kBufBytes + kEpiBytes + kAlignPad; }
+// kWgmmaPersistRA (gemm2 with K <= kRaMaxK): the 128 A rows of a work item stay resident as fp16 for
+// all K (KT <= 8 tiles of 128 x 64, kRaATile bytes each, the 128-byte-swizzle layout of the A half of
+// a kBufBytes tile), dequantized once, in the item's first column tile, and read by the wgmmas of all
+// its 7 column tiles; the ring holds only the 256 weight rows (kRaStages tiles of kRaBTile bytes).
+// The same 230,400 bytes as the other layout: 128 KiB A + 2 x 32 KiB B + 32 KiB output staging.
+constexpr int kRaMaxK = 512, kRaKT = kRaMaxK / BK, kRaStages = 2;
+constexpr int kRaATile = BM * BK * 2, kRaBTile = BN * BK * 2;
+static_assert(kRaKT * kRaATile + kRaStages * kRaBTile == kWsStages * kBufBytes, "resident-A layout: the same bytes");
+static_assert(kRaATile == (kPItems / 3) * (kProducers / 4) * 128 && kRaBTile == (kPItems - kPItems / 3) * (kProducers / 4) * 128,
+              "A items 0..3 fill an A tile, items 4..11 a B tile");
 struct TileInfo {
   int64_t r0;
   int e, nrows;
@@ -558,107 +571,6 @@ __global__ void __launch_bounds__(kThreads + kProducers, 1) persist_rs_kernel(Ar
 #endif
 }
 
-// kWgmmaPersist's gemm2 output as a TMA tensor map: bf16 [P][N] (row stride ld_out), 16 x 64-element
-// boxes with the 128-byte swizzle (store_out_tile_tma_k). False (the kernel then stores with
-// st.global as the other paths do) where the driver lacks cuTensorMapEncodeTiled or the output is
-// not 16-byte aligned with 16-byte row strides.
-bool make_out_map(const Args& p, CUtensorMap& m) {
-  using Encode = PFN_cuTensorMapEncodeTiled_v12000;
-  static const Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return Encode{nullptr};
-    }
-    return reinterpret_cast<Encode>(fn);
-  }();
-  if (encode == nullptr || !p.vec16_out || p.P >= (int64_t{1} << 31)) return false;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.N), static_cast<cuuint64_t>(p.P)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.ld_out) * 2};
-  const cuuint32_t box[2] = {64, 16}, ones[2] = {1, 1};
-  return encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.out, dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-// kWgmmaPersist (variant 7) / kWgmmaPersistRA (variant 8, kResA): one CTA per SM, each walking its
-// share of the work items.
-template <bool kGemm1, bool kResA, bool kTW = false>
-bool persist_smem_ok() {
-  if (cudaFuncSetAttribute(persist_kernel<kGemm1, kResA, kTW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           persist_smem_bytes()) == cudaSuccess)
-    return true;
-  (void)cudaGetLastError();
-  return false;
-}
-template <bool kGemm1, bool kResA, bool kTW = false>
-cudaError_t persist_launch(Args p, cudaStream_t stream) {
-  if (p.P <= 0 || p.N <= 0) return cudaSuccess;
-  constexpr int kCols = kGemm1 ? kCols1 : kCols2;
-  constexpr int kNPer = n_per<kGemm1, 5>();
-  const int64_t nt = (p.N + kCols - 1) / kCols;
-  p.n_groups = static_cast<int>((nt + kNPer - 1) / kNPer);
-  p.grid_m = 0;  // (unused: the kernel counts the row tiles)
-  if (((p.P + BM - 1) / BM + p.E) * p.n_groups >= (int64_t{1} << 31)) return cudaErrorInvalidConfiguration;
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      sms <= 0) {
-    (void)cudaGetLastError();
-    return cudaErrorInvalidDevice;
-  }
-  CUtensorMap out_map{};
-  p.tma_out = !kGemm1 && make_out_map(p, out_map);
-  persist_kernel<kGemm1, kResA, kTW>
-      <<<static_cast<unsigned>(sms), kThreads + kProducers, persist_smem_bytes(), stream>>>(p, out_map);
-  return last_launch_error();
-}
-
-// Variant 13 (persist_rs_kernel): one CTA per SM, like persist_launch.
-bool persist_rs_smem_ok() {
-  if (cudaFuncSetAttribute(persist_rs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, persist_rs_smem_bytes()) ==
-      cudaSuccess)
-    return true;
-  (void)cudaGetLastError();
-  return false;
-}
-cudaError_t persist_rs_launch(Args p, cudaStream_t stream) {
-  if (p.P <= 0 || p.N <= 0) return cudaSuccess;
-  const int64_t nt = p.N / kCols1;
-  p.n_groups = static_cast<int>(nt);
-  p.grid_m = 0;  // (unused: the kernel counts the row tiles)
-  if (((p.P + BM - 1) / BM + p.E) * nt >= (int64_t{1} << 31)) return cudaErrorInvalidConfiguration;
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      sms <= 0) {
-    (void)cudaGetLastError();
-    return cudaErrorInvalidDevice;
-  }
-  persist_rs_kernel<<<static_cast<unsigned>(sms), kThreads + kProducers, persist_rs_smem_bytes(), stream>>>(p);
-  return last_launch_error();
-}
-
 }  // namespace v2
 }  // namespace
-
-namespace fp4gemm {
-template <bool kGemm1, bool kResA, bool kTW>
-bool persist_smem_ok() { return v2::persist_smem_ok<kGemm1, kResA, kTW>(); }
-template <bool kGemm1, bool kResA, bool kTW>
-cudaError_t persist_launch(const Params& p, cudaStream_t stream) { return v2::persist_launch<kGemm1, kResA, kTW>(v2::Args{p}, stream); }
-bool persist_rs_smem_ok() { return v2::persist_rs_smem_ok(); }
-cudaError_t persist_rs_launch(const Params& p, cudaStream_t stream) { return v2::persist_rs_launch(v2::Args{p}, stream); }
-
-template bool persist_smem_ok<true, false, false>();
-template bool persist_smem_ok<false, false, false>();
-template bool persist_smem_ok<false, true, false>();
-template bool persist_smem_ok<false, false, true>();
-template bool persist_smem_ok<false, true, true>();
-template cudaError_t persist_launch<true, false, false>(const Params&, cudaStream_t);
-template cudaError_t persist_launch<false, false, false>(const Params&, cudaStream_t);
-template cudaError_t persist_launch<false, true, false>(const Params&, cudaStream_t);
-template cudaError_t persist_launch<false, false, true>(const Params&, cudaStream_t);
-template cudaError_t persist_launch<false, true, true>(const Params&, cudaStream_t);
-}  // namespace fp4gemm
-
 }  // namespace moeprof::kern
