@@ -1,19 +1,28 @@
 #!/usr/bin/env python3
 """Extracts the host-compilable part of the tiled FP4 grouped GEMMs for the emulator.
 
-Writes the NVFP4 quantizer of kernels/fp4_quant.cuh and the `v2` namespace of
-kernels/moe_gemm_fp4.cu (without its PTX helpers, shared arrays turned into the emulator's
-per-CTA buffers) to one file that tests/emulation/moe_gemm_fp4_emu.cpp includes.
-  usage: extract_moe_gemm_body.py kernels/moe_gemm_fp4.cu kernels/fp4_quant.cuh OUT
+Writes the NVFP4 quantizer of kernels/fp4_quant.cuh and the `v2` namespaces of the tiled kernel's
+parts of kernels/moe_gemm_fp4.cu (kernels/moe_gemm_fp4_device.cuh without its PTX helpers,
+moe_gemm_fp4_ws.cuh, moe_gemm_fp4_tiled.cuh; shared arrays turned into the emulator's per-CTA
+buffers) to one file that tests/emulation/moe_gemm_fp4_emu.cpp includes.
+  usage: extract_moe_gemm_body.py KERNELS_DIR OUT   (KERNELS_DIR: the kernels/ folder)
 """
+import os
 import sys
 
 
-def main(gemm_cu, quant_cuh, out):
-    s = open(gemm_cu).read()
+def v2_part(path, end=None):
+    s = open(path).read()
     i = s.index('namespace v2 {')
-    j = s.index('bool aligned(const void* ptr, int64_t ld, int a)')
-    body = s[i:j] + '}  // namespace v2\n'
+    j = s.index(end) if end else s.index('}  // namespace v2')
+    return s[i:j] + '}  // namespace v2\n'
+
+
+def main(kdir, out):
+    gemm_cu = os.path.join(kdir, 'moe_gemm_fp4_tiled.cuh')
+    quant_cuh = os.path.join(kdir, 'fp4_quant.cuh')
+    body = (v2_part(os.path.join(kdir, 'moe_gemm_fp4_device.cuh')) + v2_part(os.path.join(kdir, 'moe_gemm_fp4_ws.cuh')) +
+            v2_part(gemm_cu))
     a = body.index('__device__ __forceinline__ uint32_t smem_u32')
     b = body.index('// fp16 with the value')
     body = body[:a] + body[b:]
@@ -34,6 +43,6 @@ def main(gemm_cu, quant_cuh, out):
 
 
 if __name__ == '__main__':
-    if len(sys.argv) != 4:
+    if len(sys.argv) != 3:
         sys.exit(__doc__.strip().splitlines()[-1].strip())
     main(*sys.argv[1:])

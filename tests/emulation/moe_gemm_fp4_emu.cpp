@@ -1,9 +1,10 @@
 // Host emulation of the tiled FP4 grouped GEMM kernels of kernels/moe_gemm_fp4.cu (namespace v2),
 // for machines without a GPU. run_moe_gemm_fp4_emu.sh cuts the kernel (minus its inline-PTX helpers)
-// out of the .cu into v2_body.inc; this file supplies the helpers and runs every block of the grid
-// as 256 std::threads: ldmatrix .x4, mma.sync m16n8k16 f16, shfl.up and mul.rn.f16x2 are emulated
-// from the PTX ISA definitions, cp.async copies land at the cp.async.wait_group that retires their
-// group (the latest moment the hardware may deliver them), shared memory starts as 0xFF garbage and
+// out of the .cu's parts (moe_gemm_fp4_{device,ws,tiled}.cuh) into v2_body.inc; this file supplies
+// the helpers and runs every block of the grid as 256 std::threads: ldmatrix .x4, mma.sync
+// m16n8k16 f16, shfl.up and mul.rn.f16x2 are emulated from the PTX ISA definitions, cp.async copies
+// land at the cp.async.wait_group that retires their group (the latest moment the hardware may
+// deliver them), shared memory starts as 0xFF garbage and
 // every shared address is bounds/alignment checked. Outputs are compared with a float64 reference at
 // cuda_ops_test's tolerances, and zero rows must be exactly zero; an f16 product that is not exact
 // counts as a failure.

@@ -7,7 +7,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 work="${1:-/tmp/moeprof-gemm-emu}"
 mkdir -p "$work"
-python3 "$root/tests/emulation/extract_moe_gemm_body.py" "$root/kernels/moe_gemm_fp4.cu" "$root/kernels/fp4_quant.cuh" "$work/v2_body.inc"
+python3 "$root/tests/emulation/extract_moe_gemm_body.py" "$root/kernels" "$work/v2_body.inc"
 g++ -std=c++20 -O2 -ffp-contract=off -pthread -w -I"$work" -I"$root" "$root/tests/emulation/moe_gemm_fp4_emu.cpp" -o "$work/moe_gemm_fp4_emu"
 rc=0
 # Tiled variants to run (argv 8 of the emulator): 0 kTiled, 1 kTiledSkip, 2 kTiledStaged. The wgmma
