@@ -1,5 +1,7 @@
 #include "cli/run_routing.h"
 
+#include <filesystem>
+
 #include <fmt/format.h>
 
 #include "model/expert_parallel.h"
@@ -120,7 +122,7 @@ nlohmann::json ep_ranks_json(const RunPlanResult& r, size_t mode_index) {
                      {"rows_received", m.moe.ep_rows_received},
                      {"max_rows_received", m.moe.ep_max_rows_received},
                      {"rows_buffered", m.moe.ep_rows_buffered},
-                     {"trace", m.trace_path}});
+                     {"trace", std::filesystem::path(m.trace_path).filename().string()}});  // beside the report
   }
   return ranks;
 }

@@ -82,11 +82,16 @@ Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, co
     stats->ep_max_rows_received = std::max(stats->ep_max_rows_received, R);
   }
   if (Rb == 0) return Status::ok();  // nothing received, nothing allocated
-  // A buffer sized by the received rows: its bytes at W rows as worst_bytes (exact buffers).
+  // A buffer sized by the received rows: rows_w, its rows at the worst case, gives its worst_bytes
+  // (exact buffers); vec: a [1, n] vector of n_w elements at the worst case.
   auto buf = [&](DType dt, int64_t rows, int64_t cols, int64_t rows_w, const std::string& name, const std::string& scope,
                  Category cat) {
     const uint64_t wb = rows == rows_w ? 0 : static_cast<uint64_t>(rows_w) * static_cast<uint64_t>(cols) * dtype_size(dt);
     return be_.empty(dt, rows, cols, AllocTag{name, scope_prefix_ + scope, cat, wb});
+  };
+  auto vec = [&](DType dt, int64_t n, int64_t n_w, const std::string& name, const std::string& scope, Category cat) {
+    const uint64_t wb = n == n_w ? 0 : static_cast<uint64_t>(n_w) * dtype_size(dt);
+    return be_.empty(dt, 1, n, AllocTag{name, scope_prefix_ + scope, cat, wb});
   };
   const Category comm = Category::kCommunication;
   const std::string ds = base + "/dispatch", es = base + "/experts", cs = base + "/combine";
@@ -96,7 +101,7 @@ Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, co
     tok[static_cast<size_t>(i)] = static_cast<int32_t>(st->recv.pairs[static_cast<size_t>(i)] / k);
     loc[static_cast<size_t>(i)] = st->recv.local_experts[static_cast<size_t>(i)];
   }
-  MOEPROF_ASSIGN_OR_RETURN(Tensor tok_idx, buf(DType::kI32, 1, Rb, W, "dispatch_token_index", ds, comm));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor tok_idx, vec(DType::kI32, Rb, W, "dispatch_token_index", ds, comm));
   MOEPROF_ASSIGN_OR_RETURN(Tensor loc_ids, buf(DType::kI32, Rb, 1, W, "dispatch_expert_index", ds, comm));
   MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(tok_idx, tok.data()));
   MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(loc_ids, loc.data()));
@@ -114,7 +119,7 @@ Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, co
   MOEPROF_ASSIGN_OR_RETURN(Tensor hs_sf, buf(DType::kE4M3, Rb, H / 16, W, "hs_scales", es, Category::kActivation));
   MOEPROF_RETURN_IF_ERROR(op("fp4_quantize", be_.fp4_quantize(recv, L.a_gs, hs_fp4, hs_sf), {&recv}, {&hs_fp4, &hs_sf}));
   MOEPROF_ASSIGN_OR_RETURN(Tensor offsets, act(DType::kI32, 1, El + 1, "expert_offsets", es));
-  MOEPROF_ASSIGN_OR_RETURN(Tensor p2t, buf(DType::kI32, 1, P, Pw, "permuted_to_token", es, Category::kActivation));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor p2t, vec(DType::kI32, P, Pw, "permuted_to_token", es, Category::kActivation));
   MOEPROF_ASSIGN_OR_RETURN(Tensor e2p, buf(DType::kI32, Rb, 1, W, "expanded_to_permuted", es, Category::kActivation));
   Tensor perm_ws;
   if (size_t b = be_.moe_permute_workspace_bytes(Rb, 1, El); b > 0) {

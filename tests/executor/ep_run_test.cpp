@@ -158,6 +158,10 @@ TEST_CASE("ep runs - dispatch buffers hold the rows the routing sends, worst-cas
       // Exact buffers stay within the worst case; worst-case ones are the same on every rank.
       CHECK(exact->ep_rank_modes[r][0].accounting.peak_activation <= worst->ep_rank_modes[r][0].accounting.peak_activation);
       CHECK(exact->ep_rank_modes[r][0].accounting.peak_activation_worst >= exact->ep_rank_modes[r][0].accounting.peak_activation);
+      // Worst-case buffers cannot grow with the routing; an exact rank at its worst routing holds
+      // what the worst-case one does.
+      CHECK(worst->ep_rank_modes[r][0].accounting.peak_activation_worst == worst->ep_rank_modes[r][0].accounting.peak_activation);
+      CHECK(exact->ep_rank_modes[r][0].accounting.peak_activation_worst == worst->ep_rank_modes[r][0].accounting.peak_activation);
       // (ranks whose token slices are as long: a slice's send and combine buffers follow its length).
       if (s.size() == ep_token_slice(T, ep, 0).size())
         CHECK(worst->ep_rank_modes[r][0].accounting.peak_activation == worst->ep_rank_modes[0][0].accounting.peak_activation);
