@@ -197,6 +197,7 @@ int run_command(const RunArgs& a) {
   if (args.symm_mem == "on" && args.gpus < 2 && !rank_mode && !args.quiet)
     note("run", "--symm-mem on with one device: symmetric memory is emulated (tensors tagged symmetric, no NCCL window)");
   const bool multi_gpu = args.gpus > 1 || rank_mode;
+  if (a.routing.ep > 1 && multi_gpu) return fail("run", Status::bad_input("--ep is emulated on one device: drop --gpus/--rank"));
   if (args.op_times && multi_gpu)
     return fail("run", Status::bad_input("--op-times times the ops of one device: drop --gpus/--rank (--tp N runs one rank's shapes)"));
   if (multi_gpu && (a.backend == "cpu" || a.backend == "meta"))
@@ -233,7 +234,7 @@ int run_command(const RunArgs& a) {
   RunPlan plan;
   plan.model = a.model.empty() ? (on_gpu ? "kimi-k2.5" : "tiny") : a.model;
   plan.tokens = a.tokens > 0 ? a.tokens : (on_gpu ? 16384 : (plan.model == "tiny" ? 100 : 64));
-  plan.tp = a.tp > 0 ? a.tp : (rank_mode ? args.world : (multi_gpu ? a.gpus : (on_gpu && a.model.empty() ? 4 : 1)));
+  plan.tp = a.tp > 0 ? a.tp : a.routing.ep > 1 ? 1 : (rank_mode ? args.world : (multi_gpu ? a.gpus : (on_gpu && a.model.empty() ? 4 : 1)));
   plan.symm_mem = args.symm_mem == "on";
   plan.symm_pool_bytes = args.symm_pool_mb << 20;
   plan.symm_outside_layers = args.symm_outside;
@@ -516,6 +517,10 @@ int run_command(const RunArgs& a) {
     for (size_t i = 0; !cupti_agrees && i < r.modes.size(); ++i)
       (*doc)["runs"][i]["extra"]["error"] = "the CUPTI trace disagrees with the executor's accounting";
 #endif
+    for (size_t i = 0; r.ep > 1 && i < r.modes.size(); ++i) {
+      (*doc)["runs"][i]["ranks"] = ep_ranks_json(r, i);
+      (*doc)["runs"][i]["ep"] = ep_run_json(r, i);
+    }
     if (baseline_fixes) (*doc)["runs"][0]["what_if"] = reports::what_if_json(*baseline_fixes, analyses[0]);
     for (size_t i = 1; i < r.modes.size(); ++i)
       if (predicted[i]) {

@@ -1,7 +1,10 @@
 #include "cli/run_routing.h"
 
+#include <filesystem>
+
 #include <fmt/format.h>
 
+#include "model/expert_parallel.h"
 #include "model/routing.h"
 #include "reports/format.h"
 
@@ -22,6 +25,22 @@ void add_routing_options(CLI::App* cmd, RoutingArgs* a, const std::string& group
       ->type_name("bound|routed")
       ->capture_default_str()
       ->group(g);
+  const std::string ge = "Expert parallelism (docs/executor.md, \"Expert parallelism\")";
+  cmd->add_option("--ep", a->ep,
+                  "expert-parallel size N, emulated on one device: each rank holds E/N routed experts and receives the rows "
+                  "the routing of the whole batch sends them (needs --tp 1)")
+      ->type_name("N")
+      ->capture_default_str()
+      ->group(ge);
+  cmd->add_option("--ep-rank", a->ep_rank, "with --ep: the rank to emulate [default: every rank in turn on the meta backend, rank 0 elsewhere]")
+      ->type_name("R")
+      ->group(ge);
+  cmd->add_option("--ep-buffers", a->ep_buffers,
+                  "with --ep: exact = dispatch buffers sized by the rows received; worst-case = T * min(top_k, E/N) rows, "
+                  "whatever the routing")
+      ->type_name("exact|worst-case")
+      ->capture_default_str()
+      ->group(ge);
 }
 
 Status apply_routing_options(const RoutingArgs& a, const ModelConfig& cfg, const std::string& backend, RunPlan* plan) {
@@ -36,12 +55,44 @@ Status apply_routing_options(const RoutingArgs& a, const ModelConfig& cfg, const
                              "it computes no router to count");
   plan->routing = spec;
   plan->moe_rows = rows;
+  MOEPROF_ASSIGN_OR_RETURN(plan->ep_buffers, parse_ep_buffers(a.ep_buffers));
+  MOEPROF_RETURN_IF_ERROR(check_ep_size(a.ep, cfg.n_routed_experts, cfg.name));
+  if (a.ep == 1 && (a.ep_rank >= 0 || a.ep_buffers != "exact"))
+    return Status::bad_input("--ep-rank and --ep-buffers need --ep N with N >= 2");
+  if (a.ep > 1) {
+    if (a.ep_rank < -1 || a.ep_rank >= a.ep)
+      return Status::bad_input("--ep-rank " + std::to_string(a.ep_rank) + " must be 0 to " + std::to_string(a.ep - 1));
+    if (plan->tp != 1) return Status::bad_input("--ep runs with --tp 1: attention runs the whole batch on every rank");
+    if (plan->serving) return Status::bad_input("--ep runs one prefill: drop --workload");
+    if (!spec.forced() && backend == "meta")
+      return Status::bad_input("--ep on the meta backend needs a drawn routing (--routing uniform, zipf:S, hot:N or worst): "
+                               "it computes no router to dispatch by");
+  }
+  plan->ep = a.ep;
+  plan->ep_rank = a.ep_rank;
   return Status::ok();
 }
 
 std::string routing_summary(const RunPlan& plan, const RunPlanResult& r) {
-  if (!plan.routing.forced() && plan.moe_rows == MoeRows::kBound) return "";
   std::string out;
+  if (r.ep > 1) {
+    out += fmt::format("Expert parallelism: EP={}, {} buffers, worst case {} rows per MoE call (T * min(top_k, E/N)), routing {}\n",
+                       r.ep, ep_buffers_name(r.ep_buffers), reports::with_commas_u(static_cast<uint64_t>(r.ep_worst_rows)),
+                       plan.routing.text());
+    for (size_t m = 0; m < r.modes.size(); ++m) {
+      for (size_t i = 0; i < r.ep_ranks.size(); ++i) {
+        const ModeResult& mr = r.ep_rank_modes[i][m];
+        out += fmt::format("  {} rank {}: peak activation {}, under the worst routing {}; rows received {} (most in one call {})\n",
+                           mr.mode, r.ep_ranks[i], reports::format_exact_bytes(mr.accounting.peak_activation),
+                           reports::format_exact_bytes(mr.accounting.peak_activation_worst),
+                           reports::with_commas_u(static_cast<uint64_t>(mr.moe.ep_rows_received)),
+                           reports::with_commas_u(static_cast<uint64_t>(mr.moe.ep_max_rows_received)));
+      }
+      out += fmt::format("  {}: rank {} sets the budget ({})\n", r.modes[m].mode, r.budget_ranks[m],
+                         reports::format_exact_bytes(r.modes[m].accounting.peak_activation));
+    }
+  }
+  if (!plan.routing.forced() && plan.moe_rows == MoeRows::kBound) return out;
   for (const auto& m : r.modes) {
     const MoeRunnerStats& s = m.moe;
     out += fmt::format("MoE routing ({}): {}, rows {}: {} padded rows over {} MoE calls (bound {}, worst routing {})", m.mode,
@@ -53,6 +104,36 @@ std::string routing_summary(const RunPlan& plan, const RunPlanResult& r) {
                        reports::format_exact_bytes(m.accounting.peak_activation_worst));
   }
   return out;
+}
+
+}  // namespace moeprof::cli
+
+namespace moeprof::cli {
+
+nlohmann::json ep_ranks_json(const RunPlanResult& r, size_t mode_index) {
+  if (r.ep <= 1) return nullptr;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (size_t i = 0; i < r.ep_ranks.size(); ++i) {
+    const ModeResult& m = r.ep_rank_modes[i][mode_index];
+    ranks.push_back({{"rank", r.ep_ranks[i]},
+                     {"peak_activation_bytes", m.accounting.peak_activation},
+                     {"peak_activation_worst_routing_bytes", m.accounting.peak_activation_worst},
+                     {"peak_total_bytes", m.accounting.peak_total},
+                     {"rows_received", m.moe.ep_rows_received},
+                     {"max_rows_received", m.moe.ep_max_rows_received},
+                     {"rows_buffered", m.moe.ep_rows_buffered},
+                     {"trace", std::filesystem::path(m.trace_path).filename().string()}});  // beside the report
+  }
+  return ranks;
+}
+
+nlohmann::json ep_run_json(const RunPlanResult& r, size_t mode_index) {
+  if (r.ep <= 1) return nullptr;
+  return {{"size", r.ep},
+          {"buffers", std::string(ep_buffers_name(r.ep_buffers))},
+          {"worst_rows_per_call", r.ep_worst_rows},
+          {"budget_rank", r.budget_ranks[mode_index]},
+          {"emulated", true}};
 }
 
 }  // namespace moeprof::cli

@@ -6,6 +6,7 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 #include "executor/run.h"
@@ -16,6 +17,9 @@ namespace moeprof::cli {
 struct RoutingArgs {
   std::string routing = "router";
   std::string moe_rows = "bound";
+  int ep = 1;                          // --ep N
+  int ep_rank = -1;                    // --ep-rank R (-1: every rank on meta, rank 0 elsewhere)
+  std::string ep_buffers = "exact";    // --ep-buffers exact|worst-case
 };
 
 // `group`: the title of the options in --help ("" for run's).
@@ -25,6 +29,12 @@ void add_routing_options(CLI::App* cmd, RoutingArgs* a, const std::string& group
 Status apply_routing_options(const RoutingArgs& a, const ModelConfig& cfg, const std::string& backend, RunPlan* plan);
 // The routing lines of the printed summary (none with the defaults): per mode the padded rows
 // allocated, at the bound and at the worst routing, and the activation peak under that worst.
+// With --ep N, also one line per emulated rank and mode: its activation peak (and at the worst
+// routing), rows received, and the rank that sets the budget.
 std::string routing_summary(const RunPlan& plan, const RunPlanResult& r);
+// The report's per-run EP figures (docs/report.schema.json, runs[].ranks and runs[].ep): one
+// entry per emulated rank of mode `mode_index`; null without --ep.
+nlohmann::json ep_ranks_json(const RunPlanResult& r, size_t mode_index);
+nlohmann::json ep_run_json(const RunPlanResult& r, size_t mode_index);
 
 }  // namespace moeprof::cli

@@ -289,6 +289,18 @@ Result<Tensor> DeepseekModel::moe(int64_t l, Tensor& moe_in, MoeRunnerStats* sta
     draw_->draw(l, keys, host_ids.data());
     MOEPROF_RETURN_IF_ERROR(op("routing_draw", be_.copy_from_host(topk_ids, host_ids.data()), {}, {&topk_ids}));
   }
+  if (shape_.ep_size > 1) {
+    // Expert parallelism (deepseek_ep.cpp) dispatches by the routing on the host: the router's
+    // own ids are read back (a synchronizing copy, as the all-to-all's counts need them there).
+    if (host_ids.empty()) {
+      if (!be_.computes())
+        return Status::bad_input("--ep on the " + be_.name() +
+                                 " backend needs a drawn routing (--routing uniform, zipf:S, hot:N or worst): it computes no router");
+      host_ids.resize(static_cast<size_t>(T * k));
+      MOEPROF_RETURN_IF_ERROR(be_.copy_to_host(topk_ids, host_ids.data()));
+    }
+    return ep_routed_experts(l, moe_in, topk_w, shared_out, stats, host_ids);
+  }
   // Router logits, top-k and the shared output stay referenced until the MoE call returns.
   return routed_experts(l, moe_in, topk_ids, topk_w, shared_out, stats, std::move(host_ids));
 }

@@ -17,6 +17,7 @@
 #include "core/status.h"
 #include "executor/backend.h"
 #include "model/config.h"
+#include "model/expert_parallel.h"
 #include "model/routing.h"
 
 namespace moeprof {
@@ -71,6 +72,12 @@ struct ModelOptions {
   // padded rows (`--moe-rows`): the bound, or the routed counts.
   RoutingSpec routing;
   MoeRows moe_rows = MoeRows::kBound;
+  // Expert parallelism (RankShape::ep_size > 1, docs/executor.md "Expert parallelism"): how the
+  // rank sizes its dispatch buffers, and whether the other ranks' expert work is computed too,
+  // unrecorded (the CPU reference: the outputs are then the model's, as with one rank; its
+  // recorded tensors are rank ep_rank's alone).
+  EpBuffers ep_buffers = EpBuffers::kExact;
+  bool ep_compute_all = false;
 };
 
 // One serving step's batch (executor/serving.h builds it): N token rows, one per token, and the
@@ -135,6 +142,10 @@ struct MoeRunnerStats {
   // The most tokens one expert received in one call, where the routing was known on the host,
   // and that call's tokens (an expert's capacity); -1 when it never was.
   int64_t max_expert_tokens = -1, max_expert_capacity = 0;
+  // Expert parallelism: the rows this rank received over the MoE calls, the rows its dispatch
+  // buffers held (= received with exact buffers), the worst case ep_worst_rows summed, and the
+  // most rows received in one call.
+  int64_t ep_rows_received = 0, ep_rows_buffered = 0, ep_rows_worst = 0, ep_max_rows_received = 0;
 };
 
 struct ForwardOutput {
@@ -229,6 +240,13 @@ class DeepseekModel {
                                 const Tensor& topk_weights, const Tensor& shared_out, MoeRunnerStats* stats,
                                 std::vector<int32_t> host_ids = {});
   // The padded rows of one call (ModelOptions::moe_rows), and the stats.
+  // The routed experts under expert parallelism (deepseek_ep.cpp): dispatch, this rank's experts
+  // over the rows it receives, combine; host_ids: the routing (T*k expert ids) on the host.
+  Result<Tensor> ep_routed_experts(int64_t layer, Tensor& moe_in, const Tensor& topk_w, const Tensor& shared_out,
+                                   MoeRunnerStats* stats, const std::vector<int32_t>& host_ids);
+  struct EpStage;
+  Status ep_expert_stage(int64_t layer, int rank, const Tensor& moe_in, const std::vector<int32_t>& host_ids,
+                         MoeRunnerStats* stats, EpStage* out);
   Result<int64_t> padded_rows(const Tensor& topk_ids, std::vector<int32_t>& host_ids, int64_t tile,
                               MoeRunnerStats* stats);
   Result<Tensor> dense_mlp(int64_t layer, Tensor& x, const Tensor& gate_up, const Tensor& down, const std::string& scope);
@@ -264,6 +282,7 @@ class DeepseekModel {
   const StepInputs* step_ = nullptr;  // the running step, if any
   PagedKv kv_;
   std::optional<RoutingDraw> draw_;
+  bool ep_quiet_ = false;  // another EP rank's work (deepseek_ep.cpp): op() records no use
   std::vector<int64_t> moe_layers_;       // indices of the MoE layers
   std::vector<int64_t> moe_ordinal_;      // layer -> its index among the MoE layers (-1: dense)
   struct AttnInputs {

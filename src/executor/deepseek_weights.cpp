@@ -65,7 +65,7 @@ WeightBytes estimate_weight_bytes(const ModelConfig& c, const RankShape& s) {
     attn += 2 * (H * h * qk + H * (c.kv_lora_rank + c.qk_rope_head_dim));
   attn += 2 * (c.kv_lora_rank + h * (c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank + H * h * c.v_head_dim);
   const uint64_t dense = 2 * (3 * H * s.dense_inter);
-  const uint64_t E = c.n_routed_experts, I = s.moe_inter;
+  const uint64_t E = c.n_routed_experts / static_cast<uint64_t>(s.ep_size), I = s.moe_inter;  // the rank's experts
   const uint64_t experts = E * (2 * I * H / 2 + 2 * I * H / 16 + H * I / 2 + H * I / 16) + 8 * E;
   const uint64_t moe_other = 2 * (E * H + 3 * H * s.shared_inter) + 4 * E;
   WeightBytes b;
@@ -226,7 +226,7 @@ Result<Tensor> DeepseekModel::reduced_act(int64_t layer, int64_t rows, int64_t c
 Status DeepseekModel::op(const std::string& what, Status st, std::initializer_list<const Tensor*> reads,
                          std::initializer_list<const Tensor*> writes) {
   if (!st.is_ok()) return st.with_context(what);
-  be_.note_use(what, reads, writes);
+  if (!ep_quiet_) be_.note_use(what, reads, writes);
   return st;
 }
 
@@ -327,24 +327,96 @@ Status DeepseekModel::init_weights() {
       L.w2 = shared_experts->w2;
       L.w2_scales = shared_experts->w2_scales;
       L.w2_gs = shared_experts->w2_gs;
+      L.all_w13 = shared_experts->all_w13;
+      L.all_w13_scales = shared_experts->all_w13_scales;
+      L.all_w13_gs = shared_experts->all_w13_gs;
+      L.all_w2 = shared_experts->all_w2;
+      L.all_w2_scales = shared_experts->all_w2_scales;
+      L.all_w2_gs = shared_experts->all_w2_gs;
+      L.rank_w13_gs = shared_experts->rank_w13_gs;
+      L.rank_w2_gs = shared_experts->rank_w2_gs;
       continue;
     }
     // Codes uniform over all 16 e2m1 values (mean |v| = 2.25), block scales in [16, 64]; the
     // global scale makes the dequantized weights' spread about 1/sqrt(K).
     // w13 in the layout the backend's gemm1 reads fastest (the values of init_bytes / init_e4m3).
-    MOEPROF_ASSIGN_OR_RETURN(L.w13, alloc(DType::kFP4x2, E * 2 * I, H / 2, "experts.w13_weight", sm));
-    MOEPROF_ASSIGN_OR_RETURN(L.w13_scales, alloc(DType::kE4M3, E * 2 * I, H / 16, "experts.w13_weight_scale", sm));
+    // Expert parallelism: the rank holds El = E/N experts. On the CPU reference (ep_compute_all)
+    // all E are generated as with one rank, unrecorded, and the rank's slice copied from them
+    // through the host (row-major there), so its values are those of experts [e0, e0 + El).
+    // Elsewhere the rank's tensors are generated for El experts from the same seeds (rank 0's
+    // values exactly; other ranks hold experts 0 .. El-1's values: emulated outputs, like
+    // emulated TP's, are not the model's).
+    const int ep = shape_.ep_size;
+    const int64_t El = E / ep, e0 = El * shape_.ep_rank;
+    const bool all = ep > 1 && opt_.ep_compute_all;
+    struct Unrecorded {  // an unrecorded stretch (restores the previous state)
+      Backend& b;
+      bool was;
+      explicit Unrecorded(Backend& be) : b(be), was(be.unrecorded()) { b.set_unrecorded(true); }
+      ~Unrecorded() { b.set_unrecorded(was); }
+    };
+    auto copy_rows = [&](const Tensor& from, Tensor& to, int64_t row0) -> Status {
+      const size_t bytes = static_cast<size_t>(to.rows() * to.cols()) * dtype_size(to.dtype());
+      std::vector<uint8_t> host(bytes);
+      Tensor src = from.rows() == 1 ? from.cols_view(row0, to.cols()) : from.rows_view(row0, to.rows());
+      MOEPROF_RETURN_IF_ERROR(be_.copy_to_host(src, host.data()));
+      return be_.copy_from_host(to, host.data());
+    };
+    MOEPROF_ASSIGN_OR_RETURN(L.w13, alloc(DType::kFP4x2, El * 2 * I, H / 2, "experts.w13_weight", sm));
+    MOEPROF_ASSIGN_OR_RETURN(L.w13_scales, alloc(DType::kE4M3, El * 2 * I, H / 16, "experts.w13_weight_scale", sm));
     const uint64_t seed_codes = mix_seed(seed, l, ++tensor_idx), seed_scales = mix_seed(seed, l, ++tensor_idx);
-    MOEPROF_RETURN_IF_ERROR(be_.init_moe_w13(L.w13, L.w13_scales, E, seed_codes, seed_scales, 16.0f, 64.0f));
+    if (all) {
+      Unrecorded u(be_);
+      MOEPROF_ASSIGN_OR_RETURN(L.all_w13, alloc(DType::kFP4x2, E * 2 * I, H / 2, "experts.w13_weight", sm));
+      MOEPROF_ASSIGN_OR_RETURN(L.all_w13_scales, alloc(DType::kE4M3, E * 2 * I, H / 16, "experts.w13_weight_scale", sm));
+      MOEPROF_RETURN_IF_ERROR(be_.init_moe_w13(L.all_w13, L.all_w13_scales, E, seed_codes, seed_scales, 16.0f, 64.0f));
+      MOEPROF_RETURN_IF_ERROR(copy_rows(L.all_w13, L.w13, e0 * 2 * I));
+      MOEPROF_RETURN_IF_ERROR(copy_rows(L.all_w13_scales, L.w13_scales, e0 * 2 * I));
+    } else {
+      MOEPROF_RETURN_IF_ERROR(be_.init_moe_w13(L.w13, L.w13_scales, El, seed_codes, seed_scales, 16.0f, 64.0f));
+    }
     const float gs13 = 1.0f / (std::sqrt(float(H)) * 2.8f * 40.0f);
-    MOEPROF_ASSIGN_OR_RETURN(L.w13_gs, host_vec(l, DType::kF32, E, gs13, 0.25f * gs13, "experts.w13_weight_scale_2", sm));
+    if (all) {
+      MOEPROF_ASSIGN_OR_RETURN(L.w13_gs, alloc(DType::kF32, 1, El, "experts.w13_weight_scale_2", sm));
+      Unrecorded u(be_);
+      MOEPROF_ASSIGN_OR_RETURN(L.all_w13_gs, host_vec(l, DType::kF32, E, gs13, 0.25f * gs13, "experts.w13_weight_scale_2", sm));
+      MOEPROF_RETURN_IF_ERROR(copy_rows(L.all_w13_gs, L.w13_gs, e0));
+      for (int r = 0; r < ep; ++r) {
+        MOEPROF_ASSIGN_OR_RETURN(Tensor g, alloc(DType::kF32, 1, El, "experts.w13_weight_scale_2", sm));
+        MOEPROF_RETURN_IF_ERROR(copy_rows(L.all_w13_gs, g, El * r));
+        L.rank_w13_gs.push_back(g);
+      }
+    } else {
+      MOEPROF_ASSIGN_OR_RETURN(L.w13_gs, host_vec(l, DType::kF32, El, gs13, 0.25f * gs13, "experts.w13_weight_scale_2", sm));
+    }
     // w2 likewise, in gemm2's layout.
-    MOEPROF_ASSIGN_OR_RETURN(L.w2, alloc(DType::kFP4x2, E * H, I / 2, "experts.w2_weight", sm));
-    MOEPROF_ASSIGN_OR_RETURN(L.w2_scales, alloc(DType::kE4M3, E * H, I / 16, "experts.w2_weight_scale", sm));
+    MOEPROF_ASSIGN_OR_RETURN(L.w2, alloc(DType::kFP4x2, El * H, I / 2, "experts.w2_weight", sm));
+    MOEPROF_ASSIGN_OR_RETURN(L.w2_scales, alloc(DType::kE4M3, El * H, I / 16, "experts.w2_weight_scale", sm));
     const uint64_t seed_codes2 = mix_seed(seed, l, ++tensor_idx), seed_scales2 = mix_seed(seed, l, ++tensor_idx);
-    MOEPROF_RETURN_IF_ERROR(be_.init_moe_w2(L.w2, L.w2_scales, E, seed_codes2, seed_scales2, 16.0f, 64.0f));
+    if (all) {
+      Unrecorded u(be_);
+      MOEPROF_ASSIGN_OR_RETURN(L.all_w2, alloc(DType::kFP4x2, E * H, I / 2, "experts.w2_weight", sm));
+      MOEPROF_ASSIGN_OR_RETURN(L.all_w2_scales, alloc(DType::kE4M3, E * H, I / 16, "experts.w2_weight_scale", sm));
+      MOEPROF_RETURN_IF_ERROR(be_.init_moe_w2(L.all_w2, L.all_w2_scales, E, seed_codes2, seed_scales2, 16.0f, 64.0f));
+      MOEPROF_RETURN_IF_ERROR(copy_rows(L.all_w2, L.w2, e0 * H));
+      MOEPROF_RETURN_IF_ERROR(copy_rows(L.all_w2_scales, L.w2_scales, e0 * H));
+    } else {
+      MOEPROF_RETURN_IF_ERROR(be_.init_moe_w2(L.w2, L.w2_scales, El, seed_codes2, seed_scales2, 16.0f, 64.0f));
+    }
     const float gs2 = 1.0f / (std::sqrt(float(I)) * 2.8f * 40.0f);
-    MOEPROF_ASSIGN_OR_RETURN(L.w2_gs, host_vec(l, DType::kF32, E, gs2, 0.25f * gs2, "experts.w2_weight_scale_2", sm));
+    if (all) {
+      MOEPROF_ASSIGN_OR_RETURN(L.w2_gs, alloc(DType::kF32, 1, El, "experts.w2_weight_scale_2", sm));
+      Unrecorded u(be_);
+      MOEPROF_ASSIGN_OR_RETURN(L.all_w2_gs, host_vec(l, DType::kF32, E, gs2, 0.25f * gs2, "experts.w2_weight_scale_2", sm));
+      MOEPROF_RETURN_IF_ERROR(copy_rows(L.all_w2_gs, L.w2_gs, e0));
+      for (int r = 0; r < ep; ++r) {
+        MOEPROF_ASSIGN_OR_RETURN(Tensor g, alloc(DType::kF32, 1, El, "experts.w2_weight_scale_2", sm));
+        MOEPROF_RETURN_IF_ERROR(copy_rows(L.all_w2_gs, g, El * r));
+        L.rank_w2_gs.push_back(g);
+      }
+    } else {
+      MOEPROF_ASSIGN_OR_RETURN(L.w2_gs, host_vec(l, DType::kF32, El, gs2, 0.25f * gs2, "experts.w2_weight_scale_2", sm));
+    }
     if (!shared_experts) shared_experts = &L;
   }
   return be_.synchronize();

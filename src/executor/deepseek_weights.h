@@ -26,6 +26,11 @@ struct LayerWeights {
   Tensor shared_gate_up, shared_down;
   Tensor w13, w13_scales, w13_gs, w2, w2_scales, w2_gs;
   float a_gs = 1.0f, h_gs = 1.0f;
+  // Expert parallelism with ModelOptions::ep_compute_all: every rank's experts (E of them,
+  // unrecorded), from which the rank's own w13 .. w2_gs (E/N experts) were copied; the other
+  // ranks' expert work reads their slices.
+  Tensor all_w13, all_w13_scales, all_w13_gs, all_w2, all_w2_scales, all_w2_gs;
+  std::vector<Tensor> rank_w13_gs, rank_w2_gs;  // each rank's [1, E/N] slice of all_w13_gs / all_w2_gs
   Tensor kv_cache;    // [kv_tokens, kv_lora + rope]
 };
 

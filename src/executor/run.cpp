@@ -1,5 +1,6 @@
 #include "executor/run.h"
 
+#include <algorithm>
 #include <chrono>
 #include <new>
 #include <stdexcept>
@@ -90,6 +91,13 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
   mo.symm_outside_layers = plan.symm_outside_layers;
   mo.routing = plan.routing;
   mo.moe_rows = plan.moe_rows;
+  mo.ep_buffers = plan.ep_buffers;
+  mo.ep_compute_all = shape.ep_size > 1 && backend.name() == "cpu";  // the reference computes every rank's experts
+  meta.extra["ep_size"] = std::to_string(shape.ep_size);
+  if (shape.ep_size > 1) {
+    meta.extra["ep_rank"] = std::to_string(shape.ep_rank);
+    meta.extra["ep_buffers"] = std::string(ep_buffers_name(plan.ep_buffers));
+  }
   meta.extra["routing"] = plan.routing.text();
   meta.extra["moe_rows"] = std::string(moe_rows_name(plan.moe_rows));
   // Serving: the workload (parsed before any allocation), the device's memory before the weights
@@ -234,6 +242,12 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
     meta.extra["routing.max_expert_tokens"] = std::to_string(mr.moe.max_expert_tokens);
     meta.extra["routing.max_expert_capacity"] = std::to_string(mr.moe.max_expert_capacity);
   }
+  if (shape.ep_size > 1) {
+    meta.extra["ep.rows_received"] = std::to_string(mr.moe.ep_rows_received);
+    meta.extra["ep.rows_buffered"] = std::to_string(mr.moe.ep_rows_buffered);
+    meta.extra["ep.rows_worst"] = std::to_string(mr.moe.ep_rows_worst);
+    meta.extra["ep.max_rows_received"] = std::to_string(mr.moe.ep_max_rows_received);
+  }
   meta.extra["total_seconds"] = std::to_string(mr.total_seconds);
   meta.extra["output.hidden_hash"] = std::to_string(mr.output.hidden_hash);
   meta.extra["output.logits_hash"] = std::to_string(mr.output.logits_hash);
@@ -262,19 +276,53 @@ Result<RunPlanResult> execute_run_plan(Backend& backend, const RunPlan& plan) {
   result.layers = shape.layers;
   result.tp_emulated = shape.tp_size > 1;  // one device runs one rank's shapes; collectives are no-ops
 
+  if (plan.ep > 1) {
+    MOEPROF_RETURN_IF_ERROR(check_ep_size(plan.ep, cfg.n_routed_experts, cfg.name));
+    if (plan.ep_rank >= plan.ep) return Status::bad_input("--ep-rank " + std::to_string(plan.ep_rank) + " is not below --ep " + std::to_string(plan.ep));
+    if (shape.tp_size != 1) return Status::bad_input("--ep runs with --tp 1 (attention over the whole batch on every rank)");
+    result.ep = plan.ep;
+    result.ep_buffers = plan.ep_buffers;
+    result.ep_worst_rows = ep_worst_rows(shape.tokens, cfg.num_experts_per_tok, cfg.n_routed_experts, plan.ep);
+    if (plan.ep_rank >= 0)
+      result.ep_ranks = {plan.ep_rank};
+    else if (backend.name() == "meta")
+      for (int r = 0; r < plan.ep; ++r) result.ep_ranks.push_back(r);
+    else
+      result.ep_ranks = {0};
+    result.ep_rank_modes.resize(result.ep_ranks.size());
+  }
+  const bool several = result.ep_ranks.size() > 1;
   for (MemoryMode mode : plan.modes) {
-    RankModeOptions opt;
-    opt.trace_path =
-        (std::filesystem::path(plan.out_dir) / (std::string(memory_mode_name(mode)) + ".mtrace")).string();
-    opt.tp_emulated = result.tp_emulated;
-    opt.progress = plan.progress;
-    opt.log_weights_note = mode == plan.modes.front();
-    MOEPROF_ASSIGN_OR_RETURN(ModeResult mr, run_rank_mode(backend, cfg, shape, plan, mode, opt));
-    if (mr.weights_shared) {
-      result.weights_shared = true;
-      result.weights_note = mr.weights_note;
+    const std::string name(memory_mode_name(mode));
+    const size_t n_ranks = std::max<size_t>(1, result.ep_ranks.size());
+    std::optional<ModeResult> budget;
+    int budget_rank = 0;
+    for (size_t ri = 0; ri < n_ranks; ++ri) {
+      RankShape rs = shape;
+      if (plan.ep > 1) {
+        rs.ep_size = plan.ep;
+        rs.ep_rank = result.ep_ranks[ri];
+      }
+      RankModeOptions opt;
+      opt.trace_path = (std::filesystem::path(plan.out_dir) /
+                        (name + (several ? ".ep" + std::to_string(rs.ep_rank) : std::string()) + ".mtrace"))
+                           .string();
+      opt.tp_emulated = result.tp_emulated;
+      opt.progress = plan.progress;
+      opt.log_weights_note = mode == plan.modes.front() && ri == 0;
+      MOEPROF_ASSIGN_OR_RETURN(ModeResult mr, run_rank_mode(backend, cfg, rs, plan, mode, opt));
+      if (mr.weights_shared) {
+        result.weights_shared = true;
+        result.weights_note = mr.weights_note;
+      }
+      if (plan.ep > 1) result.ep_rank_modes[ri].push_back(mr);
+      if (!budget || mr.accounting.peak_activation > budget->accounting.peak_activation) {
+        budget_rank = rs.ep_rank;
+        budget = std::move(mr);
+      }
     }
-    result.modes.push_back(std::move(mr));
+    if (plan.ep > 1) result.budget_ranks.push_back(budget_rank);
+    result.modes.push_back(std::move(*budget));
   }
   for (size_t i = 1; i < result.modes.size(); ++i)
     result.outputs_identical =

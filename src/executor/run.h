@@ -40,6 +40,11 @@ struct RunPlan {
   // `--routing` and `--moe-rows` (ModelOptions::routing, moe_rows; model/routing.h).
   RoutingSpec routing;
   MoeRows moe_rows = MoeRows::kBound;
+  // `--ep N` (docs/executor.md "Expert parallelism"): rank ep_rank's shapes (-1: every rank in
+  // turn on the meta backend, rank 0 elsewhere), its dispatch buffers sized by ep_buffers.
+  int ep = 1;
+  int ep_rank = -1;
+  EpBuffers ep_buffers = EpBuffers::kExact;
   // Called around each mode's run, e.g. to start and stop a CUPTI tracer: before_mode right
   // after the trace is opened, after_mode once the model is torn down and the device is idle.
   std::function<Status(const std::string& mode, const RunMeta& meta)> before_mode;
@@ -76,6 +81,16 @@ struct RunPlanResult {
   // outputs_identical then covers every rank. Empty for one-device runs.
   int gpus = 1;
   std::vector<std::vector<ModeResult>> rank_modes;
+  // Expert parallelism (RunPlan::ep > 1): one entry per emulated EP rank, each with one
+  // ModeResult per mode (its own trace: DIR/<mode>.mtrace for one rank, DIR/<mode>.ep<r>.mtrace
+  // for several). `modes` then holds, per mode, the rank with the largest activation peak (the
+  // rank that sets the budget), named by budget_ranks.
+  int ep = 1;
+  EpBuffers ep_buffers = EpBuffers::kExact;
+  std::vector<int> ep_ranks;                      // the ranks emulated, in order
+  std::vector<std::vector<ModeResult>> ep_rank_modes;  // [ep_ranks index][mode index]
+  std::vector<int> budget_ranks;                  // per mode
+  int64_t ep_worst_rows = 0;  // per MoE call: T * min(top_k, E/N)
 };
 
 // Each mode: open the trace, build the model (weights, KV cache), one prefill, tear down, close

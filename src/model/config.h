@@ -90,6 +90,10 @@ struct RankShape {
   int64_t vocab_start = 0;
   int64_t moe_tile = 8;          // rows per expert tile of the FP4 runner
   int64_t padded_rows = 0;       // P = T*k + E*(tile-1)
+  // Expert parallelism (model/expert_parallel.h): this rank holds E / ep_size routed experts,
+  // [ep_rank * E/ep_size, ...); 1: every expert (TP-sharded by tp_size).
+  int ep_size = 1;
+  int ep_rank = 0;
 };
 
 // Parses config.json text. DeepSeek-V2/V3 fields at top level, Kimi-K2.5 nested under

@@ -1,0 +1,281 @@
+// The routed experts under expert parallelism (`moeprof run --ep N`, docs/executor.md "Expert
+// parallelism"), emulated on one device: rank ep_rank's buffers, through the backend.
+//
+// Per MoE layer, with the routing of the whole batch known on the host (model/expert_parallel.h):
+//  dispatch (layer.L/moe/dispatch, communication): the rank's send buffer, its own token slice's
+//    rows grouped by destination rank (S*k rows: every pair goes somewhere); the rows it receives
+//    (dispatch_recv [R, H] bf16) with their token and local expert indices;
+//  experts (layer.L/moe/experts): the FP4 runner over the R received rows, each row one "token"
+//    routed to one local expert (top-1 over E/N experts): quantized input, permutation, gemm1,
+//    gemm2, as in routed_experts();
+//  combine (layer.L/moe/combine, communication): the unweighted expert output of each received
+//    row (combine_send [R, H]), the rows of its own slice's pairs back (combine_recv [S*k, H]),
+//    then the weighted sum with the shared expert into the slice's rows of the output, as
+//    moe_combine does with one rank. The output's other slices are the other ranks' (an
+//    all-gather, a no-op on one device).
+// With --ep-buffers worst-case every buffer sized by R is sized by W = ep_worst_rows instead.
+// With exact buffers, a tensor sized by R carries its size at W as AllocTag::worst_bytes.
+//
+// ModelOptions::ep_compute_all (the CPU reference): the other ranks' stages and combines run too,
+// unrecorded, and the rows travel between them by gathers outside the trace, so the output is the
+// model's: every row passes through the same per-row ops (quantize, gemm1, gemm2) as with one rank
+// and is summed in the same order, so the outputs equal EP=1's bit for bit.
+#include <algorithm>
+
+#include "executor/deepseek_weights.h"
+
+namespace moeprof {
+
+namespace {
+// Another rank's work (on): no allocation is recorded, and no op's use of a recorded tensor.
+struct Unrecorded {
+  Backend& b;
+  bool& quiet;
+  bool was, was_quiet;
+  Unrecorded(Backend& be, bool& q, bool on) : b(be), quiet(q), was(be.unrecorded()), was_quiet(q) {
+    b.set_unrecorded(was || on);
+    quiet = was_quiet || on;
+  }
+  ~Unrecorded() {
+    b.set_unrecorded(was);
+    quiet = was_quiet;
+  }
+};
+}  // namespace
+
+struct DeepseekModel::EpStage {
+  EpReceive recv;
+  int64_t buffered = 0;  // rows of the dispatch buffers (R exact, W worst-case)
+  Tensor combine_send;   // [buffered, H]: row i = the expert output of received pair i
+};
+
+Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, const std::vector<int32_t>& host_ids,
+                                      MoeRunnerStats* stats, EpStage* st) {
+  const LayerWeights& L = w_->layers[l];
+  const int N = shape_.ep_size;
+  const int64_t T = moe_in.rows(), H = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok,
+                I = shape_.moe_inter, El = E / N;
+  const std::string base = plans_[l].scope + "/moe";
+  const bool mine = s == shape_.ep_rank;
+  st->recv = ep_receive(host_ids.data(), T, k, E, N, s);
+  const int64_t R = st->recv.rows(), W = ep_worst_rows(T, k, E, N);
+  const bool exact = opt_.ep_buffers == EpBuffers::kExact;
+  const int64_t Rb = exact ? R : W;
+  st->buffered = Rb;
+  // The runner's padded rows for Rb rows, and at W (the worst routing of the router's capacity).
+  const int64_t tile = moe_tile_rows(std::max<int64_t>(Rb, 1), 1, El), tile_w = moe_tile_rows(W, 1, El);
+  int64_t P = moe_bound_rows(Rb, 1, El, tile);
+  const int64_t bound_w = moe_bound_rows(W, 1, El, tile_w);
+  int64_t Pw = bound_w;
+  if (opt_.moe_rows == MoeRows::kRouted) {
+    Pw = moe_worst_rows(W, 1, El, tile_w);
+    P = exact ? moe_routed_rows(expert_counts(st->recv.local_experts.data(), R, El), tile) : Pw;
+  }
+  if (mine && stats != nullptr) {
+    ++stats->calls;
+    stats->rows_allocated += P;
+    stats->rows_bound += bound_w;
+    stats->rows_worst += Pw;
+    stats->ep_rows_received += R;
+    stats->ep_rows_buffered += Rb;
+    stats->ep_rows_worst += W;
+    stats->ep_max_rows_received = std::max(stats->ep_max_rows_received, R);
+  }
+  if (Rb == 0) return Status::ok();  // nothing received, nothing allocated
+  // A buffer sized by the received rows: rows_w, its rows at the worst case, gives its worst_bytes
+  // (exact buffers); vec: a [1, n] vector of n_w elements at the worst case.
+  auto buf = [&](DType dt, int64_t rows, int64_t cols, int64_t rows_w, const std::string& name, const std::string& scope,
+                 Category cat) {
+    const uint64_t wb = rows == rows_w ? 0 : static_cast<uint64_t>(rows_w) * static_cast<uint64_t>(cols) * dtype_size(dt);
+    return be_.empty(dt, rows, cols, AllocTag{name, scope_prefix_ + scope, cat, wb});
+  };
+  auto vec = [&](DType dt, int64_t n, int64_t n_w, const std::string& name, const std::string& scope, Category cat) {
+    const uint64_t wb = n == n_w ? 0 : static_cast<uint64_t>(n_w) * dtype_size(dt);
+    return be_.empty(dt, 1, n, AllocTag{name, scope_prefix_ + scope, cat, wb});
+  };
+  const Category comm = Category::kCommunication;
+  const std::string ds = base + "/dispatch", es = base + "/experts", cs = base + "/combine";
+  // dispatch: the received rows' token and local expert indices (padding rows: token -1, expert 0).
+  std::vector<int32_t> tok(static_cast<size_t>(Rb), -1), loc(static_cast<size_t>(Rb), 0);
+  for (int64_t i = 0; i < R; ++i) {
+    tok[static_cast<size_t>(i)] = static_cast<int32_t>(st->recv.pairs[static_cast<size_t>(i)] / k);
+    loc[static_cast<size_t>(i)] = st->recv.local_experts[static_cast<size_t>(i)];
+  }
+  MOEPROF_ASSIGN_OR_RETURN(Tensor tok_idx, vec(DType::kI32, Rb, W, "dispatch_token_index", ds, comm));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor loc_ids, buf(DType::kI32, Rb, 1, W, "dispatch_expert_index", ds, comm));
+  MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(tok_idx, tok.data()));
+  MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(loc_ids, loc.data()));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor recv, buf(DType::kBF16, Rb, H, W, "dispatch_recv", ds, comm));
+  // The all-to-all: row i is token tok[i]'s row (padding rows: zeros).
+  MOEPROF_RETURN_IF_ERROR(op("ep_dispatch", be_.embedding(tok_idx, moe_in, 0, recv), {&moe_in, &tok_idx}, {&recv}));
+  tok_idx.reset();
+
+  // This rank's experts: its own tensors, or (another rank, ep_compute_all) its slice of all.
+  auto rows = [&](const Tensor& all, int64_t per) { return all.rows_view(s * El * per, El * per); };
+  const Tensor w13 = mine ? L.w13 : rows(L.all_w13, 2 * I), w13_sf = mine ? L.w13_scales : rows(L.all_w13_scales, 2 * I),
+               w13_gs = mine ? L.w13_gs : L.rank_w13_gs[static_cast<size_t>(s)], w2 = mine ? L.w2 : rows(L.all_w2, H),
+               w2_sf = mine ? L.w2_scales : rows(L.all_w2_scales, H), w2_gs = mine ? L.w2_gs : L.rank_w2_gs[static_cast<size_t>(s)];
+  MOEPROF_ASSIGN_OR_RETURN(Tensor hs_fp4, buf(DType::kFP4x2, Rb, H / 2, W, "hs_fp4", es, Category::kActivation));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor hs_sf, buf(DType::kE4M3, Rb, H / 16, W, "hs_scales", es, Category::kActivation));
+  MOEPROF_RETURN_IF_ERROR(op("fp4_quantize", be_.fp4_quantize(recv, L.a_gs, hs_fp4, hs_sf), {&recv}, {&hs_fp4, &hs_sf}));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor offsets, act(DType::kI32, 1, El + 1, "expert_offsets", es));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor p2t, vec(DType::kI32, P, Pw, "permuted_to_token", es, Category::kActivation));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor e2p, buf(DType::kI32, Rb, 1, W, "expanded_to_permuted", es, Category::kActivation));
+  Tensor perm_ws;
+  if (size_t b = be_.moe_permute_workspace_bytes(Rb, 1, El); b > 0) {
+    MOEPROF_ASSIGN_OR_RETURN(perm_ws, act(DType::kU8, 1, static_cast<int64_t>(b), "permute_workspace", es, Category::kWorkspace));
+  }
+  const bool any = R > 0;  // worst-case buffers of a rank that received nothing: no compute
+  Tensor ids_r = any ? loc_ids.rows_view(0, R) : Tensor(), e2p_r = any ? e2p.rows_view(0, R) : Tensor();
+  if (any)
+    MOEPROF_RETURN_IF_ERROR(op("moe_permute", be_.moe_permute(ids_r, El, tile, offsets, p2t, e2p_r, perm_ws), {&loc_ids},
+                               {&offsets, &p2t, &e2p}));
+  perm_ws.reset();
+  MOEPROF_ASSIGN_OR_RETURN(Tensor g1, buf(DType::kFP4x2, P, I / 2, Pw, "gemm1_out_fp4", es, Category::kActivation));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor g1_sf, buf(DType::kE4M3, P, I / 16, Pw, "gemm1_out_scales", es, Category::kActivation));
+  if (any)
+    MOEPROF_RETURN_IF_ERROR(op("moe_gemm1_fp4",
+                               be_.moe_gemm1_fp4(hs_fp4, hs_sf, L.a_gs, w13, w13_sf, w13_gs, offsets, p2t, L.h_gs, g1, g1_sf),
+                               {&hs_fp4, &hs_sf, &offsets, &p2t}, {&g1, &g1_sf}));
+  if (plans_[l].free_quantized_input_after_gemm1) {
+    hs_fp4.reset();
+    hs_sf.reset();
+  }
+  MOEPROF_ASSIGN_OR_RETURN(Tensor g2, buf(DType::kBF16, P, H, Pw, "gemm2_out", es, Category::kActivation));
+  if (any)
+    MOEPROF_RETURN_IF_ERROR(op("moe_gemm2_fp4", be_.moe_gemm2_fp4(g1, g1_sf, L.h_gs, w2, w2_sf, w2_gs, offsets, p2t, g2),
+                               {&g1, &g1_sf, &offsets, &p2t}, {&g2}));
+  // combine, send side: each received row's expert output, unweighted (the source weighs it).
+  MOEPROF_ASSIGN_OR_RETURN(st->combine_send, buf(DType::kBF16, Rb, H, W, "combine_send", cs, comm));
+  if (any) {
+    Tensor send_r = st->combine_send.rows_view(0, R);
+    MOEPROF_RETURN_IF_ERROR(op("ep_combine_send", be_.embedding(e2p_r, g2, 0, send_r), {&g2, &e2p}, {&st->combine_send}));
+  }
+  return Status::ok();  // the runner's buffers and the received rows are released here
+}
+
+Result<Tensor> DeepseekModel::ep_routed_experts(int64_t l, Tensor& moe_in, const Tensor& topk_w, const Tensor& shared_out,
+                                                MoeRunnerStats* stats, const std::vector<int32_t>& host_ids) {
+  const int N = shape_.ep_size, r = shape_.ep_rank;
+  const int64_t T = moe_in.rows(), H = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
+  const std::string base = plans_[l].scope + "/moe";
+  const std::string ds = base + "/dispatch", cs = base + "/combine";
+  for (int32_t e : host_ids)
+    if (e < 0 || e >= E) return Status::bad_input("moe: expert id " + std::to_string(e) + " outside [0, " + std::to_string(E) + ")");
+  const bool all = opt_.ep_compute_all;
+
+  // The output, [T, H] (every slice, as after the all-gather): the provided buffer when it matches.
+  Tensor out;
+  if (const Tensor* b = MoeOutputBufferScope::current()) {
+    const bool match = b->defined() && b->rows() == T && b->cols() == H && b->contiguous() && b->dtype() == DType::kBF16 &&
+                       b->storage()->backend() == &be_ &&
+                       (!opt_.require_symmetric_output || b->storage()->mem_kind() == MemKind::kSymmetric);
+    if (match) {
+      out = *b;
+      ++stats->reused;
+    } else {
+      ++stats->fallback;
+      stats->fallback_layers.push_back(l);
+    }
+  } else {
+    ++stats->fresh;
+  }
+  if (!out.defined()) {
+    MOEPROF_ASSIGN_OR_RETURN(out, reduced_act(l, T, H, "moe_output", base + "/experts"));
+  }
+  // The destination rank of each pair.
+  const int64_t El = E / N;
+  auto dest = [&](int64_t i) { return static_cast<int>(host_ids[static_cast<size_t>(i)] / El); };
+
+  // dispatch, send side: the own slice's pairs grouped by destination rank.
+  const EpSlice mine = ep_token_slice(T, N, r);
+  const int64_t Sk = mine.size() * k;
+  Tensor send, send_idx;
+  if (Sk > 0) {
+    std::vector<int32_t> idx;
+    idx.reserve(static_cast<size_t>(Sk));
+    for (int d = 0; d < N; ++d)
+      for (int64_t i = mine.begin * k; i < mine.end * k; ++i)
+        if (dest(i) == d) idx.push_back(static_cast<int32_t>(i / k));
+    MOEPROF_ASSIGN_OR_RETURN(send_idx, act(DType::kI32, 1, Sk, "dispatch_send_index", ds, Category::kCommunication));
+    MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(send_idx, idx.data()));
+    MOEPROF_ASSIGN_OR_RETURN(send, act(DType::kBF16, Sk, H, "dispatch_send", ds, Category::kCommunication));
+    MOEPROF_RETURN_IF_ERROR(op("ep_dispatch_pack", be_.embedding(send_idx, moe_in, 0, send), {&moe_in, &send_idx}, {&send}));
+    send_idx.reset();
+  }
+  // Every rank's stage (the others only with ep_compute_all, unrecorded); the send buffer lives
+  // until this rank's rows are received.
+  std::vector<EpStage> stages(static_cast<size_t>(N));
+  for (int s = 0; s < N; ++s) {
+    if (s != r && !all) continue;
+    Unrecorded u(be_, ep_quiet_, s != r);
+    MOEPROF_RETURN_IF_ERROR(ep_expert_stage(l, s, moe_in, host_ids, s == r ? stats : nullptr, &stages[static_cast<size_t>(s)]));
+    if (s == r) send.reset();
+  }
+  if (plans_[l].free_mlp_input_after_use) moe_in.reset();  // its last use: the dispatch
+
+  // combine, receive side: slice s's pairs back from their ranks, then the weighted sum with the
+  // shared expert into the slice's rows of the output. Slice r recorded; the others (ep_compute_all)
+  // unrecorded.
+  auto combine_slice = [&](int s) -> Status {
+    const bool own = s == r;
+    Unrecorded u(be_, ep_quiet_, !own);
+    const EpSlice sl = ep_token_slice(T, N, s);
+    const int64_t n = sl.size() * k;
+    if (n == 0) return Status::ok();
+    // Position of each of the slice's pairs in its destination's combine_send.
+    std::vector<int64_t> pos(static_cast<size_t>(n), -1);
+    for (int d = 0; d < N; ++d) {
+      const auto& pairs = stages[static_cast<size_t>(d)].recv.pairs;
+      for (size_t p = 0; p < pairs.size(); ++p)
+        if (pairs[p] >= sl.begin * k && pairs[p] < sl.end * k) pos[static_cast<size_t>(pairs[p] - sl.begin * k)] = static_cast<int64_t>(p);
+    }
+    MOEPROF_ASSIGN_OR_RETURN(Tensor recv_idx, act(DType::kI32, 1, n, "combine_recv_index", cs, Category::kCommunication));
+    MOEPROF_ASSIGN_OR_RETURN(Tensor crecv, act(DType::kBF16, n, H, "combine_recv", cs, Category::kCommunication));
+    // Rows from rank d: a gather from its combine_send (the others' rows are zeros), summed into
+    // combine_recv (each row comes from exactly one rank). Rank s's own rows are its recorded
+    // op; the rows from other ranks travel outside the trace.
+    bool first = true;
+    for (int step = 0; step < N; ++step) {
+      const int d = (s + step) % N;  // own rows first
+      const EpStage& sd = stages[static_cast<size_t>(d)];
+      if (!sd.combine_send.defined() || (d != s && !all)) continue;
+      std::vector<int32_t> idx(static_cast<size_t>(n), -1);
+      for (int64_t i = 0; i < n; ++i)
+        if (dest(sl.begin * k + i) == d) idx[static_cast<size_t>(i)] = static_cast<int32_t>(pos[static_cast<size_t>(i)]);
+      if (first) {
+        MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(recv_idx, idx.data()));
+        if (d == s)
+          MOEPROF_RETURN_IF_ERROR(op("ep_combine", be_.embedding(recv_idx, sd.combine_send, 0, crecv), {&recv_idx, &sd.combine_send},
+                                     {&crecv}));
+        else
+          MOEPROF_RETURN_IF_ERROR(be_.embedding(recv_idx, sd.combine_send, 0, crecv));
+        first = false;
+        continue;
+      }
+      Unrecorded net(be_, ep_quiet_, true);
+      MOEPROF_ASSIGN_OR_RETURN(Tensor idx_t, act(DType::kI32, 1, n, "combine_net_index", cs));
+      MOEPROF_ASSIGN_OR_RETURN(Tensor part, act(DType::kBF16, n, H, "combine_net_rows", cs));
+      MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(idx_t, idx.data()));
+      MOEPROF_RETURN_IF_ERROR(be_.embedding(idx_t, sd.combine_send, 0, part));
+      MOEPROF_RETURN_IF_ERROR(be_.add_inplace(crecv, part));
+    }
+    recv_idx.reset();
+    MOEPROF_ASSIGN_OR_RETURN(Tensor rows_idx, act(DType::kI32, 1, n, "combine_rows", cs));
+    MOEPROF_RETURN_IF_ERROR(be_.iota(rows_idx, 0));
+    Tensor w = topk_w.rows_view(sl.begin, sl.size());
+    Tensor sh = shared_out.defined() ? shared_out.rows_view(sl.begin, sl.size()) : Tensor();
+    Tensor o = out.rows_view(sl.begin, sl.size());
+    MOEPROF_RETURN_IF_ERROR(op("moe_combine", be_.moe_combine(crecv, rows_idx, w, sh, o), {&crecv, &rows_idx, &topk_w, &shared_out},
+                               {&out}));
+    return Status::ok();
+  };
+  MOEPROF_RETURN_IF_ERROR(combine_slice(r));
+  if (all)
+    for (int s = 0; s < N; ++s)
+      if (s != r) MOEPROF_RETURN_IF_ERROR(combine_slice(s));
+  // The output's other slices come from the other ranks: an all-gather (a no-op on one device).
+  return out;
+}
+
+}  // namespace moeprof

@@ -1,0 +1,229 @@
+// Expert parallelism emulated on one device (`moeprof run --ep N`, RunPlan::ep; deepseek_ep.cpp):
+// the outputs equal one rank's on the CPU reference, each rank's dispatch buffers hold the rows the
+// routing of the whole batch sends it (counted here independently from the drawn routing), the
+// worst-case buffers take T * min(top_k, E/N) rows, the meta backend allocates what the CPU does,
+// and a skewed routing gives the ranks different peaks.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include "core/trace_io.h"
+#include "executor/backends.h"
+#include "executor/run.h"
+#include "model/config.h"
+#include "model/expert_parallel.h"
+#include "model/routing.h"
+
+using namespace moeprof;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The tiny model: 8 routed experts, top-2, hidden 256, MoE layers 1 to 3.
+constexpr int64_t kE = 8, kK = 2, kH = 256;
+const std::vector<int64_t> kMoeLayers = {1, 2, 3};
+
+std::string out_dir(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("moeprof_ep_" + std::to_string(::getpid())) / name;
+  fs::create_directories(d);
+  return d.string();
+}
+
+RunPlan plan_of(const std::string& name, const char* routing, int ep, int rank, int64_t tokens,
+                EpBuffers buffers = EpBuffers::kExact) {
+  RunPlan plan;
+  plan.model = "tiny";
+  plan.tokens = tokens;
+  plan.out_dir = out_dir(name);
+  plan.modes = {MemoryMode::kBaseline, MemoryMode::kReuse};
+  auto spec = parse_routing(routing);
+  REQUIRE(spec.is_ok());
+  plan.routing = *spec;
+  plan.ep = ep;
+  plan.ep_rank = rank;
+  plan.ep_buffers = buffers;
+  return plan;
+}
+
+// Allocations and frees in order: kind, name, scope, shape, bytes, category.
+std::string sequence(const std::string& path) {
+  auto t = read_trace(path);
+  REQUIRE(t.is_ok());
+  std::ostringstream os;
+  for (const TraceRecord& rec : t->records) {
+    if (rec.kind != EventKind::kFree && rec.kind != EventKind::kAlloc) continue;
+    os << int(rec.kind) << ' ' << t->str(rec.name_id) << ' ' << t->str(rec.scope_id) << ' ' << t->str(rec.shape_id) << ' '
+       << rec.bytes << ' ' << int(rec.category) << '\n';
+  }
+  return os.str();
+}
+
+// Bytes and category of every allocation named `name`, in order.
+std::vector<std::pair<uint64_t, int>> allocations(const std::string& path, const std::string& name) {
+  auto t = read_trace(path);
+  REQUIRE(t.is_ok());
+  std::vector<std::pair<uint64_t, int>> out;
+  for (const TraceRecord& rec : t->records)
+    if (rec.kind == EventKind::kAlloc && t->str(rec.name_id) == name) out.emplace_back(rec.bytes, int(rec.category));
+  return out;
+}
+
+// Rows rank r receives in each MoE layer for a drawn routing of T tokens, counted from the draw.
+std::vector<int64_t> rows_received(const char* routing, int64_t T, int ep, int r) {
+  auto spec = parse_routing(routing);
+  REQUIRE(spec.is_ok());
+  auto d = RoutingDraw::create(*spec, kE, kK, RunPlan{}.seed ^ 0x4F07E5D4A11ull);  // the model's draw seed
+  REQUIRE(d.is_ok());
+  std::vector<uint64_t> keys(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) keys[static_cast<size_t>(t)] = routing_key(0, static_cast<uint64_t>(t));
+  std::vector<int64_t> rows;
+  std::vector<int32_t> ids(static_cast<size_t>(T * kK));
+  for (int64_t l : kMoeLayers) {
+    d->draw(l, keys, ids.data());
+    const int64_t per = kE / ep;
+    rows.push_back(std::count_if(ids.begin(), ids.end(), [&](int32_t e) { return e / per == r; }));
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("ep runs - EP 2 and 4 give one rank's outputs on the CPU reference, bit for bit", "[executor][ep]") {
+  auto be = make_cpu_backend();
+  const int64_t T = 37;
+  for (const char* routing : {"router", "zipf:1.2"}) {
+    INFO(routing);
+    auto one = execute_run_plan(*be, plan_of(std::string("one_") + routing, routing, 1, -1, T));
+    REQUIRE(one.is_ok());
+    REQUIRE(one->outputs_identical);
+    for (int ep : {2, 4}) {
+      for (int rank : {0, ep - 1}) {
+        INFO("EP " << ep << " rank " << rank);
+        auto a = execute_run_plan(*be, plan_of("ep" + std::to_string(ep) + "_" + std::to_string(rank) + routing, routing, ep, rank, T));
+        INFO((a.is_ok() ? std::string() : a.status().message()));
+  REQUIRE(a.is_ok());
+        REQUIRE(a->ep_ranks == std::vector<int>{rank});
+        CHECK(a->outputs_identical);
+        // Same greedy token (argmax of the last logits) and the same final hidden states: the
+        // stated tolerance is zero, every row goes through the same per-row ops in the same order.
+        const auto& lo = one->modes[0].output.logits;
+        const auto& le = a->modes[0].output.logits;
+        REQUIRE(lo.size() == le.size());
+        CHECK(std::max_element(lo.begin(), lo.end()) - lo.begin() == std::max_element(le.begin(), le.end()) - le.begin());
+        CHECK(a->modes[0].output.hidden_hash == one->modes[0].output.hidden_hash);
+        CHECK(a->modes[0].output.hidden_tail == one->modes[0].output.hidden_tail);
+        CHECK(a->modes[0].output.logits_hash == one->modes[0].output.logits_hash);
+      }
+    }
+  }
+}
+
+TEST_CASE("ep runs - dispatch buffers hold the rows the routing sends, worst-case ones T min(k, E/N)", "[executor][ep]") {
+  auto meta = make_meta_backend();
+  const int64_t T = 53;
+  for (int ep : {2, 4, 8}) {
+    auto exact = execute_run_plan(*meta, plan_of("bytes_exact" + std::to_string(ep), "uniform", ep, -1, T));
+    INFO((exact.is_ok() ? std::string() : exact.status().message()));
+  REQUIRE(exact.is_ok());
+    auto worst = execute_run_plan(*meta, plan_of("bytes_worst" + std::to_string(ep), "uniform", ep, -1, T, EpBuffers::kWorstCase));
+    INFO((worst.is_ok() ? std::string() : worst.status().message()));
+  REQUIRE(worst.is_ok());
+    REQUIRE(exact->ep_ranks.size() == static_cast<size_t>(ep));
+    const int64_t W = T * std::min<int64_t>(kK, kE / ep);
+    CHECK(exact->ep_worst_rows == W);
+    int64_t total = 0;
+    for (int r = 0; r < ep; ++r) {
+      INFO("EP " << ep << " rank " << r);
+      const std::vector<int64_t> rows = rows_received("uniform", T, ep, r);
+      const auto recv = allocations(exact->ep_rank_modes[r][0].trace_path, "dispatch_recv");
+      std::vector<std::pair<uint64_t, int>> want;
+      for (int64_t R : rows)
+        if (R > 0) want.emplace_back(static_cast<uint64_t>(R * kH * 2), int(Category::kCommunication));
+      CHECK(recv == want);
+      for (int64_t R : rows) total += R;
+      CHECK(exact->ep_rank_modes[r][0].moe.ep_rows_received == rows[0] + rows[1] + rows[2]);
+      // Worst case: the same fixed size in every layer, whatever the rank received.
+      const auto wrecv = allocations(worst->ep_rank_modes[r][0].trace_path, "dispatch_recv");
+      CHECK(wrecv == std::vector<std::pair<uint64_t, int>>(3, {static_cast<uint64_t>(W * kH * 2), int(Category::kCommunication)}));
+      // The send buffer: the rank's own token slice, k rows each, whatever the routing.
+      const EpSlice s = ep_token_slice(T, ep, r);
+      CHECK(allocations(exact->ep_rank_modes[r][0].trace_path, "dispatch_send") ==
+            std::vector<std::pair<uint64_t, int>>(3, {static_cast<uint64_t>(s.size() * kK * kH * 2), int(Category::kCommunication)}));
+      CHECK(allocations(exact->ep_rank_modes[r][0].trace_path, "combine_recv") ==
+            std::vector<std::pair<uint64_t, int>>(3, {static_cast<uint64_t>(s.size() * kK * kH * 2), int(Category::kCommunication)}));
+      // Exact buffers stay within the worst case; worst-case ones are the same on every rank.
+      CHECK(exact->ep_rank_modes[r][0].accounting.peak_activation <= worst->ep_rank_modes[r][0].accounting.peak_activation);
+      CHECK(exact->ep_rank_modes[r][0].accounting.peak_activation_worst >= exact->ep_rank_modes[r][0].accounting.peak_activation);
+      // Worst-case buffers cannot grow with the routing; an exact rank at its worst routing holds
+      // what the worst-case one does.
+      CHECK(worst->ep_rank_modes[r][0].accounting.peak_activation_worst == worst->ep_rank_modes[r][0].accounting.peak_activation);
+      CHECK(exact->ep_rank_modes[r][0].accounting.peak_activation_worst == worst->ep_rank_modes[r][0].accounting.peak_activation);
+      // (ranks whose token slices are as long: a slice's send and combine buffers follow its length).
+      if (s.size() == ep_token_slice(T, ep, 0).size())
+        CHECK(worst->ep_rank_modes[r][0].accounting.peak_activation == worst->ep_rank_modes[0][0].accounting.peak_activation);
+    }
+    CHECK(total == 3 * T * kK);  // every pair received once
+  }
+}
+
+TEST_CASE("ep runs - the meta backend allocates what the CPU reference does for each rank", "[executor][ep]") {
+  auto cpu = make_cpu_backend();
+  auto meta = make_meta_backend();
+  const int64_t T = 29;
+  for (EpBuffers b : {EpBuffers::kExact, EpBuffers::kWorstCase}) {
+    for (int rank : {0, 1, 3}) {
+      INFO("rank " << rank << " " << ep_buffers_name(b));
+      const std::string tag = std::to_string(rank) + std::string(ep_buffers_name(b));
+      auto c = execute_run_plan(*cpu, plan_of("seq_cpu" + tag, "zipf:1.5", 4, rank, T, b));
+      auto m = execute_run_plan(*meta, plan_of("seq_meta" + tag, "zipf:1.5", 4, rank, T, b));
+      INFO((c.is_ok() ? std::string() : c.status().message()));
+  REQUIRE(c.is_ok());
+      INFO((m.is_ok() ? std::string() : m.status().message()));
+  REQUIRE(m.is_ok());
+      for (size_t mode = 0; mode < 2; ++mode) {
+        CHECK(sequence(c->modes[mode].trace_path) == sequence(m->modes[mode].trace_path));
+        CHECK(c->modes[mode].accounting.peak_activation == m->modes[mode].accounting.peak_activation);
+      }
+    }
+  }
+}
+
+TEST_CASE("ep runs - a hot expert puts its rank above the others, the worst case above all", "[executor][ep]") {
+  auto meta = make_meta_backend();
+  const int64_t T = 400;
+  auto hot = execute_run_plan(*meta, plan_of("skew_hot", "hot:1", 4, -1, T));
+  auto uni = execute_run_plan(*meta, plan_of("skew_uniform", "uniform", 4, -1, T));
+  auto worst = execute_run_plan(*meta, plan_of("skew_worst", "uniform", 4, -1, T, EpBuffers::kWorstCase));
+  INFO((hot.is_ok() ? std::string() : hot.status().message()));
+  REQUIRE(hot.is_ok());
+  INFO((uni.is_ok() ? std::string() : uni.status().message()));
+  REQUIRE(uni.is_ok());
+  INFO((worst.is_ok() ? std::string() : worst.status().message()));
+  REQUIRE(worst.is_ok());
+  // The hot expert of each layer takes every token: its rank receives T rows from it alone.
+  std::vector<uint64_t> peaks;
+  for (size_t i = 0; i < 4; ++i) peaks.push_back(hot->ep_rank_modes[i][0].accounting.peak_activation);
+  const auto top = std::max_element(peaks.begin(), peaks.end());
+  CHECK(*std::min_element(peaks.begin(), peaks.end()) < *top);
+  CHECK(hot->budget_ranks[0] == static_cast<int>(top - peaks.begin()));
+  CHECK(hot->modes[0].accounting.peak_activation == *top);
+  for (size_t i = 0; i < 4; ++i) {
+    CHECK(hot->ep_rank_modes[i][0].accounting.peak_activation <= worst->ep_rank_modes[i][0].accounting.peak_activation);
+    CHECK(uni->ep_rank_modes[i][0].accounting.peak_activation <= worst->ep_rank_modes[i][0].accounting.peak_activation);
+  }
+  CHECK(*top > uni->modes[0].accounting.peak_activation);
+}
+
+TEST_CASE("ep runs - bad EP options are refused with one line", "[executor][ep]") {
+  auto meta = make_meta_backend();
+  auto three = execute_run_plan(*meta, plan_of("bad3", "uniform", 3, -1, 16));
+  REQUIRE_FALSE(three.is_ok());
+  CHECK(three.status().message() == "--ep 3 does not divide tiny's 8 routed experts");
+  auto rank = execute_run_plan(*meta, plan_of("badrank", "uniform", 2, 2, 16));
+  REQUIRE_FALSE(rank.is_ok());
+  CHECK(rank.status().message() == "--ep-rank 2 is not below --ep 2");
+}
