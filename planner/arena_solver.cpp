@@ -297,7 +297,7 @@ void region_round(Component& c, Clock::time_point end, double slice_s, uint64_t 
     if (region_top >= before) {
       std::vector<uint64_t> ro;
       const uint64_t r = plan_restarts(region, c.arena - std::min(c.arena - c.lower, c.gran),
-                                       std::min(end, after(Clock::now(), slice_s * kRestartShare)), c.rng(), 0, &ro, &rs);
+                                       std::min(end, after(Clock::now(), slice_s * kRestartShare)), seed + t->region_plans, 0, &ro, &rs);
       if (r < region_top) {
         region_top = r;
         o = std::move(ro);
