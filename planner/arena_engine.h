@@ -284,3 +284,20 @@ uint64_t plan_window(const Problem& p, const std::vector<uint32_t>& free, const 
                      WindowStats* stats);
 
 }  // namespace moeprof::planner::detail
+
+namespace moeprof::planner::detail {
+
+// Greedy restarts (arena_restart.cpp; docs/planner.md, "Region re-plans"). The free buffers of
+// `p` are placed around its fixed ones (at p.fixed) again and again until the deadline or
+// `max_passes` passes (0: no limit; the first pass always runs): first largest first with best
+// fit, then in orders by size perturbed by a random factor of up to 1.05-2x, best or first fit
+// at random, with `cap` as the target of place_greedy. Writes the best pass's plan to *off
+// (problem order, the fixed buffers at their offsets) and returns its highest top among the
+// free buffers.
+struct RestartStats {
+  uint64_t passes = 0, improved = 0;
+};
+uint64_t plan_restarts(const Problem& p, uint64_t cap, Clock::time_point deadline, uint64_t seed, uint64_t max_passes,
+                       std::vector<uint64_t>* off, RestartStats* stats);
+
+}  // namespace moeprof::planner::detail

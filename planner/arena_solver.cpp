@@ -21,6 +21,7 @@ constexpr size_t kWindowSizes[] = {1500, 600, 3000, 1000, 2000, 400};  // buffer
 constexpr size_t kRegionBuffers = 6000;  // a region re-plan; components above twice this get them
 constexpr uint32_t kRegionSnap = 64;     // how far a region end may move to a boundary fewer cross
 constexpr size_t kRegionWindows[] = {3000, 2000, 1500};  // buffers per window in a region
+constexpr double kRestartShare = 0.125;  // of a round, for greedy restarts on a region the windows left as it was
 
 struct Rule {
   Key key;
@@ -288,15 +289,29 @@ void region_round(Component& c, Clock::time_point end, double slice_s, uint64_t 
     w.search_s = slice_s / 4;
     WindowStats ws;
     std::vector<uint64_t> o;
-    const uint64_t after = plan_by_windows(region, w, &o, &ws);
+    uint64_t region_top = plan_by_windows(region, w, &o, &ws);
+    const char* how = "windows";
+    // When the windows did not lower the region, greedy restarts around the same fixed buffers
+    // get a share of what is left (docs/planner.md, "Region re-plans").
+    RestartStats rs;
+    if (region_top >= before) {
+      std::vector<uint64_t> ro;
+      const uint64_t r = plan_restarts(region, c.arena - std::min(c.arena - c.lower, c.gran),
+                                       std::min(end, after(Clock::now(), slice_s * kRestartShare)), seed + t->region_plans, 0, &ro, &rs);
+      if (r < region_top) {
+        region_top = r;
+        o = std::move(ro);
+        how = "restarts";
+      }
+    }
     ++t->region_plans;
     t->window_nodes += ws.search_nodes;
-    if (after >= before) continue;
+    if (region_top >= before) continue;
     std::vector<uint64_t> next = c.off;
     for (size_t k = 0; k < inside.size(); ++k) next[region.orig[k]] = o[k];
     uint64_t arena = 0;
     for (size_t i = 0; i < n; ++i) arena = std::max(arena, next[i] + p.size[i]);
-    c.keep(arena, next, "windows");
+    c.keep(arena, next, how);
     if (c.lns) t->lns_moves += c.lns->stats().moves, t->lns_nodes += c.lns->stats().search_nodes;
     c.lns.reset();
   }

@@ -41,7 +41,7 @@ struct ArenaSolveOptions {
 struct ArenaImprovement {
   double seconds = 0;        // since the call began
   uint64_t arena_bytes = 0;  // the arena (the largest component's) from then on
-  std::string algorithm;     // what found it: "greedy:<order>", "search", "windows" or "lns"
+  std::string algorithm;     // what found it: "greedy:<order>", "search", "windows", "restarts" or "lns"
 };
 
 struct ArenaSolution {
