@@ -21,6 +21,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/op_times.h"
+#include "cli/run_analysis.h"
 #include "cli/run_output.h"
 #include "cli/run_routing.h"
 #include "cli/run_serving.h"
@@ -92,22 +93,6 @@ int env_int(std::initializer_list<const char*> names) {
     }
   return -1;
 }
-
-#ifdef MOEPROF_HAVE_CUDA
-// Compares the CUPTI view of a run with the executor's own accounting, category by category
-// (each category's high-water mark and the bytes allocated). Returns "" when they agree.
-std::string cupti_disagreement(const planner::RunAnalysis& c, const CategoryCounters& acc) {
-  std::string diff;
-  const auto& d = c.devices.at(0);
-  for (int i = 0; i < kNumCategories; ++i) {
-    const auto cat = static_cast<Category>(i);
-    if (d.peak_by_category[cat] != acc.peak[i] || d.churn_by_category[cat] != acc.allocated[i])
-      diff += fmt::format(" {}: CUPTI peak {} churn {} vs executor peak {} churn {};", category_name(cat),
-                          d.peak_by_category[cat], d.churn_by_category[cat], acc.peak[i], acc.allocated[i]);
-  }
-  return diff;
-}
-#endif
 
 std::string mb(uint64_t b) { return reports::format_bytes(b); }
 
@@ -436,21 +421,9 @@ int run_command(const RunArgs& a) {
   // Analyse the traces as written (read back from disk), check them against the executor's own
   // accounting, predict the modes from the baseline, and write the report.
   if (plan.progress) std::fprintf(stderr, "\r\033[K[report] analysing %zu trace(s)", r.modes.size());
-  std::vector<planner::RunAnalysis> analyses;
-  for (const auto& m : r.modes) {
-    auto tr = read_trace(m.trace_path);
-    if (!tr.is_ok()) return failed(Status::run_failure(tr.status().message()));
-    planner::AnalyzeOptions ao;
-    ao.keep_event_index = m.mode == "baseline";
-    ao.keep_lifetimes = true;  // the per-allocation timeline of the report
-    analyses.push_back(planner::analyze(tr.value(), ao));
-    const auto& an = analyses.back();
-    if (!an.limit_error.empty()) return failed(Status::run_failure(m.trace_path + ": " + an.limit_error));
-    if (an.peak_total_bytes != m.accounting.peak_total || an.peak_activation_bytes != m.accounting.peak_activation)
-      return failed(Status::run_failure(fmt::format(
-                             "{} trace disagrees with the executor's accounting (peak total {} vs {}, activation {} vs {})", m.mode,
-                             an.peak_total_bytes, m.accounting.peak_total, an.peak_activation_bytes, m.accounting.peak_activation)));
-  }
+  auto analysed = analyse_run_traces(r);
+  if (!analysed.is_ok()) return failed(analysed.status());
+  std::vector<planner::RunAnalysis> analyses = std::move(analysed).value();
   // Predictions: each non-baseline mode from the baseline trace and its rules; the ranked fixes of
   // the baseline beyond the seed's change go into the report.
   std::vector<std::optional<uint64_t>> predicted(r.modes.size());
