@@ -165,24 +165,7 @@ Result<Tensor> DeepseekModel::ep_routed_experts(int64_t l, Tensor& moe_in, const
   const bool all = opt_.ep_compute_all;
 
   // The output, [T, H] (every slice, as after the all-gather): the provided buffer when it matches.
-  Tensor out;
-  if (const Tensor* b = MoeOutputBufferScope::current()) {
-    const bool match = b->defined() && b->rows() == T && b->cols() == H && b->contiguous() && b->dtype() == DType::kBF16 &&
-                       b->storage()->backend() == &be_ &&
-                       (!opt_.require_symmetric_output || b->storage()->mem_kind() == MemKind::kSymmetric);
-    if (match) {
-      out = *b;
-      ++stats->reused;
-    } else {
-      ++stats->fallback;
-      stats->fallback_layers.push_back(l);
-    }
-  } else {
-    ++stats->fresh;
-  }
-  if (!out.defined()) {
-    MOEPROF_ASSIGN_OR_RETURN(out, reduced_act(l, T, H, "moe_output", base + "/experts"));
-  }
+  MOEPROF_ASSIGN_OR_RETURN(Tensor out, moe_output_buffer(l, T, base + "/experts", stats));
   // The destination rank of each pair.
   const int64_t El = E / N;
   auto dest = [&](int64_t i) { return static_cast<int>(host_ids[static_cast<size_t>(i)] / El); };

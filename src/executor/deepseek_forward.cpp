@@ -360,25 +360,7 @@ Result<Tensor> DeepseekModel::routed_experts(int64_t l, Tensor& moe_in, const Te
     return Pw == P ? uint64_t{0} : static_cast<uint64_t>(Pw) * static_cast<uint64_t>(cols) * dtype_size(dt);
   };
 
-  // Output-buffer protocol: use the provided buffer only if it matches exactly.
-  Tensor out;
-  if (const Tensor* buf = MoeOutputBufferScope::current()) {
-    const bool match = buf->defined() && buf->rows() == T && buf->cols() == H && buf->contiguous() &&
-                       buf->dtype() == DType::kBF16 && buf->storage()->backend() == &be_ &&
-                       (!opt_.require_symmetric_output || buf->storage()->mem_kind() == MemKind::kSymmetric);
-    if (match) {
-      out = *buf;
-      ++stats->reused;
-    } else {
-      ++stats->fallback;
-      stats->fallback_layers.push_back(l);
-    }
-  } else {
-    ++stats->fresh;
-  }
-  if (!out.defined()) {
-    MOEPROF_ASSIGN_OR_RETURN(out, reduced_act(l, T, H, "moe_output", scope));
-  }
+  MOEPROF_ASSIGN_OR_RETURN(Tensor out, moe_output_buffer(l, T, scope, stats));
 
   MOEPROF_ASSIGN_OR_RETURN(Tensor hs_fp4, act(DType::kFP4x2, T, H / 2, "hs_fp4", scope));
   MOEPROF_ASSIGN_OR_RETURN(Tensor hs_sf, act(DType::kE4M3, T, H / 16, "hs_scales", scope));
@@ -424,5 +406,23 @@ Result<Tensor> DeepseekModel::run_routed_experts_for_test(int64_t layer, const T
   return routed_experts(layer, in, topk_ids, topk_weights, shared_out, stats);
 }
 
+
+Result<Tensor> DeepseekModel::moe_output_buffer(int64_t l, int64_t T, const std::string& scope, MoeRunnerStats* stats) {
+  const int64_t H = cfg_.hidden_size;
+  if (const Tensor* buf = MoeOutputBufferScope::current()) {
+    const bool match = buf->defined() && buf->rows() == T && buf->cols() == H && buf->contiguous() &&
+                       buf->dtype() == DType::kBF16 && buf->storage()->backend() == &be_ &&
+                       (!opt_.require_symmetric_output || buf->storage()->mem_kind() == MemKind::kSymmetric);
+    if (match) {
+      ++stats->reused;
+      return *buf;
+    }
+    ++stats->fallback;
+    stats->fallback_layers.push_back(l);
+  } else {
+    ++stats->fresh;
+  }
+  return reduced_act(l, T, H, "moe_output", scope);
+}
 
 }  // namespace moeprof

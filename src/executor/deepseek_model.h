@@ -264,6 +264,10 @@ class DeepseekModel {
   // A tensor the layer all-reduces: symmetric with --symm-mem on (unless the layer is in
   // symm_outside_layers), else an ordinary activation.
   Result<Tensor> reduced_act(int64_t layer, int64_t rows, int64_t cols, const std::string& name, const std::string& scope);
+  // The MoE output [T, H] of layer l: the buffer MoeOutputBufferScope provides when it
+  // matches exactly (bf16, contiguous, this backend, symmetric where required), else a fresh one
+  // (reduced_act, "moe_output" in `scope`); counts reused / fallback / fresh in stats.
+  Result<Tensor> moe_output_buffer(int64_t l, int64_t T, const std::string& scope, MoeRunnerStats* stats);
 
   Backend& be_;
   ModelConfig cfg_;

@@ -362,6 +362,24 @@ Status DeepseekModel::init_weights() {
       MOEPROF_RETURN_IF_ERROR(be_.copy_to_host(src, host.data()));
       return be_.copy_from_host(to, host.data());
     };
+    // A per-expert global scale: the rank's El values (recorded); with every expert computed, also
+    // the E of all ranks (unrecorded) and each rank's slice of them.
+    auto global_scales = [&](float gs, const char* name, Tensor& local, Tensor& every, std::vector<Tensor>& ranks) -> Status {
+      if (!all) {
+        MOEPROF_ASSIGN_OR_RETURN(local, host_vec(l, DType::kF32, El, gs, 0.25f * gs, name, sm));
+        return Status::ok();
+      }
+      MOEPROF_ASSIGN_OR_RETURN(local, alloc(DType::kF32, 1, El, name, sm));
+      Unrecorded u(be_);
+      MOEPROF_ASSIGN_OR_RETURN(every, host_vec(l, DType::kF32, E, gs, 0.25f * gs, name, sm));
+      MOEPROF_RETURN_IF_ERROR(copy_rows(every, local, e0));
+      for (int r = 0; r < ep; ++r) {
+        MOEPROF_ASSIGN_OR_RETURN(Tensor g, alloc(DType::kF32, 1, El, name, sm));
+        MOEPROF_RETURN_IF_ERROR(copy_rows(every, g, El * r));
+        ranks.push_back(g);
+      }
+      return Status::ok();
+    };
     MOEPROF_ASSIGN_OR_RETURN(L.w13, alloc(DType::kFP4x2, El * 2 * I, H / 2, "experts.w13_weight", sm));
     MOEPROF_ASSIGN_OR_RETURN(L.w13_scales, alloc(DType::kE4M3, El * 2 * I, H / 16, "experts.w13_weight_scale", sm));
     const uint64_t seed_codes = mix_seed(seed, l, ++tensor_idx), seed_scales = mix_seed(seed, l, ++tensor_idx);
@@ -376,19 +394,7 @@ Status DeepseekModel::init_weights() {
       MOEPROF_RETURN_IF_ERROR(be_.init_moe_w13(L.w13, L.w13_scales, El, seed_codes, seed_scales, 16.0f, 64.0f));
     }
     const float gs13 = 1.0f / (std::sqrt(float(H)) * 2.8f * 40.0f);
-    if (all) {
-      MOEPROF_ASSIGN_OR_RETURN(L.w13_gs, alloc(DType::kF32, 1, El, "experts.w13_weight_scale_2", sm));
-      Unrecorded u(be_);
-      MOEPROF_ASSIGN_OR_RETURN(L.all_w13_gs, host_vec(l, DType::kF32, E, gs13, 0.25f * gs13, "experts.w13_weight_scale_2", sm));
-      MOEPROF_RETURN_IF_ERROR(copy_rows(L.all_w13_gs, L.w13_gs, e0));
-      for (int r = 0; r < ep; ++r) {
-        MOEPROF_ASSIGN_OR_RETURN(Tensor g, alloc(DType::kF32, 1, El, "experts.w13_weight_scale_2", sm));
-        MOEPROF_RETURN_IF_ERROR(copy_rows(L.all_w13_gs, g, El * r));
-        L.rank_w13_gs.push_back(g);
-      }
-    } else {
-      MOEPROF_ASSIGN_OR_RETURN(L.w13_gs, host_vec(l, DType::kF32, El, gs13, 0.25f * gs13, "experts.w13_weight_scale_2", sm));
-    }
+    MOEPROF_RETURN_IF_ERROR(global_scales(gs13, "experts.w13_weight_scale_2", L.w13_gs, L.all_w13_gs, L.rank_w13_gs));
     // w2 likewise, in gemm2's layout.
     MOEPROF_ASSIGN_OR_RETURN(L.w2, alloc(DType::kFP4x2, El * H, I / 2, "experts.w2_weight", sm));
     MOEPROF_ASSIGN_OR_RETURN(L.w2_scales, alloc(DType::kE4M3, El * H, I / 16, "experts.w2_weight_scale", sm));
@@ -404,19 +410,7 @@ Status DeepseekModel::init_weights() {
       MOEPROF_RETURN_IF_ERROR(be_.init_moe_w2(L.w2, L.w2_scales, El, seed_codes2, seed_scales2, 16.0f, 64.0f));
     }
     const float gs2 = 1.0f / (std::sqrt(float(I)) * 2.8f * 40.0f);
-    if (all) {
-      MOEPROF_ASSIGN_OR_RETURN(L.w2_gs, alloc(DType::kF32, 1, El, "experts.w2_weight_scale_2", sm));
-      Unrecorded u(be_);
-      MOEPROF_ASSIGN_OR_RETURN(L.all_w2_gs, host_vec(l, DType::kF32, E, gs2, 0.25f * gs2, "experts.w2_weight_scale_2", sm));
-      MOEPROF_RETURN_IF_ERROR(copy_rows(L.all_w2_gs, L.w2_gs, e0));
-      for (int r = 0; r < ep; ++r) {
-        MOEPROF_ASSIGN_OR_RETURN(Tensor g, alloc(DType::kF32, 1, El, "experts.w2_weight_scale_2", sm));
-        MOEPROF_RETURN_IF_ERROR(copy_rows(L.all_w2_gs, g, El * r));
-        L.rank_w2_gs.push_back(g);
-      }
-    } else {
-      MOEPROF_ASSIGN_OR_RETURN(L.w2_gs, host_vec(l, DType::kF32, El, gs2, 0.25f * gs2, "experts.w2_weight_scale_2", sm));
-    }
+    MOEPROF_RETURN_IF_ERROR(global_scales(gs2, "experts.w2_weight_scale_2", L.w2_gs, L.all_w2_gs, L.rank_w2_gs));
     if (!shared_experts) shared_experts = &L;
   }
   return be_.synchronize();
