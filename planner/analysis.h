@@ -61,6 +61,7 @@ struct Lifetime {
   Category category = Category::kUnknown;
   DType dtype = DType::kUnknown;
   MemKind mem_kind = MemKind::kHost;
+  bool data_dependent = false;       // the alloc record's kFlagDataDependent
 
   bool freed() const { return t_free != kNever; }
   bool used() const { return uses > 0; }

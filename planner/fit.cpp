@@ -291,20 +291,27 @@ Result<FitResult> fit_size_laws(const std::vector<const SizeTrace*>& runs, std::
   }
   const fit_detail::SubsetOrder order(res.basis, opt.max_degree);
   std::vector<uint64_t> ybuf(n0 * n, 0);
+  std::vector<uint8_t> data_dependent(n0, 0);  // a site any trace marks kFlagDataDependent
   for (size_t t = 0; t < n; ++t)
     for (size_t i = 0; i < site_of[t].size(); ++i)
-      if (site_of[t][i] != UINT32_MAX) ybuf[size_t{site_of[t][i]} * n + t] = runs[t]->allocs[i].bytes;
+      if (site_of[t][i] != UINT32_MAX) {
+        ybuf[size_t{site_of[t][i]} * n + t] = runs[t]->allocs[i].bytes;
+        data_dependent[site_of[t][i]] |= runs[t]->allocs[i].data_dependent ? 1 : 0;
+      }
   std::unordered_map<std::vector<uint64_t>, uint32_t, VecHash> law_of;
   std::vector<uint32_t> fit_index(n0, UINT32_MAX);
-  std::vector<uint64_t> y(n);
+  std::vector<uint64_t> y(n + 1);  // the bytes per trace, then whether the site is data-dependent
   for (uint32_t i = 0; i < n0; ++i) {
     if (present[i] != n) continue;
     std::copy(ybuf.begin() + static_cast<ptrdiff_t>(size_t{i} * n), ybuf.begin() + static_cast<ptrdiff_t>(size_t{i} * n + n), y.begin());
+    y[n] = data_dependent[i];
     auto it = law_of.find(y);
     if (it == law_of.end()) {
       it = law_of.emplace(y, static_cast<uint32_t>(res.laws.size())).first;
+      const std::vector<uint64_t> values(y.begin(), y.begin() + static_cast<ptrdiff_t>(n));
       fit_detail::LawInput in;
-      in.values = &y;
+      in.values = &values;
+      in.data_dependent = y[n] != 0;
       in.monomial_values = &mv;
       in.basis = &res.basis;
       in.vars = &res.variables;

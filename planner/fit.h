@@ -150,6 +150,7 @@ struct SizeTrace {
     uint16_t device = 0;
     Category category = Category::kUnknown;
     uint64_t bytes = 0, address = 0;
+    bool data_dependent = false;     // the record's kFlagDataDependent: its size is the run's data
   };
   std::vector<Alloc> allocs;
   std::vector<uint64_t> events;      // allocation index << 1, with | 1 for its free

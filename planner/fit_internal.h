@@ -27,6 +27,7 @@ struct LawInput {
   const SubsetOrder* order = nullptr;
   int max_degree = 2;
   bool regimes = true;
+  bool data_dependent = false;  // the traces mark the site's size as data-dependent: no law is tried
 };
 
 SizeLaw fit_law(const LawInput& in);

@@ -221,6 +221,21 @@ SizeLaw fit_law(const LawInput& in) {
   std::vector<size_t> all(n);
   std::iota(all.begin(), all.end(), size_t{0});
   const std::string sym0 = in.vars->empty() ? "x" : (*in.vars)[0].symbol;
+  // No law: the range and the bound per unit of the first variable.
+  auto no_law = [&](const std::string& why) {
+    law.state = LawState::kNone;
+    const auto& x0 = (*in.vars)[0].values;
+    i128 per = 0;
+    for (size_t t = 0; t < n; ++t)
+      if (x0[t] > 0) per = std::max(per, exact::ceil_div(static_cast<i128>(vals[t]), x0[t]));
+    law.bound_per_unit = per;
+    law.note = why + " (data-dependent): measured " + commas(static_cast<int64_t>(law.min_bytes)) + " to " +
+               commas(static_cast<int64_t>(law.max_bytes)) + " B; bound " + exact::to_string(per, true) + " B per unit of " + sym0 +
+               " (the largest measured), assumed beyond the measured sizes";
+    return law;
+  };
+  if (in.data_dependent)
+    return no_law("sized by the run's data (the trace marks it: the routing), no law tried on its " + std::to_string(n) + " sizes");
 
   // 1. Every size: the first subset confirmed by more sizes than it has coefficients.
   Attempt unconfirmed_all;
@@ -319,18 +334,8 @@ SizeLaw fit_law(const LawInput& in) {
     return law;
   }
 
-  // 4. No law: the range and the bound per unit of the first variable.
-  law.state = LawState::kNone;
-  const auto& x0 = (*in.vars)[0].values;
-  i128 per = 0;
-  for (size_t t = 0; t < n; ++t)
-    if (x0[t] > 0) per = std::max(per, exact::ceil_div(static_cast<i128>(vals[t]), x0[t]));
-  law.bound_per_unit = per;
-  law.note = "no law of degree <= " + std::to_string(in.max_degree) + " fits the " + std::to_string(n) +
-             " sizes (data-dependent): measured " + commas(static_cast<int64_t>(law.min_bytes)) + " to " +
-             commas(static_cast<int64_t>(law.max_bytes)) + " B; bound " + exact::to_string(per, true) + " B per unit of " + sym0 +
-             " (the largest measured), assumed beyond the measured sizes";
-  return law;
+  // 4. No law.
+  return no_law("no law of degree <= " + std::to_string(in.max_degree) + " fits the " + std::to_string(n) + " sizes");
 }
 
 }  // namespace fit_detail

@@ -49,6 +49,7 @@ Result<SizeTrace> size_trace(const RunAnalysis& run) {
     a.category = l.category;
     a.bytes = l.bytes;
     a.address = l.address;
+    a.data_dependent = l.data_dependent;
     st.allocs.push_back(a);
   }
   // Replay order from the positions: a position holds one event; an allocation over a live address
@@ -116,7 +117,8 @@ Result<SizeTrace> read_size_trace(const std::string& path, bool* needs_analysis)
         }
         if (st.allocs.size() >= (size_t{1} << 31)) return Status::bad_input(path + ": more than 2^31 allocations");
         const auto i = static_cast<uint32_t>(st.allocs.size());
-        st.allocs.push_back(SizeTrace::Alloc{index_of(r.name_id), index_of(r.scope_id), r.device, r.category, r.bytes, r.address});
+        st.allocs.push_back(SizeTrace::Alloc{index_of(r.name_id), index_of(r.scope_id), r.device, r.category, r.bytes, r.address,
+                                             (r.flags & kFlagDataDependent) != 0});
         if (r.address == 0 && r.bytes == 0) {  // malloc(0) returning null: begins and ends here
           st.events.push_back(uint64_t{i} << 1);
           st.events.push_back((uint64_t{i} << 1) | 1);

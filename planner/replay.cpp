@@ -134,6 +134,7 @@ void Replayer::on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos) {
   l.category = r.category;  // in range: readers validate records
   l.dtype = r.dtype;
   l.mem_kind = r.mem_kind;
+  l.data_dependent = (r.flags & kFlagDataDependent) != 0;
   if (handoffs_) handoffs_->alloc(d.out, li, l);
   if (r.bytes == 0) ++an_.zero_size_allocs;
   if (r.address == 0 && r.bytes == 0) {

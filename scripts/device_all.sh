@@ -6,7 +6,7 @@
 # is printed last and saved as $OUT/summary.txt.
 #   usage: OUT=dir scripts/device_all.sh [steps...]
 #          (steps: ops model seed trace bench seed-nocupti ncu models oom hf snapshot sanitizer gemm-sanitizer
-#           tp2 symm serving sizelaw routing)
+#           tp2 symm serving sizelaw routing ep)
 set -u
 B=${B:-build-gpu}
 OUT=${OUT:-$PWD/device-logs}
@@ -138,7 +138,7 @@ print(('PASS' if ok else 'FAIL'), f'baseline {b} reuse {c} (pred {pc}) fixes {f}
         [ $rc -ne 0 ] && res="FAIL trace exit $rc"
         row hf_stacks "${res%% *}" "${res#* }"
         # Overhead: the same prefill untraced, traced without stacks, traced with Python stacks.
-        for v in none plain stacks none plain stacks; do
+        for v in ${HF_ORDER:-none plain stacks plain stacks none plain stacks plain stacks}; do
           t0=$(date +%s%N)
           case $v in
             none) PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync python3 tests/profiler/hf_moe_prefill.py 3001 > "$L/hf_t_$v.log" 2>&1 ;;
@@ -147,7 +147,19 @@ print(('PASS' if ok else 'FAIL'), f'baseline {b} reuse {c} (pred {pc}) fixes {f}
           esac
           echo "$v: process $(( ($(date +%s%N) - t0) / 1000000 )) ms, prefill $(grep -o '"prefill_seconds": [0-9.e-]*' "$L/hf_t_$v.log" | cut -d' ' -f2) s;" >> "$L/hf_overhead.txt"
         done
-        row hf_overhead INFO "$(tr '\n' ' ' < "$L/hf_overhead.txt")"
+        row hf_overhead INFO "$(python3 - "$L/hf_overhead.txt" <<'PY'
+import re, statistics, sys
+v = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"(\w+): process (\d+) ms, prefill ([0-9.e-]+) s", line)
+    if m: v.setdefault(m[1], []).append(float(m[3]) * 1e3)
+med = {k: statistics.median(x) for k, x in v.items()}
+out = [f"{k} prefill median {med[k]:.2f} ms of {len(v[k])} ({', '.join(f'{t:.2f}' for t in v[k])})" for k in v]
+if "plain" in med and "stacks" in med: out.append(f"stacks/plain {med['stacks'] / med['plain']:.3f}")
+if "none" in med and "plain" in med: out.append(f"plain/none {med['plain'] / med['none']:.3f}")
+print("; ".join(out))
+PY
+)"
       else
         row hf_stacks SKIP "no transformers"
       fi ;;
@@ -245,6 +257,28 @@ print(("PASS" if ra == rb else "FAIL"), "cuda", ra, "meta", rb)
 PY
 )
       row routing_gpu "${res%% *}" "${res#* }" ;;
+    ep)
+      # --ep on the GPU: each emulated rank of the CUDA backend allocates what the meta backend's
+      # rank does for the same drawn routing (Kimi-K2.5, EP=2, 4 layers, 2,053 tokens, zipf:1.2).
+      for r in 0 1; do
+        step "ep_cuda_$r" 120 "$B/src/cli/moeprof" run --backend cuda --model kimi-k2.5 --ep 2 --ep-rank "$r" --layers 4 --tokens 2053 \
+          --routing zipf:1.2 --mode baseline --no-cupti --quiet --out "$L/ep-cuda-$r"
+      done
+      step ep_meta 60 "$B/src/cli/moeprof" run --backend meta --model kimi-k2.5 --ep 2 --layers 4 --tokens 2053 \
+        --routing zipf:1.2 --mode baseline --quiet --out "$L/ep-meta"
+      res=$(python3 - "$L/ep-meta/report.json" "$L/ep-cuda-0/report.json" "$L/ep-cuda-1/report.json" <<'PY' 2>&1
+import json, sys
+m = json.load(open(sys.argv[1]))["runs"][0]["ranks"]
+meta = {r["rank"]: r["peak_activation_bytes"] for r in m}
+cuda = {}
+for p in sys.argv[2:]:
+    for r in json.load(open(p))["runs"][0]["ranks"]:
+        cuda[r["rank"]] = r["peak_activation_bytes"]
+ok = all(meta.get(k) == v for k, v in cuda.items()) and len(cuda) == 2
+print(("PASS" if ok else "FAIL"), "cuda", cuda, "meta", meta)
+PY
+)
+      row ep_gpu "${res%% *}" "${res#* }" ;;
     sizelaw)
       # Issue 37 on the GPU: an unmodified PyTorch program (transformers' DeepSeek-V3 MoE, small
       # random config) traced at four small prompt lengths; moeprof fit predicts the traced peak

@@ -65,6 +65,9 @@ inline constexpr uint8_t kMaxMemKind = 6;
 inline constexpr uint16_t kUseRead = 1u << 0;
 inline constexpr uint16_t kUseWrite = 1u << 1;
 inline constexpr uint16_t kFlagInferredScope = 1u << 2;  // scope came from an NVTX range, not a tag
+// An allocation whose size this run's data set (the executor's MoE rows under a drawn or the
+// router's routing, EP buffers sized by the rows received): `moeprof fit` gives its site no law.
+inline constexpr uint16_t kFlagDataDependent = 1u << 3;
 
 // Typed ids into a trace's tables (strings, call stacks). 0 is "none" in both.
 enum class StrId : uint32_t { kNone = 0 };

@@ -84,14 +84,15 @@ Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, co
   if (Rb == 0) return Status::ok();  // nothing received, nothing allocated
   // A buffer sized by the received rows: rows_w, its rows at the worst case, gives its worst_bytes
   // (exact buffers); vec: a [1, n] vector of n_w elements at the worst case.
+  const bool dd = sized_by_routing(exact);  // exact buffers follow the rows received
   auto buf = [&](DType dt, int64_t rows, int64_t cols, int64_t rows_w, const std::string& name, const std::string& scope,
                  Category cat) {
     const uint64_t wb = rows == rows_w ? 0 : static_cast<uint64_t>(rows_w) * static_cast<uint64_t>(cols) * dtype_size(dt);
-    return be_.empty(dt, rows, cols, AllocTag{name, scope_prefix_ + scope, cat, wb});
+    return be_.empty(dt, rows, cols, AllocTag{name, scope_prefix_ + scope, cat, wb, dd});
   };
   auto vec = [&](DType dt, int64_t n, int64_t n_w, const std::string& name, const std::string& scope, Category cat) {
     const uint64_t wb = n == n_w ? 0 : static_cast<uint64_t>(n_w) * dtype_size(dt);
-    return be_.empty(dt, 1, n, AllocTag{name, scope_prefix_ + scope, cat, wb});
+    return be_.empty(dt, 1, n, AllocTag{name, scope_prefix_ + scope, cat, wb, dd});
   };
   const Category comm = Category::kCommunication;
   const std::string ds = base + "/dispatch", es = base + "/experts", cs = base + "/combine";

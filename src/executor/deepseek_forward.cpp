@@ -359,6 +359,7 @@ Result<Tensor> DeepseekModel::routed_experts(int64_t l, Tensor& moe_in, const Te
   auto worst_bytes = [&](DType dt, int64_t cols) {
     return Pw == P ? uint64_t{0} : static_cast<uint64_t>(Pw) * static_cast<uint64_t>(cols) * dtype_size(dt);
   };
+  const bool dd = sized_by_routing(opt_.moe_rows == MoeRows::kRouted);
 
   MOEPROF_ASSIGN_OR_RETURN(Tensor out, moe_output_buffer(l, T, scope, stats));
 
@@ -367,7 +368,7 @@ Result<Tensor> DeepseekModel::routed_experts(int64_t l, Tensor& moe_in, const Te
   MOEPROF_RETURN_IF_ERROR(op("fp4_quantize", be_.fp4_quantize(moe_in, L.a_gs, hs_fp4, hs_sf), {&moe_in}, {&hs_fp4, &hs_sf}));
   if (plans_[l].free_mlp_input_after_use) moe_in.reset();  // its last use
   MOEPROF_ASSIGN_OR_RETURN(Tensor offsets, act(DType::kI32, 1, E + 1, "expert_offsets", scope));
-  MOEPROF_ASSIGN_OR_RETURN(Tensor p2t, routed_act(DType::kI32, 1, P, worst_bytes(DType::kI32, 1), "permuted_to_token", scope));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor p2t, routed_act(DType::kI32, 1, P, worst_bytes(DType::kI32, 1), dd, "permuted_to_token", scope));
   MOEPROF_ASSIGN_OR_RETURN(Tensor e2p, act(DType::kI32, 1, T * k, "expanded_to_permuted", scope));
   Tensor perm_ws;
   if (size_t b = be_.moe_permute_workspace_bytes(T, k, E); b > 0) {
@@ -377,8 +378,8 @@ Result<Tensor> DeepseekModel::routed_experts(int64_t l, Tensor& moe_in, const Te
   MOEPROF_RETURN_IF_ERROR(op("moe_permute", be_.moe_permute(topk_ids, E, tile, offsets, p2t, e2p, perm_ws), {&topk_ids},
                              {&offsets, &p2t, &e2p}));
   perm_ws.reset();
-  MOEPROF_ASSIGN_OR_RETURN(Tensor g1, routed_act(DType::kFP4x2, P, I / 2, worst_bytes(DType::kFP4x2, I / 2), "gemm1_out_fp4", scope));
-  MOEPROF_ASSIGN_OR_RETURN(Tensor g1_sf, routed_act(DType::kE4M3, P, I / 16, worst_bytes(DType::kE4M3, I / 16), "gemm1_out_scales", scope));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor g1, routed_act(DType::kFP4x2, P, I / 2, worst_bytes(DType::kFP4x2, I / 2), dd, "gemm1_out_fp4", scope));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor g1_sf, routed_act(DType::kE4M3, P, I / 16, worst_bytes(DType::kE4M3, I / 16), dd, "gemm1_out_scales", scope));
   MOEPROF_RETURN_IF_ERROR(op("moe_gemm1_fp4",
                              be_.moe_gemm1_fp4(hs_fp4, hs_sf, L.a_gs, L.w13, L.w13_scales, L.w13_gs, offsets, p2t,
                                                L.h_gs, g1, g1_sf),
@@ -387,7 +388,7 @@ Result<Tensor> DeepseekModel::routed_experts(int64_t l, Tensor& moe_in, const Te
     hs_fp4.reset();
     hs_sf.reset();
   }
-  MOEPROF_ASSIGN_OR_RETURN(Tensor g2, routed_act(DType::kBF16, P, H, worst_bytes(DType::kBF16, H), "gemm2_out", scope));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor g2, routed_act(DType::kBF16, P, H, worst_bytes(DType::kBF16, H), dd, "gemm2_out", scope));
   MOEPROF_RETURN_IF_ERROR(op("moe_gemm2_fp4",
                              be_.moe_gemm2_fp4(g1, g1_sf, L.h_gs, L.w2, L.w2_scales, L.w2_gs, offsets, p2t, g2),
                              {&g1, &g1_sf, &offsets, &p2t}, {&g2}));

@@ -255,9 +255,13 @@ class DeepseekModel {
   Result<Tensor> act(DType dt, int64_t rows, int64_t cols, const std::string& name, const std::string& scope,
                      Category cat = Category::kActivation);
   // An activation whose size follows the routing: worst_bytes is its size under the worst one
-  // (AllocTag::worst_bytes; 0: it cannot change).
-  Result<Tensor> routed_act(DType dt, int64_t rows, int64_t cols, uint64_t worst_bytes, const std::string& name,
-                            const std::string& scope);
+  // (AllocTag::worst_bytes; 0: it cannot change); data_dependent as AllocTag's (sized_by_routing()).
+  Result<Tensor> routed_act(DType dt, int64_t rows, int64_t cols, uint64_t worst_bytes, bool data_dependent,
+                            const std::string& name, const std::string& scope);
+  // Whether a tensor sized by the routing's counts takes its size from this run's data: routed
+  // rows (`--moe-rows routed`, or EP's exact buffers: `by_counts`), outside a CUDA graph's static
+  // shapes, under a routing other than the deterministic worst one.
+  bool sized_by_routing(bool by_counts) const;
   // Serving attention: the new latents into the pool, then MHA per request segment or the
   // absorbed form over the pool (deepseek_step.cpp).
   Result<Tensor> paged_attention(int64_t l, const std::string& scope, Tensor& q, Tensor& kv_a_n, const Tensor& k_pe);

@@ -210,9 +210,14 @@ Result<Tensor> DeepseekModel::act(DType dt, int64_t rows, int64_t cols, const st
   return be_.empty(dt, rows, cols, AllocTag{name, scope_prefix_ + scope, cat});
 }
 
-Result<Tensor> DeepseekModel::routed_act(DType dt, int64_t rows, int64_t cols, uint64_t worst_bytes, const std::string& name,
-                                         const std::string& scope) {
-  return be_.empty(dt, rows, cols, AllocTag{name, scope_prefix_ + scope, Category::kActivation, worst_bytes});
+Result<Tensor> DeepseekModel::routed_act(DType dt, int64_t rows, int64_t cols, uint64_t worst_bytes, bool data_dependent,
+                                         const std::string& name, const std::string& scope) {
+  return be_.empty(dt, rows, cols, AllocTag{name, scope_prefix_ + scope, Category::kActivation, worst_bytes, data_dependent});
+}
+
+bool DeepseekModel::sized_by_routing(bool by_counts) const {
+  const bool static_shapes = step_ != nullptr && step_->static_shapes;
+  return by_counts && !static_shapes && opt_.routing.kind != RoutingKind::kWorst;
 }
 
 Result<Tensor> DeepseekModel::reduced_act(int64_t layer, int64_t rows, int64_t cols, const std::string& name,

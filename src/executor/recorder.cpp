@@ -36,6 +36,7 @@ void TraceRecorder::on_alloc(const Storage& s, const AllocTag& tag, DType dtype,
   r.category = l.category;
   r.dtype = l.dtype;
   r.mem_kind = s.mem_kind();
+  if (tag.data_dependent) r.flags = kFlagDataDependent;
   append(r);
 }
 

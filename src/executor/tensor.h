@@ -22,11 +22,16 @@ class GraphPool;
 // --moe-rows routed), the bytes it takes under the worst routing of the router's capacity; 0 when
 // its size cannot change. The executor's accounting keeps the activation peak under that routing
 // beside the measured one (recorder.h); the trace holds the bytes allocated.
+// data_dependent: its size was set by the data of this run (a drawn routing or the router's own,
+// counted on the host), not by the sizes alone; the trace marks it (kFlagDataDependent) so that
+// `moeprof fit` never fits it a law by chance. A routing-sized tensor under the deterministic
+// `--routing worst`, or inside a CUDA graph (sized at the worst case), is not data-dependent.
 struct AllocTag {
   std::string name;
   std::string scope;
   Category category = Category::kActivation;
   uint64_t worst_bytes = 0;
+  bool data_dependent = false;
 };
 
 // One allocation from a backend. Destroying it returns the memory to the backend.

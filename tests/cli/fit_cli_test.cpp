@@ -173,4 +173,31 @@ TEST_CASE("moeprof fit on routed rows: the worst routing follows exact laws with
   // The worst routing bounds a drawn one at the same size.
   const auto drawn = analysed(tiny_trace(996, "meta", "tiny", "--routing zipf:1.3 --moe-rows routed"));
   CHECK(drawn.peak_activation_bytes <= worst.peak_activation_bytes);
+  // A drawn routing's padded rows are the run's data: the executor marks those allocations
+  // (kFlagDataDependent) and fit gives them no law, even where a polynomial would go through
+  // these four sizes by chance (zipf:1.3 at these sizes once "confirmed" a quadratic gemm2_out).
+  // The worst routing's are laws: nothing is marked there.
+  size_t marked = 0, marked_worst = 0;
+  for (const auto& l : drawn.lifetimes) {
+    const std::string name = drawn.strings[index_of(l.name_id)];
+    const bool routed = name == "permuted_to_token" || name == "gemm1_out_fp4" || name == "gemm1_out_scales" || name == "gemm2_out";
+    CHECK(l.data_dependent == routed);
+    marked += l.data_dependent ? 1 : 0;
+  }
+  for (const auto& l : worst.lifetimes) marked_worst += l.data_dependent ? 1 : 0;
+  CHECK(marked == 4 * 3);  // four tensors in each of tiny's three MoE layers
+  CHECK(marked_worst == 0);
+  auto d = run_cli("fit" + routed({164, 228, 292, 356}, "zipf:1.3") + " --at tokens=996 --json");
+  INFO(d.err);
+  REQUIRE(d.rc == 0);
+  const auto jd = nlohmann::json::parse(d.out);
+  for (const char* site : {"layer.1/moe/experts/gemm2_out", "layer.2/moe/experts/gemm1_out_fp4", "layer.3/moe/experts/permuted_to_token"}) {
+    INFO(site);
+    CHECK(law(jd, site)["state"] == "data-dependent");
+    const auto note = jd["law_details"][law(jd, site)["law"].get<size_t>()]["note"].get<std::string>();
+    CHECK(note.find("sized by the run's data") != std::string::npos);
+  }
+  CHECK(law(jd, "layer.1/moe/experts/hs_fp4")["state"] == "confirmed");  // T rows: a law, not data
+  CHECK(jd["predictions"][0]["bounded"] == true);
+  CHECK(jd["predictions"][0]["peak_activation_bytes"].get<uint64_t>() >= drawn.peak_activation_bytes);
 }

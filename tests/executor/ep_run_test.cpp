@@ -72,6 +72,19 @@ std::vector<std::pair<uint64_t, int>> allocations(const std::string& path, const
   return out;
 }
 
+// How many allocations named `name` the trace marks data-dependent (kFlagDataDependent), of how many.
+std::pair<size_t, size_t> marked(const std::string& path, const std::string& name) {
+  auto t = read_trace(path);
+  REQUIRE(t.is_ok());
+  std::pair<size_t, size_t> n{0, 0};
+  for (const TraceRecord& rec : t->records)
+    if (rec.kind == EventKind::kAlloc && t->str(rec.name_id) == name) {
+      n.first += (rec.flags & kFlagDataDependent) != 0 ? 1 : 0;
+      ++n.second;
+    }
+  return n;
+}
+
 // Rows rank r receives in each MoE layer for a drawn routing of T tokens, counted from the draw.
 std::vector<int64_t> rows_received(const char* routing, int64_t T, int ep, int r) {
   auto spec = parse_routing(routing);
@@ -155,6 +168,15 @@ TEST_CASE("ep runs - dispatch buffers hold the rows the routing sends, worst-cas
             std::vector<std::pair<uint64_t, int>>(3, {static_cast<uint64_t>(s.size() * kK * kH * 2), int(Category::kCommunication)}));
       CHECK(allocations(exact->ep_rank_modes[r][0].trace_path, "combine_recv") ==
             std::vector<std::pair<uint64_t, int>>(3, {static_cast<uint64_t>(s.size() * kK * kH * 2), int(Category::kCommunication)}));
+      // Exact buffers are sized by the routing's data, and the trace says so (fit gives them no
+      // law); worst-case buffers and the send buffer of the token slice are not.
+      for (const char* name : {"dispatch_recv", "hs_fp4", "gemm2_out", "combine_send"}) {
+        INFO(name);
+        const auto m = marked(exact->ep_rank_modes[r][0].trace_path, name);
+        CHECK(m.first == m.second);
+        CHECK(marked(worst->ep_rank_modes[r][0].trace_path, name) == std::pair<size_t, size_t>{0, 3});
+      }
+      CHECK(marked(exact->ep_rank_modes[r][0].trace_path, "dispatch_send") == std::pair<size_t, size_t>{0, 3});
       // Exact buffers stay within the worst case; worst-case ones are the same on every rank.
       CHECK(exact->ep_rank_modes[r][0].accounting.peak_activation <= worst->ep_rank_modes[r][0].accounting.peak_activation);
       CHECK(exact->ep_rank_modes[r][0].accounting.peak_activation_worst >= exact->ep_rank_modes[r][0].accounting.peak_activation);
