@@ -1,5 +1,7 @@
 #include "kernels/mla_decode.cuh"
 
+#include "kernels/attention_ptx.cuh"
+
 namespace moeprof::kern {
 namespace {
 
@@ -119,6 +121,210 @@ __global__ void paged_attention_kernel(const uint16_t* q_abs, int64_t ld_q, cons
   }
 }
 
+namespace mlad {
+// The absorbed attention on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), for
+// D = kvl + rope a multiple of 16 up to 576 and kvl a multiple of 16 up to 512 (every model of
+// the family: 576 / 512). CTA: one query row, 16 heads (the mma's M; missing heads are zero rows),
+// 8 warps; cache positions in tiles of 32, double buffered with cp.async (tile i+1 streams in while
+// tile i is computed). Per tile:
+//  S = Q K^T [16 x 32]: warp w takes positions 16 (w & 1) .. +16 and the k-steps w/2, w/2 + 4, ...
+//    of D (its Q fragments stay in registers for the whole loop); the four partial sums meet in
+//    shared memory;
+//  online softmax: thread t owns head t / 16 and positions 2 (t % 16), +1; its running max and
+//    sum stay in registers; P goes to shared memory as two bf16 parts, P = hi + lo (lo = the
+//    rounding error of hi), so that P V loses nothing to P's rounding (about 2^-17 relative, as
+//    the CPU reference's fp32 P; one bf16 P alone puts errors of 2^-9 of max |V| on the output);
+//    the rescale of the output rows goes to shared memory as fp32;
+//  O += P V [16 x kvl]: warp w owns the 16-column groups w, w + 8, ... of kvl in registers
+//    (V = the cache rows' first kvl columns, read by ldmatrix.trans from the same tile).
+// Shared rows are padded by 16 bytes (an odd number of 16-byte units per row: ldmatrix is
+// conflict-free). Positions past the row's context are zero rows with P = 0.
+constexpr int kWarps = 8, kThreads = kWarps * 32, kM = 16, kBN = 32, kMaxD = 576, kMaxKvl = 512;
+constexpr int kQSteps = kMaxD / 16 / 4;      // k-steps of Q per warp
+constexpr int kGroups = kMaxKvl / 16 / kWarps;  // 16-column groups of O per warp
+constexpr int kPP = kBN + 8;                  // P's pitch in elements
+
+inline size_t smem_bytes(int64_t D) {
+  const int64_t dp = D + 8;
+  return static_cast<size_t>(kM * dp * 2 + 2 * kBN * dp * 2 + 4 * kM * kBN * 4 + 2 * kM * kPP * 2 + 2 * kM * 4);
+}
+inline bool supported(int64_t D, int64_t kvl) {
+  return D % 16 == 0 && D <= kMaxD && kvl % 16 == 0 && kvl <= kMaxKvl && kvl <= D && kvl > 0;
+}
+
+__global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(
+    const uint16_t* q_abs, int64_t ld_q, const uint16_t* cache, int D, const int32_t* req_to_token, int64_t C,
+    const int32_t* row_req, const int32_t* row_pos, int heads, int kvl, float scale, uint16_t* out, int64_t ld_out) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int DP = D + 8;
+  uint16_t* q_s = reinterpret_cast<uint16_t*>(smem_raw);  // [kM][DP]
+  uint16_t* k_s = q_s + kM * DP;                          // 2 stages of [kBN][DP]
+  float* s_f = reinterpret_cast<float*>(k_s + 2 * kBN * DP);  // [4][kM][kBN] partial scores
+  uint16_t* p_s = reinterpret_cast<uint16_t*>(s_f + 4 * kM * kBN);  // [2][kM][kPP]: P's hi and lo parts
+  float* corr_s = reinterpret_cast<float*>(p_s + 2 * kM * kPP);  // [kM]
+  float* l_s = corr_s + kM;                                  // [kM]
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int64_t n = blockIdx.x;
+  const int h0 = static_cast<int>(blockIdx.y) * kM;
+  const int hg = heads - h0 < kM ? heads - h0 : kM;
+  const int32_t* slots = req_to_token + static_cast<int64_t>(row_req[n]) * C;
+  const int64_t L = static_cast<int64_t>(row_pos[n]) + 1;
+  const int chunks = D / 8;  // 16-byte chunks per cache row
+
+  auto load_tile = [&](int64_t t0, int stage) {
+    uint16_t* dst = k_s + stage * kBN * DP;
+    for (int idx = tid; idx < kBN * chunks; idx += kThreads) {
+      const int j = idx / chunks, c = idx - j * chunks;
+      const bool valid = t0 + j < L;
+      const uint16_t* src = valid ? cache + static_cast<int64_t>(slots[t0 + j]) * D + 8 * c : cache;
+      cp_async16(smem_u32(dst + j * DP + 8 * c), src, valid);
+    }
+    cp_async_commit();
+  };
+  load_tile(0, 0);
+  for (int idx = tid; idx < kM * D; idx += kThreads) {
+    const int hh = idx / D, d = idx - hh * D;
+    q_s[hh * DP + d] = hh < hg ? q_abs[n * ld_q + static_cast<int64_t>(h0 + hh) * D + d] : uint16_t{0};
+  }
+  __syncthreads();
+  // Q fragments (k-steps ks = quarter + 4 i) in registers.
+  const int npair = warp & 1, quarter = warp >> 1, ksteps = D / 16;
+  uint32_t qf[kQSteps][4];
+#pragma unroll
+  for (int i = 0; i < kQSteps; ++i) {
+    const int ks = quarter + 4 * i;
+    if (ks < ksteps) {
+      const int j = lane >> 3;
+      ldsm_x4(qf[i], smem_u32(q_s + ((lane & 7) + 8 * (j & 1)) * DP + ks * 16 + 8 * (j >> 1)));
+    }
+  }
+  float acc[kGroups][2][4];
+#pragma unroll
+  for (int i = 0; i < kGroups; ++i)
+#pragma unroll
+    for (int b = 0; b < 2; ++b)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][b][e] = 0.0f;
+  const int my_h = tid >> 4, my_c = tid & 15;  // softmax: head, position pair
+  float m_run = -INFINITY, l_run = 0.0f;
+  const int g = lane >> 2, q4 = lane & 3;
+
+  int stage = 0;
+  for (int64_t t0 = 0; t0 < L; t0 += kBN, stage ^= 1) {
+    if (t0 + kBN < L) {
+      load_tile(t0 + kBN, stage ^ 1);
+      cp_async_wait_one();
+    } else {
+      cp_async_wait_all();
+    }
+    __syncthreads();
+    const uint16_t* kt = k_s + stage * kBN * DP;
+    // S partials.
+    {
+      float d0[4] = {0, 0, 0, 0}, d1[4] = {0, 0, 0, 0};
+      const int j = lane >> 3;
+      const uint16_t* brow = kt + (16 * npair + (lane & 7) + 8 * (j >> 1)) * DP + 8 * (j & 1);
+#pragma unroll
+      for (int i = 0; i < kQSteps; ++i) {
+        const int ks = quarter + 4 * i;
+        if (ks < ksteps) {
+          uint32_t b[4];
+          ldsm_x4(b, smem_u32(brow + ks * 16));
+          mma_bf16_16816(d0, qf[i], b[0], b[1]);
+          mma_bf16_16816(d1, qf[i], b[2], b[3]);
+        }
+      }
+      float* sf = s_f + quarter * kM * kBN;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e >> 1), col = 16 * npair + 2 * q4 + (e & 1);
+        sf[row * kBN + col] = d0[e];
+        sf[row * kBN + col + 8] = d1[e];
+      }
+    }
+    __syncthreads();
+    // Online softmax of head my_h over this tile's positions 2 my_c, 2 my_c + 1.
+    {
+      float s2[2];
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        const int col = 2 * my_c + x;
+        float v = 0.0f;
+#pragma unroll
+        for (int qq = 0; qq < 4; ++qq) v += s_f[(qq * kM + my_h) * kBN + col];
+        s2[x] = t0 + col < L ? v * scale : -INFINITY;
+      }
+      float tmax = fmaxf(s2[0], s2[1]);
+#pragma unroll
+      for (int o = 8; o >= 1; o >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+      const float m_new = fmaxf(m_run, tmax);  // finite: position t0 is always inside the context
+      const float corr = expf(m_run - m_new);  // 0 on the first tile
+      const float p0 = expf(s2[0] - m_new), p1 = expf(s2[1] - m_new);
+      float psum = p0 + p1;
+#pragma unroll
+      for (int o = 8; o >= 1; o >>= 1) psum += __shfl_xor_sync(0xffffffffu, psum, o);
+      m_run = m_new;
+      l_run = l_run * corr + psum;
+      const uint32_t hi = cvt_bf16x2(p0, p1);
+      *reinterpret_cast<uint32_t*>(p_s + my_h * kPP + 2 * my_c) = hi;
+      *reinterpret_cast<uint32_t*>(p_s + (kM + my_h) * kPP + 2 * my_c) =
+          cvt_bf16x2(p0 - __uint_as_float(hi << 16), p1 - __uint_as_float(hi & 0xFFFF0000u));
+      if (my_c == 0) corr_s[my_h] = corr;
+    }
+    __syncthreads();
+    // O = O * corr + P V.
+    {
+      const float c_lo = corr_s[g], c_hi = corr_s[g + 8];
+#pragma unroll
+      for (int i = 0; i < kGroups; ++i)
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          acc[i][b][0] *= c_lo;
+          acc[i][b][1] *= c_lo;
+          acc[i][b][2] *= c_hi;
+          acc[i][b][3] *= c_hi;
+        }
+      const int j = lane >> 3;
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        uint32_t a[4], a_lo[4];
+        const uint16_t* prow = p_s + ((lane & 7) + 8 * (j & 1)) * kPP + kk * 16 + 8 * (j >> 1);
+        ldsm_x4(a, smem_u32(prow));
+        ldsm_x4(a_lo, smem_u32(prow + kM * kPP));
+        const uint16_t* vrow = kt + (kk * 16 + (lane & 7) + 8 * (j & 1)) * DP + 8 * (j >> 1);
+#pragma unroll
+        for (int i = 0; i < kGroups; ++i) {
+          const int grp = warp + kWarps * i;
+          if (grp * 16 < kvl) {
+            uint32_t b[4];
+            ldsm_x4_trans(b, smem_u32(vrow + grp * 16));
+            mma_bf16_16816(acc[i][0], a, b[0], b[1]);
+            mma_bf16_16816(acc[i][1], a, b[2], b[3]);
+            mma_bf16_16816(acc[i][0], a_lo, b[0], b[1]);
+            mma_bf16_16816(acc[i][1], a_lo, b[2], b[3]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // the stage and P are overwritten next
+  }
+  if (my_c == 0) l_s[my_h] = l_run;
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kGroups; ++i) {
+    const int grp = warp + kWarps * i;
+    if (grp * 16 >= kvl) continue;
+#pragma unroll
+    for (int b = 0; b < 2; ++b)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e >> 1), col = grp * 16 + 8 * b + 2 * q4 + (e & 1);
+        if (row < hg) st_bf16(out + n * ld_out + static_cast<int64_t>(h0 + row) * kvl + col, acc[i][b][e] / l_s[row]);
+      }
+  }
+}
+}  // namespace mlad
+
 // Block: kUpRows rows of one head; each warp computes output columns j, lanes striding over kvl.
 __global__ void v_up_kernel(const uint16_t* lat, int64_t ld_lat, const uint16_t* w, int64_t ld_w, int64_t kvl, int64_t N,
                             int64_t nope, int64_t v_dim, uint16_t* out, int64_t ld_out) {
@@ -184,6 +390,15 @@ cudaError_t launch_mla_paged_attention(const uint16_t* q_abs, int64_t ld_q, cons
                                        int64_t N, int64_t heads, int64_t kvl, float scale, uint16_t* out, int64_t ld_out,
                                        cudaStream_t stream) {
   if (N <= 0 || heads <= 0) return cudaSuccess;
+  if (mlad::supported(D, kvl)) {
+    const size_t smem = mlad::smem_bytes(D);
+    KERN_RETURN_IF_ERROR(allow_smem(mlad::paged_attention_mma_kernel, smem));
+    const dim3 grid(static_cast<unsigned>(N), ceil_div_u(heads, mlad::kM));
+    mlad::paged_attention_mma_kernel<<<grid, mlad::kThreads, smem, stream>>>(
+        q_abs, ld_q, cache, static_cast<int>(D), req_to_token, C, row_req, row_pos, static_cast<int>(heads), static_cast<int>(kvl),
+        scale, out, ld_out);
+    return last_launch_error();
+  }
   const size_t smem = static_cast<size_t>(kHeads * D + kTile * D + kTile * kHeads + 3 * kHeads + kHeads * kvl) * sizeof(float);
   KERN_RETURN_IF_ERROR(allow_smem(paged_attention_kernel, smem));
   const dim3 grid(static_cast<unsigned>(N), ceil_div_u(heads, kHeads));
