@@ -228,6 +228,7 @@ uint64_t plan_by_windows(const Problem& p, const WindowOptions& opt, std::vector
     ++stats->windows;
     if (top > cap) ++stats->over_cap;
     arena = std::max(arena, top);
+    if (opt.give_up != 0 && arena >= opt.give_up) break;
     for (uint32_t j : free) placed[j] = 1;
     left -= free.size();
     std::fill(covered.begin() + a, covered.begin() + b, 1);

@@ -268,10 +268,14 @@ struct WindowOptions {
   uint64_t search_nodes = 0;      // and their nodes (0: no limit); each window may take half of what is left
   bool contiguous = false;        // after the first window, grow one block outward
   uint64_t seed = 1;
+  // Not 0: stop at the first window whose top reaches it. The plan is then incomplete: the
+  // caller throws away a plan that cannot beat the one it would replace.
+  uint64_t give_up = 0;
 };
 
 // Writes a complete plan to *off (problem order) and returns the highest top among the buffers it
-// planned. Fixed buffers of `p` (a region of a larger plan) are placed from the start.
+// planned; with give_up, as soon as that reaches give_up, a partial plan and a top >= give_up.
+// Fixed buffers of `p` (a region of a larger plan) are placed from the start.
 uint64_t plan_by_windows(const Problem& p, const WindowOptions& opt, std::vector<uint64_t>* off, WindowStats* stats);
 
 // Plans the buffers `free` of `p` around the buffers `fixed` (at off[j]) under `cap`, as

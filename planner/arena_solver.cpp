@@ -287,6 +287,7 @@ void region_round(Component& c, Clock::time_point end, double slice_s, uint64_t 
     w.window_buffers = kRegionWindows[c.rng() % std::size(kRegionWindows)];
     w.deadline = std::min(end, after(Clock::now(), slice_s / 2));
     w.search_s = slice_s / 4;
+    w.give_up = before;  // a region plan as high as the one it replaces is thrown away: stop there
     WindowStats ws;
     std::vector<uint64_t> o;
     uint64_t region_top = plan_by_windows(region, w, &o, &ws);
@@ -338,6 +339,7 @@ void improve_round(Component& c, Clock::time_point deadline, double slice_s, uin
     w.deadline = end;
     w.search_s = slice_s / 2;  // for the searches of all windows together
     w.seed = seed + k;
+    w.give_up = c.arena;  // a plan at the best arena or above is thrown away: stop there
     WindowStats ws;
     std::vector<uint64_t> o;
     const uint64_t a = plan_by_windows(c.problem, w, &o, &ws);

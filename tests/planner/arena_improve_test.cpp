@@ -1,8 +1,9 @@
 // The arena solver at any size: the time index against brute force, the greedy portfolio against
 // an independent greedy by size (never worse), the exact search with fixed buffers against brute
 // force, window plans and neighbourhood search (valid plans, deterministic under node and move
-// limits), a sweep that loses to largest first, and a generated training program that the
-// improvement brings from 4.1% above LOAD to within 0.01% of it.
+// limits; with give_up, stopped at the first window that reaches it), a sweep that loses to
+// largest first, and a generated training program that the improvement brings from 4.1% above
+// LOAD to within 0.01% of it.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -396,6 +397,44 @@ TEST_CASE("window plans, region re-plans and neighbourhood search keep plans val
     INFO(st.message());
     CHECK(st.is_ok());
     CHECK((lns.stats().moves >= 400 || lns.arena() == p.load));
+  }
+}
+
+TEST_CASE("window plans with give_up stop at the first window that reaches it, the same plan when none does",
+          "[planner][arena][improve]") {
+  std::mt19937_64 rng(35);
+  for (int iter = 0; iter < 6; ++iter) {
+    const auto bs = random_instance(rng, 200 + rng() % 500, 50 + rng() % 400);
+    const detail::Problem p = detail::make_problem(bs, all_of(bs.size()), 1, 0);
+    INFO("iter " << iter << ", " << bs.size() << " buffers");
+    for (size_t window : {size_t{16}, size_t{60}}) {
+      detail::WindowOptions w;
+      w.cap = p.load;
+      w.window_buffers = window;
+      w.search_s = 1e9;  // node limits only: deterministic
+      w.search_nodes = 5000;
+      detail::WindowStats full;
+      std::vector<uint64_t> off;
+      const uint64_t a = detail::plan_by_windows(p, w, &off, &full);
+      REQUIRE(full.windows > 1);
+      // Never reached: the same complete plan, window for window.
+      w.give_up = a + 1;
+      detail::WindowStats same;
+      std::vector<uint64_t> again;
+      CHECK(detail::plan_by_windows(p, w, &again, &same) == a);
+      CHECK(same.windows == full.windows);
+      CHECK(again == off);
+      // Reached by the first window: one window, a top at or above give_up.
+      w.give_up = 1;
+      detail::WindowStats one;
+      CHECK(detail::plan_by_windows(p, w, &again, &one) >= 1);
+      CHECK(one.windows == 1);
+      // At the complete plan's arena: reached at the latest by the window that set it.
+      w.give_up = a;
+      detail::WindowStats early;
+      CHECK(detail::plan_by_windows(p, w, &again, &early) >= a);
+      CHECK(early.windows <= full.windows);
+    }
   }
 }
 
