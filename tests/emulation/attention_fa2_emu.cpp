@@ -38,20 +38,7 @@ void run(const AttentionArgs& a) {
   std::vector<unsigned char> smem(C::kSmemBytes);
   emu::smem_base = smem.data(); emu::smem_size = smem.size();
   for (unsigned by = 0; by < qblocks; ++by)
-    for (unsigned bx = 0; bx < a.n_heads; ++bx) {
-      std::memset(smem.data(), 0xFF, smem.size());  // NaN garbage
-      std::unique_ptr<emu::Warp[]> ws(new emu::Warp[8]);
-      emu::warps = ws.get();
-      std::barrier<> cb(256);
-      emu::cta_bar = &cb;
-      std::vector<std::thread> th;
-      for (unsigned t = 0; t < 256; ++t)
-        th.emplace_back([&, t] {
-          threadIdx = U3{t, 0, 0}; blockIdx = U3{bx, by, 0}; emu::cta_smem = smem.data();
-          fa2::attention_fa2_kernel<MT, BN>(a);
-        });
-      for (auto& x : th) x.join();
-    }
+    for (unsigned bx = 0; bx < a.n_heads; ++bx) emu::run_block(smem, bx, by, [&] { fa2::attention_fa2_kernel<MT, BN>(a); });
 }
 
 int main(int argc, char** argv) {

@@ -55,23 +55,11 @@ int main(int argc, char** argv) {
   const unsigned hgroups = unsigned((heads + mlad::kM - 1) / mlad::kM);
   gridDim = U3{unsigned(N), hgroups, 1};
   for (unsigned by = 0; by < hgroups; ++by)
-    for (unsigned bx = 0; bx < unsigned(N); ++bx) {
-      std::memset(smem.data(), 0xFF, smem.size());
-      std::unique_ptr<emu::Warp[]> ws(new emu::Warp[8]);
-      emu::warps = ws.get();
-      std::barrier<> cb(256);
-      emu::cta_bar = &cb;
-      std::vector<std::thread> th;
-      for (unsigned t = 0; t < 256; ++t)
-        th.emplace_back([&, t] {
-          threadIdx = U3{t, 0, 0};
-          blockIdx = U3{bx, by, 0};
-          emu::cta_smem = smem.data();
-          mlad::paged_attention_mma_kernel(q.data(), int64_t(heads) * D, cache.data(), D, r2t.data(), C, row_req.data(),
-                                           row_pos.data(), heads, kvl, scale, out.data(), int64_t(heads) * kvl);
-        });
-      for (auto& x : th) x.join();
-    }
+    for (unsigned bx = 0; bx < unsigned(N); ++bx)
+      emu::run_block(smem, bx, by, [&] {
+        mlad::paged_attention_mma_kernel(q.data(), int64_t(heads) * D, cache.data(), D, r2t.data(), C, row_req.data(),
+                                         row_pos.data(), heads, kvl, scale, out.data(), int64_t(heads) * kvl);
+      });
   double num = 0, den = 0, big = 0;
   std::vector<double> ref(out.size());
   for (int n = 0; n < N; ++n)

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #undef __device__
@@ -49,6 +51,26 @@ struct Copy { uint32_t dst; const void* src; bool valid; };
 inline thread_local std::vector<Copy> pending;              // issued, not committed
 inline thread_local std::vector<std::vector<Copy>> groups;  // committed, oldest first
 inline std::atomic<long> oob{0};
+
+// Runs block (bx, by) as 256 threads calling kernel(): shared memory (`smem`, which emu::smem_base
+// must point at) refilled with 0xFF (NaN garbage), fresh warps and block barrier.
+template <class Kernel>
+void run_block(std::vector<unsigned char>& smem, unsigned bx, unsigned by, Kernel&& kernel) {
+  std::memset(smem.data(), 0xFF, smem.size());
+  std::unique_ptr<Warp[]> ws(new Warp[8]);
+  warps = ws.get();
+  std::barrier<> cb(256);
+  cta_bar = &cb;
+  std::vector<std::thread> th;
+  for (unsigned t = 0; t < 256; ++t)
+    th.emplace_back([&, t] {
+      threadIdx = U3{t, 0, 0};
+      blockIdx = U3{bx, by, 0};
+      cta_smem = smem.data();
+      kernel();
+    });
+  for (auto& x : th) x.join();
+}
 }  // namespace emu
 
 namespace moeprof::kern {
