@@ -283,7 +283,25 @@ ok = all(meta.get(k) == v for k, v in cuda.items()) and len(cuda) == 2
 print(("PASS" if ok else "FAIL"), "cuda less its workspace", cuda, "meta", meta)
 PY
 )
-      row ep_gpu "${res%% *}" "${res#* }" ;;
+      row ep_gpu "${res%% *}" "${res#* }"
+      # Real EP=2 over NCCL (2 GPUs): per-rank peaks against the emulated ranks above, the
+      # all-to-all's wall time; tp_gpu_test's [ep] case checks allocations rank by rank.
+      if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+        for rt in uniform zipf:1.2; do
+          step "ep_real_${rt%%:*}" 150 "$B/src/cli/moeprof" run --backend cuda --model kimi-k2.5 --ep 2 --gpus 2 --layers 4 --tokens 2053 \
+            --routing "$rt" --mode baseline --no-cupti --quiet --json --out "$L/ep-real-${rt%%:*}" > "$L/ep-real-${rt%%:*}.json"
+        done
+        res=$(python3 - "$L/ep-real-zipf.json" "$L/ep-meta/report.json" <<'PY' 2>&1
+import json, sys
+real = {r["rank"]: r["peak_activation_bytes"] for r in json.load(open(sys.argv[1]))["runs"][0]["ranks"]}
+meta = {r["rank"]: r["peak_activation_bytes"] for r in json.load(open(sys.argv[2]))["runs"][0]["ranks"]}
+print("INFO", "real EP=2 zipf:1.2 peaks", real, "meta", meta, "(real includes cuBLASLt's workspace)")
+PY
+)
+        row ep_real "${res%% *}" "${res#* }"
+        step tp_gpu_test_ep 300 "$B/tests/gpu/tp_gpu_test" '[ep]' -r compact
+        rc=$?; row tp_gpu_test_ep "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -oE 'EP=2 on 2 GPUs[^;]*' "$L/tp_gpu_test_ep.log" | tr '\n' ';' | head -c 200)"
+      fi ;;
     sizelaw)
       # Issue 37 on the GPU: an unmodified PyTorch program (tests/profiler/hf_moe_prefill.py, small
       # random config) traced at four prompt lengths; moeprof fit predicts the traced peak of a

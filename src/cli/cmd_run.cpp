@@ -182,11 +182,21 @@ int run_command(const RunArgs& a) {
   if (args.symm_mem == "on" && args.gpus < 2 && !rank_mode && !args.quiet)
     note("run", "--symm-mem on with one device: symmetric memory is emulated (tensors tagged symmetric, no NCCL window)");
   const bool multi_gpu = args.gpus > 1 || rank_mode;
-  if (a.routing.ep > 1 && multi_gpu) return fail("run", Status::bad_input("--ep is emulated on one device: drop --gpus/--rank"));
+  if (a.routing.ep > 1 && (rank_mode || processes))
+    return fail("run", Status::bad_input("--ep over real ranks runs them as threads of this process: drop --rank/--launch processes"));
+  if (a.routing.ep > 1 && args.gpus > 1 && args.gpus != a.routing.ep)
+    return fail("run", Status::bad_input(fmt::format("--ep {} over real ranks needs --gpus {} (one EP rank per device; got --gpus {})",
+                                                     a.routing.ep, a.routing.ep, args.gpus)));
+  if (a.routing.ep > 1 && args.gpus > 1 && a.routing.ep_rank >= 0)
+    return fail("run", Status::bad_input("--ep-rank picks the rank to emulate on one device: drop it with --gpus"));
   if (args.op_times && multi_gpu)
     return fail("run", Status::bad_input("--op-times times the ops of one device: drop --gpus/--rank (--tp N runs one rank's shapes)"));
-  if (multi_gpu && (a.backend == "cpu" || a.backend == "meta"))
-    return fail("run", Status::bad_input(fmt::format("--gpus {} needs the CUDA backend (got --backend {})", a.gpus, a.backend)));
+  // --backend cpu --gpus N: N CPU reference ranks as threads of this process (real collectives
+  // through host memory, tp_run.h); ranks in processes need GPUs.
+  const bool cpu_ranks = args.gpus > 1 && a.backend == "cpu";
+  if (multi_gpu && (a.backend == "meta" || (a.backend == "cpu" && (rank_mode || processes))))
+    return fail("run", Status::bad_input(fmt::format("--gpus {} needs the CUDA backend (got --backend {}){}", a.gpus, a.backend,
+                                                     a.backend == "cpu" ? " for ranks in processes; --backend cpu runs them as threads" : "")));
   if (a.model_given && a.model.empty()) return fail("run", Status::bad_input("--model is empty (give a built-in name or a config.json path)"));
   if (rank_mode || processes) {
     // Every rank binds its own GPU; no probe on GPU 0 (it would put a context there from every rank).
@@ -248,8 +258,11 @@ int run_command(const RunArgs& a) {
         plan.serving ? "workload " + plan.serving->workload : std::to_string(plan.tokens) + " tokens", plan.tp,
         rank_mode ? fmt::format(" (rank {} of {} in this process, NCCL all-reduce{})", args.rank, args.world,
                                 plan.symm_mem ? ", symmetric memory" : "")
-        : multi_gpu ? fmt::format(" (one rank per GPU on {} GPUs, {}, NCCL all-reduce{})", a.gpus,
-                                  processes ? "one process per rank" : "one thread per rank", plan.symm_mem ? ", symmetric memory" : "")
+        : cpu_ranks ? fmt::format("{} ({} CPU ranks, one thread per rank, collectives through host memory)",
+                                  plan.ep > 1 ? fmt::format(", EP={}", plan.ep) : "", a.gpus)
+        : multi_gpu ? fmt::format("{} (one rank per GPU on {} GPUs, {}, NCCL {}{})", plan.ep > 1 ? fmt::format(", EP={}", plan.ep) : "",
+                                  a.gpus, processes ? "one process per rank" : "one thread per rank",
+                                  plan.ep > 1 ? "all-to-all" : "all-reduce", plan.symm_mem ? ", symmetric memory" : "")
                     : (plan.tp > 1 ? fmt::format(" (TP emulated on one device{})", plan.symm_mem ? ", symmetric memory emulated" : "") : ""),
         plan.layers > 0 ? std::min<int64_t>(plan.layers, cfg->num_hidden_layers) : cfg->num_hidden_layers, a.mode,
         backend_name, device_name);
@@ -413,7 +426,7 @@ int run_command(const RunArgs& a) {
       return kExitOk;
     }
   } else {
-    res = multi_gpu ? execute_tp_run_plan(plan, a.gpus) : execute_run_plan(*backend, plan);
+    res = multi_gpu ? execute_tp_run_plan(plan, a.gpus, cpu_ranks ? "cpu" : "cuda") : execute_run_plan(*backend, plan);
   }
   if (!res.is_ok()) return failed(res.status());
   const RunPlanResult& r = res.value();
@@ -670,8 +683,9 @@ void register_run(CLI::App& app, int* exit_code) {
       ->check(integer_range(1, int64_t{1} << 20))
       ->type_name("N");
   cmd->add_option("--gpus", args->gpus,
-                  "GPUs: 1 emulates TP on one device; N > 1 runs TP=N for real, rank r on GPU r, with NCCL all-reduces "
-                  "(libnccl.so.2 at run time; --tp defaults to N)")
+                  "GPUs: 1 emulates TP on one device; N > 1 runs TP=N (or with --ep N, EP=N) for real, rank r on GPU r, "
+                  "with NCCL collectives (libnccl.so.2 at run time; --tp defaults to N); with --backend cpu, N CPU ranks as "
+                  "threads whose collectives go through host memory")
       ->check(integer_range(1, int64_t{1} << 10))
       ->type_name("N")
       ->capture_default_str();

@@ -27,12 +27,12 @@ void add_routing_options(CLI::App* cmd, RoutingArgs* a, const std::string& group
       ->group(g);
   const std::string ge = "Expert parallelism (docs/executor.md, \"Expert parallelism\")";
   cmd->add_option("--ep", a->ep,
-                  "expert-parallel size N, emulated on one device: each rank holds E/N routed experts and receives the rows "
-                  "the routing of the whole batch sends them (needs --tp 1)")
+                  "expert-parallel size N: each rank holds E/N routed experts and receives the rows the routing of the "
+                  "whole batch sends them (needs --tp 1); emulated on one device, or real with --gpus N (all-to-alls)")
       ->type_name("N")
       ->capture_default_str()
       ->group(ge);
-  cmd->add_option("--ep-rank", a->ep_rank, "with --ep: the rank to emulate [default: every rank in turn on the meta backend, rank 0 elsewhere]")
+  cmd->add_option("--ep-rank", a->ep_rank, "with --ep on one device: the rank to emulate [default: every rank in turn on the meta backend, rank 0 elsewhere]")
       ->type_name("R")
       ->group(ge);
   cmd->add_option("--ep-buffers", a->ep_buffers,
@@ -133,7 +133,7 @@ nlohmann::json ep_run_json(const RunPlanResult& r, size_t mode_index) {
           {"buffers", std::string(ep_buffers_name(r.ep_buffers))},
           {"worst_rows_per_call", r.ep_worst_rows},
           {"budget_rank", r.budget_ranks[mode_index]},
-          {"emulated", true}};
+          {"emulated", r.ep_emulated}};
 }
 
 }  // namespace moeprof::cli

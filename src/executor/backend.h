@@ -211,6 +211,20 @@ class Backend {
   Status add_inplace(Tensor& dst, const Tensor& src);
   // Tensor-parallel sum over ranks (contiguous bf16 or f32); a no-op for one rank or emulated TP.
   Status all_reduce(Tensor& t);
+  // Expert parallelism over real ranks (collectives_real()): a grouped send/receive of rows; with
+  // one rank, a copy of the rows to itself.
+  // The first send_rows[0] rows of `send` go to rank 0, the next send_rows[1] to rank 1, ...;
+  // `recv` gets recv_rows[0] rows from rank 0 first, then recv_rows[1] from rank 1, ... One entry
+  // per rank (collective_size()); send and recv contiguous, of one dtype and width; either may be
+  // undefined when its counts are all 0. What rank p sends to rank q must be what q expects from p.
+  Status all_to_all_rows(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+                         const std::vector<int64_t>& recv_rows);
+  // In place over real ranks: t's rows are the ranks' slices in rank order (rows[p] rows of rank
+  // p, summing to at most rows(t)); each rank provides its own slice and receives the others'.
+  Status all_gather_rows(Tensor& t, const std::vector<int64_t>& rows);
+  // This backend's place among real ranks (0 of 1 without them).
+  virtual int collective_rank() const { return 0; }
+  virtual int collective_size() const { return 1; }
 
   // ---- paged MLA (serving: docs/executor.md, "Serving") -------------------------------------
   // cache[slots[n], :] = concat(latent[n, :], k_pe[n, :]) for each row n < N; slots: contiguous i32
@@ -331,6 +345,16 @@ class Backend {
   virtual Status do_silu_and_mul(const Tensor& x, Tensor& out) = 0;
   virtual Status do_add_inplace(Tensor& dst, const Tensor& src) = 0;
   virtual Status do_all_reduce(Tensor& t) = 0;
+  // Backend has checked the counts. With one rank (no real ranks) all_to_all_rows copies the
+  // send rows to recv and all_gather_rows has nothing to do; these defaults are for backends that
+  // cannot do even that.
+  virtual Status do_all_to_all_rows(const Tensor& /*send*/, const std::vector<int64_t>& /*send_rows*/, Tensor& /*recv*/,
+                                    const std::vector<int64_t>& /*recv_rows*/) {
+    return Status::run_failure("all_to_all_rows: the " + name() + " backend has no real ranks");
+  }
+  virtual Status do_all_gather_rows(Tensor& /*t*/, const std::vector<int64_t>& /*rows*/) {
+    return Status::run_failure("all_gather_rows: the " + name() + " backend has no real ranks");
+  }
   virtual Status do_kv_cache_store(const Tensor& latent, const Tensor& k_pe, Tensor& cache, const Tensor& slots) = 0;
   virtual Status do_mla_q_absorb(const Tensor& q, const Tensor& kv_b, int64_t n_heads, int64_t nope, int64_t rope,
                                  int64_t v_dim, Tensor& q_abs) = 0;

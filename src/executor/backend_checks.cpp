@@ -418,6 +418,56 @@ Status Backend::all_reduce(Tensor& t) {
   return do_all_reduce(t);
 }
 
+namespace {
+// The counts of a rows collective: one per rank, none negative; their sum (rows).
+Result<int64_t> rank_rows(const char* op, const char* arg, const std::vector<int64_t>& rows, int ranks) {
+  if (static_cast<int>(rows.size()) != ranks)
+    return Status::bad_input(std::string(op) + ": " + arg + " has " + std::to_string(rows.size()) + " counts for " +
+                             std::to_string(ranks) + " ranks");
+  int64_t sum = 0;
+  for (int64_t r : rows) {
+    if (r < 0) return Status::bad_input(std::string(op) + ": " + arg + " has a negative count " + std::to_string(r));
+    sum += r;
+  }
+  return sum;
+}
+}  // namespace
+
+Status Backend::all_to_all_rows(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+                                const std::vector<int64_t>& recv_rows) {
+  const char* op = "all_to_all_rows";
+  const int n = collective_size();
+  MOEPROF_ASSIGN_OR_RETURN(int64_t ns, rank_rows(op, "send_rows", send_rows, n));
+  MOEPROF_ASSIGN_OR_RETURN(int64_t nr, rank_rows(op, "recv_rows", recv_rows, n));
+  const Tensor* any = send.defined() ? &send : (recv.defined() ? &recv : nullptr);
+  if (ns > 0 && (!send.defined() || ns > send.rows()))
+    return Status::bad_input(std::string(op) + ": " + std::to_string(ns) + " rows to send, send has " +
+                             std::to_string(send.defined() ? send.rows() : 0));
+  if (nr > 0 && (!recv.defined() || nr > recv.rows()))
+    return Status::bad_input(std::string(op) + ": " + std::to_string(nr) + " rows to receive, recv has " +
+                             std::to_string(recv.defined() ? recv.rows() : 0));
+  if (send.defined()) MOEPROF_RETURN_IF_ERROR(need_contiguous(op, "send", send));
+  if (recv.defined()) MOEPROF_RETURN_IF_ERROR(need_contiguous(op, "recv", recv));
+  if (send.defined() && recv.defined() && (send.dtype() != recv.dtype() || send.cols() != recv.cols()))
+    return Status::bad_input(std::string(op) + ": send and recv differ in dtype or columns");
+  if (n == 1 && send_rows[0] != recv_rows[0])  // one rank sends its rows to itself
+    return Status::bad_input(std::string(op) + ": one rank sends itself " + std::to_string(send_rows[0]) + " rows and expects " +
+                             std::to_string(recv_rows[0]));
+  const double row_bytes = any == nullptr ? 0.0 : static_cast<double>(any->cols()) * static_cast<double>(dtype_size(any->dtype()));
+  OpTimer timer(op_timer_target(), op, OpCost{0, collectives_real() ? (static_cast<double>(ns + nr)) * row_bytes : 0.0});
+  return do_all_to_all_rows(send, send_rows, recv, recv_rows);
+}
+
+Status Backend::all_gather_rows(Tensor& t, const std::vector<int64_t>& rows) {
+  const char* op = "all_gather_rows";
+  MOEPROF_ASSIGN_OR_RETURN(int64_t n, rank_rows(op, "rows", rows, collective_size()));
+  MOEPROF_RETURN_IF_ERROR(need_contiguous(op, "t", t));
+  if (n > t.rows())
+    return Status::bad_input(std::string(op) + ": slices of " + std::to_string(n) + " rows in a tensor of " + std::to_string(t.rows()));
+  OpTimer timer(op_timer_target(), op, OpCost{0, collectives_real() ? static_cast<double>(n) * t.cols() * dtype_size(t.dtype()) : 0.0});
+  return do_all_gather_rows(t, rows);
+}
+
 // ---- paged MLA ---------------------------------------------------------------------------------
 
 Status Backend::kv_cache_store(const Tensor& latent, const Tensor& k_pe, Tensor& cache, const Tensor& slots) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "executor/backend.h"
+#include "executor/host_group.h"
 
 namespace moeprof {
 
@@ -30,6 +31,18 @@ class CpuBackend final : public Backend {
   int num_threads() const { return num_threads_; }
 
   Status synchronize() override { return Status::ok(); }
+
+  // Real ranks on the CPU (host_group.h): with a group of more than one rank attached, the
+  // collectives meet the other ranks' backends there (all_reduce sums; all_to_all_rows and
+  // all_gather_rows move rows). `group` is owned by the caller and outlives the attachment;
+  // nullptr detaches (all_reduce is a no-op again).
+  void attach_group(HostRankGroup* group, int rank) {
+    group_ = group;
+    group_rank_ = group ? rank : 0;
+  }
+  bool collectives_real() const override { return group_ != nullptr && group_->size() > 1; }
+  int collective_rank() const override { return group_rank_; }
+  int collective_size() const override { return group_ ? group_->size() : 1; }
 
  protected:
   Result<void*> do_allocate(size_t bytes, MemKind kind, const AllocTag& tag) override;
@@ -61,7 +74,10 @@ class CpuBackend final : public Backend {
                              int64_t v_dim, int64_t v_offset, int64_t v_head_stride, float scale, Tensor& out) override;
   Status do_silu_and_mul(const Tensor& x, Tensor& out) override;
   Status do_add_inplace(Tensor& dst, const Tensor& src) override;
-  Status do_all_reduce(Tensor& /*t*/) override { return Status::ok(); }
+  Status do_all_reduce(Tensor& t) override;
+  Status do_all_to_all_rows(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+                            const std::vector<int64_t>& recv_rows) override;
+  Status do_all_gather_rows(Tensor& t, const std::vector<int64_t>& rows) override;
   // cpu_mla.cpp (paged MLA of serving); the index data (slots, request rows, positions, the
   // request-to-token table's slots) is checked where it is read.
   Status do_kv_cache_store(const Tensor& latent, const Tensor& k_pe, Tensor& cache, const Tensor& slots) override;
@@ -88,6 +104,8 @@ class CpuBackend final : public Backend {
 
  private:
   int num_threads_ = 1;
+  HostRankGroup* group_ = nullptr;
+  int group_rank_ = 0;
 };
 
 // Helpers shared by the cpu_*.cpp files (not part of the public interface).

@@ -54,6 +54,8 @@ class CudaBackend : public Backend {
   bool collectives_real() const override { return nccl_comm_ != nullptr && nccl_size_ > 1; }
   int nccl_rank() const { return nccl_rank_; }
   int nccl_size() const { return nccl_size_; }
+  int collective_rank() const override { return nccl_comm_ ? nccl_rank_ : 0; }
+  int collective_size() const override { return nccl_comm_ ? nccl_size_ : 1; }
 
   std::string name() const override { return "cuda"; }
   std::string device_name() const override { return device_name_; }
@@ -106,6 +108,9 @@ class CudaBackend : public Backend {
   Status do_silu_and_mul(const Tensor& x, Tensor& out) override;
   Status do_add_inplace(Tensor& dst, const Tensor& src) override;
   Status do_all_reduce(Tensor& t) override;
+  Status do_all_to_all_rows(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+                            const std::vector<int64_t>& recv_rows) override;
+  Status do_all_gather_rows(Tensor& t, const std::vector<int64_t>& rows) override;
 
   // cuda_mla.cpp (kernels/mla_decode.cu)
   Status do_kv_cache_store(const Tensor& latent, const Tensor& k_pe, Tensor& cache, const Tensor& slots) override;

@@ -25,6 +25,7 @@ constexpr NcclResult kNcclSuccess = 0;
 constexpr int kNcclSum = 0;        // ncclSum
 constexpr int kNcclFloat32 = 7;    // ncclFloat32
 constexpr int kNcclBfloat16 = 9;   // ncclBfloat16
+constexpr int kNcclUint8 = 1;      // ncclUint8
 constexpr int kNcclWinCollSymmetric = 1;  // NCCL_WIN_COLL_SYMMETRIC
 // ncclUniqueId is passed by value: a struct of 128 chars.
 struct NcclUniqueId128 {
@@ -50,6 +51,7 @@ static_assert(static_cast<int>(ncclSuccess) == moeprof::kNcclSuccess);
 static_assert(static_cast<int>(ncclSum) == moeprof::kNcclSum);
 static_assert(static_cast<int>(ncclFloat32) == moeprof::kNcclFloat32);
 static_assert(static_cast<int>(ncclBfloat16) == moeprof::kNcclBfloat16);
+static_assert(static_cast<int>(ncclUint8) == moeprof::kNcclUint8);
 static_assert(sizeof(ncclComm_t) == sizeof(void*));
 static_assert(sizeof(ncclUniqueId) == 128);
 static_assert(NCCL_WIN_COLL_SYMMETRIC == 1);
@@ -64,6 +66,11 @@ struct NcclApi {
   NcclResult (*comm_destroy)(NcclComm) = nullptr;
   NcclResult (*comm_abort)(NcclComm) = nullptr;
   NcclResult (*all_reduce)(const void*, void*, size_t, int, int, NcclComm, void*) = nullptr;
+  // Point-to-point (expert parallelism's all-to-all and all-gather of rows, NCCL >= 2.7).
+  NcclResult (*send)(const void*, size_t, int, int, NcclComm, void*) = nullptr;
+  NcclResult (*recv)(void*, size_t, int, int, NcclComm, void*) = nullptr;
+  NcclResult (*group_start)() = nullptr;
+  NcclResult (*group_end)() = nullptr;
   const char* (*get_error_string)(NcclResult) = nullptr;
   NcclResult (*get_unique_id)(void*) = nullptr;                       // ncclUniqueId*
   NcclResult (*comm_init_rank)(NcclComm*, int, NcclUniqueId128, int) = nullptr;
@@ -122,6 +129,9 @@ Status nccl_load() {
                   resolve(lib, "ncclCommDestroy", &api.comm_destroy, &missing) &&
                   resolve(lib, "ncclCommAbort", &api.comm_abort, &missing) &&
                   resolve(lib, "ncclAllReduce", &api.all_reduce, &missing) &&
+                  resolve(lib, "ncclSend", &api.send, &missing) && resolve(lib, "ncclRecv", &api.recv, &missing) &&
+                  resolve(lib, "ncclGroupStart", &api.group_start, &missing) &&
+                  resolve(lib, "ncclGroupEnd", &api.group_end, &missing) &&
                   resolve(lib, "ncclGetErrorString", &api.get_error_string, &missing);
   const bool ok_rank = ok && resolve(lib, "ncclGetUniqueId", &api.get_unique_id, &missing) &&
                        resolve(lib, "ncclCommInitRank", &api.comm_init_rank, &missing);
@@ -316,6 +326,63 @@ Status nccl_all_reduce(void* comm, void* data, size_t count, DType dtype, void* 
   MOEPROF_NCCL_CHECK("all_reduce",
                      g_api.all_reduce(data, data, count, nccl_type, kNcclSum, static_cast<NcclComm>(comm), stream));
   return Status::ok();
+}
+
+namespace {
+// One group of point-to-point calls: parts[p] = (send offset, send bytes, recv offset, recv bytes)
+// with rank p. ncclGroupEnd launches them together (no rank waits on another's order).
+struct P2pPart {
+  size_t send_off, send_bytes, recv_off, recv_bytes;
+};
+Status nccl_p2p_group(const char* what, void* comm, const void* send, void* recv, const std::vector<P2pPart>& parts, void* stream) {
+  std::shared_lock<std::shared_mutex> lock(g_comm_mu);
+  if (!g_loaded) return Status::run_failure(std::string(what) + ": NCCL is not loaded");
+  if (g_aborted.count(comm) != 0)
+    return Status::run_failure(std::string(what) + ": the NCCL communicator was aborted (another rank failed)");
+  NcclRange range(what);
+  MOEPROF_NCCL_CHECK(what, g_api.group_start());
+  Status st;
+  for (size_t p = 0; p < parts.size() && st.is_ok(); ++p) {
+    const P2pPart& x = parts[p];
+    const int peer = static_cast<int>(p);
+    if (x.send_bytes > 0) {
+      const int r = g_api.send(static_cast<const uint8_t*>(send) + x.send_off, x.send_bytes, kNcclUint8, peer,
+                               static_cast<NcclComm>(comm), stream);
+      if (r != kNcclSuccess) st = Status::run_failure(std::string(what) + ": ncclSend to rank " + std::to_string(peer) + ": " + nccl_result_string(r));
+    }
+    if (st.is_ok() && x.recv_bytes > 0) {
+      const int r = g_api.recv(static_cast<uint8_t*>(recv) + x.recv_off, x.recv_bytes, kNcclUint8, peer,
+                               static_cast<NcclComm>(comm), stream);
+      if (r != kNcclSuccess) st = Status::run_failure(std::string(what) + ": ncclRecv from rank " + std::to_string(peer) + ": " + nccl_result_string(r));
+    }
+  }
+  const int end = g_api.group_end();  // always closes the group, also after a failed call
+  if (!st.is_ok()) return st;
+  if (end != kNcclSuccess) return Status::run_failure(std::string(what) + ": ncclGroupEnd: " + nccl_result_string(end));
+  return Status::ok();
+}
+}  // namespace
+
+Status nccl_all_to_all_bytes(void* comm, const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                             const std::vector<size_t>& recv_bytes, void* stream) {
+  std::vector<P2pPart> parts(send_bytes.size());
+  size_t so = 0, ro = 0;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    parts[p] = P2pPart{so, send_bytes[p], ro, recv_bytes[p]};
+    so += send_bytes[p];
+    ro += recv_bytes[p];
+  }
+  return nccl_p2p_group("all_to_all", comm, send, recv, parts, stream);
+}
+
+Status nccl_all_gather_bytes(void* comm, int rank, void* data, const std::vector<size_t>& bytes, void* stream) {
+  std::vector<size_t> off(bytes.size(), 0);
+  for (size_t p = 1; p < bytes.size(); ++p) off[p] = off[p - 1] + bytes[p - 1];
+  const size_t me = static_cast<size_t>(rank);
+  std::vector<P2pPart> parts(bytes.size());
+  for (size_t p = 0; p < parts.size(); ++p)
+    parts[p] = p == me ? P2pPart{0, 0, 0, 0} : P2pPart{off[me], bytes[me], off[p], bytes[p]};
+  return nccl_p2p_group("all_gather", comm, data, data, parts, stream);
 }
 
 }  // namespace moeprof

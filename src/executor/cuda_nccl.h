@@ -98,4 +98,13 @@ class SymmetricPool {
 // `data`, enqueued on `stream` (a cudaStream_t). Fails once the communicator was aborted.
 Status nccl_all_reduce(void* comm, void* data, size_t count, DType dtype, void* stream);
 
+// Expert parallelism (HostRankGroup's meaning, host_group.h), enqueued on `stream` as one group of
+// ncclSend/ncclRecv of bytes: the first send_bytes[0] bytes of `send` to rank 0, ..., recv_bytes[p]
+// bytes from rank p into `recv` in rank order.
+Status nccl_all_to_all_bytes(void* comm, const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                             const std::vector<size_t>& recv_bytes, void* stream);
+// In place: `data` holds bytes[p] bytes of each rank p in rank order; this rank (`rank`) sends its
+// part to every other rank and receives theirs.
+Status nccl_all_gather_bytes(void* comm, int rank, void* data, const std::vector<size_t>& bytes, void* stream);
+
 }  // namespace moeprof

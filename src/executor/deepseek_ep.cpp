@@ -1,25 +1,34 @@
 // The routed experts under expert parallelism (`moeprof run --ep N`, docs/executor.md "Expert
-// parallelism"), emulated on one device: rank ep_rank's buffers, through the backend.
+// parallelism"): rank ep_rank's buffers, through the backend. Emulated on one device, or real:
+// with real ranks (Backend::collectives_real(), `--gpus N`: threads of CPU reference backends, or
+// GPUs over NCCL) the rows travel by the backend's all-to-all and all-gather.
 //
-// Per MoE layer, with the routing of the whole batch known on the host (model/expert_parallel.h):
+// Per MoE layer, with the routing of the whole batch known on the host (model/expert_parallel.h;
+// with real ranks every rank computes the same router over the same rows):
 //  dispatch (layer.L/moe/dispatch, communication): the rank's send buffer, its own token slice's
-//    rows grouped by destination rank (S*k rows: every pair goes somewhere); the rows it receives
-//    (dispatch_recv [R, H] bf16) with their token and local expert indices;
+//    rows grouped by destination rank (S*k rows: every pair goes somewhere), released once sent;
+//    the rows it receives (dispatch_recv [R, H] bf16), by source rank, with their local expert
+//    indices;
 //  experts (layer.L/moe/experts): the FP4 runner over the R received rows, each row one "token"
 //    routed to one local expert (top-1 over E/N experts): quantized input, permutation, gemm1,
 //    gemm2, as in routed_experts();
 //  combine (layer.L/moe/combine, communication): the unweighted expert output of each received
-//    row (combine_send [R, H]), the rows of its own slice's pairs back (combine_recv [S*k, H]),
-//    then the weighted sum with the shared expert into the slice's rows of the output, as
-//    moe_combine does with one rank. The output's other slices are the other ranks' (an
-//    all-gather, a no-op on one device).
+//    row (combine_send [R, H]), the rows of its own slice's pairs back (combine_recv [S*k, H],
+//    grouped by the rank they come from), then the weighted sum with the shared expert into the
+//    slice's rows of the output, as moe_combine does with one rank; last, the all-gather of the
+//    output's slices, so that every rank holds all T rows.
 // With --ep-buffers worst-case every buffer sized by R is sized by W = ep_worst_rows instead.
 // With exact buffers, a tensor sized by R carries its size at W as AllocTag::worst_bytes.
+// Emulated, the rows that would cross the network are moved by gathers outside the trace, and the
+// recorded ops (ep_dispatch, ep_combine, ep_all_gather) are the collectives' reads and writes:
+// the recorded allocations and uses are those of a real rank, so that emulated and real per-rank
+// peaks are equal to the byte.
 //
-// ModelOptions::ep_compute_all (the CPU reference): the other ranks' stages and combines run too,
-// unrecorded, and the rows travel between them by gathers outside the trace, so the output is the
-// model's: every row passes through the same per-row ops (quantize, gemm1, gemm2) as with one rank
-// and is summed in the same order, so the outputs equal EP=1's bit for bit.
+// ModelOptions::ep_compute_all (the CPU reference, emulated): the other ranks' stages and combines
+// run too, unrecorded, so the output is the model's: every row passes through the same per-row
+// ops (quantize, gemm1, gemm2) as with one rank and is summed in the same order, so the outputs
+// equal EP=1's bit for bit. Real ranks on the CPU reference give the same output (each rank holds
+// its experts' values of the whole model: ModelOptions::ep_model_values).
 #include <algorithm>
 
 #include "executor/deepseek_weights.h"
@@ -43,20 +52,36 @@ struct Unrecorded {
 };
 }  // namespace
 
+
 struct DeepseekModel::EpStage {
   EpReceive recv;
   int64_t buffered = 0;  // rows of the dispatch buffers (R exact, W worst-case)
   Tensor combine_send;   // [buffered, H]: row i = the expert output of received pair i
 };
 
+namespace {
+// counts[s][d]: the pairs of slice s whose expert is on rank d (what s sends d in the dispatch).
+std::vector<std::vector<int64_t>> ep_pair_counts(const std::vector<int32_t>& ids, int64_t T, int64_t k, int64_t E, int N) {
+  std::vector<std::vector<int64_t>> c(static_cast<size_t>(N), std::vector<int64_t>(static_cast<size_t>(N), 0));
+  const int64_t El = E / N;
+  for (int s = 0; s < N; ++s) {
+    const EpSlice sl = ep_token_slice(T, N, s);
+    for (int64_t i = sl.begin * k; i < sl.end * k; ++i) ++c[static_cast<size_t>(s)][static_cast<size_t>(ids[static_cast<size_t>(i)] / El)];
+  }
+  return c;
+}
+}  // namespace
+
 Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, const std::vector<int32_t>& host_ids,
-                                      MoeRunnerStats* stats, EpStage* st) {
+                                      const std::vector<std::vector<int64_t>>& counts, Tensor* send, MoeRunnerStats* stats,
+                                      EpStage* st) {
   const LayerWeights& L = w_->layers[l];
   const int N = shape_.ep_size;
   const int64_t T = moe_in.rows(), H = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok,
                 I = shape_.moe_inter, El = E / N;
   const std::string base = plans_[l].scope + "/moe";
   const bool mine = s == shape_.ep_rank;
+  const bool real = mine && be_.collectives_real();
   st->recv = ep_receive(host_ids.data(), T, k, E, N, s);
   const int64_t R = st->recv.rows(), W = ep_worst_rows(T, k, E, N);
   const bool exact = opt_.ep_buffers == EpBuffers::kExact;
@@ -81,7 +106,20 @@ Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, co
     stats->ep_rows_worst += W;
     stats->ep_max_rows_received = std::max(stats->ep_max_rows_received, R);
   }
-  if (Rb == 0) return Status::ok();  // nothing received, nothing allocated
+  // What this rank sends each rank, and receives from each (rows): the dispatch's counts.
+  std::vector<int64_t> send_rows(static_cast<size_t>(N)), recv_rows(static_cast<size_t>(N));
+  for (int d = 0; d < N; ++d) {
+    send_rows[static_cast<size_t>(d)] = counts[static_cast<size_t>(s)][static_cast<size_t>(d)];
+    recv_rows[static_cast<size_t>(d)] = counts[static_cast<size_t>(d)][static_cast<size_t>(s)];
+  }
+  const Tensor no_send;
+  const Tensor& send_t = send != nullptr ? *send : no_send;
+  if (Rb == 0) {  // nothing received, nothing allocated; a real rank still sends its rows
+    MOEPROF_RETURN_IF_ERROR(
+        op("ep_dispatch", real ? be_.all_to_all_rows(send_t, send_rows, st->combine_send, recv_rows) : Status::ok(), {&send_t}, {}));
+    if (send != nullptr) send->reset();
+    return Status::ok();
+  }
   // A buffer sized by the received rows: rows_w, its rows at the worst case, gives its worst_bytes
   // (exact buffers); vec: a [1, n] vector of n_w elements at the worst case.
   const bool dd = sized_by_routing(exact);  // exact buffers follow the rows received
@@ -96,20 +134,31 @@ Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, co
   };
   const Category comm = Category::kCommunication;
   const std::string ds = base + "/dispatch", es = base + "/experts", cs = base + "/combine";
-  // dispatch: the received rows' token and local expert indices (padding rows: token -1, expert 0).
+  // dispatch: the received rows' local expert indices (padding rows: expert 0), and the rows.
   std::vector<int32_t> tok(static_cast<size_t>(Rb), -1), loc(static_cast<size_t>(Rb), 0);
   for (int64_t i = 0; i < R; ++i) {
     tok[static_cast<size_t>(i)] = static_cast<int32_t>(st->recv.pairs[static_cast<size_t>(i)] / k);
     loc[static_cast<size_t>(i)] = st->recv.local_experts[static_cast<size_t>(i)];
   }
-  MOEPROF_ASSIGN_OR_RETURN(Tensor tok_idx, vec(DType::kI32, Rb, W, "dispatch_token_index", ds, comm));
   MOEPROF_ASSIGN_OR_RETURN(Tensor loc_ids, buf(DType::kI32, Rb, 1, W, "dispatch_expert_index", ds, comm));
-  MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(tok_idx, tok.data()));
   MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(loc_ids, loc.data()));
   MOEPROF_ASSIGN_OR_RETURN(Tensor recv, buf(DType::kBF16, Rb, H, W, "dispatch_recv", ds, comm));
-  // The all-to-all: row i is token tok[i]'s row (padding rows: zeros).
-  MOEPROF_RETURN_IF_ERROR(op("ep_dispatch", be_.embedding(tok_idx, moe_in, 0, recv), {&moe_in, &tok_idx}, {&recv}));
-  tok_idx.reset();
+  {
+    // Padding rows (worst-case buffers) are zeros; emulated, every received row is token tok[i]'s
+    // row, gathered outside the trace (the network).
+    Unrecorded net(be_, ep_quiet_, true);
+    const int64_t from = real ? R : 0;
+    if (Rb > from) {
+      MOEPROF_ASSIGN_OR_RETURN(Tensor tok_idx, act(DType::kI32, 1, Rb - from, "dispatch_token_index", ds, comm));
+      MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(tok_idx, tok.data() + from));
+      Tensor dst = recv.rows_view(from, Rb - from);
+      MOEPROF_RETURN_IF_ERROR(be_.embedding(tok_idx, moe_in, 0, dst));
+    }
+  }
+  // The all-to-all: this rank's slice out (grouped by destination), the rows of its experts in.
+  MOEPROF_RETURN_IF_ERROR(op("ep_dispatch", real ? be_.all_to_all_rows(send_t, send_rows, recv, recv_rows) : Status::ok(), {&send_t},
+                             {&recv}));
+  if (send != nullptr) send->reset();  // sent
 
   // This rank's experts: its own tensors, or (another rank, ep_compute_all) its slice of all.
   auto rows = [&](const Tensor& all, int64_t per) { return all.rows_view(s * El * per, El * per); };
@@ -163,13 +212,17 @@ Result<Tensor> DeepseekModel::ep_routed_experts(int64_t l, Tensor& moe_in, const
   const std::string ds = base + "/dispatch", cs = base + "/combine";
   for (int32_t e : host_ids)
     if (e < 0 || e >= E) return Status::bad_input("moe: expert id " + std::to_string(e) + " outside [0, " + std::to_string(E) + ")");
-  const bool all = opt_.ep_compute_all;
+  const bool real = be_.collectives_real();
+  if (real && (be_.collective_size() != N || be_.collective_rank() != r))
+    return Status::bad_input("moe: EP rank " + std::to_string(r) + " of " + std::to_string(N) + " on a backend that is rank " +
+                             std::to_string(be_.collective_rank()) + " of " + std::to_string(be_.collective_size()));
+  const bool all = opt_.ep_compute_all && !real;
 
-  // The output, [T, H] (every slice, as after the all-gather): the provided buffer when it matches.
+  // The output, [T, H] (every slice, after the all-gather): the provided buffer when it matches.
   MOEPROF_ASSIGN_OR_RETURN(Tensor out, moe_output_buffer(l, T, base + "/experts", stats));
-  // The destination rank of each pair.
   const int64_t El = E / N;
   auto dest = [&](int64_t i) { return static_cast<int>(host_ids[static_cast<size_t>(i)] / El); };
+  const auto counts = ep_pair_counts(host_ids, T, k, E, N);
 
   // dispatch, send side: the own slice's pairs grouped by destination rank.
   const EpSlice mine = ep_token_slice(T, N, r);
@@ -187,66 +240,76 @@ Result<Tensor> DeepseekModel::ep_routed_experts(int64_t l, Tensor& moe_in, const
     MOEPROF_RETURN_IF_ERROR(op("ep_dispatch_pack", be_.embedding(send_idx, moe_in, 0, send), {&moe_in, &send_idx}, {&send}));
     send_idx.reset();
   }
-  // Every rank's stage (the others only with ep_compute_all, unrecorded); the send buffer lives
-  // until this rank's rows are received.
+  // Every rank's stage (the others only with ep_compute_all, unrecorded); this rank's releases
+  // the send buffer once its rows are sent.
   std::vector<EpStage> stages(static_cast<size_t>(N));
   for (int s = 0; s < N; ++s) {
     if (s != r && !all) continue;
     Unrecorded u(be_, ep_quiet_, s != r);
-    MOEPROF_RETURN_IF_ERROR(ep_expert_stage(l, s, moe_in, host_ids, s == r ? stats : nullptr, &stages[static_cast<size_t>(s)]));
-    if (s == r) send.reset();
+    MOEPROF_RETURN_IF_ERROR(ep_expert_stage(l, s, moe_in, host_ids, counts, s == r ? &send : nullptr, s == r ? stats : nullptr,
+                                            &stages[static_cast<size_t>(s)]));
   }
   if (plans_[l].free_mlp_input_after_use) moe_in.reset();  // its last use: the dispatch
 
-  // combine, receive side: slice s's pairs back from their ranks, then the weighted sum with the
-  // shared expert into the slice's rows of the output. Slice r recorded; the others (ep_compute_all)
-  // unrecorded.
+  // combine, receive side: slice s's pairs back from their ranks, grouped by the rank they come
+  // from (in each group by ascending pair), then the weighted sum with the shared expert into the
+  // slice's rows of the output. Slice r recorded; the others (ep_compute_all) unrecorded.
   auto combine_slice = [&](int s) -> Status {
     const bool own = s == r;
     Unrecorded u(be_, ep_quiet_, !own);
     const EpSlice sl = ep_token_slice(T, N, s);
     const int64_t n = sl.size() * k;
-    if (n == 0) return Status::ok();
-    // Position of each of the slice's pairs in its destination's combine_send.
-    std::vector<int64_t> pos(static_cast<size_t>(n), -1);
-    for (int d = 0; d < N; ++d) {
-      const auto& pairs = stages[static_cast<size_t>(d)].recv.pairs;
-      for (size_t p = 0; p < pairs.size(); ++p)
-        if (pairs[p] >= sl.begin * k && pairs[p] < sl.end * k) pos[static_cast<size_t>(pairs[p] - sl.begin * k)] = static_cast<int64_t>(p);
-    }
-    MOEPROF_ASSIGN_OR_RETURN(Tensor recv_idx, act(DType::kI32, 1, n, "combine_recv_index", cs, Category::kCommunication));
-    MOEPROF_ASSIGN_OR_RETURN(Tensor crecv, act(DType::kBF16, n, H, "combine_recv", cs, Category::kCommunication));
-    // Rows from rank d: a gather from its combine_send (the others' rows are zeros), summed into
-    // combine_recv (each row comes from exactly one rank). Rank s's own rows are its recorded
-    // op; the rows from other ranks travel outside the trace.
-    bool first = true;
-    for (int step = 0; step < N; ++step) {
-      const int d = (s + step) % N;  // own rows first
-      const EpStage& sd = stages[static_cast<size_t>(d)];
-      if (!sd.combine_send.defined() || (d != s && !all)) continue;
-      std::vector<int32_t> idx(static_cast<size_t>(n), -1);
-      for (int64_t i = 0; i < n; ++i)
-        if (dest(sl.begin * k + i) == d) idx[static_cast<size_t>(i)] = static_cast<int32_t>(pos[static_cast<size_t>(i)]);
-      if (first) {
-        MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(recv_idx, idx.data()));
-        if (d == s)
-          MOEPROF_RETURN_IF_ERROR(op("ep_combine", be_.embedding(recv_idx, sd.combine_send, 0, crecv), {&recv_idx, &sd.combine_send},
-                                     {&crecv}));
-        else
-          MOEPROF_RETURN_IF_ERROR(be_.embedding(recv_idx, sd.combine_send, 0, crecv));
-        first = false;
-        continue;
+    if (n == 0) {  // a rank with no tokens still returns the rows it computed
+      if (own) {
+        std::vector<int64_t> back(static_cast<size_t>(N), 0), none(static_cast<size_t>(N), 0);
+        for (int q = 0; q < N; ++q) back[static_cast<size_t>(q)] = counts[static_cast<size_t>(q)][static_cast<size_t>(r)];
+        Tensor nothing;
+        const Tensor& cs_r = stages[static_cast<size_t>(r)].combine_send;
+        MOEPROF_RETURN_IF_ERROR(op("ep_combine", real ? be_.all_to_all_rows(cs_r, back, nothing, none) : Status::ok(), {&cs_r}, {}));
       }
-      Unrecorded net(be_, ep_quiet_, true);
-      MOEPROF_ASSIGN_OR_RETURN(Tensor idx_t, act(DType::kI32, 1, n, "combine_net_index", cs));
-      MOEPROF_ASSIGN_OR_RETURN(Tensor part, act(DType::kBF16, n, H, "combine_net_rows", cs));
-      MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(idx_t, idx.data()));
-      MOEPROF_RETURN_IF_ERROR(be_.embedding(idx_t, sd.combine_send, 0, part));
-      MOEPROF_RETURN_IF_ERROR(be_.add_inplace(crecv, part));
+      return Status::ok();
     }
-    recv_idx.reset();
+    const auto& cnt = counts[static_cast<size_t>(s)];
+    std::vector<int64_t> group(static_cast<size_t>(N), 0);  // first row of each source rank's group
+    for (int d = 1; d < N; ++d) group[static_cast<size_t>(d)] = group[static_cast<size_t>(d - 1)] + cnt[static_cast<size_t>(d - 1)];
+    std::vector<int32_t> rows(static_cast<size_t>(n));  // pair i's row in combine_recv
+    {
+      std::vector<int64_t> next = group;
+      for (int64_t i = 0; i < n; ++i) rows[static_cast<size_t>(i)] = static_cast<int32_t>(next[static_cast<size_t>(dest(sl.begin * k + i))]++);
+    }
+    MOEPROF_ASSIGN_OR_RETURN(Tensor crecv, act(DType::kBF16, n, H, "combine_recv", cs, Category::kCommunication));
+    const Tensor& cs_own = stages[static_cast<size_t>(own ? r : s)].combine_send;
+    if (own && real) {
+      // The way back: rank q's rows return to q (this rank received them grouped by source).
+      std::vector<int64_t> back(static_cast<size_t>(N)), in(cnt.begin(), cnt.end());
+      for (int q = 0; q < N; ++q) back[static_cast<size_t>(q)] = counts[static_cast<size_t>(q)][static_cast<size_t>(r)];
+      MOEPROF_RETURN_IF_ERROR(op("ep_combine", be_.all_to_all_rows(cs_own, back, crecv, in), {&cs_own}, {&crecv}));
+    } else {
+      // Emulated: rows from rank d are a contiguous run of its combine_send (its slice-s group),
+      // copied outside the trace; the rows of a rank not computed here are zeros.
+      {
+        Unrecorded net(be_, ep_quiet_, true);
+        for (int d = 0; d < N; ++d) {
+          const int64_t c = cnt[static_cast<size_t>(d)];
+          if (c == 0) continue;
+          const EpStage& sd = stages[static_cast<size_t>(d)];
+          int64_t first = 0;  // where slice s's rows start among the rows rank d received
+          for (int q = 0; q < s; ++q) first += counts[static_cast<size_t>(q)][static_cast<size_t>(d)];
+          const bool have = sd.combine_send.defined() && (d == s || all);
+          std::vector<int32_t> idx(static_cast<size_t>(c), -1);
+          if (have)
+            for (int64_t j = 0; j < c; ++j) idx[static_cast<size_t>(j)] = static_cast<int32_t>(first + j);
+          MOEPROF_ASSIGN_OR_RETURN(Tensor idx_t, act(DType::kI32, 1, c, "combine_net_index", cs));
+          MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(idx_t, idx.data()));
+          Tensor dst = crecv.rows_view(group[static_cast<size_t>(d)], c);
+          const Tensor& table = have ? sd.combine_send : crecv;  // all -1 ids: zeros whatever the table
+          MOEPROF_RETURN_IF_ERROR(be_.embedding(idx_t, table, 0, dst));
+        }
+      }
+      MOEPROF_RETURN_IF_ERROR(op("ep_combine", Status::ok(), {&cs_own}, {&crecv}));
+    }
     MOEPROF_ASSIGN_OR_RETURN(Tensor rows_idx, act(DType::kI32, 1, n, "combine_rows", cs));
-    MOEPROF_RETURN_IF_ERROR(be_.iota(rows_idx, 0));
+    MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(rows_idx, rows.data()));
     Tensor w = topk_w.rows_view(sl.begin, sl.size());
     Tensor sh = shared_out.defined() ? shared_out.rows_view(sl.begin, sl.size()) : Tensor();
     Tensor o = out.rows_view(sl.begin, sl.size());
@@ -258,7 +321,11 @@ Result<Tensor> DeepseekModel::ep_routed_experts(int64_t l, Tensor& moe_in, const
   if (all)
     for (int s = 0; s < N; ++s)
       if (s != r) MOEPROF_RETURN_IF_ERROR(combine_slice(s));
-  // The output's other slices come from the other ranks: an all-gather (a no-op on one device).
+  // The output's other slices come from the other ranks: an all-gather (emulated: the rows are
+  // there already with ep_compute_all, and are not computed otherwise).
+  std::vector<int64_t> slice_rows(static_cast<size_t>(N));
+  for (int s = 0; s < N; ++s) slice_rows[static_cast<size_t>(s)] = ep_token_slice(T, N, s).size();
+  MOEPROF_RETURN_IF_ERROR(op("ep_all_gather", real ? be_.all_gather_rows(out, slice_rows) : Status::ok(), {&out}, {&out}));
   return out;
 }
 

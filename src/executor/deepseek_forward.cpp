@@ -57,7 +57,7 @@ Result<ForwardOutput> DeepseekModel::forward() {
   MOEPROF_RETURN_IF_ERROR(op("embedding", be_.embedding(ids, w_->embed, shape_.vocab_start, hidden), {&ids}, {&hidden}));
   // Vocab-parallel embedding: each rank holds its shard's rows; the all-reduce sums them.
   if (shape_.tp_size > 1)
-    MOEPROF_RETURN_IF_ERROR(op("embed_all_reduce", be_.all_reduce(hidden), {&hidden}, {&hidden}));
+    MOEPROF_RETURN_IF_ERROR(op("embed_all_reduce", tp_all_reduce(hidden), {&hidden}, {&hidden}));
   ids.reset();
   Tensor residual;
   for (int64_t l = 0; l < shape_.layers; ++l) {
@@ -213,7 +213,7 @@ Result<Tensor> DeepseekModel::attention(int64_t l) {
   MOEPROF_ASSIGN_OR_RETURN(Tensor o, reduced_act(l, T, H, "o_proj_out", scope));
   MOEPROF_RETURN_IF_ERROR(op("o_proj", be_.linear(attn, L.o_proj, o, ws), {&attn}, {&o}));
   attn.reset();
-  MOEPROF_RETURN_IF_ERROR(op("attn_all_reduce", be_.all_reduce(o), {&o}, {&o}));
+  MOEPROF_RETURN_IF_ERROR(op("attn_all_reduce", tp_all_reduce(o), {&o}, {&o}));
   return o;
 }
 
@@ -230,7 +230,7 @@ Result<Tensor> DeepseekModel::dense_mlp(int64_t l, Tensor& x, const Tensor& gate
   MOEPROF_ASSIGN_OR_RETURN(Tensor out, reduced_act(l, T, H, "mlp_out", scope));
   MOEPROF_RETURN_IF_ERROR(op("down_proj", be_.linear(a, down_w, out, ws), {&a}, {&out}));
   a.reset();
-  MOEPROF_RETURN_IF_ERROR(op("mlp_all_reduce", be_.all_reduce(out), {&out}, {&out}));
+  MOEPROF_RETURN_IF_ERROR(op("mlp_all_reduce", tp_all_reduce(out), {&out}, {&out}));
   return out;
 }
 
@@ -394,7 +394,7 @@ Result<Tensor> DeepseekModel::routed_experts(int64_t l, Tensor& moe_in, const Te
                              {&g1, &g1_sf, &offsets, &p2t}, {&g2}));
   MOEPROF_RETURN_IF_ERROR(op("moe_combine", be_.moe_combine(g2, e2p, topk_w, shared_out, out),
                              {&g2, &e2p, &topk_w, &shared_out}, {&out}));
-  MOEPROF_RETURN_IF_ERROR(op("moe_all_reduce", be_.all_reduce(out), {&out}, {&out}));
+  MOEPROF_RETURN_IF_ERROR(op("moe_all_reduce", tp_all_reduce(out), {&out}, {&out}));
   // The runner's buffers are released when it returns (one fused kernel call in trtllm).
   return out;
 }

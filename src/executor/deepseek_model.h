@@ -78,6 +78,10 @@ struct ModelOptions {
   // recorded tensors are rank ep_rank's alone).
   EpBuffers ep_buffers = EpBuffers::kExact;
   bool ep_compute_all = false;
+  // The rank's experts hold the whole model's values of experts [ep_rank*E/N, ...) (generated for
+  // all E, unrecorded, and the slice kept); otherwise ranks other than 0 hold experts 0..E/N-1's
+  // values (emulated outputs are not the model's). Set for real ranks on the CPU reference.
+  bool ep_model_values = false;
 };
 
 // One serving step's batch (executor/serving.h builds it): N token rows, one per token, and the
@@ -245,13 +249,18 @@ class DeepseekModel {
   Result<Tensor> ep_routed_experts(int64_t layer, Tensor& moe_in, const Tensor& topk_w, const Tensor& shared_out,
                                    MoeRunnerStats* stats, const std::vector<int32_t>& host_ids);
   struct EpStage;
+  // counts[s][d]: the pairs slice s sends rank d; send: this rank's send buffer (released once
+  // sent), nullptr for another rank's stage.
   Status ep_expert_stage(int64_t layer, int rank, const Tensor& moe_in, const std::vector<int32_t>& host_ids,
-                         MoeRunnerStats* stats, EpStage* out);
+                         const std::vector<std::vector<int64_t>>& counts, Tensor* send, MoeRunnerStats* stats, EpStage* out);
   Result<int64_t> padded_rows(const Tensor& topk_ids, std::vector<int32_t>& host_ids, int64_t tile,
                               MoeRunnerStats* stats);
   Result<Tensor> dense_mlp(int64_t layer, Tensor& x, const Tensor& gate_up, const Tensor& down, const std::string& scope);
   Status op(const std::string& what, Status st, std::initializer_list<const Tensor*> reads,
             std::initializer_list<const Tensor*> writes);
+  // The tensor-parallel all-reduce: over the backend's ranks when TP > 1; nothing with TP 1, also
+  // where the backend's ranks are EP ranks (their collectives are the dispatch and combine).
+  Status tp_all_reduce(Tensor& t) { return shape_.tp_size > 1 ? be_.all_reduce(t) : Status::ok(); }
   Result<Tensor> act(DType dt, int64_t rows, int64_t cols, const std::string& name, const std::string& scope,
                      Category cat = Category::kActivation);
   // An activation whose size follows the routing: worst_bytes is its size under the worst one

@@ -42,7 +42,7 @@ Result<StepOutputs> DeepseekModel::step(const StepInputs& in, const PagedKv& kv,
   MOEPROF_ASSIGN_OR_RETURN(Tensor hidden, act(DType::kBF16, T, H, "embed_out", "model/embed"));
   MOEPROF_RETURN_IF_ERROR(op("embedding", be_.embedding(in.ids, w_->embed, shape_.vocab_start, hidden), {&in.ids}, {&hidden}));
   if (shape_.tp_size > 1)
-    MOEPROF_RETURN_IF_ERROR(op("embed_all_reduce", be_.all_reduce(hidden), {&hidden}, {&hidden}));
+    MOEPROF_RETURN_IF_ERROR(op("embed_all_reduce", tp_all_reduce(hidden), {&hidden}, {&hidden}));
   Tensor residual;
   MoeRunnerStats local;
   for (int64_t l = 0; l < shape_.layers; ++l)

@@ -353,7 +353,7 @@ Status DeepseekModel::init_weights() {
     // emulated TP's, are not the model's).
     const int ep = shape_.ep_size;
     const int64_t El = E / ep, e0 = El * shape_.ep_rank;
-    const bool all = ep > 1 && opt_.ep_compute_all;
+    const bool all = ep > 1 && (opt_.ep_compute_all || opt_.ep_model_values);
     struct Unrecorded {  // an unrecorded stretch (restores the previous state)
       Backend& b;
       bool was;
@@ -416,6 +416,11 @@ Status DeepseekModel::init_weights() {
     }
     const float gs2 = 1.0f / (std::sqrt(float(I)) * 2.8f * 40.0f);
     MOEPROF_RETURN_IF_ERROR(global_scales(gs2, "experts.w2_weight_scale_2", L.w2_gs, L.all_w2_gs, L.rank_w2_gs));
+    if (all && !opt_.ep_compute_all) {  // ep_model_values: only the rank's slice is kept
+      for (Tensor* t : {&L.all_w13, &L.all_w13_scales, &L.all_w13_gs, &L.all_w2, &L.all_w2_scales, &L.all_w2_gs}) t->reset();
+      L.rank_w13_gs.clear();
+      L.rank_w2_gs.clear();
+    }
     if (!shared_experts) shared_experts = &L;
   }
   return be_.synchronize();

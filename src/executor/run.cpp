@@ -92,10 +92,16 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
   mo.routing = plan.routing;
   mo.moe_rows = plan.moe_rows;
   mo.ep_buffers = plan.ep_buffers;
-  mo.ep_compute_all = shape.ep_size > 1 && backend.name() == "cpu";  // the reference computes every rank's experts
+  // Real EP ranks (`--ep N --gpus N`) move the rows through the backend's collectives. Emulated,
+  // the CPU reference computes every rank's experts (the outputs are the model's); with real ranks
+  // on it each rank holds its experts' values of the whole model (the same outputs again).
+  const bool ep_real = shape.ep_size > 1 && !opt.tp_emulated && backend.collectives_real();
+  mo.ep_compute_all = shape.ep_size > 1 && backend.name() == "cpu" && !ep_real;
+  mo.ep_model_values = ep_real && backend.name() == "cpu";
   meta.extra["ep_size"] = std::to_string(shape.ep_size);
   if (shape.ep_size > 1) {
     meta.extra["ep_rank"] = std::to_string(shape.ep_rank);
+    meta.extra["ep_emulated"] = ep_real ? "false" : "true";
     meta.extra["ep_buffers"] = std::string(ep_buffers_name(plan.ep_buffers));
   }
   meta.extra["routing"] = plan.routing.text();

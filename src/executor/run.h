@@ -91,6 +91,9 @@ struct RunPlanResult {
   std::vector<std::vector<ModeResult>> ep_rank_modes;  // [ep_ranks index][mode index]
   std::vector<int> budget_ranks;                  // per mode
   int64_t ep_worst_rows = 0;  // per MoE call: T * min(top_k, E/N)
+  // False for real EP ranks (`--ep N --gpus N`): ep_rank_modes are then rank_modes (every rank's
+  // own run), and `modes` the merged traces as for real TP.
+  bool ep_emulated = true;
 };
 
 // Each mode: open the trace, build the model (weights, KV cache), one prefill, tear down, close

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -16,6 +17,9 @@
 #include "core/trace_io.h"
 #include "core/trace_merge.h"
 #include "executor/backends.h"
+#include "executor/cpu_backend.h"
+#include "executor/host_group.h"
+#include "model/expert_parallel.h"
 #include "model/config.h"
 
 #ifdef MOEPROF_HAVE_CUDA
@@ -91,6 +95,10 @@ ModeResult mode_result_from_meta(const RunMeta& m, const std::string& path) {
     mr.moe.max_expert_tokens = static_cast<int64_t>(extra_u64(m, "routing.max_expert_tokens"));
     mr.moe.max_expert_capacity = static_cast<int64_t>(extra_u64(m, "routing.max_expert_capacity"));
   }
+  mr.moe.ep_rows_received = static_cast<int64_t>(extra_u64(m, "ep.rows_received"));
+  mr.moe.ep_rows_buffered = static_cast<int64_t>(extra_u64(m, "ep.rows_buffered"));
+  mr.moe.ep_rows_worst = static_cast<int64_t>(extra_u64(m, "ep.rows_worst"));
+  mr.moe.ep_max_rows_received = static_cast<int64_t>(extra_u64(m, "ep.max_rows_received"));
   mr.output.hidden_hash = extra_u64(m, "output.hidden_hash");
   mr.output.logits_hash = extra_u64(m, "output.logits_hash");
   mr.output.moe = mr.moe;
@@ -130,7 +138,7 @@ std::string rank_trace_path(const RunPlan& plan, const std::string& mode, int ra
 Result<RunPlanResult> collect_rank_traces(const RunPlan& plan, int world) {
   if (world < 1) return Status::bad_input("collect_rank_traces: world " + std::to_string(world));
   RunPlanResult result;
-  result.tp = world;
+  result.tp = plan.ep > 1 ? 1 : world;
   result.gpus = world;
   result.tp_emulated = false;
   result.rank_modes.resize(static_cast<size_t>(world));
@@ -145,9 +153,13 @@ Result<RunPlanResult> collect_rank_traces(const RunPlan& plan, int world) {
       auto t = read_trace(path);
       if (!t.is_ok()) return Status::bad_input("rank " + std::to_string(r) + ": " + t.status().message());
       const RunMeta& m = t->meta;
-      if (m.tp_rank != r || m.tp_size != world || m.mode != mode_name)
-        return Status::bad_input(path + " holds rank " + std::to_string(m.tp_rank) + " of " + std::to_string(m.tp_size) +
-                                 ", mode " + m.mode + "; expected rank " + std::to_string(r) + " of " +
+      // The rank's place: its TP rank, or with expert parallelism (TP 1) its EP rank.
+      const bool ep_rank_trace = plan.ep > 1;
+      const int m_rank = ep_rank_trace ? static_cast<int>(extra_u64(m, "ep_rank")) : m.tp_rank;
+      const int m_size = ep_rank_trace ? static_cast<int>(extra_u64(m, "ep_size")) : m.tp_size;
+      if (m_rank != r || m_size != world || m.mode != mode_name)
+        return Status::bad_input(path + " holds " + (ep_rank_trace ? "EP" : "TP") + " rank " + std::to_string(m_rank) + " of " +
+                                 std::to_string(m_size) + ", mode " + m.mode + "; expected rank " + std::to_string(r) + " of " +
                                  std::to_string(world) + ", mode " + mode_name);
       if (auto e = m.extra.find("error"); e != m.extra.end())
         return Status::run_failure("rank " + std::to_string(r) + " failed: " + e->second + " (trace kept in " + path + ")");
@@ -182,6 +194,28 @@ Result<RunPlanResult> collect_rank_traces(const RunPlan& plan, int world) {
   for (const auto& per_rank : result.rank_modes)
     for (size_t i = 1; i < per_rank.size(); ++i)
       result.outputs_identical = result.outputs_identical && same_forward_output(per_rank[0].output, per_rank[i].output);
+  if (plan.ep > 1) {
+    // Real expert parallelism: per-rank figures as emulated ranks give them (RunPlanResult's EP
+    // fields), and every rank ends with the same rows (the all-gather): the same output.
+    MOEPROF_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model_config(plan.model));
+    result.ep = world;
+    result.ep_emulated = false;
+    result.ep_buffers = plan.ep_buffers;
+    result.ep_worst_rows = ep_worst_rows(result.tokens, cfg.num_experts_per_tok, cfg.n_routed_experts, world);
+    result.ep_rank_modes = result.rank_modes;
+    for (int r = 0; r < world; ++r) result.ep_ranks.push_back(r);
+    for (size_t m = 0; m < plan.modes.size(); ++m) {
+      int best = 0;
+      for (int r = 1; r < world; ++r)
+        if (result.rank_modes[static_cast<size_t>(r)][m].accounting.peak_activation >
+            result.rank_modes[static_cast<size_t>(best)][m].accounting.peak_activation)
+          best = r;
+      result.budget_ranks.push_back(best);
+      for (int r = 1; r < world; ++r)
+        result.outputs_identical = result.outputs_identical && same_forward_output(result.rank_modes[0][m].output,
+                                                                                   result.rank_modes[static_cast<size_t>(r)][m].output);
+    }
+  }
   bool weights_differ = false;
   for (const auto& per_rank : result.rank_modes)
     for (const auto& mr : per_rank) weights_differ = weights_differ || mr.weights_shared != result.weights_shared;
@@ -189,9 +223,123 @@ Result<RunPlanResult> collect_rank_traces(const RunPlan& plan, int world) {
   return result;
 }
 
+namespace {
+
+// How long the other ranks get to finish after the first failure before the group is aborted (a
+// rank waiting in a collective for the failed one would otherwise wait forever).
+constexpr auto kGraceAfterFailure = std::chrono::seconds(5);
+
+// The N ranks' shapes: TP rank r of N, or with expert parallelism (plan.ep > 1) EP rank r of N,
+// each with the whole batch's attention (TP 1).
+Result<std::vector<RankShape>> rank_shapes(const RunPlan& plan, const ModelConfig& cfg, int n) {
+  std::vector<RankShape> shapes;
+  if (plan.ep > 1) {
+    if (plan.ep != n)
+      return Status::bad_input("--ep " + std::to_string(plan.ep) + " over real ranks runs one EP rank per device: --gpus must be " +
+                               std::to_string(plan.ep) + " (got " + std::to_string(n) + ")");
+    if (plan.tp > 1) return Status::bad_input("--ep runs with --tp 1 (attention over the whole batch on every rank)");
+    MOEPROF_RETURN_IF_ERROR(check_ep_size(plan.ep, cfg.n_routed_experts, cfg.name));
+    for (int r = 0; r < n; ++r) {
+      MOEPROF_ASSIGN_OR_RETURN(RankShape s, make_rank_shape(cfg, plan.tokens, 1, 0, plan.layers));
+      s.ep_size = n;
+      s.ep_rank = r;
+      shapes.push_back(s);
+    }
+    return shapes;
+  }
+  const int tp = plan.tp <= 1 ? n : plan.tp;
+  if (tp != n)
+    return Status::bad_input("--gpus " + std::to_string(n) + " runs one TP rank per device: --tp must be " + std::to_string(n) +
+                             " (got " + std::to_string(plan.tp) + ")");
+  for (int r = 0; r < n; ++r) {
+    MOEPROF_ASSIGN_OR_RETURN(RankShape s, make_rank_shape(cfg, plan.tokens, n, r, plan.layers));
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
+// Each mode of the plan on N ranks at once, one thread per rank: body(r, mode, trace options).
+// After the first failure the other ranks get kGraceAfterFailure to finish; then abort() stops
+// the collectives they may wait in. Returns the first failure, naming its rank.
+Status run_modes_in_threads(const RunPlan& plan, int n,
+                            const std::function<Result<ModeResult>(int, MemoryMode, const RankModeOptions&)>& body,
+                            const std::function<void()>& abort) {
+  for (MemoryMode mode : plan.modes) {
+    const std::string mode_name(memory_mode_name(mode));
+    std::vector<std::optional<Result<ModeResult>>> rank_results(static_cast<size_t>(n));
+    std::mutex mu;
+    std::condition_variable cv;
+    int done = 0;
+    int first_failed = -1;
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r]() {
+        RankModeOptions opt;
+        opt.trace_path = rank_trace_path(plan, mode_name, r);
+        opt.tp_emulated = false;
+        opt.progress = plan.progress && r == 0;
+        opt.log_weights_note = r == 0 && mode == plan.modes.front();
+        opt.hooks = false;
+        Result<ModeResult> res = body(r, mode, opt);
+        std::lock_guard<std::mutex> lock(mu);
+        if (!res.is_ok() && first_failed < 0) first_failed = r;
+        rank_results[static_cast<size_t>(r)] = std::move(res);
+        ++done;
+        cv.notify_all();
+      });
+    }
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return done == n || first_failed >= 0; });
+      if (done < n && !cv.wait_for(lock, kGraceAfterFailure, [&] { return done == n; })) {
+        lock.unlock();
+        abort();
+        lock.lock();
+        cv.wait(lock, [&] { return done == n; });
+      }
+    }
+    for (auto& t : threads) t.join();
+    if (first_failed >= 0) {
+      const Status& st = rank_results[static_cast<size_t>(first_failed)]->status();
+      return st.with_context("rank " + std::to_string(first_failed) + " of " + std::to_string(n));
+    }
+  }
+  return Status::ok();
+}
+
+// Real ranks without a GPU: N CPU reference backends in threads, meeting in a HostRankGroup.
+Result<RunPlanResult> execute_cpu_ranks(const RunPlan& plan, int n) {
+  MOEPROF_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model_config(plan.model));
+  MOEPROF_ASSIGN_OR_RETURN(std::vector<RankShape> shapes, rank_shapes(plan, cfg, n));
+  std::error_code ec;
+  std::filesystem::create_directories(plan.out_dir, ec);
+  if (ec) return Status::bad_input("cannot create output directory " + plan.out_dir + ": " + ec.message());
+  HostRankGroup group(n);
+  // The machine's cores shared among the ranks (each backend splits its ops over its threads).
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::unique_ptr<CpuBackend>> backends;
+  for (int r = 0; r < n; ++r) {
+    backends.push_back(std::make_unique<CpuBackend>(std::max(1, cores / n)));
+    backends.back()->attach_group(&group, r);
+  }
+  if (plan.log)
+    std::fprintf(plan.log, "moeprof: %s=%d over %d CPU ranks (threads of this process, collectives through host memory)\n",
+                 plan.ep > 1 ? "EP" : "TP", n, n);
+  MOEPROF_RETURN_IF_ERROR(run_modes_in_threads(
+      plan, n,
+      [&](int r, MemoryMode mode, const RankModeOptions& opt) {
+        return run_rank_mode(*backends[static_cast<size_t>(r)], cfg, shapes[static_cast<size_t>(r)], plan, mode, opt);
+      },
+      [&] { group.abort(); }));
+  return collect_rank_traces(plan, n);
+}
+
+}  // namespace
+
 #ifndef MOEPROF_HAVE_CUDA
 
-Result<RunPlanResult> execute_tp_run_plan(const RunPlan& /*plan*/, int gpus) {
+Result<RunPlanResult> execute_tp_run_plan(const RunPlan& plan, int gpus, const std::string& backend) {
+  if (backend == "cpu") return execute_cpu_ranks(plan, gpus);
   return Status::run_failure("--gpus " + std::to_string(gpus) +
                              " needs the CUDA backend; this moeprof was built without it (MOEPROF_ENABLE_CUDA=OFF)");
 }
@@ -204,10 +352,6 @@ Result<RunPlanResult> execute_tp_rank(const RunPlan& /*plan*/, const RankLaunch&
 #else
 
 namespace {
-
-// How long the other ranks get to finish after the first failure before the communicators are
-// aborted (a rank waiting in a collective for the failed one would otherwise wait forever).
-constexpr auto kGraceAfterFailure = std::chrono::seconds(5);
 
 // CUDA devices visible to this process; 0 when the driver cannot say (a probe, not a failure:
 // the caller reports too few devices).
@@ -228,18 +372,11 @@ Status bind_rank_device(int rank) {
 
 }  // namespace
 
-Result<RunPlanResult> execute_tp_run_plan(const RunPlan& plan, int gpus) {
+Result<RunPlanResult> execute_tp_run_plan(const RunPlan& plan, int gpus, const std::string& backend) {
   if (gpus < 2) return Status::bad_input("--gpus must be at least 2 for a multi-GPU run (got " + std::to_string(gpus) + ")");
-  const int tp = plan.tp <= 1 ? gpus : plan.tp;
-  if (tp != gpus)
-    return Status::bad_input("--gpus " + std::to_string(gpus) + " runs one TP rank per GPU: --tp must be " +
-                             std::to_string(gpus) + " (got " + std::to_string(plan.tp) + ")");
+  if (backend == "cpu") return execute_cpu_ranks(plan, gpus);
   MOEPROF_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model_config(plan.model));
-  std::vector<RankShape> shapes;
-  for (int r = 0; r < gpus; ++r) {
-    MOEPROF_ASSIGN_OR_RETURN(RankShape s, make_rank_shape(cfg, plan.tokens, gpus, r, plan.layers));
-    shapes.push_back(s);
-  }
+  MOEPROF_ASSIGN_OR_RETURN(std::vector<RankShape> shapes, rank_shapes(plan, cfg, gpus));
   const int count = cuda_device_count();
   if (count < gpus)
     return Status::run_failure("--gpus " + std::to_string(gpus) + " needs " + std::to_string(gpus) +
@@ -313,58 +450,19 @@ Result<RunPlanResult> execute_tp_run_plan(const RunPlan& plan, int gpus) {
     for (int r = 0; r < gpus; ++r) cuda[static_cast<size_t>(r)]->attach_symmetric_pool(pools[static_cast<size_t>(r)].get());
   }
   if (plan.log)
-    std::fprintf(plan.log, "moeprof: TP=%d over %d GPUs, NCCL %s (NCCL_NVLS_ENABLE=0)%s\n", gpus, gpus,
+    std::fprintf(plan.log, "moeprof: %s=%d over %d GPUs, NCCL %s (NCCL_NVLS_ENABLE=0)%s\n", plan.ep > 1 ? "EP" : "TP", gpus, gpus,
                  nccl_version().c_str(),
                  plan.symm_mem ? (", symmetric pool of " + std::to_string(pools[0]->capacity()) + " bytes per rank").c_str() : "");
 
-  for (MemoryMode mode : plan.modes) {
-    const std::string mode_name(memory_mode_name(mode));
-    std::vector<std::optional<Result<ModeResult>>> rank_results(static_cast<size_t>(gpus));
-    std::mutex mu;
-    std::condition_variable cv;
-    int done = 0;
-    int first_failed = -1;
-    std::vector<std::thread> threads;
-    for (int r = 0; r < gpus; ++r) {
-      threads.emplace_back([&, r]() {
-        RankModeOptions opt;
-        opt.trace_path = (std::filesystem::path(plan.out_dir) / (mode_name + ".rank" + std::to_string(r) + ".mtrace")).string();
-        opt.tp_emulated = false;
-        opt.progress = plan.progress && r == 0;
-        opt.log_weights_note = r == 0 && mode == plan.modes.front();
-        opt.hooks = false;
-        Result<ModeResult> res = Status::run_failure("not run");
-        if (Status bound = bind_rank_device(r); !bound.is_ok()) {
-          res = bound;
-        } else {
-          res = run_rank_mode(*backends[static_cast<size_t>(r)], cfg, shapes[static_cast<size_t>(r)], plan, mode, opt);
-        }
-        std::lock_guard<std::mutex> lock(mu);
-        if (!res.is_ok() && first_failed < 0) first_failed = r;
-        rank_results[static_cast<size_t>(r)] = std::move(res);
-        ++done;
-        cv.notify_all();
-      });
-    }
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return done == gpus || first_failed >= 0; });
-      if (done < gpus && !cv.wait_for(lock, kGraceAfterFailure, [&] { return done == gpus; })) {
-        // Some rank is still running after another failed: it may wait in a collective for the
-        // failed rank. Abort the communicators (its kernels stop, later collectives fail).
-        lock.unlock();
-        comms->abort();
-        lock.lock();
-        cv.wait(lock, [&] { return done == gpus; });
-      }
-    }
-    for (auto& t : threads) t.join();
-    if (first_failed >= 0) {
-      const Status& st = rank_results[static_cast<size_t>(first_failed)]->status();
-      return st.with_context("rank " + std::to_string(first_failed) + " of " + std::to_string(gpus));
-    }
-
-  }
+  MOEPROF_RETURN_IF_ERROR(run_modes_in_threads(
+      plan, gpus,
+      [&](int r, MemoryMode mode, const RankModeOptions& opt) -> Result<ModeResult> {
+        MOEPROF_RETURN_IF_ERROR(bind_rank_device(r));
+        return run_rank_mode(*backends[static_cast<size_t>(r)], cfg, shapes[static_cast<size_t>(r)], plan, mode, opt);
+      },
+      // Some rank still runs after another failed: it may wait in a collective for the failed
+      // rank. Abort the communicators (its kernels stop, later collectives fail).
+      [&] { comms->abort(); }));
   // Merge the rank traces, as written, into DIR/<mode>.mtrace (the same path as ranks in processes).
   return collect_rank_traces(plan, gpus);
 }

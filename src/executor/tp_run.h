@@ -23,7 +23,11 @@ namespace moeprof {
 // Without the CUDA backend compiled in, kRunFailure.
 // With plan.symm_mem, every rank also creates an NCCL symmetric pool (SymmetricPool, of
 // plan.symm_pool_bytes or symmetric_pool_bytes(shape)) attached to its backend for all modes.
-Result<RunPlanResult> execute_tp_run_plan(const RunPlan& plan, int gpus);
+// With plan.ep > 1 the ranks are EP ranks (TP 1, rank r holding experts [r*E/N, ...)): the
+// dispatch and combine are all-to-alls of rows, the output's slices an all-gather (deepseek_ep.cpp).
+// backend "cpu": the ranks are CPU reference backends in threads, meeting in a HostRankGroup
+// (host_group.h): real collectives without a GPU. "cuda": one GPU per rank, NCCL.
+Result<RunPlanResult> execute_tp_run_plan(const RunPlan& plan, int gpus, const std::string& backend = "cuda");
 
 // Ranks in separate processes (`moeprof run --rank R --world N --nccl-id FILE`, or
 // `--launch processes`, which starts them): this process runs rank `rank` of `world` on CUDA

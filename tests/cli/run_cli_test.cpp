@@ -271,3 +271,46 @@ TEST_CASE("moeprof run --routing --moe-rows: the routing in the summary and the 
     CHECK(!fs::exists(dir / "bad"));
   }
 }
+
+TEST_CASE("moeprof run --ep N --gpus N on the CPU: real ranks as threads, per-rank figures, bad rank counts exit 2", "[cli][run][ep]") {
+  const fs::path dir = moeprof::testing::temp_dir("run_cli_ep_real");
+  auto r = run_moeprof("run --backend cpu --model tiny --tokens 45 --mode baseline --ep 2 --gpus 2 --routing zipf:1.2 --json --out '" +
+                       dir.string() + "'");
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(r.err.find("EP=2 (2 CPU ranks, one thread per rank, collectives through host memory)") != std::string::npos);
+  auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["runs"].size() == 1);
+  const auto& run = j["runs"][0];
+  CHECK(run["ep"]["emulated"] == false);
+  CHECK(run["ep"]["size"] == 2);
+  REQUIRE(run["ranks"].size() == 2);
+  CHECK(run["devices"].size() == 2);  // the merged trace: one device per rank
+  // The same figures as the emulated ranks on the meta backend (the same drawn routing).
+  auto m = run_moeprof("run --backend meta --model tiny --tokens 45 --mode baseline --ep 2 --routing zipf:1.2 --json --quiet --out '" +
+                       (dir / "meta").string() + "'");
+  REQUIRE(m.rc == 0);
+  auto mj = nlohmann::json::parse(m.out);
+  const auto& mr = mj["runs"][0]["ranks"];
+  REQUIRE(mr.size() == 2);
+  for (size_t k = 0; k < 2; ++k) {
+    INFO("rank " << k);
+    CHECK(run["ranks"][k]["rank"] == mr[k]["rank"]);
+    CHECK(run["ranks"][k]["peak_activation_bytes"] == mr[k]["peak_activation_bytes"]);
+    CHECK(run["ranks"][k]["peak_activation_worst_routing_bytes"] == mr[k]["peak_activation_worst_routing_bytes"]);
+    CHECK(run["ranks"][k]["rows_received"] == mr[k]["rows_received"]);
+    CHECK(fs::exists(dir / run["ranks"][k]["trace"].get<std::string>()));
+  }
+  CHECK(mj["runs"][0]["ep"]["emulated"] == true);
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--ep 4 --gpus 2", "--ep 4 over real ranks needs --gpus 4 (one EP rank per device; got --gpus 2)"},
+           {"--ep 2 --gpus 2 --ep-rank 1", "--ep-rank picks the rank to emulate on one device: drop it with --gpus"},
+           {"--gpus 2 --launch processes", "for ranks in processes; --backend cpu runs them as threads"}}) {
+    auto e = run_moeprof("run --backend cpu --model tiny --quiet --out '" + (dir / "bad").string() + "' " + args);
+    INFO(args << "\n" << e.err);
+    CHECK(e.rc == 2);
+    CHECK(lines(e.err) == 1);
+    CHECK(e.err.find(says) != std::string::npos);
+    CHECK(!fs::exists(dir / "bad"));
+  }
+}

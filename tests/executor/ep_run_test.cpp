@@ -2,7 +2,9 @@
 // the outputs equal one rank's on the CPU reference, each rank's dispatch buffers hold the rows the
 // routing of the whole batch sends it (counted here independently from the drawn routing), the
 // worst-case buffers take T * min(top_k, E/N) rows, the meta backend allocates what the CPU does,
-// and a skewed routing gives the ranks different peaks.
+// and a skewed routing gives the ranks different peaks. Real ranks (`--ep N --gpus N` on the CPU
+// reference: threads exchanging rows through host memory) give the same outputs, and each rank's
+// allocations and peaks are the emulated rank's.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include "core/trace_io.h"
 #include "executor/backends.h"
 #include "executor/run.h"
+#include "executor/tp_run.h"
 #include "model/config.h"
 #include "model/expert_parallel.h"
 #include "model/routing.h"
@@ -248,4 +251,67 @@ TEST_CASE("ep runs - bad EP options are refused with one line", "[executor][ep]"
   auto rank = execute_run_plan(*meta, plan_of("badrank", "uniform", 2, 2, 16));
   REQUIRE_FALSE(rank.is_ok());
   CHECK(rank.status().message() == "--ep-rank 2 is not below --ep 2");
+}
+
+TEST_CASE("ep runs - real CPU ranks exchange the rows: EP=1's outputs, each rank's allocations the emulated rank's", "[executor][ep]") {
+  auto cpu = make_cpu_backend();
+  auto meta = make_meta_backend();
+  const int64_t T = 41;  // slices of 20+21 (EP 2) and 10,10,10,11 (EP 4) tokens
+  int case_no = 0;
+  for (const char* routing : {"router", "zipf:1.2"}) {
+    auto one = execute_run_plan(*cpu, plan_of(std::string("real_one") + std::to_string(case_no), routing, 1, -1, T));
+    REQUIRE(one.is_ok());
+    for (int ep : {2, 4}) {
+      for (EpBuffers b : {EpBuffers::kExact, EpBuffers::kWorstCase}) {
+        INFO(routing << " EP " << ep << " " << ep_buffers_name(b));
+        const std::string tag = std::to_string(++case_no);
+        RunPlan plan = plan_of("real" + tag, routing, ep, -1, T, b);
+        auto real = execute_tp_run_plan(plan, ep, "cpu");
+        INFO((real.is_ok() ? std::string() : real.status().message()));
+        REQUIRE(real.is_ok());
+        CHECK_FALSE(real->ep_emulated);
+        REQUIRE(real->ep == ep);
+        REQUIRE(real->rank_modes.size() == static_cast<size_t>(ep));
+        REQUIRE(real->ep_ranks.size() == static_cast<size_t>(ep));
+        CHECK(real->outputs_identical);  // every rank and mode: the same all-gathered output
+        for (int r = 0; r < ep; ++r) {
+          INFO("rank " << r);
+          // The model's output, as with one rank: stated tolerance zero (every row goes through
+          // the same per-row ops, summed in the same order). A rank's result comes back from its
+          // trace, which holds the hashes of every final hidden state and of the logits (so the
+          // same greedy token).
+          const ForwardOutput& o = real->rank_modes[static_cast<size_t>(r)][0].output;
+          CHECK(o.hidden_hash == one->modes[0].output.hidden_hash);
+          CHECK(o.logits_hash == one->modes[0].output.logits_hash);
+          // The emulated rank on the meta backend (a drawn routing) or the CPU reference (the
+          // router's): the same allocations in the same order, the same peaks.
+          RunPlan e = plan_of("emu" + tag + "_" + std::to_string(r), routing, ep, r, T, b);
+          Backend& eb = std::string(routing) == "router" ? *cpu : *meta;
+          auto emu = execute_run_plan(eb, e);
+          REQUIRE(emu.is_ok());
+          for (size_t m = 0; m < 2; ++m) {
+            const ModeResult& rm = real->rank_modes[static_cast<size_t>(r)][m];
+            CHECK(sequence(rm.trace_path) == sequence(emu->modes[m].trace_path));
+            CHECK(rm.accounting.peak_activation == emu->modes[m].accounting.peak_activation);
+            CHECK(rm.accounting.peak_activation_worst == emu->modes[m].accounting.peak_activation_worst);
+            CHECK(rm.moe.ep_rows_received == emu->modes[m].moe.ep_rows_received);
+            CHECK(real->ep_rank_modes[static_cast<size_t>(r)][m].accounting.peak_activation == rm.accounting.peak_activation);
+          }
+        }
+        // The budget rank is the one with the largest peak.
+        for (size_t m = 0; m < 2; ++m) {
+          uint64_t top = 0;
+          for (int r = 0; r < ep; ++r) top = std::max(top, real->rank_modes[static_cast<size_t>(r)][m].accounting.peak_activation);
+          CHECK(real->rank_modes[static_cast<size_t>(real->budget_ranks[m])][m].accounting.peak_activation == top);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("ep runs - real CPU ranks: a wrong rank count is refused with one line", "[executor][ep]") {
+  RunPlan plan = plan_of("real_bad", "uniform", 4, -1, 16);
+  auto r = execute_tp_run_plan(plan, 2, "cpu");
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().message() == "--ep 4 over real ranks runs one EP rank per device: --gpus must be 4 (got 2)");
 }

@@ -356,6 +356,29 @@ inline std::vector<ContractOp> contract_ops() {
        {"t", "all_reduce: t must be contiguous (got bf16 4x16 with row stride 32)",
         [](const Mk& m, One& a) { a.t = m.view(D::kBF16, kT, 32, 0, 16); }}}));
 
+  // The row collectives of expert parallelism, on one rank: its rows to itself; the all-gather
+  // of one slice writes nothing (no tensor listed).
+  struct A2a { Tensor send; std::vector<int64_t> sr{3}; Tensor recv; std::vector<int64_t> rr{3}; };
+  ops.push_back(contract_op<A2a>(
+      "all_to_all_rows", [](const Mk& m) { return A2a{m.uniform(D::kBF16, 3, kH, 22), {3}, m.t(D::kBF16, kT, kH), {3}}; },
+      [](Backend& b, A2a& a) { return b.all_to_all_rows(a.send, a.sr, a.recv, a.rr); }, [](A2a& a) { return std::vector<Tensor*>{&a.recv}; },
+      {{"send_rows", "all_to_all_rows: send_rows has 2 counts for 1 ranks", [](const Mk&, A2a& a) { a.sr = {3, 0}; }},
+       {"recv_rows", "all_to_all_rows: recv_rows has a negative count -1", [](const Mk&, A2a& a) { a.rr = {-1}; }},
+       {"send_rows", "all_to_all_rows: 4 rows to send, send has 3", [](const Mk&, A2a& a) { a.sr = {4}; }},
+       {"recv", "all_to_all_rows: 3 rows to receive, recv has 2", [](const Mk& m, A2a& a) { a.recv = m.t(D::kBF16, 2, kH); }},
+       {"recv", "all_to_all_rows: send and recv differ in dtype or columns", [](const Mk& m, A2a& a) { a.recv = m.t(D::kBF16, kT, 16); }},
+       {"send", "all_to_all_rows: send must be contiguous (got bf16 3x16 with row stride 32)",
+        [](const Mk& m, A2a& a) { a.send = m.view(D::kBF16, 3, 32, 0, 16); }},
+       {"recv_rows", "all_to_all_rows: one rank sends itself 3 rows and expects 2", [](const Mk&, A2a& a) { a.rr = {2}; }}}));
+  struct Gather { Tensor t; std::vector<int64_t> rows{kT}; };
+  ops.push_back(contract_op<Gather>(
+      "all_gather_rows", [](const Mk& m) { return Gather{m.uniform(D::kBF16, kT, kH, 23), {kT}}; },
+      [](Backend& b, Gather& a) { return b.all_gather_rows(a.t, a.rows); }, [](Gather&) { return std::vector<Tensor*>{}; },
+      {{"rows", "all_gather_rows: slices of 5 rows in a tensor of 4", [](const Mk&, Gather& a) { a.rows = {5}; }},
+       {"rows", "all_gather_rows: rows has 0 counts for 1 ranks", [](const Mk&, Gather& a) { a.rows = {}; }},
+       {"t", "all_gather_rows: t must be contiguous (got bf16 4x16 with row stride 32)",
+        [](const Mk& m, Gather& a) { a.t = m.view(D::kBF16, kT, 32, 0, 16); }}}));
+
   // ---- MoE --------------------------------------------------------------------------------------
   // DeepSeek-V3-style routing over 64 experts in 8 groups, 4 kept.
   struct Router { Tensor logits, bias; RouterParams p; Tensor ids, weights; };

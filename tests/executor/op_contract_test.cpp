@@ -39,7 +39,7 @@ TEST_CASE("op contract: every op of Backend has cases", "[cpu][contract]") {
   const std::set<std::string> want = {"init_uniform",   "init_e4m3",        "init_bytes",     "init_moe_w13",   "init_moe_w2",    "init_ints",
                                       "iota",           "embedding",        "rmsnorm",        "fused_add_rmsnorm", "add_rmsnorm",
                                       "linear",         "rope",             "mla_build_k",    "kv_cache_write",
-                                      "causal_attention", "silu_and_mul",   "add_inplace",    "all_reduce",
+                                      "causal_attention", "silu_and_mul",   "add_inplace",    "all_reduce",     "all_to_all_rows", "all_gather_rows",
                                       "router_topk",    "fp4_quantize",     "moe_permute",    "moe_gemm1_fp4",
                                       "moe_gemm2_fp4",  "moe_combine",     "kv_cache_store", "mla_q_absorb",
                                       "mla_paged_attention", "mla_v_up"};
@@ -67,7 +67,7 @@ TEST_CASE("op contract: the valid call reaches the implementation", "[cpu][contr
     const Status st = op.run(*b, -1, &before, &after);
     INFO(st.message());
     REQUIRE(st.is_ok());
-    if (op.op == "all_reduce") continue;  // one rank: nothing to write
+    if (op.op == "all_reduce" || op.op == "all_gather_rows") continue;  // one rank: nothing to write
     REQUIRE(!before.empty());
     CHECK(after != before);
   }

@@ -4,11 +4,15 @@
 // rank; each rank's activation peak equals the emulated single-GPU run's (--tp 2 on one GPU) to
 // the byte (NCCL's own buffers never go through the backend, so the accounting does not see
 // them); rank 1's peak equals rank 0's; the merged trace holds both ranks as devices 0 and 1.
+// Real expert parallelism (`--ep 2 --gpus 2`): the dispatch and combine are grouped ncclSend/Recv
+// all-to-alls; both ranks end with the same output, and each rank's allocations and activation
+// peak equal the emulated rank's (`--ep 2 --ep-rank r` on GPU 0) to the byte.
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -21,6 +25,7 @@
 #include "executor/run.h"
 #include "executor/tp_run.h"
 #include "model/config.h"
+#include "model/routing.h"
 #include "tests/gpu_skip.h"
 
 using namespace moeprof;
@@ -283,4 +288,71 @@ TEST_CASE("real TP=2 with NCCL symmetric memory: reuse inside the pool, forced f
   if (!why.empty()) MOEPROF_SKIP(why);
   check_tp2_symm("tiny", 100, 0);
   check_tp2_symm("kimi-k2.5", 2048, 4);
+}
+
+namespace {
+
+// Allocations in order (name, scope, bytes): what the executor asked for.
+std::vector<std::string> alloc_sequence(const std::string& path) {
+  auto t = read_trace(path);
+  REQUIRE(t.is_ok());
+  std::vector<std::string> out;
+  for (const TraceRecord& rec : t->records)
+    if (rec.kind == EventKind::kAlloc)
+      out.push_back(std::string(t->str(rec.name_id)) + " " + std::string(t->str(rec.scope_id)) + " " + std::to_string(rec.bytes));
+  return out;
+}
+
+void check_ep2(const std::string& model, int64_t tokens, int64_t layers, const char* routing, EpBuffers buffers) {
+  INFO(model << " T=" << tokens << " layers=" << layers << " routing " << routing << " " << ep_buffers_name(buffers));
+  RunPlan plan;
+  plan.model = model;
+  plan.tokens = tokens;
+  plan.layers = layers;
+  plan.ep = 2;
+  plan.ep_buffers = buffers;
+  auto spec = parse_routing(routing);
+  REQUIRE(spec.is_ok());
+  plan.routing = *spec;
+  std::string tag = model + "-" + std::string(ep_buffers_name(buffers)) + "-" + spec->text();
+  std::replace(tag.begin(), tag.end(), ':', '_');
+  plan.out_dir = out_dir(tag + "-ep2");
+  auto res = execute_tp_run_plan(plan, 2);
+  if (!res.is_ok()) FAIL(res.status().message());
+  const RunPlanResult& r = res.value();
+  CHECK_FALSE(r.ep_emulated);
+  REQUIRE(r.ep == 2);
+  REQUIRE(r.rank_modes.size() == 2);
+  CHECK(r.outputs_identical);  // both ranks hold the all-gathered output, in every mode
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    RunPlan e = plan;
+    e.ep_rank = rank;
+    e.out_dir = out_dir(tag + "-emulated" + std::to_string(rank));
+    auto g = make_cuda_backend(0);
+    REQUIRE(g.is_ok());
+    auto emu = execute_run_plan(*g.value(), e);
+    if (!emu.is_ok()) FAIL(emu.status().message());
+    for (size_t m = 0; m < plan.modes.size(); ++m) {
+      const ModeResult& real = r.rank_modes[static_cast<size_t>(rank)][m];
+      INFO("mode " << real.mode);
+      CHECK(alloc_sequence(real.trace_path) == alloc_sequence(emu->modes[m].trace_path));
+      CHECK(real.accounting.peak_activation == emu->modes[m].accounting.peak_activation);
+      CHECK(real.moe.ep_rows_received == emu->modes[m].moe.ep_rows_received);
+    }
+  }
+  WARN(model << " EP=2 on 2 GPUs (" << routing << ", " << ep_buffers_name(buffers) << "): peak activation rank 0 "
+             << r.rank_modes[0][0].accounting.peak_activation << ", rank 1 " << r.rank_modes[1][0].accounting.peak_activation
+             << "; budget rank " << r.budget_ranks[0]);
+}
+
+}  // namespace
+
+TEST_CASE("real EP=2 over NCCL: ranks agree, per-rank allocations and peaks equal the emulated ranks'", "[gpu][tp][ep]") {
+  const std::string why = skip_reason();
+  if (!why.empty()) MOEPROF_SKIP(why);
+  check_ep2("tiny", 100, 0, "router", EpBuffers::kExact);
+  check_ep2("tiny", 77, 0, "zipf:1.2", EpBuffers::kWorstCase);
+  check_ep2("kimi-k2.5", 2048, 4, "uniform", EpBuffers::kExact);
+  check_ep2("kimi-k2.5", 2048, 4, "zipf:1.2", EpBuffers::kExact);
 }
