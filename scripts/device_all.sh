@@ -299,6 +299,8 @@ print("INFO", "real EP=2 zipf:1.2 peaks", real, "meta", meta, "(real includes cu
 PY
 )
         row ep_real "${res%% *}" "${res#* }"
+        step bench_alltoall 120 "$B/bench/nccl/bench_alltoall" --gpus 2 --tokens 16384 --hidden 7168 --topk 8
+        row bench_alltoall "$([ $? -eq 0 ] && echo INFO || echo FAIL)" "$(grep -E 'ms' "$L/bench_alltoall.log" | tr -s ' ' | tr '\n' ';' | head -c 200)"
         step tp_gpu_test_ep 300 "$B/tests/gpu/tp_gpu_test" '[ep]' -r compact
         rc=$?; row tp_gpu_test_ep "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -oE 'EP=2 on 2 GPUs[^;]*' "$L/tp_gpu_test_ep.log" | tr '\n' ';' | head -c 200)"
       fi ;;
