@@ -187,6 +187,9 @@ int run_command(const RunArgs& a) {
   if (a.routing.ep > 1 && args.gpus > 1 && args.gpus != a.routing.ep)
     return fail("run", Status::bad_input(fmt::format("--ep {} over real ranks needs --gpus {} (one EP rank per device; got --gpus {})",
                                                      a.routing.ep, a.routing.ep, args.gpus)));
+  if (a.routing.dp > 1 && a.routing.dp == a.routing.ep && args.gpus <= 1 && a.routing.routing == "router")
+    return fail("run", Status::bad_input("--dp on one device needs a drawn routing (--routing uniform, zipf:S, hot:N or worst): the other "
+                                         "ranks' routers run on their own requests"));
   if (a.routing.ep > 1 && args.gpus > 1 && a.routing.ep_rank >= 0)
     return fail("run", Status::bad_input("--ep-rank picks the rank to emulate on one device: drop it with --gpus"));
   if (args.op_times && multi_gpu)

@@ -41,6 +41,13 @@ void add_routing_options(CLI::App* cmd, RoutingArgs* a, const std::string& group
       ->type_name("exact|worst-case")
       ->capture_default_str()
       ->group(ge);
+  cmd->add_option("--dp", a->dp,
+                  "with --ep N: DP attention over the N ranks, as SGLang's --enable-dp-attention: rank r runs its own request, "
+                  "tokens [r T/N, (r+1) T/N) of the batch, and keeps its rows of the MoE output; on one device it needs a "
+                  "drawn --routing")
+      ->type_name("N")
+      ->capture_default_str()
+      ->group(ge);
 }
 
 Status apply_routing_options(const RoutingArgs& a, const ModelConfig& cfg, const std::string& backend, RunPlan* plan) {
@@ -68,16 +75,20 @@ Status apply_routing_options(const RoutingArgs& a, const ModelConfig& cfg, const
       return Status::bad_input("--ep on the meta backend needs a drawn routing (--routing uniform, zipf:S, hot:N or worst): "
                                "it computes no router to dispatch by");
   }
+  if (a.dp < 1) return Status::bad_input("--dp " + std::to_string(a.dp) + " must be at least 1");
+  if (a.dp > 1 && a.dp != a.ep)
+    return Status::bad_input("--dp " + std::to_string(a.dp) + " runs DP attention over the EP ranks: it needs --ep " + std::to_string(a.dp));
   plan->ep = a.ep;
   plan->ep_rank = a.ep_rank;
+  plan->dp_attention = a.dp > 1;
   return Status::ok();
 }
 
 std::string routing_summary(const RunPlan& plan, const RunPlanResult& r) {
   std::string out;
   if (r.ep > 1) {
-    out += fmt::format("Expert parallelism: EP={}, {} buffers, worst case {} rows per MoE call (T * min(top_k, E/N)), routing {}\n",
-                       r.ep, ep_buffers_name(r.ep_buffers), reports::with_commas_u(static_cast<uint64_t>(r.ep_worst_rows)),
+    out += fmt::format("Expert parallelism: EP={}{}, {} buffers, worst case {} rows per MoE call (T * min(top_k, E/N)), routing {}\n",
+                       r.ep, r.dp_attention ? " with DP attention (one request of T/N tokens per rank)" : "", ep_buffers_name(r.ep_buffers), reports::with_commas_u(static_cast<uint64_t>(r.ep_worst_rows)),
                        plan.routing.text());
     for (size_t m = 0; m < r.modes.size(); ++m) {
       for (size_t i = 0; i < r.ep_ranks.size(); ++i) {
@@ -133,7 +144,8 @@ nlohmann::json ep_run_json(const RunPlanResult& r, size_t mode_index) {
           {"buffers", std::string(ep_buffers_name(r.ep_buffers))},
           {"worst_rows_per_call", r.ep_worst_rows},
           {"budget_rank", r.budget_ranks[mode_index]},
-          {"emulated", r.ep_emulated}};
+          {"emulated", r.ep_emulated},
+          {"dp_attention", r.dp_attention}};
 }
 
 }  // namespace moeprof::cli

@@ -20,6 +20,7 @@ struct RoutingArgs {
   int ep = 1;                          // --ep N
   int ep_rank = -1;                    // --ep-rank R (-1: every rank on meta, rank 0 elsewhere)
   std::string ep_buffers = "exact";    // --ep-buffers exact|worst-case
+  int dp = 1;                          // --dp N: DP attention over the N EP ranks
 };
 
 // `group`: the title of the options in --help ("" for run's).

@@ -77,7 +77,9 @@ Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, co
                                       EpStage* st) {
   const LayerWeights& L = w_->layers[l];
   const int N = shape_.ep_size;
-  const int64_t T = moe_in.rows(), H = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok,
+  // The batch's tokens; moe_in holds all of them, or with DP attention the rank's own from row0.
+  const int64_t T = shape_.dp_attention ? shape_.batch_tokens : moe_in.rows(), row0 = shape_.dp_attention ? shape_.token_offset : 0,
+                H = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok,
                 I = shape_.moe_inter, El = E / N;
   const std::string base = plans_[l].scope + "/moe";
   const bool mine = s == shape_.ep_rank;
@@ -145,9 +147,14 @@ Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, co
   MOEPROF_ASSIGN_OR_RETURN(Tensor recv, buf(DType::kBF16, Rb, H, W, "dispatch_recv", ds, comm));
   {
     // Padding rows (worst-case buffers) are zeros; emulated, every received row is token tok[i]'s
-    // row, gathered outside the trace (the network).
+    // row, gathered outside the trace (the network). With DP attention another rank's rows are
+    // not on this device: zeros (the emulated outputs are then not the model's).
     Unrecorded net(be_, ep_quiet_, true);
     const int64_t from = real ? R : 0;
+    for (int64_t i = from; i < Rb; ++i) {
+      int32_t& t = tok[static_cast<size_t>(i)];
+      t = t >= row0 && t < row0 + moe_in.rows() ? static_cast<int32_t>(t - row0) : -1;
+    }
     if (Rb > from) {
       MOEPROF_ASSIGN_OR_RETURN(Tensor tok_idx, act(DType::kI32, 1, Rb - from, "dispatch_token_index", ds, comm));
       MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(tok_idx, tok.data() + from));
@@ -207,7 +214,17 @@ Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, co
 Result<Tensor> DeepseekModel::ep_routed_experts(int64_t l, Tensor& moe_in, const Tensor& topk_w, const Tensor& shared_out,
                                                 MoeRunnerStats* stats, const std::vector<int32_t>& host_ids) {
   const int N = shape_.ep_size, r = shape_.ep_rank;
-  const int64_t T = moe_in.rows(), H = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
+  // The batch's T tokens: every rank's moe_in holds all of them, or with DP attention (dp) only its
+  // own slice, from batch row row0 (the output then too: no all-gather).
+  const bool dp = shape_.dp_attention;
+  const int64_t Tloc = moe_in.rows(), T = dp ? shape_.batch_tokens : Tloc, row0 = dp ? shape_.token_offset : 0,
+                H = cfg_.hidden_size, E = cfg_.n_routed_experts, k = cfg_.num_experts_per_tok;
+  if (static_cast<int64_t>(host_ids.size()) != T * k)
+    return Status::bad_input("moe: " + std::to_string(host_ids.size()) + " routed ids for " + std::to_string(T) + " tokens x " +
+                             std::to_string(k));
+  if (dp && (ep_token_slice(T, N, r).begin != row0 || ep_token_slice(T, N, r).size() != Tloc))
+    return Status::bad_input("moe: DP rank " + std::to_string(r) + " holds tokens [" + std::to_string(row0) + ", " +
+                             std::to_string(row0 + Tloc) + ") of " + std::to_string(T) + ", not its slice");
   const std::string base = plans_[l].scope + "/moe";
   const std::string ds = base + "/dispatch", cs = base + "/combine";
   for (int32_t e : host_ids)
@@ -216,10 +233,11 @@ Result<Tensor> DeepseekModel::ep_routed_experts(int64_t l, Tensor& moe_in, const
   if (real && (be_.collective_size() != N || be_.collective_rank() != r))
     return Status::bad_input("moe: EP rank " + std::to_string(r) + " of " + std::to_string(N) + " on a backend that is rank " +
                              std::to_string(be_.collective_rank()) + " of " + std::to_string(be_.collective_size()));
-  const bool all = opt_.ep_compute_all && !real;
+  const bool all = opt_.ep_compute_all && !real && !dp;
 
-  // The output, [T, H] (every slice, after the all-gather): the provided buffer when it matches.
-  MOEPROF_ASSIGN_OR_RETURN(Tensor out, moe_output_buffer(l, T, base + "/experts", stats));
+  // The output, [T, H] (every slice, after the all-gather; DP: the rank's own rows): the provided
+  // buffer when it matches.
+  MOEPROF_ASSIGN_OR_RETURN(Tensor out, moe_output_buffer(l, Tloc, base + "/experts", stats));
   const int64_t El = E / N;
   auto dest = [&](int64_t i) { return static_cast<int>(host_ids[static_cast<size_t>(i)] / El); };
   const auto counts = ep_pair_counts(host_ids, T, k, E, N);
@@ -233,7 +251,7 @@ Result<Tensor> DeepseekModel::ep_routed_experts(int64_t l, Tensor& moe_in, const
     idx.reserve(static_cast<size_t>(Sk));
     for (int d = 0; d < N; ++d)
       for (int64_t i = mine.begin * k; i < mine.end * k; ++i)
-        if (dest(i) == d) idx.push_back(static_cast<int32_t>(i / k));
+        if (dest(i) == d) idx.push_back(static_cast<int32_t>(i / k - row0));
     MOEPROF_ASSIGN_OR_RETURN(send_idx, act(DType::kI32, 1, Sk, "dispatch_send_index", ds, Category::kCommunication));
     MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(send_idx, idx.data()));
     MOEPROF_ASSIGN_OR_RETURN(send, act(DType::kBF16, Sk, H, "dispatch_send", ds, Category::kCommunication));
@@ -310,9 +328,9 @@ Result<Tensor> DeepseekModel::ep_routed_experts(int64_t l, Tensor& moe_in, const
     }
     MOEPROF_ASSIGN_OR_RETURN(Tensor rows_idx, act(DType::kI32, 1, n, "combine_rows", cs));
     MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(rows_idx, rows.data()));
-    Tensor w = topk_w.rows_view(sl.begin, sl.size());
-    Tensor sh = shared_out.defined() ? shared_out.rows_view(sl.begin, sl.size()) : Tensor();
-    Tensor o = out.rows_view(sl.begin, sl.size());
+    Tensor w = topk_w.rows_view(sl.begin - row0, sl.size());
+    Tensor sh = shared_out.defined() ? shared_out.rows_view(sl.begin - row0, sl.size()) : Tensor();
+    Tensor o = out.rows_view(sl.begin - row0, sl.size());
     MOEPROF_RETURN_IF_ERROR(op("moe_combine", be_.moe_combine(crecv, rows_idx, w, sh, o), {&crecv, &rows_idx, &topk_w, &shared_out},
                                {&out}));
     return Status::ok();
@@ -322,7 +340,9 @@ Result<Tensor> DeepseekModel::ep_routed_experts(int64_t l, Tensor& moe_in, const
     for (int s = 0; s < N; ++s)
       if (s != r) MOEPROF_RETURN_IF_ERROR(combine_slice(s));
   // The output's other slices come from the other ranks: an all-gather (emulated: the rows are
-  // there already with ep_compute_all, and are not computed otherwise).
+  // there already with ep_compute_all, and are not computed otherwise). DP attention: each rank
+  // keeps its own rows.
+  if (dp) return out;
   std::vector<int64_t> slice_rows(static_cast<size_t>(N));
   for (int s = 0; s < N; ++s) slice_rows[static_cast<size_t>(s)] = ep_token_slice(T, N, s).size();
   MOEPROF_RETURN_IF_ERROR(op("ep_all_gather", real ? be_.all_gather_rows(out, slice_rows) : Status::ok(), {&out}, {&out}));

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "executor/deepseek_weights.h"
+#include "kernels/common/random.h"
 
 namespace moeprof {
 
@@ -46,7 +47,16 @@ Result<ForwardOutput> DeepseekModel::forward() {
   const int64_t id_hi = opt_.real_collectives
                             ? cfg_.vocab_size
                             : shape_.vocab_start + std::min<int64_t>(shape_.vocab, cfg_.vocab_size - shape_.vocab_start);
-  MOEPROF_RETURN_IF_ERROR(be_.init_ints(ids, opt_.seed ^ 0x1D5ull, static_cast<int32_t>(id_lo), static_cast<int32_t>(id_hi)));
+  if (shape_.token_offset == 0) {
+    MOEPROF_RETURN_IF_ERROR(be_.init_ints(ids, opt_.seed ^ 0x1D5ull, static_cast<int32_t>(id_lo), static_cast<int32_t>(id_hi)));
+  } else {  // DP attention: this rank's tokens of the batch's prompt (init_ints' values at their index)
+    std::vector<int32_t> host(static_cast<size_t>(T));
+    const uint64_t range = static_cast<uint64_t>(id_hi - id_lo);
+    for (int64_t t = 0; t < T; ++t)
+      host[static_cast<size_t>(t)] = static_cast<int32_t>(
+          id_lo + static_cast<int64_t>(kern::hash64(opt_.seed ^ 0x1D5ull, static_cast<uint64_t>(shape_.token_offset + t)) % range));
+    MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(ids, host.data()));
+  }
   out.input_ids.resize(T);
   MOEPROF_RETURN_IF_ERROR(be_.copy_to_host(ids, out.input_ids.data()));
   MOEPROF_ASSIGN_OR_RETURN(Tensor positions, act(DType::kI32, 1, T, "positions", "model/input"));
@@ -282,7 +292,7 @@ Result<Tensor> DeepseekModel::moe(int64_t l, Tensor& moe_in, MoeRunnerStats* sta
       keys = step_->route_keys;
     } else {
       keys.resize(static_cast<size_t>(T));
-      for (int64_t t = 0; t < T; ++t) keys[static_cast<size_t>(t)] = routing_key(0, static_cast<uint64_t>(t));
+      for (int64_t t = 0; t < T; ++t) keys[static_cast<size_t>(t)] = routing_key(0, static_cast<uint64_t>(shape_.token_offset + t));
     }
     if (static_cast<int64_t>(keys.size()) != T) return Status::bad_input("moe: the step's routing keys must be one per row");
     host_ids.resize(static_cast<size_t>(T * k));
@@ -298,6 +308,30 @@ Result<Tensor> DeepseekModel::moe(int64_t l, Tensor& moe_in, MoeRunnerStats* sta
                                  " backend needs a drawn routing (--routing uniform, zipf:S, hot:N or worst): it computes no router");
       host_ids.resize(static_cast<size_t>(T * k));
       MOEPROF_RETURN_IF_ERROR(be_.copy_to_host(topk_ids, host_ids.data()));
+    }
+    if (shape_.dp_attention) {
+      // DP attention: every rank routes its own request's tokens, and the dispatch needs the whole
+      // batch's routing. A drawn routing is drawn for every token of the batch (the rank's own
+      // rows get the draws they had above); the router's ids are all-gathered from the ranks.
+      const int64_t B = shape_.batch_tokens;
+      std::vector<int32_t> all(static_cast<size_t>(B * k));
+      if (draw_) {
+        std::vector<uint64_t> keys(static_cast<size_t>(B));
+        for (int64_t t = 0; t < B; ++t) keys[static_cast<size_t>(t)] = routing_key(0, static_cast<uint64_t>(t));
+        draw_->draw(l, keys, all.data());
+      } else if (be_.collectives_real()) {
+        MOEPROF_ASSIGN_OR_RETURN(Tensor ids_all, act(DType::kI32, B, k, "topk_ids_all", scope + "/router", Category::kCommunication));
+        Tensor own = ids_all.rows_view(shape_.token_offset, T);
+        MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(own, host_ids.data()));
+        std::vector<int64_t> slices(static_cast<size_t>(shape_.ep_size));
+        for (int s = 0; s < shape_.ep_size; ++s) slices[static_cast<size_t>(s)] = ep_token_slice(B, shape_.ep_size, s).size();
+        MOEPROF_RETURN_IF_ERROR(op("router_all_gather", be_.all_gather_rows(ids_all, slices), {&ids_all}, {&ids_all}));
+        MOEPROF_RETURN_IF_ERROR(be_.copy_to_host(ids_all, all.data()));
+      } else {
+        return Status::bad_input("--dp on one device needs a drawn routing (--routing uniform, zipf:S, hot:N or worst): the other "
+                                 "ranks' routers run on their own requests");
+      }
+      host_ids = std::move(all);
     }
     return ep_routed_experts(l, moe_in, topk_w, shared_out, stats, host_ids);
   }

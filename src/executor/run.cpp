@@ -96,12 +96,17 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
   // the CPU reference computes every rank's experts (the outputs are the model's); with real ranks
   // on it each rank holds its experts' values of the whole model (the same outputs again).
   const bool ep_real = shape.ep_size > 1 && !opt.tp_emulated && backend.collectives_real();
-  mo.ep_compute_all = shape.ep_size > 1 && backend.name() == "cpu" && !ep_real;
+  mo.ep_compute_all = shape.ep_size > 1 && backend.name() == "cpu" && !ep_real && !shape.dp_attention;
   mo.ep_model_values = ep_real && backend.name() == "cpu";
   meta.extra["ep_size"] = std::to_string(shape.ep_size);
   if (shape.ep_size > 1) {
     meta.extra["ep_rank"] = std::to_string(shape.ep_rank);
     meta.extra["ep_emulated"] = ep_real ? "false" : "true";
+    if (shape.dp_attention) {
+      meta.extra["dp_attention"] = "true";
+      meta.extra["batch_tokens"] = std::to_string(shape.batch_tokens);
+      meta.extra["token_offset"] = std::to_string(shape.token_offset);
+    }
     meta.extra["ep_buffers"] = std::string(ep_buffers_name(plan.ep_buffers));
   }
   meta.extra["routing"] = plan.routing.text();
@@ -267,6 +272,23 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
   return mr;
 }
 
+Result<RankShape> ep_rank_shape(const ModelConfig& cfg, const RunPlan& plan, int rank) {
+  const int64_t tokens = plan.serving ? plan.serving->chunked_prefill_size : plan.tokens;
+  const EpSlice sl = ep_token_slice(tokens, plan.ep, rank);
+  if (plan.dp_attention && sl.size() < 1)
+    return Status::bad_input("--dp " + std::to_string(plan.ep) + " gives each rank a request of T/N tokens: --tokens must be at least " +
+                             std::to_string(plan.ep) + " (got " + std::to_string(tokens) + ")");
+  MOEPROF_ASSIGN_OR_RETURN(RankShape s, make_rank_shape(cfg, plan.dp_attention ? sl.size() : tokens, 1, 0, plan.layers));
+  s.ep_size = plan.ep;
+  s.ep_rank = rank;
+  if (plan.dp_attention) {
+    s.dp_attention = true;
+    s.batch_tokens = tokens;
+    s.token_offset = sl.begin;
+  }
+  return s;
+}
+
 Result<RunPlanResult> execute_run_plan(Backend& backend, const RunPlan& plan) {
   MOEPROF_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model_config(plan.model));
   const int64_t tokens = plan.serving ? plan.serving->chunked_prefill_size : plan.tokens;
@@ -288,6 +310,10 @@ Result<RunPlanResult> execute_run_plan(Backend& backend, const RunPlan& plan) {
     if (shape.tp_size != 1) return Status::bad_input("--ep runs with --tp 1 (attention over the whole batch on every rank)");
     result.ep = plan.ep;
     result.ep_buffers = plan.ep_buffers;
+    result.dp_attention = plan.dp_attention;
+    if (plan.dp_attention && shape.tokens < plan.ep)
+      return Status::bad_input("--dp " + std::to_string(plan.ep) + " gives each rank a request of T/N tokens: --tokens must be at least " +
+                               std::to_string(plan.ep) + " (got " + std::to_string(shape.tokens) + ")");
     result.ep_worst_rows = ep_worst_rows(shape.tokens, cfg.num_experts_per_tok, cfg.n_routed_experts, plan.ep);
     if (plan.ep_rank >= 0)
       result.ep_ranks = {plan.ep_rank};
@@ -306,8 +332,7 @@ Result<RunPlanResult> execute_run_plan(Backend& backend, const RunPlan& plan) {
     for (size_t ri = 0; ri < n_ranks; ++ri) {
       RankShape rs = shape;
       if (plan.ep > 1) {
-        rs.ep_size = plan.ep;
-        rs.ep_rank = result.ep_ranks[ri];
+        MOEPROF_ASSIGN_OR_RETURN(rs, ep_rank_shape(cfg, plan, result.ep_ranks[ri]));
       }
       RankModeOptions opt;
       opt.trace_path = (std::filesystem::path(plan.out_dir) /

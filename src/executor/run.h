@@ -45,6 +45,9 @@ struct RunPlan {
   int ep = 1;
   int ep_rank = -1;
   EpBuffers ep_buffers = EpBuffers::kExact;
+  // `--dp N` (N = ep): DP attention. Rank r runs its own request, tokens [r T/N, (r+1) T/N) of the
+  // batch of `tokens` (RankShape::dp_attention); otherwise every rank attends over the whole batch.
+  bool dp_attention = false;
   // Called around each mode's run, e.g. to start and stop a CUPTI tracer: before_mode right
   // after the trace is opened, after_mode once the model is torn down and the device is idle.
   std::function<Status(const std::string& mode, const RunMeta& meta)> before_mode;
@@ -94,6 +97,7 @@ struct RunPlanResult {
   // False for real EP ranks (`--ep N --gpus N`): ep_rank_modes are then rank_modes (every rank's
   // own run), and `modes` the merged traces as for real TP.
   bool ep_emulated = true;
+  bool dp_attention = false;  // RunPlan::dp_attention
 };
 
 // Each mode: open the trace, build the model (weights, KV cache), one prefill, tear down, close
@@ -117,6 +121,10 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
 // The symmetric pool a rank needs: the tensors SGLang places there that are live at once (the
 // layer's input, the o_proj output, the MLP/MoE output) and one spare, T x hidden bf16 each.
 uint64_t symmetric_pool_bytes(const RankShape& shape, const ModelConfig& cfg);
+
+// EP rank `rank` of plan.ep's shapes (TP 1): the whole batch, or with plan.dp_attention its own
+// request (tokens [rank T/N, (rank+1) T/N)). kBadInput when a DP rank would get no token.
+Result<RankShape> ep_rank_shape(const ModelConfig& cfg, const RunPlan& plan, int rank);
 
 // Same final hidden-state hash, same logits bits.
 bool same_forward_output(const ForwardOutput& a, const ForwardOutput& b);

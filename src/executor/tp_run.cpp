@@ -196,10 +196,13 @@ Result<RunPlanResult> collect_rank_traces(const RunPlan& plan, int world) {
       result.outputs_identical = result.outputs_identical && same_forward_output(per_rank[0].output, per_rank[i].output);
   if (plan.ep > 1) {
     // Real expert parallelism: per-rank figures as emulated ranks give them (RunPlanResult's EP
-    // fields), and every rank ends with the same rows (the all-gather): the same output.
+    // fields), and every rank ends with the same rows (the all-gather): the same output; with DP
+    // attention each rank has its own request's.
     MOEPROF_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model_config(plan.model));
     result.ep = world;
     result.ep_emulated = false;
+    result.dp_attention = plan.dp_attention;
+    result.tokens = plan.tokens;  // the batch (with DP attention each rank's trace holds its own request's)
     result.ep_buffers = plan.ep_buffers;
     result.ep_worst_rows = ep_worst_rows(result.tokens, cfg.num_experts_per_tok, cfg.n_routed_experts, world);
     result.ep_rank_modes = result.rank_modes;
@@ -211,6 +214,7 @@ Result<RunPlanResult> collect_rank_traces(const RunPlan& plan, int world) {
             result.rank_modes[static_cast<size_t>(best)][m].accounting.peak_activation)
           best = r;
       result.budget_ranks.push_back(best);
+      if (plan.dp_attention) continue;  // DP attention: each rank's own request, its own output
       for (int r = 1; r < world; ++r)
         result.outputs_identical = result.outputs_identical && same_forward_output(result.rank_modes[0][m].output,
                                                                                    result.rank_modes[static_cast<size_t>(r)][m].output);
@@ -240,9 +244,7 @@ Result<std::vector<RankShape>> rank_shapes(const RunPlan& plan, const ModelConfi
     if (plan.tp > 1) return Status::bad_input("--ep runs with --tp 1 (attention over the whole batch on every rank)");
     MOEPROF_RETURN_IF_ERROR(check_ep_size(plan.ep, cfg.n_routed_experts, cfg.name));
     for (int r = 0; r < n; ++r) {
-      MOEPROF_ASSIGN_OR_RETURN(RankShape s, make_rank_shape(cfg, plan.tokens, 1, 0, plan.layers));
-      s.ep_size = n;
-      s.ep_rank = r;
+      MOEPROF_ASSIGN_OR_RETURN(RankShape s, ep_rank_shape(cfg, plan, r));
       shapes.push_back(s);
     }
     return shapes;

@@ -94,6 +94,13 @@ struct RankShape {
   // [ep_rank * E/ep_size, ...); 1: every expert (TP-sharded by tp_size).
   int ep_size = 1;
   int ep_rank = 0;
+  // DP attention with EP (`--dp N --ep N`, docs/executor.md "Expert parallelism"): this rank's
+  // attention, dense layers and MoE input hold its own request only, tokens [token_offset,
+  // token_offset + tokens) of a batch of batch_tokens (slice ep_rank of model/expert_parallel.h).
+  // Its prompt is those tokens of the batch's prompt; positions start at 0 (its own request).
+  bool dp_attention = false;
+  int64_t batch_tokens = 0;
+  int64_t token_offset = 0;
 };
 
 // Parses config.json text. DeepSeek-V2/V3 fields at top level, Kimi-K2.5 nested under

@@ -302,10 +302,21 @@ TEST_CASE("moeprof run --ep N --gpus N on the CPU: real ranks as threads, per-ra
     CHECK(fs::exists(dir / run["ranks"][k]["trace"].get<std::string>()));
   }
   CHECK(mj["runs"][0]["ep"]["emulated"] == true);
+  CHECK(run["ep"]["dp_attention"] == false);
+  // DP attention over real ranks: each rank's trace holds its own request.
+  auto dp = run_moeprof("run --backend cpu --model tiny --tokens 45 --mode baseline --ep 2 --dp 2 --gpus 2 --json --quiet --out '" +
+                        (dir / "dp").string() + "'");
+  INFO(dp.err);
+  REQUIRE(dp.rc == 0);
+  auto dj = nlohmann::json::parse(dp.out);
+  CHECK(dj["runs"][0]["ep"]["dp_attention"] == true);
+  REQUIRE(dj["runs"][0]["ranks"].size() == 2);
   for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
            {"--ep 4 --gpus 2", "--ep 4 over real ranks needs --gpus 4 (one EP rank per device; got --gpus 2)"},
            {"--ep 2 --gpus 2 --ep-rank 1", "--ep-rank picks the rank to emulate on one device: drop it with --gpus"},
-           {"--gpus 2 --launch processes", "for ranks in processes; --backend cpu runs them as threads"}}) {
+           {"--gpus 2 --launch processes", "for ranks in processes; --backend cpu runs them as threads"},
+           {"--dp 2", "--dp 2 runs DP attention over the EP ranks: it needs --ep 2"},
+           {"--ep 2 --dp 2", "--dp on one device needs a drawn routing"}}) {
     auto e = run_moeprof("run --backend cpu --model tiny --quiet --out '" + (dir / "bad").string() + "' " + args);
     INFO(args << "\n" << e.err);
     CHECK(e.rc == 2);

@@ -315,3 +315,74 @@ TEST_CASE("ep runs - real CPU ranks: a wrong rank count is refused with one line
   REQUIRE_FALSE(r.is_ok());
   CHECK(r.status().message() == "--ep 4 over real ranks runs one EP rank per device: --gpus must be 4 (got 2)");
 }
+
+TEST_CASE("ep runs - DP attention: each real rank's request gives what it gives alone, emulated ranks allocate the same", "[executor][ep]") {
+  auto cpu = make_cpu_backend();
+  auto meta = make_meta_backend();
+  auto cfg = resolve_model_config("tiny");
+  REQUIRE(cfg.is_ok());
+  const int64_t T = 43;  // requests of 21+22 (EP 2), 10,11,11,11 (EP 4) tokens
+  int case_no = 0;
+  for (int ep : {2, 4}) {
+    // The router's routing: rank r's request through the EP ranks equals the request run alone
+    // on one device with every expert (the same prompt: tokens [r T/N, (r+1) T/N) of the batch's).
+    RunPlan plan = plan_of("dp_real" + std::to_string(ep), "router", ep, -1, T);
+    plan.dp_attention = true;
+    auto real = execute_tp_run_plan(plan, ep, "cpu");
+    INFO((real.is_ok() ? std::string() : real.status().message()));
+    REQUIRE(real.is_ok());
+    CHECK(real->dp_attention);
+    CHECK(real->outputs_identical);  // every rank: its modes agree
+    for (int r = 0; r < ep; ++r) {
+      INFO("EP " << ep << " rank " << r);
+      const EpSlice sl = ep_token_slice(T, ep, r);
+      auto shape = make_rank_shape(*cfg, sl.size(), 1, 0, 0);
+      REQUIRE(shape.is_ok());
+      shape->token_offset = sl.begin;  // its prompt, alone: no EP, no DP
+      RunPlan alone = plan_of("dp_alone" + std::to_string(ep) + "_" + std::to_string(r), "router", 1, -1, sl.size());
+      RankModeOptions opt;
+      opt.trace_path = alone.out_dir + "/baseline.mtrace";
+      auto ref = run_rank_mode(*cpu, *cfg, *shape, alone, MemoryMode::kBaseline, opt);
+      REQUIRE(ref.is_ok());
+      const ForwardOutput& o = real->rank_modes[static_cast<size_t>(r)][0].output;
+      CHECK(o.hidden_hash == ref->output.hidden_hash);
+      CHECK(o.logits_hash == ref->output.logits_hash);
+      // Its trace holds its own request.
+      auto t = read_trace(real->rank_modes[static_cast<size_t>(r)][0].trace_path);
+      REQUIRE(t.is_ok());
+      CHECK(t->meta.tokens == static_cast<uint64_t>(sl.size()));
+      CHECK(t->meta.extra.at("dp_attention") == "true");
+    }
+    // Different requests on different ranks: their outputs differ.
+    CHECK(real->rank_modes[0][0].output.hidden_hash != real->rank_modes[1][0].output.hidden_hash);
+    // A drawn routing: each real rank allocates what the meta backend's emulated rank does.
+    for (EpBuffers b : {EpBuffers::kExact, EpBuffers::kWorstCase}) {
+      INFO("EP " << ep << " " << ep_buffers_name(b));
+      const std::string tag = std::to_string(++case_no);
+      RunPlan drawn = plan_of("dp_drawn" + tag, "zipf:1.2", ep, -1, T, b);
+      drawn.dp_attention = true;
+      auto rr = execute_tp_run_plan(drawn, ep, "cpu");
+      REQUIRE(rr.is_ok());
+      RunPlan emu_plan = plan_of("dp_emu" + tag, "zipf:1.2", ep, -1, T, b);
+      emu_plan.dp_attention = true;
+      auto emu = execute_run_plan(*meta, emu_plan);
+      REQUIRE(emu.is_ok());
+      REQUIRE(emu->ep_ranks.size() == static_cast<size_t>(ep));
+      for (int r = 0; r < ep; ++r)
+        for (size_t m = 0; m < 2; ++m) {
+          INFO("rank " << r << " mode " << m);
+          const ModeResult& a = rr->rank_modes[static_cast<size_t>(r)][m];
+          const ModeResult& e = emu->ep_rank_modes[static_cast<size_t>(r)][m];
+          CHECK(sequence(a.trace_path) == sequence(e.trace_path));
+          CHECK(a.accounting.peak_activation == e.accounting.peak_activation);
+          CHECK(a.moe.ep_rows_received == e.moe.ep_rows_received);
+        }
+    }
+  }
+  // On one device the other ranks' routers cannot run: a drawn routing is needed.
+  RunPlan bad = plan_of("dp_bad", "router", 2, 0, T);
+  bad.dp_attention = true;
+  auto no = execute_run_plan(*cpu, bad);
+  REQUIRE_FALSE(no.is_ok());
+  CHECK(no.status().message().find("--dp on one device needs a drawn routing") != std::string::npos);
+}

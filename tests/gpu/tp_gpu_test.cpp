@@ -303,19 +303,21 @@ std::vector<std::string> alloc_sequence(const std::string& path) {
   return out;
 }
 
-void check_ep2(const std::string& model, int64_t tokens, int64_t layers, const char* routing, EpBuffers buffers) {
-  INFO(model << " T=" << tokens << " layers=" << layers << " routing " << routing << " " << ep_buffers_name(buffers));
+void check_ep2(const std::string& model, int64_t tokens, int64_t layers, const char* routing, EpBuffers buffers, bool dp = false) {
+  INFO(model << " T=" << tokens << " layers=" << layers << " routing " << routing << " " << ep_buffers_name(buffers) << (dp ? " DP" : ""));
   RunPlan plan;
   plan.model = model;
   plan.tokens = tokens;
   plan.layers = layers;
   plan.ep = 2;
   plan.ep_buffers = buffers;
+  plan.dp_attention = dp;
   auto spec = parse_routing(routing);
   REQUIRE(spec.is_ok());
   plan.routing = *spec;
   std::string tag = model + "-" + std::string(ep_buffers_name(buffers)) + "-" + spec->text();
   std::replace(tag.begin(), tag.end(), ':', '_');
+  if (dp) tag += "-dp";
   plan.out_dir = out_dir(tag + "-ep2");
   auto res = execute_tp_run_plan(plan, 2);
   if (!res.is_ok()) FAIL(res.status().message());
@@ -323,7 +325,7 @@ void check_ep2(const std::string& model, int64_t tokens, int64_t layers, const c
   CHECK_FALSE(r.ep_emulated);
   REQUIRE(r.ep == 2);
   REQUIRE(r.rank_modes.size() == 2);
-  CHECK(r.outputs_identical);  // both ranks hold the all-gathered output, in every mode
+  CHECK(r.outputs_identical);  // both ranks hold the all-gathered output (DP: their own), in every mode
   for (int rank = 0; rank < 2; ++rank) {
     INFO("rank " << rank);
     RunPlan e = plan;
@@ -355,4 +357,5 @@ TEST_CASE("real EP=2 over NCCL: ranks agree, per-rank allocations and peaks equa
   check_ep2("tiny", 77, 0, "zipf:1.2", EpBuffers::kWorstCase);
   check_ep2("kimi-k2.5", 2048, 4, "uniform", EpBuffers::kExact);
   check_ep2("kimi-k2.5", 2048, 4, "zipf:1.2", EpBuffers::kExact);
+  check_ep2("kimi-k2.5", 4096, 4, "zipf:1.2", EpBuffers::kExact, true);  // DP attention: 2,048 tokens per rank
 }
