@@ -52,7 +52,6 @@ struct Unrecorded {
 };
 }  // namespace
 
-
 struct DeepseekModel::EpStage {
   EpReceive recv;
   int64_t buffered = 0;  // rows of the dispatch buffers (R exact, W worst-case)
