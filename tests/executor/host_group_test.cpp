@@ -1,19 +1,26 @@
 // HostRankGroup (executor/host_group.h): the collectives of real ranks on the CPU reference. Ranks
 // are threads; inputs are random with odd sizes; the expected results are computed here from the
 // inputs (the sum in rank order, the rows each rank sends each other rank). Also: CpuBackend's
-// collectives through the group, mismatched counts failing on every rank alike, and abort()
-// releasing a rank that waits for one that never comes.
+// collectives through the group, mismatched counts failing on every rank alike, abort()
+// releasing a rank that waits for one that never comes, and real TP ranks on the CPU.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "core/trace_io.h"
+#include "executor/backends.h"
 #include "executor/cpu_backend.h"
 #include "executor/host_group.h"
+#include "executor/run.h"
+#include "executor/tp_run.h"
 #include "kernels/common/fp_formats.h"
 
 using namespace moeprof;
@@ -202,4 +209,45 @@ TEST_CASE("host group - CpuBackend's collectives: rows to their ranks, slices ga
   auto status = lone.all_gather_rows(*x, {1, 1});
   REQUIRE_FALSE(status.is_ok());
   CHECK(status.message() == "all_gather_rows: rows has 2 counts for 1 ranks");
+}
+
+TEST_CASE("host group - real TP=2 on CPU ranks: rank 0 allocates what the emulated TP rank does, both end with one hidden state",
+          "[executor][host_group]") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("moeprof_host_group_tp_" + std::to_string(::getpid()));
+  RunPlan plan;
+  plan.model = "tiny";
+  plan.tokens = 29;
+  plan.tp = 2;
+  plan.modes = {MemoryMode::kBaseline, MemoryMode::kReuse};
+  plan.out_dir = (root / "real").string();
+  auto real = execute_tp_run_plan(plan, 2, "cpu");
+  INFO((real.is_ok() ? std::string() : real.status().message()));
+  REQUIRE(real.is_ok());
+  CHECK_FALSE(real->tp_emulated);
+  REQUIRE(real->rank_modes.size() == 2);
+  CHECK(real->outputs_identical);  // each rank's modes agree
+  auto cpu = make_cpu_backend();
+  plan.out_dir = (root / "emulated").string();
+  auto emu = execute_run_plan(*cpu, plan);
+  REQUIRE(emu.is_ok());
+  REQUIRE(emu->tp_emulated);
+  for (size_t m = 0; m < 2; ++m) {
+    INFO("mode " << m);
+    // The all-reduces really sum: after them both ranks hold the same hidden states.
+    CHECK(real->rank_modes[0][m].output.hidden_hash == real->rank_modes[1][m].output.hidden_hash);
+    // Rank 0's shapes and allocations are the emulated rank's (only the collectives differ).
+    auto a = read_trace(real->rank_modes[0][m].trace_path);
+    auto b = read_trace(emu->modes[m].trace_path);
+    REQUIRE(a.is_ok());
+    REQUIRE(b.is_ok());
+    std::vector<std::string> sa, sb;
+    for (const TraceRecord& r : a->records)
+      if (r.kind == EventKind::kAlloc) sa.push_back(std::string(a->str(r.name_id)) + " " + std::to_string(r.bytes));
+    for (const TraceRecord& r : b->records)
+      if (r.kind == EventKind::kAlloc) sb.push_back(std::string(b->str(r.name_id)) + " " + std::to_string(r.bytes));
+    CHECK(sa == sb);
+    CHECK(real->rank_modes[0][m].accounting.peak_activation == emu->modes[m].accounting.peak_activation);
+  }
+  fs::remove_all(root);
 }
