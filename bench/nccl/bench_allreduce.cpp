@@ -16,27 +16,10 @@
 
 #include "executor/cuda_nccl.h"
 
+constexpr const char* kBench = "bench_allreduce";
+#include "nccl_bench_util.h"
+
 using namespace moeprof;
-
-namespace {
-
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "bench_allreduce: %s: %s\n", #x, cudaGetErrorString(e_));      \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-
-void check(const Status& st, const char* what) {
-  if (!st.is_ok()) {
-    std::fprintf(stderr, "bench_allreduce: %s: %s\n", what, st.message().c_str());
-    std::exit(1);
-  }
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   int gpus = 2, iters = 20;

@@ -18,25 +18,12 @@
 
 #include "executor/cuda_nccl.h"
 
+constexpr const char* kBench = "bench_alltoall";
+#include "nccl_bench_util.h"
+
 using namespace moeprof;
 
 namespace {
-
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "bench_alltoall: %s: %s\n", #x, cudaGetErrorString(e_));      \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
-
-void check(const Status& st, const char* what) {
-  if (!st.is_ok()) {
-    std::fprintf(stderr, "bench_alltoall: %s: %s\n", what, st.message().c_str());
-    std::exit(1);
-  }
-}
 
 // ncclAlltoAll(sendbuff, recvbuff, count per peer, datatype, comm, stream), when the loaded NCCL has it.
 using AlltoAllFn = int (*)(const void*, void*, size_t, int, void*, void*);

@@ -345,14 +345,15 @@ class Backend {
   virtual Status do_silu_and_mul(const Tensor& x, Tensor& out) = 0;
   virtual Status do_add_inplace(Tensor& dst, const Tensor& src) = 0;
   virtual Status do_all_reduce(Tensor& t) = 0;
-  // Backend has checked the counts. With one rank (no real ranks) all_to_all_rows copies the
-  // send rows to recv and all_gather_rows has nothing to do; these defaults are for backends that
-  // cannot do even that.
-  virtual Status do_all_to_all_rows(const Tensor& /*send*/, const std::vector<int64_t>& /*send_rows*/, Tensor& /*recv*/,
-                                    const std::vector<int64_t>& /*recv_rows*/) {
+  // The row collectives in bytes (Backend has checked the counts and turned rows into bytes; a
+  // pointer is null where its tensor is undefined). With one rank (no real ranks) all_to_all
+  // copies send_bytes[0] bytes to recv and all_gather has nothing to do; these defaults are for
+  // backends that cannot do even that.
+  virtual Status do_all_to_all_bytes(const void* /*send*/, const std::vector<size_t>& /*send_bytes*/, void* /*recv*/,
+                                     const std::vector<size_t>& /*recv_bytes*/) {
     return Status::run_failure("all_to_all_rows: the " + name() + " backend has no real ranks");
   }
-  virtual Status do_all_gather_rows(Tensor& /*t*/, const std::vector<int64_t>& /*rows*/) {
+  virtual Status do_all_gather_bytes(void* /*data*/, const std::vector<size_t>& /*bytes*/) {
     return Status::run_failure("all_gather_rows: the " + name() + " backend has no real ranks");
   }
   virtual Status do_kv_cache_store(const Tensor& latent, const Tensor& k_pe, Tensor& cache, const Tensor& slots) = 0;

@@ -431,6 +431,11 @@ Result<int64_t> rank_rows(const char* op, const char* arg, const std::vector<int
   }
   return sum;
 }
+std::vector<size_t> rows_to_bytes(const std::vector<int64_t>& rows, size_t row_bytes) {
+  std::vector<size_t> b(rows.size());
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<size_t>(rows[i]) * row_bytes;
+  return b;
+}
 }  // namespace
 
 Status Backend::all_to_all_rows(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
@@ -453,9 +458,11 @@ Status Backend::all_to_all_rows(const Tensor& send, const std::vector<int64_t>& 
   if (n == 1 && send_rows[0] != recv_rows[0])  // one rank sends its rows to itself
     return Status::bad_input(std::string(op) + ": one rank sends itself " + std::to_string(send_rows[0]) + " rows and expects " +
                              std::to_string(recv_rows[0]));
-  const double row_bytes = any == nullptr ? 0.0 : static_cast<double>(any->cols()) * static_cast<double>(dtype_size(any->dtype()));
-  OpTimer timer(op_timer_target(), op, OpCost{0, collectives_real() ? (static_cast<double>(ns + nr)) * row_bytes : 0.0});
-  return do_all_to_all_rows(send, send_rows, recv, recv_rows);
+  const size_t row_bytes = any == nullptr ? 0 : static_cast<size_t>(any->cols()) * dtype_size(any->dtype());
+  OpTimer timer(op_timer_target(), op,
+                OpCost{0, collectives_real() ? static_cast<double>(ns + nr) * static_cast<double>(row_bytes) : 0.0});
+  return do_all_to_all_bytes(send.defined() ? send.raw() : nullptr, rows_to_bytes(send_rows, row_bytes),
+                             recv.defined() ? recv.raw() : nullptr, rows_to_bytes(recv_rows, row_bytes));
 }
 
 Status Backend::all_gather_rows(Tensor& t, const std::vector<int64_t>& rows) {
@@ -464,8 +471,9 @@ Status Backend::all_gather_rows(Tensor& t, const std::vector<int64_t>& rows) {
   MOEPROF_RETURN_IF_ERROR(need_contiguous(op, "t", t));
   if (n > t.rows())
     return Status::bad_input(std::string(op) + ": slices of " + std::to_string(n) + " rows in a tensor of " + std::to_string(t.rows()));
-  OpTimer timer(op_timer_target(), op, OpCost{0, collectives_real() ? static_cast<double>(n) * t.cols() * dtype_size(t.dtype()) : 0.0});
-  return do_all_gather_rows(t, rows);
+  const size_t row_bytes = static_cast<size_t>(t.cols()) * dtype_size(t.dtype());
+  OpTimer timer(op_timer_target(), op, OpCost{0, collectives_real() ? static_cast<double>(n) * static_cast<double>(row_bytes) : 0.0});
+  return do_all_gather_bytes(t.raw(), rows_to_bytes(rows, row_bytes));
 }
 
 // ---- paged MLA ---------------------------------------------------------------------------------

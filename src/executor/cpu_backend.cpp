@@ -457,27 +457,18 @@ Status CpuBackend::do_all_reduce(Tensor& t) {
   return group_->all_reduce(group_rank_, t.raw(), static_cast<size_t>(t.numel()), t.dtype());
 }
 
-Status CpuBackend::do_all_to_all_rows(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
-                                      const std::vector<int64_t>& recv_rows) {
+Status CpuBackend::do_all_to_all_bytes(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                                       const std::vector<size_t>& recv_bytes) {
   if (!collectives_real()) {  // one rank: its rows to itself
-    if (send_rows[0] > 0)
-      std::memcpy(recv.raw(), send.raw(), static_cast<size_t>(send_rows[0]) * static_cast<size_t>(send.cols()) * dtype_size(send.dtype()));
+    if (send_bytes[0] > 0) std::memcpy(recv, send, send_bytes[0]);
     return Status::ok();
   }
-  const Tensor& any = send.defined() ? send : recv;
-  const size_t row_bytes = any.defined() ? static_cast<size_t>(any.cols()) * dtype_size(any.dtype()) : 0;
-  std::vector<size_t> sb(send_rows.size()), rb(recv_rows.size());
-  for (size_t i = 0; i < sb.size(); ++i) sb[i] = static_cast<size_t>(send_rows[i]) * row_bytes;
-  for (size_t i = 0; i < rb.size(); ++i) rb[i] = static_cast<size_t>(recv_rows[i]) * row_bytes;
-  return group_->all_to_all(group_rank_, send.defined() ? send.raw() : nullptr, sb, recv.defined() ? recv.raw() : nullptr, rb);
+  return group_->all_to_all(group_rank_, send, send_bytes, recv, recv_bytes);
 }
 
-Status CpuBackend::do_all_gather_rows(Tensor& t, const std::vector<int64_t>& rows) {
+Status CpuBackend::do_all_gather_bytes(void* data, const std::vector<size_t>& bytes) {
   if (!collectives_real()) return Status::ok();  // one rank: its slice is all there is
-  const size_t row_bytes = static_cast<size_t>(t.cols()) * dtype_size(t.dtype());
-  std::vector<size_t> b(rows.size());
-  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<size_t>(rows[i]) * row_bytes;
-  return group_->all_gather(group_rank_, t.raw(), b);
+  return group_->all_gather(group_rank_, data, bytes);
 }
 
 }  // namespace moeprof

@@ -75,9 +75,9 @@ class CpuBackend final : public Backend {
   Status do_silu_and_mul(const Tensor& x, Tensor& out) override;
   Status do_add_inplace(Tensor& dst, const Tensor& src) override;
   Status do_all_reduce(Tensor& t) override;
-  Status do_all_to_all_rows(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
-                            const std::vector<int64_t>& recv_rows) override;
-  Status do_all_gather_rows(Tensor& t, const std::vector<int64_t>& rows) override;
+  Status do_all_to_all_bytes(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                             const std::vector<size_t>& recv_bytes) override;
+  Status do_all_gather_bytes(void* data, const std::vector<size_t>& bytes) override;
   // cpu_mla.cpp (paged MLA of serving); the index data (slots, request rows, positions, the
   // request-to-token table's slots) is checked where it is read.
   Status do_kv_cache_store(const Tensor& latent, const Tensor& k_pe, Tensor& cache, const Tensor& slots) override;

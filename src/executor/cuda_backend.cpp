@@ -398,31 +398,19 @@ Status CudaBackend::do_all_reduce(Tensor& t) {
 }
 
 // Expert parallelism over real ranks: grouped ncclSend/ncclRecv (cuda_nccl.h).
-Status CudaBackend::do_all_to_all_rows(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
-                                       const std::vector<int64_t>& recv_rows) {
+Status CudaBackend::do_all_to_all_bytes(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                                        const std::vector<size_t>& recv_bytes) {
   if (!collectives_real()) {  // one rank: its rows to itself
-    if (send_rows[0] > 0)
-      MOEPROF_CUDA_CHECK("all_to_all_rows",
-                         cudaMemcpyAsync(recv.raw(), send.raw(),
-                                         static_cast<size_t>(send_rows[0]) * static_cast<size_t>(send.cols()) * dtype_size(send.dtype()),
-                                         cudaMemcpyDeviceToDevice, stream_));
+    if (send_bytes[0] > 0)
+      MOEPROF_CUDA_CHECK("all_to_all_rows", cudaMemcpyAsync(recv, send, send_bytes[0], cudaMemcpyDeviceToDevice, stream_));
     return Status::ok();
   }
-  const Tensor& any = send.defined() ? send : recv;
-  const size_t row_bytes = any.defined() ? static_cast<size_t>(any.cols()) * dtype_size(any.dtype()) : 0;
-  std::vector<size_t> sb(send_rows.size()), rb(recv_rows.size());
-  for (size_t i = 0; i < sb.size(); ++i) sb[i] = static_cast<size_t>(send_rows[i]) * row_bytes;
-  for (size_t i = 0; i < rb.size(); ++i) rb[i] = static_cast<size_t>(recv_rows[i]) * row_bytes;
-  return nccl_all_to_all_bytes(nccl_comm_, send.defined() ? send.raw() : nullptr, sb, recv.defined() ? recv.raw() : nullptr, rb,
-                               stream_);
+  return nccl_all_to_all_bytes(nccl_comm_, send, send_bytes, recv, recv_bytes, stream_);
 }
 
-Status CudaBackend::do_all_gather_rows(Tensor& t, const std::vector<int64_t>& rows) {
+Status CudaBackend::do_all_gather_bytes(void* data, const std::vector<size_t>& bytes) {
   if (!collectives_real()) return Status::ok();  // one rank: its slice is all there is
-  const size_t row_bytes = static_cast<size_t>(t.cols()) * dtype_size(t.dtype());
-  std::vector<size_t> b(rows.size());
-  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<size_t>(rows[i]) * row_bytes;
-  return nccl_all_gather_bytes(nccl_comm_, nccl_rank_, t.raw(), b, stream_);
+  return nccl_all_gather_bytes(nccl_comm_, nccl_rank_, data, bytes, stream_);
 }
 
 }  // namespace moeprof

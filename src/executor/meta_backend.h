@@ -61,10 +61,8 @@ class MetaBackend final : public Backend {
   Status do_silu_and_mul(const Tensor&, Tensor&) override { return Status::ok(); }
   Status do_add_inplace(Tensor&, const Tensor&) override { return Status::ok(); }
   Status do_all_reduce(Tensor&) override { return Status::ok(); }
-  Status do_all_to_all_rows(const Tensor&, const std::vector<int64_t>&, Tensor&, const std::vector<int64_t>&) override {
-    return Status::ok();
-  }
-  Status do_all_gather_rows(Tensor&, const std::vector<int64_t>&) override { return Status::ok(); }
+  Status do_all_to_all_bytes(const void*, const std::vector<size_t>&, void*, const std::vector<size_t>&) override { return Status::ok(); }
+  Status do_all_gather_bytes(void*, const std::vector<size_t>&) override { return Status::ok(); }
   Status do_router_topk(const Tensor&, const Tensor&, const RouterParams&, Tensor&, Tensor&) override { return Status::ok(); }
   Status do_fp4_quantize(const Tensor&, float, Tensor&, Tensor&) override { return Status::ok(); }
   Status do_moe_permute(const Tensor&, int64_t, int64_t, Tensor&, Tensor&, Tensor&, const Tensor&) override { return Status::ok(); }
