@@ -275,7 +275,7 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
 Result<RankShape> ep_rank_shape(const ModelConfig& cfg, const RunPlan& plan, int rank) {
   const int64_t tokens = plan.serving ? plan.serving->chunked_prefill_size : plan.tokens;
   const EpSlice sl = ep_token_slice(tokens, plan.ep, rank);
-  if (plan.dp_attention && sl.size() < 1)
+  if (plan.dp_attention && tokens < plan.ep)  // every rank needs a request, whichever rank runs
     return Status::bad_input("--dp " + std::to_string(plan.ep) + " gives each rank a request of T/N tokens: --tokens must be at least " +
                              std::to_string(plan.ep) + " (got " + std::to_string(tokens) + ")");
   MOEPROF_ASSIGN_OR_RETURN(RankShape s, make_rank_shape(cfg, plan.dp_attention ? sl.size() : tokens, 1, 0, plan.layers));
@@ -311,9 +311,6 @@ Result<RunPlanResult> execute_run_plan(Backend& backend, const RunPlan& plan) {
     result.ep = plan.ep;
     result.ep_buffers = plan.ep_buffers;
     result.dp_attention = plan.dp_attention;
-    if (plan.dp_attention && shape.tokens < plan.ep)
-      return Status::bad_input("--dp " + std::to_string(plan.ep) + " gives each rank a request of T/N tokens: --tokens must be at least " +
-                               std::to_string(plan.ep) + " (got " + std::to_string(shape.tokens) + ")");
     result.ep_worst_rows = ep_worst_rows(shape.tokens, cfg.num_experts_per_tok, cfg.n_routed_experts, plan.ep);
     if (plan.ep_rank >= 0)
       result.ep_ranks = {plan.ep_rank};

@@ -123,7 +123,7 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
 uint64_t symmetric_pool_bytes(const RankShape& shape, const ModelConfig& cfg);
 
 // EP rank `rank` of plan.ep's shapes (TP 1): the whole batch, or with plan.dp_attention its own
-// request (tokens [rank T/N, (rank+1) T/N)). kBadInput when a DP rank would get no token.
+// request (tokens [rank T/N, (rank+1) T/N)). kBadInput when a DP rank would get no token (T < N).
 Result<RankShape> ep_rank_shape(const ModelConfig& cfg, const RunPlan& plan, int rank);
 
 // Same final hidden-state hash, same logits bits.
