@@ -42,9 +42,7 @@ __global__ void init_kernel(InitArgs p) {
     } else if constexpr (K == InitKind::kBytes) {
       static_cast<uint8_t*>(p.out)[at] = static_cast<uint8_t>(hash64(p.seed, static_cast<uint64_t>(i)) & 0xFFu);
     } else if constexpr (K == InitKind::kInts) {
-      const uint64_t range = static_cast<uint64_t>(static_cast<int64_t>(p.ihi) - static_cast<int64_t>(p.ilo));
-      const uint64_t h = hash64(p.seed, static_cast<uint64_t>(i));
-      static_cast<int32_t*>(p.out)[at] = static_cast<int32_t>(static_cast<int64_t>(p.ilo) + static_cast<int64_t>(h % range));
+      static_cast<int32_t*>(p.out)[at] = hash_int(p.seed, static_cast<uint64_t>(i), p.ilo, p.ihi);
     } else {
       static_cast<int32_t*>(p.out)[at] = static_cast<int32_t>(p.ilo + i);
     }

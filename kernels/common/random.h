@@ -19,4 +19,10 @@ MOEPROF_HD float hash_unit(uint64_t seed, uint64_t i) {
   return static_cast<float>(hash64(seed, i) >> 40) * (1.0f / 16777216.0f);
 }
 
+// Integer in [lo, hi) (hi > lo): init_ints' element i on every backend.
+MOEPROF_HD int32_t hash_int(uint64_t seed, uint64_t i, int32_t lo, int32_t hi) {
+  const uint64_t range = static_cast<uint64_t>(static_cast<int64_t>(hi) - static_cast<int64_t>(lo));
+  return static_cast<int32_t>(static_cast<int64_t>(lo) + static_cast<int64_t>(hash64(seed, i) % range));
+}
+
 }  // namespace moeprof::kern

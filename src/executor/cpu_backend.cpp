@@ -228,12 +228,8 @@ Status CpuBackend::do_init_bytes(Tensor& t, uint64_t seed) {
 }
 
 Status CpuBackend::do_init_ints(Tensor& t, uint64_t seed, int32_t lo, int32_t hi) {
-  const uint64_t range = static_cast<uint64_t>(static_cast<int64_t>(hi) - static_cast<int64_t>(lo));
   for (int64_t r = 0; r < t.rows(); ++r)
-    for (int64_t c = 0; c < t.cols(); ++c) {
-      const uint64_t h = kern::hash64(seed, static_cast<uint64_t>(r * t.cols() + c));
-      row_ptr<int32_t>(t, r)[c] = static_cast<int32_t>(static_cast<int64_t>(lo) + static_cast<int64_t>(h % range));
-    }
+    for (int64_t c = 0; c < t.cols(); ++c) row_ptr<int32_t>(t, r)[c] = kern::hash_int(seed, static_cast<uint64_t>(r * t.cols() + c), lo, hi);
   return Status::ok();
 }
 

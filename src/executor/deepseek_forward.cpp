@@ -51,10 +51,9 @@ Result<ForwardOutput> DeepseekModel::forward() {
     MOEPROF_RETURN_IF_ERROR(be_.init_ints(ids, opt_.seed ^ 0x1D5ull, static_cast<int32_t>(id_lo), static_cast<int32_t>(id_hi)));
   } else {  // DP attention: this rank's tokens of the batch's prompt (init_ints' values at their index)
     std::vector<int32_t> host(static_cast<size_t>(T));
-    const uint64_t range = static_cast<uint64_t>(id_hi - id_lo);
     for (int64_t t = 0; t < T; ++t)
-      host[static_cast<size_t>(t)] = static_cast<int32_t>(
-          id_lo + static_cast<int64_t>(kern::hash64(opt_.seed ^ 0x1D5ull, static_cast<uint64_t>(shape_.token_offset + t)) % range));
+      host[static_cast<size_t>(t)] = kern::hash_int(opt_.seed ^ 0x1D5ull, static_cast<uint64_t>(shape_.token_offset + t),
+                                                    static_cast<int32_t>(id_lo), static_cast<int32_t>(id_hi));
     MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(ids, host.data()));
   }
   out.input_ids.resize(T);
