@@ -1,13 +1,17 @@
 #include "kernels/mla_decode.cuh"
 
 #include "kernels/attention_ptx.cuh"
+#include "kernels/common/mla_split.h"
 
 namespace moeprof::kern {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kRows = 16;     // query rows per block (q_absorb)
+constexpr int kRows = 8;      // query rows per block (q_absorb)
+constexpr int kAbsCols = 128; // output columns per block (q_absorb)
 constexpr int kUpRows = 8;    // rows per block (v_up)
+constexpr int kUpJ = 4;       // output columns per warp (v_up)
+constexpr int kUpCols = kUpJ * 8;  // output columns per block of 8 warps (v_up)
 constexpr int kHeads = 16;    // heads per block (paged attention)
 constexpr int kTile = 16;     // cache positions per tile (paged attention)
 
@@ -20,9 +24,11 @@ __global__ void kv_cache_store_kernel(const uint16_t* latent, int64_t ld_latent,
   for (int64_t c = threadIdx.x; c < L + R; c += blockDim.x) dst[c] = c < L ? latent[n * ld_latent + c] : k_pe[n * ld_kpe + (c - L)];
 }
 
-// Block: kRows query rows of one head. Thread: output columns c, tid + k * blockDim.
-__global__ void q_absorb_kernel(const uint16_t* q, int64_t ld_q, const uint16_t* w, int64_t ld_w, int64_t kvl, int64_t N,
-                                int64_t nope, int64_t rope, int64_t v_dim, uint16_t* out, int64_t ld_out) {
+// Block: kRows query rows of one head and kAbsCols output columns; thread: one column c (the
+// weight column read once per block, coalesced), kRows accumulators in the reference's order.
+__global__ void __launch_bounds__(kAbsCols) q_absorb_kernel(const uint16_t* q, int64_t ld_q, const uint16_t* w, int64_t ld_w,
+                                                            int64_t kvl, int64_t N, int64_t nope, int64_t rope, int64_t v_dim,
+                                                            uint16_t* out, int64_t ld_out) {
   extern __shared__ float q_s[];  // [kRows][nope]
   const int64_t h = blockIdx.y, n0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int rows = static_cast<int>(imin(kRows, N - n0));
@@ -33,10 +39,12 @@ __global__ void q_absorb_kernel(const uint16_t* q, int64_t ld_q, const uint16_t*
   }
   __syncthreads();
   const uint16_t* wh = w + h * (nope + v_dim) * ld_w;
-  for (int64_t c = threadIdx.x; c < kvl; c += blockDim.x) {
+  const int64_t c = static_cast<int64_t>(blockIdx.z) * kAbsCols + threadIdx.x;
+  if (c < kvl) {
     float acc[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+#pragma unroll 8
     for (int64_t i = 0; i < nope; ++i) {
       const float wv = ld_bf16(wh + i * ld_w + c);
 #pragma unroll
@@ -46,6 +54,7 @@ __global__ void q_absorb_kernel(const uint16_t* q, int64_t ld_q, const uint16_t*
     for (int r = 0; r < kRows; ++r)
       if (r < rows) st_bf16(out + (n0 + r) * ld_out + h * (kvl + rope) + c, acc[r]);
   }
+  if (blockIdx.z != 0) return;
   for (int64_t idx = threadIdx.x; idx < rows * rope; idx += blockDim.x) {
     const int64_t r = idx / rope, j = idx - r * rope;
     out[(n0 + r) * ld_out + h * (kvl + rope) + kvl + j] = q[(n0 + r) * ld_q + h * qk + nope + j];
@@ -148,13 +157,14 @@ inline size_t smem_bytes(int64_t D) {
   const int64_t dp = D + 8;
   return static_cast<size_t>(kM * dp * 2 + 2 * kBN * dp * 2 + 4 * kM * kBN * 4 + 2 * kM * kPP * 2 + 2 * kM * 4);
 }
-inline bool supported(int64_t D, int64_t kvl) {
-  return D % 16 == 0 && D <= kMaxD && kvl % 16 == 0 && kvl <= kMaxKvl && kvl <= D && kvl > 0;
-}
+inline bool supported(int64_t D, int64_t kvl) { return mla_decode_tensor_core_shape(D, kvl); }
+static_assert(kBN == kMlaDecodeTile && kM == kMlaDecodeHeadsPerBlock && kMaxD == 576 && kMaxKvl == 512,
+              "kernels/common/mla_split.h describes this kernel's tiles");
 
 __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(
     const uint16_t* q_abs, int64_t ld_q, const uint16_t* cache, int D, const int32_t* req_to_token, int64_t C,
-    const int32_t* row_req, const int32_t* row_pos, int heads, int kvl, float scale, uint16_t* out, int64_t ld_out) {
+    const int32_t* row_req, const int32_t* row_pos, int heads, int kvl, float scale, uint16_t* out, int64_t ld_out,
+    int splits, float* ws) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int DP = D + 8;
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem_raw);  // [kM][DP]
@@ -168,7 +178,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(
   const int h0 = static_cast<int>(blockIdx.y) * kM;
   const int hg = heads - h0 < kM ? heads - h0 : kM;
   const int32_t* slots = req_to_token + static_cast<int64_t>(row_req[n]) * C;
-  const int64_t L = static_cast<int64_t>(row_pos[n]) + 1;
+  // This block's positions [t_begin, L): all of them, or split blockIdx.z's tile-aligned range.
+  int64_t t_begin = 0, L = static_cast<int64_t>(row_pos[n]) + 1;
+  if (splits > 1) mla_decode_split_range(L, splits, blockIdx.z, &t_begin, &L);
   const int chunks = D / 8;  // 16-byte chunks per cache row
 
   auto load_tile = [&](int64_t t0, int stage) {
@@ -181,7 +193,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(
     }
     cp_async_commit();
   };
-  load_tile(0, 0);
+  if (t_begin < L) load_tile(t_begin, 0);
   for (int idx = tid; idx < kM * D; idx += kThreads) {
     const int hh = idx / D, d = idx - hh * D;
     q_s[hh * DP + d] = hh < hg ? q_abs[n * ld_q + static_cast<int64_t>(h0 + hh) * D + d] : uint16_t{0};
@@ -210,7 +222,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(
   const int g = lane >> 2, q4 = lane & 3;
 
   int stage = 0;
-  for (int64_t t0 = 0; t0 < L; t0 += kBN, stage ^= 1) {
+  for (int64_t t0 = t_begin; t0 < L; t0 += kBN, stage ^= 1) {
     if (t0 + kBN < L) {
       load_tile(t0 + kBN, stage ^ 1);
       cp_async_wait_one();
@@ -308,6 +320,30 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(
     }
     __syncthreads();  // the stage and P are overwritten next
   }
+  if (splits > 1) {
+    // Split: the unnormalized partial output and (max, sum) of each head go to the workspace
+    // (an empty range leaves zeros and (-inf, 0)); mla_decode_combine_kernel merges the splits.
+    const int64_t N = gridDim.x, base = (static_cast<int64_t>(blockIdx.z) * N + n) * heads + h0;
+    if (my_c == 0 && my_h < hg) {
+      float* ml = ws + static_cast<int64_t>(splits) * N * heads * kvl + 2 * (base + my_h);
+      ml[0] = m_run;
+      ml[1] = l_run;
+    }
+#pragma unroll
+    for (int i = 0; i < kGroups; ++i) {
+      const int grp = warp + kWarps * i;
+      if (grp * 16 >= kvl) continue;
+#pragma unroll
+      for (int b = 0; b < 2; ++b)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+          const int row = g + 8 * (e >> 1), col = grp * 16 + 8 * b + 2 * q4;
+          if (row < hg)
+            *reinterpret_cast<float2*>(ws + (base + row) * kvl + col) = make_float2(acc[i][b][e], acc[i][b][e + 1]);
+        }
+    }
+    return;
+  }
   if (my_c == 0) l_s[my_h] = l_run;
   __syncthreads();
 #pragma unroll
@@ -323,11 +359,36 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(
       }
   }
 }
+// Block: one query row and head; thread: columns c, tid + k * blockDim. out = sum_s w_s o_s /
+// sum_s w_s l_s with w_s = exp(m_s - max_s m_s) (0 for an empty split).
+__global__ void mla_decode_combine_kernel(const float* ws, int splits, int heads, int kvl, uint16_t* out, int64_t ld_out) {
+  const int64_t N = gridDim.x, n = blockIdx.x, h = blockIdx.y;
+  const float* ml = ws + static_cast<int64_t>(splits) * N * heads * kvl;
+  float m = -INFINITY;
+  for (int s = 0; s < splits; ++s) m = fmaxf(m, ml[2 * ((s * N + n) * heads + h)]);
+  float denom = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float* p = ml + 2 * ((s * N + n) * heads + h);
+    denom += p[0] == -INFINITY ? 0.0f : expf(p[0] - m) * p[1];
+  }
+  for (int c = threadIdx.x; c < kvl; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float ms = ml[2 * ((s * N + n) * heads + h)];
+      if (ms != -INFINITY) acc += expf(ms - m) * ws[((s * N + n) * heads + h) * kvl + c];
+    }
+    st_bf16(out + n * ld_out + h * kvl + c, acc / denom);
+  }
+}
 }  // namespace mlad
 
-// Block: kUpRows rows of one head; each warp computes output columns j, lanes striding over kvl.
-__global__ void v_up_kernel(const uint16_t* lat, int64_t ld_lat, const uint16_t* w, int64_t ld_w, int64_t kvl, int64_t N,
-                            int64_t nope, int64_t v_dim, uint16_t* out, int64_t ld_out) {
+// Block: kUpRows rows of one head and kUpCols output columns j; warp: kUpJ of them at once, its
+// lanes reading each weight row (contiguous over c) 8 elements at a time when rows are 16-byte
+// aligned (Vec), one at a time otherwise; a warp sum per row and column.
+template <bool Vec>
+__global__ void __launch_bounds__(kThreads) v_up_kernel(const uint16_t* lat, int64_t ld_lat, const uint16_t* w, int64_t ld_w,
+                                                        int64_t kvl, int64_t N, int64_t nope, int64_t v_dim, uint16_t* out,
+                                                        int64_t ld_out) {
   extern __shared__ float lat_s[];  // [kUpRows][kvl]
   const int64_t h = blockIdx.y, n0 = static_cast<int64_t>(blockIdx.x) * kUpRows;
   const int rows = static_cast<int>(imin(kUpRows, N - n0));
@@ -336,25 +397,54 @@ __global__ void v_up_kernel(const uint16_t* lat, int64_t ld_lat, const uint16_t*
     lat_s[idx] = r < rows ? ld_bf16(lat + (n0 + r) * ld_lat + h * kvl + c) : 0.0f;
   }
   __syncthreads();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  for (int64_t j = warp; j < v_dim; j += nwarps) {
-    const uint16_t* wr = w + (h * (nope + v_dim) + nope + j) * ld_w;
-    float acc[kUpRows];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.z) * kUpCols + warp * kUpJ;
+  float acc[kUpJ][kUpRows];
 #pragma unroll
-    for (int r = 0; r < kUpRows; ++r) acc[r] = 0.0f;
-    for (int64_t c = lane; c < kvl; c += 32) {
-      const float wv = ld_bf16(wr + c);
+  for (int q = 0; q < kUpJ; ++q)
 #pragma unroll
-      for (int r = 0; r < kUpRows; ++r) acc[r] += lat_s[r * kvl + c] * wv;
+    for (int r = 0; r < kUpRows; ++r) acc[q][r] = 0.0f;
+  const uint16_t* wr[kUpJ];
+#pragma unroll
+  for (int q = 0; q < kUpJ; ++q) wr[q] = w + (h * (nope + v_dim) + nope + imin(j0 + q, v_dim - 1)) * ld_w;
+  if (Vec) {
+    for (int64_t c = 8 * lane; c < kvl; c += 8 * 32) {
+      float x[kUpRows][8];
+#pragma unroll
+      for (int r = 0; r < kUpRows; ++r) {
+        const float4 a = *reinterpret_cast<const float4*>(lat_s + r * kvl + c);
+        const float4 b = *reinterpret_cast<const float4*>(lat_s + r * kvl + c + 4);
+        x[r][0] = a.x, x[r][1] = a.y, x[r][2] = a.z, x[r][3] = a.w, x[r][4] = b.x, x[r][5] = b.y, x[r][6] = b.z, x[r][7] = b.w;
+      }
+#pragma unroll
+      for (int q = 0; q < kUpJ; ++q) {
+        const uint4 v = *reinterpret_cast<const uint4*>(wr[q] + c);
+        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float wv = __uint_as_float(e & 1 ? (u[e >> 1] & 0xFFFF0000u) : (u[e >> 1] << 16));
+#pragma unroll
+          for (int r = 0; r < kUpRows; ++r) acc[q][r] += x[r][e] * wv;
+        }
+      }
     }
+  } else {
+    for (int64_t c = lane; c < kvl; c += 32) {
 #pragma unroll
-    for (int r = 0; r < kUpRows; ++r) acc[r] = warp_sum(acc[r]);
-    if (lane == 0) {
+      for (int q = 0; q < kUpJ; ++q) {
+        const float wv = ld_bf16(wr[q] + c);
 #pragma unroll
-      for (int r = 0; r < kUpRows; ++r)
-        if (r < rows) st_bf16(out + (n0 + r) * ld_out + h * v_dim + j, acc[r]);
+        for (int r = 0; r < kUpRows; ++r) acc[q][r] += lat_s[r * kvl + c] * wv;
+      }
     }
   }
+#pragma unroll
+  for (int q = 0; q < kUpJ; ++q)
+#pragma unroll
+    for (int r = 0; r < kUpRows; ++r) {
+      const float v = warp_sum(acc[q][r]);
+      if (lane == 0 && r < rows && j0 + q < v_dim) st_bf16(out + (n0 + r) * ld_out + h * v_dim + j0 + q, v);
+    }
 }
 
 // Dynamic shared memory above the default 48 KiB needs the kernel's opt-in.
@@ -380,24 +470,31 @@ cudaError_t launch_mla_q_absorb(const uint16_t* q, int64_t ld_q, const uint16_t*
   if (N <= 0 || heads <= 0) return cudaSuccess;
   const size_t smem = static_cast<size_t>(kRows * nope) * sizeof(float);
   KERN_RETURN_IF_ERROR(allow_smem(q_absorb_kernel, smem));
-  const dim3 grid(ceil_div_u(N, kRows), static_cast<unsigned>(heads));
-  q_absorb_kernel<<<grid, kThreads, smem, stream>>>(q, ld_q, kv_b, ld_w, kvl, N, nope, rope, v_dim, q_abs, ld_out);
+  const dim3 grid(ceil_div_u(N, kRows), static_cast<unsigned>(heads), ceil_div_u(kvl, kAbsCols));
+  q_absorb_kernel<<<grid, kAbsCols, smem, stream>>>(q, ld_q, kv_b, ld_w, kvl, N, nope, rope, v_dim, q_abs, ld_out);
   return last_launch_error();
 }
 
 cudaError_t launch_mla_paged_attention(const uint16_t* q_abs, int64_t ld_q, const uint16_t* cache, int64_t D,
                                        const int32_t* req_to_token, int64_t C, const int32_t* row_req, const int32_t* row_pos,
                                        int64_t N, int64_t heads, int64_t kvl, float scale, uint16_t* out, int64_t ld_out,
-                                       cudaStream_t stream) {
+                                       float* workspace, cudaStream_t stream) {
   if (N <= 0 || heads <= 0) return cudaSuccess;
+  const int64_t splits = workspace ? mla_decode_splits(N, heads, D, kvl) : 1;
   if (mlad::supported(D, kvl)) {
     const size_t smem = mlad::smem_bytes(D);
     KERN_RETURN_IF_ERROR(allow_smem(mlad::paged_attention_mma_kernel, smem));
-    const dim3 grid(static_cast<unsigned>(N), ceil_div_u(heads, mlad::kM));
+    const dim3 grid(static_cast<unsigned>(N), ceil_div_u(heads, mlad::kM), static_cast<unsigned>(splits));
     mlad::paged_attention_mma_kernel<<<grid, mlad::kThreads, smem, stream>>>(
         q_abs, ld_q, cache, static_cast<int>(D), req_to_token, C, row_req, row_pos, static_cast<int>(heads), static_cast<int>(kvl),
-        scale, out, ld_out);
-    return last_launch_error();
+        scale, out, ld_out, static_cast<int>(splits), workspace);
+    KERN_RETURN_IF_ERROR(last_launch_error());
+    if (splits > 1) {
+      mlad::mla_decode_combine_kernel<<<dim3(static_cast<unsigned>(N), static_cast<unsigned>(heads)), 128, 0, stream>>>(
+          workspace, static_cast<int>(splits), static_cast<int>(heads), static_cast<int>(kvl), out, ld_out);
+      return last_launch_error();
+    }
+    return cudaSuccess;
   }
   const size_t smem = static_cast<size_t>(kHeads * D + kTile * D + kTile * kHeads + 3 * kHeads + kHeads * kvl) * sizeof(float);
   KERN_RETURN_IF_ERROR(allow_smem(paged_attention_kernel, smem));
@@ -411,9 +508,15 @@ cudaError_t launch_mla_v_up(const uint16_t* lat, int64_t ld_lat, const uint16_t*
                             int64_t heads, int64_t nope, int64_t v_dim, uint16_t* out, int64_t ld_out, cudaStream_t stream) {
   if (N <= 0 || heads <= 0) return cudaSuccess;
   const size_t smem = static_cast<size_t>(kUpRows * kvl) * sizeof(float);
-  KERN_RETURN_IF_ERROR(allow_smem(v_up_kernel, smem));
-  const dim3 grid(ceil_div_u(N, kUpRows), static_cast<unsigned>(heads));
-  v_up_kernel<<<grid, kThreads, smem, stream>>>(lat, ld_lat, kv_b, ld_w, kvl, N, nope, v_dim, out, ld_out);
+  const dim3 grid(ceil_div_u(N, kUpRows), static_cast<unsigned>(heads), ceil_div_u(v_dim, kUpCols));
+  const bool vec = kvl % 8 == 0 && ld_w % 8 == 0 && reinterpret_cast<uintptr_t>(kv_b) % 16 == 0;
+  if (vec) {
+    KERN_RETURN_IF_ERROR(allow_smem(v_up_kernel<true>, smem));
+    v_up_kernel<true><<<grid, kThreads, smem, stream>>>(lat, ld_lat, kv_b, ld_w, kvl, N, nope, v_dim, out, ld_out);
+  } else {
+    KERN_RETURN_IF_ERROR(allow_smem(v_up_kernel<false>, smem));
+    v_up_kernel<false><<<grid, kThreads, smem, stream>>>(lat, ld_lat, kv_b, ld_w, kvl, N, nope, v_dim, out, ld_out);
+  }
   return last_launch_error();
 }
 

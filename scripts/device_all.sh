@@ -6,7 +6,7 @@
 # is printed last and saved as $OUT/summary.txt.
 #   usage: OUT=dir scripts/device_all.sh [steps...]
 #          (steps: ops model seed trace bench seed-nocupti ncu models oom hf snapshot sanitizer gemm-sanitizer
-#           tp2 symm serving sizelaw routing ep)
+#           tp2 symm serving decode-profile sizelaw routing ep)
 set -u
 B=${B:-build-gpu}
 OUT=${OUT:-$PWD/device-logs}
@@ -241,6 +241,24 @@ PY
         cp "$L/serving_$name.log" "$OUT/" 2>/dev/null
       done <<< "${SERVING_RUNS:-baseline --mode baseline
 uniform --mode baseline --routing uniform --no-cupti}"
+      ;;
+    decode-profile)
+      # Where a decode step's time goes: 64 requests of 16 + 64 tokens (one small prefill, then 63
+      # decode steps at batch 64), eager (no graphs) so --op-times can time each op family; then
+      # the same with graphs under nsys (kernel times inside the replays) where nsys exists.
+      DP_ARGS="--backend cuda --model kimi-k2.5 --tp 4 --workload synthetic:64,16,64 --kv-tokens 65536 --routing uniform --no-cupti --mode baseline"
+      step decode_ops 200 "$B/src/cli/moeprof" run $DP_ARGS --disable-cuda-graph --op-times --out "$L/decode-ops"
+      rc=$?; row decode_ops "rc=$rc" "$(grep -E '^  (prefill|decode) ' "$L/decode_ops.log" | tr -s ' ' | tr '\n' ';' | head -c 300)"
+      cp "$L"/decode-ops/*.ops.json "$L"/decode-ops/report.json "$OUT/" 2>/dev/null
+      NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -n1)
+      if [ -n "$NSYS" ]; then
+        step decode_nsys 200 "$NSYS" profile --cuda-graph-trace=node -f true -o "$L/decode" "$B/src/cli/moeprof" run $DP_ARGS --out "$L/decode-graphs"
+        step decode_nsys_stats 120 "$NSYS" stats -r cuda_gpu_kern_sum -f csv -o "$L/decode" "$L/decode.nsys-rep"
+        cp "$L"/decode*.csv "$OUT/" 2>/dev/null
+        row decode_nsys "rc=$?" "$(ls "$L"/decode*.csv 2>/dev/null | head -n1)"
+      else
+        row decode_nsys SKIP "no nsys"
+      fi
       ;;
     routing)
       # --routing on the GPU: the CUDA backend allocates what the meta backend does for the same

@@ -3,10 +3,12 @@
 // each, every request's positions in random pool slots (paged, page size 1). Prints, per L, the
 // median time of mla_q_absorb, mla_paged_attention and mla_v_up, the attention's bandwidth (the
 // latent + rope cache rows it must read once: B x L x 576 x 2 bytes) and that bandwidth as a share
-// of the device's copy bandwidth measured here (a 1 GiB device-to-device cudaMemcpy, read + write).
+// of the device's copy bandwidth measured here (a 1 GiB device-to-device cudaMemcpy, read + write),
+// for the split form the executor runs (kernels/common/mla_split.h) and for one block per row.
 // The target for the attention: >= 60% of that at 8K+ positions.
 // Usage: bench_mla_decode [B] [L...]
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -15,6 +17,8 @@
 
 #include "bench/gpu/bench_util.h"
 #include "kernels/init.cuh"
+#include "kernels/common/fp_formats.h"
+#include "kernels/common/mla_split.h"
 #include "kernels/mla_decode.cuh"
 
 using namespace moeprof::kern;
@@ -66,15 +70,31 @@ int main(int argc, char** argv) {
     const double t_abs = time_ms(s, 3, 20, [&] {
       BENCH_CHECK(launch_mla_q_absorb(q, H * (nope + rope), w, kvl, kvl, B, H, nope, rope, vd, q_abs, H * D, s));
     });
-    const double t_att = time_ms(s, 3, 20, [&] {
-      BENCH_CHECK(launch_mla_paged_attention(q_abs, H * D, cache, D, r2t, L, rows, pos, B, H, kvl, scale, lat, H * kvl, s));
+    // One block per row and head group, then the split form (flash-decoding) the executor runs;
+    // their outputs compared (bf16 elements: the split merges partial sums in another order).
+    const double t_one = time_ms(s, 3, 20, [&] {
+      BENCH_CHECK(launch_mla_paged_attention(q_abs, H * D, cache, D, r2t, L, rows, pos, B, H, kvl, scale, lat, H * kvl, nullptr, s));
     });
+    std::vector<uint16_t> one(static_cast<size_t>(B * H * kvl)), split(one.size());
+    BENCH_CHECK(cudaMemcpy(one.data(), lat, one.size() * 2, cudaMemcpyDeviceToHost));
+    const int64_t splits = mla_decode_splits(B, H, D, kvl), ws_floats = mla_decode_workspace_floats(B, H, D, kvl);
+    float* ws = nullptr;
+    if (ws_floats > 0) BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&ws), ws_floats * 4));
+    const double t_att = time_ms(s, 3, 20, [&] {
+      BENCH_CHECK(launch_mla_paged_attention(q_abs, H * D, cache, D, r2t, L, rows, pos, B, H, kvl, scale, lat, H * kvl, ws, s));
+    });
+    BENCH_CHECK(cudaMemcpy(split.data(), lat, split.size() * 2, cudaMemcpyDeviceToHost));
+    if (ws) BENCH_CHECK(cudaFree(ws));
+    double max_diff = 0;
+    for (size_t i = 0; i < one.size(); ++i)
+      max_diff = std::max(max_diff, double(std::abs(bf16_to_f32(one[i]) - bf16_to_f32(split[i]))));
     const double t_up = time_ms(s, 3, 20, [&] { BENCH_CHECK(launch_mla_v_up(lat, H * kvl, w, kvl, kvl, B, H, nope, vd, out, H * vd, s)); });
     const double bytes = double(B) * double(L) * D * 2;
-    const double gbps = bytes / (t_att * 1e-3) / 1e9;
-    std::printf("RESULT B=%lld L=%lld: q_absorb %.3f ms, paged attention %.3f ms (%.0f GB/s of cache rows, %.0f%% of the copy bandwidth), "
-                "v_up %.3f ms\n",
-                static_cast<long long>(B), static_cast<long long>(L), t_abs, t_att, gbps, 100.0 * gbps / hbm_gbps, t_up);
+    const double gbps = bytes / (t_att * 1e-3) / 1e9, gbps_one = bytes / (t_one * 1e-3) / 1e9;
+    std::printf("RESULT B=%lld L=%lld: q_absorb %.3f ms, paged attention %.3f ms in %lld splits (%.0f GB/s of cache rows, %.0f%% of "
+                "the copy bandwidth; one block per row: %.3f ms, %.0f GB/s, %.0f%%; largest difference %.3g), v_up %.3f ms\n",
+                static_cast<long long>(B), static_cast<long long>(L), t_abs, t_att, static_cast<long long>(splits), gbps,
+                100.0 * gbps / hbm_gbps, t_one, gbps_one, 100.0 * gbps_one / hbm_gbps, max_diff, t_up);
     BENCH_CHECK(cudaFree(cache));
     BENCH_CHECK(cudaFree(r2t));
     BENCH_CHECK(cudaFree(rows));

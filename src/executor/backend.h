@@ -247,8 +247,13 @@ class Backend {
   // elements, r in [0, rows(req_to_token)), p in [0, cols(req_to_token)), slots in [0, rows(cache)).
   // Decode is one row per request (p = its last position); a prefill chunk attends to the
   // request's cached prefix and, causally, to its own tokens, already stored by kv_cache_store.
+  // workspace: undefined (one pass over each row's positions), or a contiguous f32 tensor of at
+  // least mla_paged_attention_workspace_bytes(N, n_heads, cols(cache), kvl) bytes: the positions
+  // are then split into mla_decode_splits(...) ranges (kernels/common/mla_split.h), each range's
+  // partial softmax sums are kept there and merged (flash-decoding; the same on every backend).
+  size_t mla_paged_attention_workspace_bytes(int64_t N, int64_t n_heads, int64_t D, int64_t kvl) const;
   Status mla_paged_attention(const Tensor& q_abs, const Tensor& cache, const Tensor& req_to_token, const Tensor& row_req,
-                             const Tensor& row_pos, int64_t n_heads, float scale, Tensor& out);
+                             const Tensor& row_pos, int64_t n_heads, float scale, Tensor& out, const Tensor& workspace = Tensor());
   // W_UV after attention: out[n, h*v_dim + j] = bf16(sum_{c<kvl} lat[n, h*kvl + c] * kv_b[h*(nope+v_dim) + nope + j, c]),
   // with kvl = cols(kv_b), lat [N, n_heads*kvl], out [N, n_heads*v_dim].
   Status mla_v_up(const Tensor& lat, const Tensor& kv_b, int64_t n_heads, int64_t nope, int64_t v_dim, Tensor& out);
@@ -361,7 +366,7 @@ class Backend {
                                  int64_t v_dim, Tensor& q_abs) = 0;
   virtual Status do_mla_paged_attention(const Tensor& q_abs, const Tensor& cache, const Tensor& req_to_token,
                                         const Tensor& row_req, const Tensor& row_pos, int64_t n_heads, float scale,
-                                        Tensor& out) = 0;
+                                        Tensor& out, const Tensor& workspace) = 0;
   virtual Status do_mla_v_up(const Tensor& lat, const Tensor& kv_b, int64_t n_heads, int64_t nope, int64_t v_dim,
                              Tensor& out) = 0;
   virtual Status do_router_topk(const Tensor& logits, const Tensor& bias, const RouterParams& p, Tensor& topk_ids,

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "executor/backend.h"
+#include "kernels/common/mla_split.h"
 
 namespace moeprof {
 namespace {
@@ -512,9 +513,13 @@ Status Backend::mla_q_absorb(const Tensor& q, const Tensor& kv_b, int64_t n_head
   return do_mla_q_absorb(q, kv_b, n_heads, nope, rope, v_dim, q_abs);
 }
 
+size_t Backend::mla_paged_attention_workspace_bytes(int64_t N, int64_t n_heads, int64_t D, int64_t kvl) const {
+  return static_cast<size_t>(kern::mla_decode_workspace_floats(N, n_heads, D, kvl)) * sizeof(float);
+}
+
 Status Backend::mla_paged_attention(const Tensor& q_abs, const Tensor& cache, const Tensor& req_to_token,
                                     const Tensor& row_req, const Tensor& row_pos, int64_t n_heads, float scale,
-                                    Tensor& out) {
+                                    Tensor& out, const Tensor& workspace) {
   const char* op = "mla_paged_attention";
   MOEPROF_RETURN_IF_ERROR(need_dtype(op, "q_abs", q_abs, DType::kBF16));
   MOEPROF_RETURN_IF_ERROR(need_positive(op, "n_heads", n_heads));
@@ -531,9 +536,17 @@ Status Backend::mla_paged_attention(const Tensor& q_abs, const Tensor& cache, co
   if (out.rows() != N || out.cols() % n_heads != 0 || out.cols() / n_heads <= 0 || out.cols() / n_heads > D)
     return fail(op, "out", "have q_abs's " + std::to_string(N) + " rows and n_heads * kvl columns with 0 < kvl <= cols(cache) = " +
                                std::to_string(D) + got(out));
+  if (workspace.defined()) {
+    MOEPROF_RETURN_IF_ERROR(need_dtype(op, "workspace", workspace, DType::kF32));
+    MOEPROF_RETURN_IF_ERROR(need_contiguous(op, "workspace", workspace));
+    const size_t need = mla_paged_attention_workspace_bytes(N, n_heads, D, out.cols() / n_heads);
+    if (workspace.bytes() < need)
+      return fail(op, "workspace", "hold at least mla_paged_attention_workspace_bytes(N, n_heads, cols(cache), kvl) = " +
+                                       std::to_string(need) + " bytes, or be undefined (got " + std::to_string(workspace.bytes()) + ")");
+  }
   // FLOPs depend on the positions (device data): the cost counts the bytes of q_abs and out only.
   OpTimer timer(op_timer_target(), op, OpCost{0, tb(q_abs) + tb(out) + tb(row_req) + tb(row_pos)});
-  return do_mla_paged_attention(q_abs, cache, req_to_token, row_req, row_pos, n_heads, scale, out);
+  return do_mla_paged_attention(q_abs, cache, req_to_token, row_req, row_pos, n_heads, scale, out, workspace);
 }
 
 Status Backend::mla_v_up(const Tensor& lat, const Tensor& kv_b, int64_t n_heads, int64_t nope, int64_t v_dim, Tensor& out) {

@@ -8,6 +8,7 @@
 
 #include "executor/cpu_backend.h"
 #include "kernels/common/fp_formats.h"
+#include "kernels/common/mla_split.h"
 
 namespace moeprof {
 
@@ -57,9 +58,72 @@ Status CpuBackend::do_mla_q_absorb(const Tensor& q, const Tensor& kv_b, int64_t 
   return Status::ok();
 }
 
+namespace {
+
+// The split form of the attention (kernels/common/mla_split.h): each of the row's position ranges
+// leaves its unnormalized partial output o_s, running max m_s and sum l_s in the workspace (layout
+// of the CUDA kernel's), then out = sum_s w_s o_s / sum_s w_s l_s, w_s = exp(m_s - max m).
+Status paged_attention_split(const Tensor& q_abs, const Tensor& cache, const Tensor& req_to_token, const Tensor& row_req,
+                             const Tensor& row_pos, int64_t n_heads, float scale, int64_t splits, float* ws, Tensor& out,
+                             int threads) {
+  const int64_t N = q_abs.rows(), D = cache.cols(), kvl = out.cols() / n_heads, C = req_to_token.cols();
+  float* ml = ws + splits * N * n_heads * kvl;
+  cpu_detail::parallel_for(N, threads, [&](int64_t n) {
+    const int64_t r = idx(row_req, n), L = idx(row_pos, n) + 1;
+    const int32_t* slots = req_to_token.data<int32_t>() + r * C;
+    std::vector<float> qf(static_cast<size_t>(D)), sc;
+    for (int64_t h = 0; h < n_heads; ++h) {
+      const uint16_t* qr = row_ptr<uint16_t>(q_abs, n) + h * D;
+      for (int64_t d = 0; d < D; ++d) qf[static_cast<size_t>(d)] = bf(qr[d]);
+      for (int64_t sp = 0; sp < splits; ++sp) {
+        int64_t b = 0, e = 0;
+        kern::mla_decode_split_range(L, splits, sp, &b, &e);
+        const int64_t cell = (sp * N + n) * n_heads + h;
+        float* o = ws + cell * kvl;
+        std::fill(o, o + kvl, 0.0f);
+        float m = -INFINITY, sum = 0.0f;
+        sc.assign(static_cast<size_t>(e - b), 0.0f);
+        for (int64_t j = b; j < e; ++j) {
+          const uint16_t* kr = row_ptr<uint16_t>(cache, slots[j]);
+          float dot = 0.0f;
+          for (int64_t d = 0; d < D; ++d) dot += qf[static_cast<size_t>(d)] * bf(kr[d]);
+          sc[static_cast<size_t>(j - b)] = scale * dot;
+          m = std::max(m, sc[static_cast<size_t>(j - b)]);
+        }
+        for (int64_t j = b; j < e; ++j) {
+          const float w = std::exp(sc[static_cast<size_t>(j - b)] - m);
+          sum += w;
+          const uint16_t* vr = row_ptr<uint16_t>(cache, slots[j]);
+          for (int64_t c = 0; c < kvl; ++c) o[c] += w * bf(vr[c]);
+        }
+        ml[2 * cell] = m;
+        ml[2 * cell + 1] = sum;
+      }
+      float m = -INFINITY, denom = 0.0f;
+      for (int64_t sp = 0; sp < splits; ++sp) m = std::max(m, ml[2 * ((sp * N + n) * n_heads + h)]);
+      for (int64_t sp = 0; sp < splits; ++sp) {
+        const float* p = ml + 2 * ((sp * N + n) * n_heads + h);
+        if (p[0] != -INFINITY) denom += std::exp(p[0] - m) * p[1];
+      }
+      uint16_t* orow = row_ptr<uint16_t>(out, n) + h * kvl;
+      for (int64_t c = 0; c < kvl; ++c) {
+        float acc = 0.0f;
+        for (int64_t sp = 0; sp < splits; ++sp) {
+          const int64_t cell = (sp * N + n) * n_heads + h;
+          if (ml[2 * cell] != -INFINITY) acc += std::exp(ml[2 * cell] - m) * ws[cell * kvl + c];
+        }
+        orow[c] = to_bf(acc / denom);
+      }
+    }
+  });
+  return Status::ok();
+}
+
+}  // namespace
+
 Status CpuBackend::do_mla_paged_attention(const Tensor& q_abs, const Tensor& cache, const Tensor& req_to_token,
                                           const Tensor& row_req, const Tensor& row_pos, int64_t n_heads, float scale,
-                                          Tensor& out) {
+                                          Tensor& out, const Tensor& workspace) {
   const int64_t N = q_abs.rows(), D = cache.cols(), kvl = out.cols() / n_heads;
   const int64_t R = req_to_token.rows(), C = req_to_token.cols();
   // The index data, checked where it is read (the CUDA kernel trusts it).
@@ -78,6 +142,9 @@ Status CpuBackend::do_mla_paged_attention(const Tensor& q_abs, const Tensor& cac
                                  "] must be in [0, " + std::to_string(cache.rows()) + ") (the rows of cache) (got " +
                                  std::to_string(slots[j]) + ")");
   }
+  const int64_t splits = workspace.defined() ? kern::mla_decode_splits(N, n_heads, D, kvl) : 1;
+  if (splits > 1) return paged_attention_split(q_abs, cache, req_to_token, row_req, row_pos, n_heads, scale, splits,
+                                               workspace.data<float>(), out, num_threads());
   cpu_detail::parallel_for(N, num_threads(), [&](int64_t n) {
     const int64_t r = idx(row_req, n), p = idx(row_pos, n);
     const int32_t* slots = req_to_token.data<int32_t>() + r * C;

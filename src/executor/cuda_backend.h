@@ -117,7 +117,7 @@ class CudaBackend : public Backend {
   Status do_mla_q_absorb(const Tensor& q, const Tensor& kv_b, int64_t n_heads, int64_t nope, int64_t rope, int64_t v_dim,
                          Tensor& q_abs) override;
   Status do_mla_paged_attention(const Tensor& q_abs, const Tensor& cache, const Tensor& req_to_token, const Tensor& row_req,
-                                const Tensor& row_pos, int64_t n_heads, float scale, Tensor& out) override;
+                                const Tensor& row_pos, int64_t n_heads, float scale, Tensor& out, const Tensor& workspace) override;
   Status do_mla_v_up(const Tensor& lat, const Tensor& kv_b, int64_t n_heads, int64_t nope, int64_t v_dim, Tensor& out) override;
 
   // cuda_linear.cpp

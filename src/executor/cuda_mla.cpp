@@ -27,11 +27,13 @@ Status CudaBackend::do_mla_q_absorb(const Tensor& q, const Tensor& kv_b, int64_t
 }
 
 Status CudaBackend::do_mla_paged_attention(const Tensor& q_abs, const Tensor& cache, const Tensor& req_to_token,
-                                           const Tensor& row_req, const Tensor& row_pos, int64_t n_heads, float scale, Tensor& out) {
+                                           const Tensor& row_req, const Tensor& row_pos, int64_t n_heads, float scale, Tensor& out,
+                                           const Tensor& workspace) {
   MOEPROF_CUDA_CHECK("mla_paged_attention",
                      kern::launch_mla_paged_attention(bf16p(q_abs), q_abs.ld(), bf16p(cache), cache.cols(), i32p(req_to_token),
                                                       req_to_token.cols(), i32p(row_req), i32p(row_pos), q_abs.rows(), n_heads,
-                                                      out.cols() / n_heads, scale, bf16p(out), out.ld(), stream_));
+                                                      out.cols() / n_heads, scale, bf16p(out), out.ld(),
+                                                      workspace.defined() ? static_cast<float*>(workspace.raw()) : nullptr, stream_));
   return Status::ok();
 }
 

@@ -104,10 +104,17 @@ Result<Tensor> DeepseekModel::paged_attention(int64_t l, const std::string& scop
   MOEPROF_RETURN_IF_ERROR(op("mla_q_absorb", be_.mla_q_absorb(q, L.kv_b, h, nope, rope, vd, q_abs), {&q}, {&q_abs}));
   q.reset();
   MOEPROF_ASSIGN_OR_RETURN(Tensor lat, act(DType::kBF16, T, h * kvl, "attn_latent", scope));
+  // Few rows (decode): each row's positions are split over blocks, their partial sums kept here.
+  Tensor partials;
+  if (size_t b = be_.mla_paged_attention_workspace_bytes(T, h, kvl + rope, kvl); b > 0) {
+    MOEPROF_ASSIGN_OR_RETURN(partials, act(DType::kF32, 1, static_cast<int64_t>(b / sizeof(float)), "attention_partials", scope,
+                                           Category::kWorkspace));
+  }
   MOEPROF_RETURN_IF_ERROR(op("mla_paged_attention",
                              be_.mla_paged_attention(q_abs, cache, *kv_.req_to_token, step_->row_req, step_->positions, h,
-                                                     softmax_scale_, lat),
-                             {&q_abs, &cache, kv_.req_to_token, &step_->row_req, &step_->positions}, {&lat}));
+                                                     softmax_scale_, lat, partials),
+                             {&q_abs, &cache, kv_.req_to_token, &step_->row_req, &step_->positions}, {&lat, &partials}));
+  partials.reset();
   q_abs.reset();
   MOEPROF_ASSIGN_OR_RETURN(attn, act(DType::kBF16, T, h * vd, "attn_out", scope));
   MOEPROF_RETURN_IF_ERROR(op("mla_v_up", be_.mla_v_up(lat, L.kv_b, h, nope, vd, attn), {&lat}, {&attn}));

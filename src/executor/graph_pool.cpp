@@ -12,6 +12,13 @@ void GraphPool::set_scope(std::string scope) {
   scope_ = std::move(scope);
   scope_peak_ = 0;
   scope_peak_set_.clear();
+  scope_blocks_.clear();
+}
+
+std::vector<GraphPool::LiveBlock> GraphPool::scope_blocks() const {
+  std::vector<LiveBlock> v;
+  for (const auto& [k, bytes] : scope_blocks_) v.push_back(LiveBlock{k.second, k.first, bytes});
+  return v;
 }
 
 uint64_t GraphPool::segment_bytes(uint64_t rounded) {
@@ -62,6 +69,8 @@ Result<void*> GraphPool::allocate(size_t bytes, const AllocTag& tag) {
   const uint64_t addr = s.base + best_off;
   live_blocks_.emplace(addr, Block{best_seg, best_off, need, tag.name, tag.scope});
   live_ += need;
+  uint64_t& largest = scope_blocks_[{tag.scope, tag.name}];
+  if (need > largest) largest = need;
   if (live_ > live_peak_) live_peak_ = live_;
   if (live_ > scope_peak_) {
     scope_peak_ = live_;

@@ -48,6 +48,9 @@ class GraphPool {
     uint64_t bytes = 0;
   };
   const std::vector<LiveBlock>& scope_live_at_peak() const { return scope_peak_set_; }
+  // Every block carved since set_scope, the largest per (scope, name), in that order: what each
+  // tensor of the capture took, live at its peak or not.
+  std::vector<LiveBlock> scope_blocks() const;
   // A block of at least `bytes` (Backend::empty calls this while the pool is set).
   Result<void*> allocate(size_t bytes, const AllocTag& tag);
   void release(void* p);
@@ -78,6 +81,7 @@ class GraphPool {
   std::unordered_map<uint64_t, Block> live_blocks_;  // address -> block
   uint64_t reserved_ = 0, live_ = 0, live_peak_ = 0, scope_peak_ = 0;
   std::vector<LiveBlock> scope_peak_set_;
+  std::map<std::pair<std::string, std::string>, uint64_t> scope_blocks_;  // (scope, name) -> largest block
   std::vector<std::pair<std::string, uint64_t>> growth_;
 };
 

@@ -120,6 +120,7 @@ Result<std::unique_ptr<DecodeGraphs>> DecodeGraphs::capture(Backend& backend, De
     c.pool_bytes_after = g->pool_.reserved_bytes();
     c.live_peak_bytes = g->pool_.scope_live_peak_bytes();
     c.live_at_peak = g->pool_.scope_live_at_peak();
+    c.blocks = g->pool_.scope_blocks();
     c.own_peak_bytes = c.live_peak_bytes;
     for (const GraphPool::LiveBlock& b : c.live_at_peak)
       if (b.scope.rfind(scope + "/", 0) != 0) c.own_peak_bytes -= b.bytes;

@@ -37,6 +37,7 @@ struct GraphCapture {
   uint64_t output_bytes = 0;      // its outputs, live in the pool
   uint64_t live_peak_bytes = 0;   // the most bytes live in the pool during its capture
   std::vector<GraphPool::LiveBlock> live_at_peak;  // largest first
+  std::vector<GraphPool::LiveBlock> blocks;        // every tensor it carved, largest per (scope, name)
   // Of live_peak_bytes, the blocks of this capture itself (scope graph.bsN/...): what its capture
   // needs alone; the rest are the outputs of the graphs captured before it.
   uint64_t own_peak_bytes = 0;

@@ -78,7 +78,7 @@ class MetaBackend final : public Backend {
   Status do_kv_cache_store(const Tensor&, const Tensor&, Tensor&, const Tensor&) override { return Status::ok(); }
   Status do_mla_q_absorb(const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t, Tensor&) override { return Status::ok(); }
   Status do_mla_paged_attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, float,
-                                Tensor&) override {
+                                Tensor&, const Tensor&) override {
     return Status::ok();
   }
   Status do_mla_v_up(const Tensor&, const Tensor&, int64_t, int64_t, int64_t, Tensor&) override { return Status::ok(); }

@@ -38,7 +38,7 @@ void run(const AttentionArgs& a) {
   std::vector<unsigned char> smem(C::kSmemBytes);
   emu::smem_base = smem.data(); emu::smem_size = smem.size();
   for (unsigned by = 0; by < qblocks; ++by)
-    for (unsigned bx = 0; bx < a.n_heads; ++bx) emu::run_block(smem, bx, by, [&] { fa2::attention_fa2_kernel<MT, BN>(a); });
+    for (unsigned bx = 0; bx < a.n_heads; ++bx) emu::run_block(smem, bx, by, 0, [&] { fa2::attention_fa2_kernel<MT, BN>(a); });
 }
 
 int main(int argc, char** argv) {

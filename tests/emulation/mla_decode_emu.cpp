@@ -5,8 +5,10 @@
 // as 0xFF (NaN) garbage. The output is compared with a float64 reference of the absorbed form
 // (softmax over the row's positions of q_abs . cache rows, times the rows' first kvl columns) at
 // the tolerance of tests/gpu/serving_gpu_test.cpp: each value within 2^-7 of the reference's
-// magnitude plus 1e-4 of the largest.
-// usage: mla_decode_emu N heads kvl rope C seed
+// magnitude plus 1e-4 of the largest. With `split` (a 7th argument of 1), the blocks run the split
+// form (kernels/common/mla_split.h: each row's positions cut into mla_decode_splits() ranges,
+// partial sums in a workspace that starts as NaN garbage) and the combine kernel merges them.
+// usage: mla_decode_emu N heads kvl rope C seed [split]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +16,9 @@
 #include <random>
 #include <thread>
 
+#include <vector_functions.h>
+
+#include "kernels/common/mla_split.h"
 #include "kernels/mla_decode.cuh"
 #include "tests/emulation/warp_emu.h"
 
@@ -25,7 +30,7 @@ using namespace moeprof::kern;
 
 int main(int argc, char** argv) {
   if (argc < 7) {
-    std::fprintf(stderr, "usage: mla_decode_emu N heads kvl rope C seed\n");
+    std::fprintf(stderr, "usage: mla_decode_emu N heads kvl rope C seed [split]\n");
     return 2;
   }
   const int N = atoi(argv[1]), heads = atoi(argv[2]), kvl = atoi(argv[3]), rope = atoi(argv[4]), C = atoi(argv[5]);
@@ -53,13 +58,33 @@ int main(int argc, char** argv) {
   emu::smem_base = smem.data();
   emu::smem_size = smem.size();
   const unsigned hgroups = unsigned((heads + mlad::kM - 1) / mlad::kM);
-  gridDim = U3{unsigned(N), hgroups, 1};
-  for (unsigned by = 0; by < hgroups; ++by)
-    for (unsigned bx = 0; bx < unsigned(N); ++bx)
-      emu::run_block(smem, bx, by, [&] {
-        mlad::paged_attention_mma_kernel(q.data(), int64_t(heads) * D, cache.data(), D, r2t.data(), C, row_req.data(),
-                                         row_pos.data(), heads, kvl, scale, out.data(), int64_t(heads) * kvl);
-      });
+  const bool split = argc > 7 && atoi(argv[7]) != 0;
+  const int splits = split ? int(mla_decode_splits(N, heads, D, kvl)) : 1;
+  if (split && splits < 2) {
+    std::printf("N=%d heads=%d: the shapes do not split (mla_decode_splits = 1)\n", N, heads);
+    return 2;
+  }
+  std::vector<float> ws(size_t(mla_decode_workspace_floats(N, heads, D, kvl)), std::nanf(""));
+  gridDim = U3{unsigned(N), hgroups, unsigned(splits)};
+  for (unsigned bz = 0; bz < unsigned(splits); ++bz)
+    for (unsigned by = 0; by < hgroups; ++by)
+      for (unsigned bx = 0; bx < unsigned(N); ++bx)
+        emu::run_block(smem, bx, by, bz, [&] {
+          mlad::paged_attention_mma_kernel(q.data(), int64_t(heads) * D, cache.data(), D, r2t.data(), C, row_req.data(),
+                                           row_pos.data(), heads, kvl, scale, out.data(), int64_t(heads) * kvl, splits,
+                                           split ? ws.data() : nullptr);
+        });
+  if (split) {  // the combine kernel: no shared memory or barriers, so its threads run in turn
+    gridDim = U3{unsigned(N), unsigned(heads), 1};
+    for (unsigned n = 0; n < unsigned(N); ++n)
+      for (unsigned h = 0; h < unsigned(heads); ++h)
+        for (unsigned t = 0; t < 128; ++t) {
+          threadIdx = U3{t, 0, 0};
+          blockIdx = U3{n, h, 0};
+          blockDim = U3{128, 1, 1};
+          mlad::mla_decode_combine_kernel(ws.data(), splits, heads, kvl, out.data(), int64_t(heads) * kvl);
+        }
+  }
   double num = 0, den = 0, big = 0;
   std::vector<double> ref(out.size());
   for (int n = 0; n < N; ++n)
@@ -95,8 +120,8 @@ int main(int argc, char** argv) {
   }
   const double rel = std::sqrt(num / den);
   const bool ok = nonfinite == 0 && bad == 0 && emu::oob == 0;
-  std::printf("N=%d heads=%d kvl=%d rope=%d C=%d: normwise rel %.3e, max |diff| %.3e of max %.3e, %ld outside 2^-7 + 1e-4 max, "
+  std::printf("N=%d heads=%d kvl=%d rope=%d C=%d splits=%d: normwise rel %.3e, max |diff| %.3e of max %.3e, %ld outside 2^-7 + 1e-4 max, "
               "nonfinite %ld, shared oob %ld: %s\n",
-              N, heads, kvl, rope, C, rel, maxd, big, bad, nonfinite, long(emu::oob), ok ? "ok" : "FAIL");
+              N, heads, kvl, rope, C, splits, rel, maxd, big, bad, nonfinite, long(emu::oob), ok ? "ok" : "FAIL");
   return ok ? 0 : 1;
 }

@@ -25,7 +25,7 @@
 #define __launch_bounds__(...)
 
 struct U3 { unsigned x = 0, y = 0, z = 0; };
-inline thread_local U3 threadIdx, blockIdx;
+inline thread_local U3 threadIdx, blockIdx, blockDim;
 inline U3 gridDim;
 
 static float bf(uint16_t h) { uint32_t u = uint32_t(h) << 16; float f; std::memcpy(&f, &u, 4); return f; }
@@ -52,10 +52,10 @@ inline thread_local std::vector<Copy> pending;              // issued, not commi
 inline thread_local std::vector<std::vector<Copy>> groups;  // committed, oldest first
 inline std::atomic<long> oob{0};
 
-// Runs block (bx, by) as 256 threads calling kernel(): shared memory (`smem`, which emu::smem_base
+// Runs block (bx, by, bz) as 256 threads calling kernel(): shared memory (`smem`, which emu::smem_base
 // must point at) refilled with 0xFF (NaN garbage), fresh warps and block barrier.
 template <class Kernel>
-void run_block(std::vector<unsigned char>& smem, unsigned bx, unsigned by, Kernel&& kernel) {
+void run_block(std::vector<unsigned char>& smem, unsigned bx, unsigned by, unsigned bz, Kernel&& kernel) {
   std::memset(smem.data(), 0xFF, smem.size());
   std::unique_ptr<Warp[]> ws(new Warp[8]);
   warps = ws.get();
@@ -65,7 +65,8 @@ void run_block(std::vector<unsigned char>& smem, unsigned bx, unsigned by, Kerne
   for (unsigned t = 0; t < 256; ++t)
     th.emplace_back([&, t] {
       threadIdx = U3{t, 0, 0};
-      blockIdx = U3{bx, by, 0};
+      blockIdx = U3{bx, by, bz};
+      blockDim = U3{256, 1, 1};
       cta_smem = smem.data();
       kernel();
     });

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "executor/backends.h"
+#include "kernels/common/mla_split.h"
 #include "tests/executor/mla_reference.h"
 
 using namespace moeprof;
@@ -128,6 +129,60 @@ TEST_CASE("mla ops: the absorbed form matches the non-absorbed one within 1% of 
     CHECK(worst <= 0.01 * max_abs(mha));
     CHECK(worst > 0);  // two different roundings: the comparison is not of one computation with itself
   }
+}
+
+TEST_CASE("mla ops: the split attention (partial sums of position ranges, merged) matches one pass", "[cpu][mla]") {
+  auto b = make_cpu_backend();
+  // Few rows split into many ranges (kernels/common/mla_split.h): decode rows over long contexts
+  // (most ranges hold positions), short ones (most ranges empty), more heads than one block holds,
+  // chunked-prefill rows.
+  size_t differ_all = 0;
+  for (const MlaCase& c : {make_mla_case(41, 3, 5, 16, 16, 16, 64, 3, 700, true), make_mla_case(42, 7, 17, 16, 16, 16, 48, 7, 40, true),
+                           make_mla_case(43, 2, 40, 16, 16, 16, 64, 2, 301, true), make_mla_case(44, 11, 4, 16, 16, 16, 64, 2, 90)}) {
+    const int64_t splits = kern::mla_decode_splits(c.N, c.h, c.D(), c.kvl);
+    INFO("N " << c.N << " heads " << c.h << " splits " << splits);
+    REQUIRE(splits > 1);
+    CHECK(b->mla_paged_attention_workspace_bytes(c.N, c.h, c.D(), c.kvl) ==
+          static_cast<size_t>(splits * c.N * c.h * (c.kvl + 2) * 4));
+    const AbsorbedOut one = run_absorbed(*b, c), split = run_absorbed(*b, c, true);
+    REQUIRE(one.ok);
+    REQUIRE(split.ok);
+    CHECK(split.q_abs == one.q_abs);
+    // The same sums in another grouping: each value within 2^-7 of one pass's, plus 1e-4 of the largest.
+    double big = 0;
+    for (uint16_t v : one.lat) big = std::max(big, std::fabs(bf16_value(v)));
+    size_t bad = 0, differ = 0;
+    for (size_t i = 0; i < one.lat.size(); ++i) {
+      REQUIRE(std::isfinite(bf16_value(split.lat[i])));
+      differ += split.lat[i] != one.lat[i];
+      if (std::fabs(bf16_value(split.lat[i]) - bf16_value(one.lat[i])) > std::ldexp(std::fabs(bf16_value(one.lat[i])), -7) + 1e-4 * big)
+        ++bad;
+    }
+    CHECK(bad == 0);
+    differ_all += differ;
+  }
+  CHECK(differ_all > 0);  // another grouping of the sums: some roundings differ (not one computation twice)
+  // Many rows do not split: no workspace.
+  CHECK(b->mla_paged_attention_workspace_bytes(133, 16, 576, 512) == 0);
+  CHECK(b->mla_paged_attention_workspace_bytes(64, 16, 576, 512) == 4u * 64 * 16 * 514 * 4);
+  CHECK(b->mla_paged_attention_workspace_bytes(1, 16, 576, 512) == 32u * 16 * 514 * 4);
+  CHECK(b->mla_paged_attention_workspace_bytes(1, 16, 580, 512) == 0);  // not a shape of the tensor-core kernel
+  // A workspace too small or of another dtype: one line, nothing written.
+  const MlaCase c = make_mla_case(45, 2, 4, 16, 16, 16, 64, 2, 50, true);
+  std::mt19937_64 rng(9);
+  Tensor q_abs = upload(*b, DType::kBF16, c.N, c.h * c.D(), random_bf16(rng, static_cast<size_t>(c.N * c.h * c.D()), 1.0));
+  Tensor cache = upload(*b, DType::kBF16, c.slots, c.D(), c.cache), r2t = upload(*b, DType::kI32, c.R, c.C, c.r2t);
+  Tensor rows = upload(*b, DType::kI32, 1, c.N, c.row_req), pos = upload(*b, DType::kI32, 1, c.N, c.row_pos);
+  Tensor out = empty(*b, DType::kBF16, c.N, c.h * c.kvl);
+  REQUIRE(fill_bytes(*b, out, 0xFF));
+  const size_t need = b->mla_paged_attention_workspace_bytes(c.N, c.h, c.D(), c.kvl);
+  Status st = b->mla_paged_attention(q_abs, cache, r2t, rows, pos, c.h, c.scale, out, empty(*b, DType::kF32, 1, static_cast<int64_t>(need / 4) - 1));
+  CHECK(st.message() == "mla_paged_attention: workspace must hold at least mla_paged_attention_workspace_bytes(N, n_heads, cols(cache), kvl) = " +
+                            std::to_string(need) + " bytes, or be undefined (got " + std::to_string(need - 4) + ")");
+  st = b->mla_paged_attention(q_abs, cache, r2t, rows, pos, c.h, c.scale, out, empty(*b, DType::kU8, 1, static_cast<int64_t>(need)));
+  CHECK(st.code() == ErrorCode::kBadInput);
+  CHECK(st.message().rfind("mla_paged_attention: workspace must ", 0) == 0);
+  CHECK(bytes_of(*b, out) == std::vector<uint8_t>(out.bytes(), 0xFF));
 }
 
 TEST_CASE("mla ops: index values read on the host are checked before any write", "[cpu][mla][contract]") {

@@ -122,7 +122,9 @@ struct AbsorbedOut {
   std::vector<uint16_t> q_abs, lat, out;
   bool ok = false;
 };
-inline AbsorbedOut run_absorbed(Backend& b, const MlaCase& c) {
+// split: the attention gets a workspace (Backend::mla_paged_attention_workspace_bytes), so it runs
+// the split form where the shapes split (kernels/common/mla_split.h).
+inline AbsorbedOut run_absorbed(Backend& b, const MlaCase& c, bool split = false) {
   AbsorbedOut r;
   Tensor q = upload(b, DType::kBF16, c.N, c.h * (c.nope + c.rope), c.q);
   Tensor kv_b = upload(b, DType::kBF16, c.h * (c.nope + c.vd), c.kvl, c.kv_b);
@@ -132,7 +134,12 @@ inline AbsorbedOut run_absorbed(Backend& b, const MlaCase& c) {
   Tensor q_abs = empty(b, DType::kBF16, c.N, c.h * c.D()), lat = empty(b, DType::kBF16, c.N, c.h * c.kvl),
          out = empty(b, DType::kBF16, c.N, c.h * c.vd);
   if (!b.mla_q_absorb(q, kv_b, c.h, c.nope, c.rope, c.vd, q_abs).is_ok()) return r;
-  if (!b.mla_paged_attention(q_abs, cache, r2t, rows, pos, c.h, c.scale, lat).is_ok()) return r;
+  Tensor ws;
+  if (const size_t bytes = b.mla_paged_attention_workspace_bytes(c.N, c.h, c.D(), c.kvl); split && bytes > 0) {
+    ws = empty(b, DType::kF32, 1, static_cast<int64_t>(bytes / 4));
+    if (!fill_bytes(b, ws, 0xFF)) return r;  // NaN garbage: every value read must have been written
+  }
+  if (!b.mla_paged_attention(q_abs, cache, r2t, rows, pos, c.h, c.scale, lat, ws).is_ok()) return r;
   if (!b.mla_v_up(lat, kv_b, c.h, c.nope, c.vd, out).is_ok()) return r;
   r.q_abs = download<uint16_t>(b, q_abs);
   r.lat = download<uint16_t>(b, lat);

@@ -216,14 +216,13 @@ TEST_CASE("routing runs - serving with a drawn routing: decode graphs take the w
   CHECK(graph.serving->outputs != router.serving->outputs);  // the drawn routing is applied in decode too
   // Captured MoE runners size their rows by the worst routing of the graph's batch: a graph cannot
   // size by its data. Batch 1: 2 rows of 2 experts, tile 8, worst 16 rows (the bound is 58).
-  // (The pool's blocks are not trace allocations: the capture's live set at its peak, which holds
-  // the first MoE layer's gemm2_out, says what each took.)
+  // (The pool's blocks are not trace allocations: the capture's blocks say what each took.)
   REQUIRE(graph.serving->graph_captures.size() == 3);
   for (const GraphCapture& c : graph.serving->graph_captures) {
     INFO("bs " << c.bs);
     const int64_t tile = moe_tile_rows(c.bs, kK, kE);
     int64_t found = 0;
-    for (const auto& b : c.live_at_peak)
+    for (const auto& b : c.blocks)
       if (b.name == "gemm2_out" && b.scope == "graph.bs" + std::to_string(c.bs) + "/layer.1/moe/experts") {
         ++found;
         CHECK(b.bytes == static_cast<uint64_t>(moe_worst_rows(c.bs, kK, kE, tile) * kH * 2));
@@ -240,7 +239,9 @@ TEST_CASE("routing runs - serving with a drawn routing: decode graphs take the w
     CHECK(k->peak_activation_worst_bytes >= k->peak_activation_bytes);
     CHECK(k->worst_step >= 0);
   }
-  CHECK(eager.serving->prefill.peak_activation_worst_bytes > eager.serving->prefill.peak_activation_bytes);
+  // (The tiny model's peaks are at the attention's split partial sums, whose size does not follow
+  // the routing; the captures' gemm2_out blocks above show the worst-case sizing.)
+  CHECK(eager.serving->prefill.live_at_peak.front().name == "attention_partials");
   CHECK(graph.accounting.peak_activation_worst >= graph.accounting.peak_activation);
 }
 

@@ -13,6 +13,7 @@
 
 #include "executor/backends.h"
 #include "executor/run.h"
+#include "kernels/common/mla_split.h"
 #include "tests/executor/mla_reference.h"
 #include "tests/gpu_skip.h"
 
@@ -47,9 +48,11 @@ TEST_CASE("cuda paged MLA ops match the CPU reference", "[gpu][serving]") {
                            make_mla_case(4, 5, 40, 16, 8, 16, 64, 5, 33, true),
                            // the tensor-core kernel with a partial 16-head group, across 32-position tiles
                            make_mla_case(5, 9, 20, 32, 16, 32, 128, 4, 77, true)};
+  for (const bool split : {false, true})
   for (const MlaCase& c : cases) {
-    INFO("N " << c.N << " heads " << c.h << " kvl " << c.kvl);
-    const AbsorbedOut g = run_absorbed(*gpu, c), r = run_absorbed(*cpu, c);
+    INFO("N " << c.N << " heads " << c.h << " kvl " << c.kvl << " split " << split << " into "
+              << kern::mla_decode_splits(c.N, c.h, c.D(), c.kvl));
+    const AbsorbedOut g = run_absorbed(*gpu, c, split), r = run_absorbed(*cpu, c, split);
     REQUIRE(g.ok);
     REQUIRE(r.ok);
     // q_absorb sums in the CPU's order without FMA: the same bits.
@@ -87,8 +90,9 @@ TEST_CASE("cuda graphs: a captured op sequence replays what it computes eagerly"
   auto gpu = cuda_or_skip();
   REQUIRE(gpu->captures_graphs());
   const MlaCase c = make_mla_case(9, 16, 16, 128, 64, 128, 512, 16, 300, true);
-  const AbsorbedOut eager = run_absorbed(*gpu, c);
+  const AbsorbedOut eager = run_absorbed(*gpu, c, true);  // 16 rows: the attention splits (a workspace in the graph)
   REQUIRE(eager.ok);
+  REQUIRE(kern::mla_decode_splits(c.N, c.h, c.D(), c.kvl) > 1);
   Backend& b = *gpu;
   Tensor q = upload(b, DType::kBF16, c.N, c.h * (c.nope + c.rope), c.q), kv_b = upload(b, DType::kBF16, c.h * (c.nope + c.vd), c.kvl, c.kv_b);
   Tensor cache = upload(b, DType::kBF16, c.slots, c.D(), c.cache), r2t = upload(b, DType::kI32, c.R, c.C, c.r2t);
@@ -98,7 +102,8 @@ TEST_CASE("cuda graphs: a captured op sequence replays what it computes eagerly"
   REQUIRE(b.synchronize().is_ok());
   REQUIRE(b.begin_capture().is_ok());
   REQUIRE(b.mla_q_absorb(q, kv_b, c.h, c.nope, c.rope, c.vd, q_abs).is_ok());
-  REQUIRE(b.mla_paged_attention(q_abs, cache, r2t, rows, pos, c.h, c.scale, lat).is_ok());
+  Tensor ws = empty(b, DType::kF32, 1, static_cast<int64_t>(b.mla_paged_attention_workspace_bytes(c.N, c.h, c.D(), c.kvl) / 4));
+  REQUIRE(b.mla_paged_attention(q_abs, cache, r2t, rows, pos, c.h, c.scale, lat, ws).is_ok());
   REQUIRE(b.mla_v_up(lat, kv_b, c.h, c.nope, c.vd, out).is_ok());
   auto graph = b.end_capture();
   REQUIRE(graph.is_ok());
