@@ -71,7 +71,7 @@ Status paged_attention_split(const Tensor& q_abs, const Tensor& cache, const Ten
   cpu_detail::parallel_for(N, threads, [&](int64_t n) {
     const int64_t r = idx(row_req, n), L = idx(row_pos, n) + 1;
     const int32_t* slots = req_to_token.data<int32_t>() + r * C;
-    std::vector<float> qf(static_cast<size_t>(D)), sc;
+    std::vector<float> qf(static_cast<size_t>(D)), sc, w;
     for (int64_t h = 0; h < n_heads; ++h) {
       const uint16_t* qr = row_ptr<uint16_t>(q_abs, n) + h * D;
       for (int64_t d = 0; d < D; ++d) qf[static_cast<size_t>(d)] = bf(qr[d]);
@@ -101,17 +101,17 @@ Status paged_attention_split(const Tensor& q_abs, const Tensor& cache, const Ten
       }
       float m = -INFINITY, denom = 0.0f;
       for (int64_t sp = 0; sp < splits; ++sp) m = std::max(m, ml[2 * ((sp * N + n) * n_heads + h)]);
+      w.assign(static_cast<size_t>(splits), 0.0f);  // exp(m_s - m), 0 for an empty range
       for (int64_t sp = 0; sp < splits; ++sp) {
         const float* p = ml + 2 * ((sp * N + n) * n_heads + h);
-        if (p[0] != -INFINITY) denom += std::exp(p[0] - m) * p[1];
+        if (p[0] != -INFINITY) w[static_cast<size_t>(sp)] = std::exp(p[0] - m);
+        denom += w[static_cast<size_t>(sp)] * p[1];
       }
       uint16_t* orow = row_ptr<uint16_t>(out, n) + h * kvl;
       for (int64_t c = 0; c < kvl; ++c) {
         float acc = 0.0f;
-        for (int64_t sp = 0; sp < splits; ++sp) {
-          const int64_t cell = (sp * N + n) * n_heads + h;
-          if (ml[2 * cell] != -INFINITY) acc += std::exp(ml[2 * cell] - m) * ws[cell * kvl + c];
-        }
+        for (int64_t sp = 0; sp < splits; ++sp)
+          if (w[static_cast<size_t>(sp)] != 0.0f) acc += w[static_cast<size_t>(sp)] * ws[((sp * N + n) * n_heads + h) * kvl + c];
         orow[c] = to_bf(acc / denom);
       }
     }
