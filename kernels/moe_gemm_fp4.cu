@@ -18,6 +18,7 @@
 #include "kernels/moe_gemm_fp4_ws.cuh"       // v2: the warp-specialized pipeline (sm_90a)
 #include "kernels/moe_gemm_fp4_tiled.cuh"    // v2: tiled_kernel (variants 0-6, 9)
 #include "kernels/moe_gemm_fp4_persist.cuh"  // v2: persist_kernel, persist_rs_kernel
+#include "kernels/moe_gemm_fp4_small.cuh"    // v2: small_kernel (kSmallM)
 
 namespace moeprof::kern {
 namespace {
@@ -222,6 +223,48 @@ bool try_launch(const Args& p, int var, cudaStream_t stream, cudaError_t& err) {
   }
 }
 
+// kSmallM (small_kernel): its preconditions (kernels/moe_gemm_fp4.cuh), and the choice of kAuto.
+bool small_supported(const Args& p, bool gemm1, bool tiled_w) {
+  if (p.K <= 0 || p.K % BK != 0 || p.N <= 0 || p.N % (gemm1 ? kCols1 : kCols2) != 0 || p.E <= 0 ||
+      p.P >= (int64_t{1} << 31))
+    return false;
+  if (!aligned(p.a, p.ld_a, 8) || !aligned(p.a_sc, p.ld_a_sc, 4)) return false;
+  if (tiled_w) return aligned(p.w, 16, 16) && aligned(p.w_sc, 8, 8);
+  return aligned(p.w, p.ld_w, 8);
+}
+bool small_preferred(const Args& p) { return p.P <= kSmAutoRowsPerExpert * p.E; }
+
+template <bool kGemm1, bool kTW>
+bool small_smem_ok() {
+  if (cudaFuncSetAttribute(small_kernel<kGemm1, kTW>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmSmemBytes) ==
+      cudaSuccess)
+    return true;
+  (void)cudaGetLastError();
+  return false;
+}
+
+// Runs small_kernel where its preconditions hold; false (nothing launched) otherwise.
+template <bool kGemm1>
+bool try_small(const Args& p, bool tiled_w, cudaStream_t stream, cudaError_t& err) {
+  if (!small_supported(p, kGemm1, tiled_w)) return false;
+  if (tiled_w ? !small_smem_ok<kGemm1, true>() : !small_smem_ok<kGemm1, false>()) return false;
+  if (p.P <= 0) {
+    err = cudaSuccess;
+    return true;
+  }
+  const int64_t grid = static_cast<int64_t>(p.E) * (p.N / (kGemm1 ? kCols1 : kCols2));
+  if (grid >= (int64_t{1} << 31)) {
+    err = cudaErrorInvalidConfiguration;
+    return true;
+  }
+  if (tiled_w)
+    small_kernel<kGemm1, true><<<static_cast<unsigned>(grid), kSmThreads, kSmSmemBytes, stream>>>(p);
+  else
+    small_kernel<kGemm1, false><<<static_cast<unsigned>(grid), kSmThreads, kSmSmemBytes, stream>>>(p);
+  err = last_launch_error();
+  return true;
+}
+
 // kAuto's gemm1 on kGemm1Tiled weights: 9 (tiled_kernel<true, 9>) or 13 (persist_rs_kernel). 13:
 // 1.8-2.3% faster at the bench shape, 4.4% at H = 3584, 6.5% at H = 1792 (interleaved A/B,
 // docs/performance.md, eleventh session): it saves a fixed time per tile.
@@ -282,9 +325,12 @@ cudaError_t launch_moe_gemm1_fp4(const uint8_t* a, int64_t ld_a, const uint8_t* 
   t.out_gs = out_gs; t.out_q = out; t.ld_out_q = ld_out; t.out_sc = out_scales; t.ld_out_sc = ld_out_scales;
   t.q_vec = v2::aligned(out, ld_out, 8);
   cudaError_t err = cudaSuccess;
+  if (path == Fp4GemmPath::kSmallM)
+    return v2::try_small<true>(t, tiled, stream, err) ? err : cudaErrorInvalidValue;
+  if (path == Fp4GemmPath::kAuto && v2::small_preferred(t) && v2::try_small<true>(t, tiled, stream, err)) return err;
   if (tiled) {
-    // Only kWgmmaWsRs (variant 9) and its persistent form (kWgmmaPersist: variant 13) read the tiled
-    // layout: no fallback (the row-major paths would misread it).
+    // Only kWgmmaWsRs (variant 9), its persistent form (kWgmmaPersist: variant 13) and kSmallM read
+    // the tiled layout: no fallback (the row-major paths would misread it).
     int var = -1;
     if (path == Fp4GemmPath::kAuto) var = v2::kDefaultGemm1TiledVariant;
     if (path == Fp4GemmPath::kWgmmaWsRs) var = 9;
@@ -324,8 +370,10 @@ cudaError_t launch_moe_gemm2_fp4(const uint8_t* h, int64_t ld_h, const uint8_t* 
   if (tiled) {  // (row strides of the tiled weights are implied: I / 2 and I / 16)
     ld_w = I / 2;
     ld_w_scales = I / 16;
-    // Only the persistent kernels read the tiled layout: no fallback (the others would misread it).
-    if (path != Fp4GemmPath::kAuto && path != Fp4GemmPath::kWgmmaPersist && path != Fp4GemmPath::kWgmmaPersistRA)
+    // Only the persistent kernels and kSmallM read the tiled layout: no fallback (the others would
+    // misread it).
+    if (path != Fp4GemmPath::kAuto && path != Fp4GemmPath::kWgmmaPersist && path != Fp4GemmPath::kWgmmaPersistRA &&
+        path != Fp4GemmPath::kSmallM)
       return cudaErrorInvalidValue;
   }
   if (!aligned8(h, ld_h) || !aligned8(w2, ld_w)) return cudaErrorMisalignedAddress;
@@ -339,6 +387,9 @@ cudaError_t launch_moe_gemm2_fp4(const uint8_t* h, int64_t ld_h, const uint8_t* 
     t.vec_out = v2::aligned(out, ld_out, 2) && reinterpret_cast<uintptr_t>(out) % 4 == 0;
     t.vec16_out = reinterpret_cast<uintptr_t>(out) % 16 == 0 && ld_out % 8 == 0;
     cudaError_t err = cudaSuccess;
+    if (path == Fp4GemmPath::kSmallM)
+      return v2::try_small<false>(t, tiled, stream, err) ? err : cudaErrorInvalidValue;
+    if (path == Fp4GemmPath::kAuto && v2::small_preferred(t) && v2::try_small<false>(t, tiled, stream, err)) return err;
     if (tiled) return v2::try_launch<false>(t, path == Fp4GemmPath::kWgmmaPersist ? 10 : 11, stream, err) ? err
                                                                                                        : cudaErrorInvalidValue;
     if (v2::try_launch<false>(t, v2::variant_of(path, false), stream, err)) return err;

@@ -39,8 +39,15 @@ namespace moeprof::kern {
 // All paths give bit-identical results.
 enum class Fp4GemmPath : int {
   kAuto = 0, kLegacy = 1, kTiled = 2, kTiledSkip = 3, kTiledStaged = 4, kWgmma = 5, kWgmmaWs = 6, kWgmmaWs2 = 7,
-  kWgmmaPersist = 8, kWgmmaPersistRA = 9, kWgmmaWsRs = 10
+  kWgmmaPersist = 8, kWgmmaPersistRA = 9, kWgmmaWsRs = 10, kSmallM = 11
 };
+// kSmallM (any compute capability 8.0+ device; K % 64 == 0, gemm1 I % 128 == 0, gemm2 H % 256 == 0,
+// 8-byte aligned A code rows, 4-byte aligned A scale rows; either weight layout): the decode form.
+// One 128-thread CTA per (expert, 256 weight rows) reads those rows once over all K and multiplies
+// them (mma.sync m16n8k16, the weights as the M side) by the expert's rows, 16 at a time, so a
+// segment of a few rows costs what its weights take to read (kernels/moe_gemm_fp4_small.cuh).
+// kAuto runs it where P <= 32 E (at most 32 padded rows per expert on average: decode batches),
+// and the paths above elsewhere.
 // The tiled variants kAuto runs (the production paths), one per GEMM. Change them after measuring
 // bench_moe_gemm on the GPU (it times every variant and cross-checks each against kLegacy).
 // The persistent kernels are faster for gemm2 (kWgmmaPersistRA the fastest at K <= 512, where it
@@ -54,10 +61,12 @@ inline constexpr Fp4GemmPath kDefaultGemm2Path = Fp4GemmPath::kWgmmaPersistRA;
 // of the production kernels load them (kernels/common/fp4_tiled.h; 16-byte aligned codes, 8-byte
 // aligned scales; ld_w / ld_w_scales are ignored):
 //  kGemm1Tiled (gemm1's w13; H % 64 == 0, I % 128 == 0): read only by kWgmmaWsRs, kWgmmaPersist
-//    (kWgmmaWsRs's consumers and producers as a persistent kernel) and kAuto (the persistent one,
-//    else kWgmmaWsRs), and only where they can run (sm_90a, 16-byte aligned A code rows);
+//    (kWgmmaWsRs's consumers and producers as a persistent kernel), kSmallM and kAuto (kSmallM
+//    where it prefers it, else the persistent one, else kWgmmaWsRs), and only where they can run
+//    (sm_90a, 16-byte aligned A code rows; kSmallM: its own conditions);
 //  kGemm2Tiled (gemm2's w2; I % 64 == 0, H % 256 == 0): read only by kAuto / kWgmmaPersistRA (the
-//    resident-A kernel at I <= 512, kWgmmaPersist's above) and kWgmmaPersist, on sm_90a.
+//    resident-A kernel at I <= 512, kWgmmaPersist's above), kWgmmaPersist (both on sm_90a) and
+//    kSmallM (kAuto's choice where it prefers it).
 // Elsewhere (and for the other GEMM's layout) the launch returns cudaErrorInvalidValue, so a caller
 // picks the layout with gemm1_tiled_supported() / gemm2_tiled_supported().
 enum class Fp4WeightLayout : int { kRowMajor = 0, kGemm1Tiled = 1, kGemm2Tiled = 2 };

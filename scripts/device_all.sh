@@ -6,7 +6,7 @@
 # is printed last and saved as $OUT/summary.txt.
 #   usage: OUT=dir scripts/device_all.sh [steps...]
 #          (steps: ops model seed trace bench seed-nocupti ncu models oom hf snapshot sanitizer gemm-sanitizer
-#           tp2 symm serving decode-profile sizelaw routing ep)
+#           tp2 symm serving decode-profile moe-decode sizelaw routing ep)
 set -u
 B=${B:-build-gpu}
 OUT=${OUT:-$PWD/device-logs}
@@ -242,6 +242,12 @@ PY
       done <<< "${SERVING_RUNS:-baseline --mode baseline
 uniform --mode baseline --routing uniform --no-cupti}"
       ;;
+    moe-decode)
+      # The expert GEMMs at decode batches (Kimi-K2.5 TP=4 rank shapes): kSmallM against the
+      # 128-row-tile paths and the byte floor, with its checks (bench/gpu/bench_moe_decode.cpp).
+      step bench_moe_decode 150 "$B/bench/gpu/bench_moe_decode"
+      rc=$?; row bench_moe_decode "$([ $rc -eq 0 ] && echo PASS || echo FAIL)" "$(grep -E '^ +(1|64|256|512) ' "$L/bench_moe_decode.log" | tr -s ' ' | tr '\n' ';' | head -c 400)"
+      cp "$L/bench_moe_decode.log" "$OUT/" 2>/dev/null ;;
     decode-profile)
       # Where a decode step's time goes: 64 requests of 16 + 64 tokens (one small prefill, then 63
       # decode steps at batch 64), eager (no graphs) so --op-times can time each op family; then

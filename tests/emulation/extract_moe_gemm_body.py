@@ -3,8 +3,8 @@
 
 Writes the NVFP4 quantizer of kernels/fp4_quant.cuh and the `v2` namespaces of the tiled kernel's
 parts of kernels/moe_gemm_fp4.cu (kernels/moe_gemm_fp4_device.cuh without its PTX helpers,
-moe_gemm_fp4_ws.cuh, moe_gemm_fp4_tiled.cuh; shared arrays turned into the emulator's per-CTA
-buffers) to one file that tests/emulation/moe_gemm_fp4_emu.cpp includes.
+moe_gemm_fp4_ws.cuh, moe_gemm_fp4_tiled.cuh, moe_gemm_fp4_small.cuh without its cp.async wrapper;
+shared arrays turned into the emulator's per-CTA buffers) to one file that tests/emulation/moe_gemm_fp4_emu.cpp includes.
   usage: extract_moe_gemm_body.py KERNELS_DIR OUT   (KERNELS_DIR: the kernels/ folder)
 """
 import os
@@ -23,6 +23,10 @@ def main(kdir, out):
     quant_cuh = os.path.join(kdir, 'fp4_quant.cuh')
     body = (v2_part(os.path.join(kdir, 'moe_gemm_fp4_device.cuh')) + v2_part(os.path.join(kdir, 'moe_gemm_fp4_ws.cuh')) +
             v2_part(gemm_cu))
+    small = v2_part(os.path.join(kdir, 'moe_gemm_fp4_small.cuh'))
+    c = small.index('__device__ __forceinline__ void cp_async16')
+    d = small.index('template <bool kGemm1, bool kTW>')
+    body += small[:c] + small[d:]
     a = body.index('__device__ __forceinline__ uint32_t smem_u32')
     b = body.index('// fp16 with the value')
     body = body[:a] + body[b:]

@@ -8,7 +8,8 @@
 // every shared address is bounds/alignment checked. Outputs are compared with a float64 reference at
 // cuda_ops_test's tolerances, and zero rows must be exactly zero; an f16 product that is not exact
 // counts as a failure.
-// usage: moe_gemm_fp4_emu T k E E_used H I tile [variant 0..2, default 2] | moe_gemm_fp4_emu selftest
+// usage: moe_gemm_fp4_emu T k E E_used H I tile [variant 0..2 (tiled), 11 / 12 (kSmallM on row-major /
+// tiled weights); default 2] | moe_gemm_fp4_emu selftest
 #include <atomic>
 #include <barrier>
 #include <cmath>
@@ -24,12 +25,13 @@
 #include <vector>
 #include <algorithm>
 
+#include "kernels/common/fp4_tiled.h"
 #include "kernels/common/fp_formats.h"
 
 #define __device__
 #define __forceinline__ inline
 #define __global__
-#define __launch_bounds__(a, b)
+#define __launch_bounds__(...)
 #define __grid_constant__
 struct CUtensorMap { alignas(64) uint64_t opaque[16]; };  // (the TMA paths are not emulated)
 
@@ -121,6 +123,7 @@ inline void cp_async(uint32_t dst, const void* src, bool valid, int bytes) {
 }
 inline void cp_async8(uint32_t dst, const void* src, bool valid) { cp_async(dst, src, valid, 8); }
 inline void cp_async4(uint32_t dst, const void* src, bool valid) { cp_async(dst, src, valid, 4); }
+inline void cp_async16(uint32_t dst, const void* src, bool valid) { cp_async(dst, src, valid, 16); }
 inline void cp_async_commit() { emu::groups.push_back(std::move(emu::open_group)); emu::open_group.clear(); }
 template <int N>
 inline void cp_async_wait() {
@@ -209,11 +212,50 @@ void run_grid_v(v2::Args p) {
   }
 }
 
+// kSmallM (small_kernel): one 128-thread CTA per (expert, column tile); variant 11 on row-major
+// weights, 12 on the tiled layout (the caller passes the packed copy).
+template <bool kGemm1, bool kTW>
+void run_grid_small(v2::Args p) {
+  const unsigned blocks = unsigned(p.E * (p.N / (kGemm1 ? v2::kCols1 : v2::kCols2)));
+  std::vector<unsigned char> smem(v2::kSmSmemBytes);
+  emu::smem_base = smem.data(); emu::smem_size = smem.size();
+  for (unsigned bx = 0; bx < blocks; ++bx) {
+    std::memset(smem.data(), 0xFF, smem.size());
+    std::unique_ptr<emu::Warp[]> ws(new emu::Warp[v2::kSmThreads / 32]);
+    emu::warps = ws.get();
+    std::barrier<> cb(v2::kSmThreads);
+    emu::cta_bar = &cb;
+    std::vector<std::thread> th;
+    for (unsigned t = 0; t < unsigned(v2::kSmThreads); ++t)
+      th.emplace_back([&, t] {
+        threadIdx = U3{t, 0, 0}; blockIdx = U3{bx, 0, 0}; emu::cta_smem = smem.data();
+        emu::groups.clear(); emu::open_group.clear();
+        v2::small_kernel<kGemm1, kTW>(p);
+        if (!emu::open_group.empty() || !emu::groups.empty()) ++emu::oob;  // copies never waited for
+      });
+    for (auto& x : th) x.join();
+  }
+}
+
 template <bool kGemm1>
 void run_grid(v2::Args p) {
+  if (g_var == 11) return run_grid_small<kGemm1, false>(p);
+  if (g_var == 12) return run_grid_small<kGemm1, true>(p);
   if (g_var == 0) run_grid_v<kGemm1, 0>(p);
   else if (g_var == 1) run_grid_v<kGemm1, 1>(p);
   else run_grid_v<kGemm1, 2>(p);
+}
+
+// The tiled layout's copy of row-major codes / scales (rows x K), as launch_pack_gemm*_weights_tiled
+// writes it (kernels/common/fp4_tiled.h); 16-byte aligned storage.
+static void tile_weights(int gemm, const std::vector<uint8_t>& w, const std::vector<uint8_t>& ws, int64_t rows, int64_t K,
+                         int64_t N, std::vector<uint8_t>& out, std::vector<uint8_t>& out_s) {
+  out.assign(w.size() + 16, 0xEE);
+  out_s.assign(ws.size() + 16, 0xEE);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t kb = 0; kb < K / 2; ++kb) out[tiled_code_offset(gemm, r, kb, K, N)] = w[r * (K / 2) + kb];
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t kb = 0; kb < K / 16; ++kb) out_s[tiled_scale_offset(gemm, r, kb, K, N)] = ws[r * (K / 16) + kb];
 }
 
 static double deq(const std::vector<uint8_t>& codes, const std::vector<uint8_t>& sc, int64_t row, int64_t K, int64_t k) {
@@ -346,17 +388,24 @@ int main(int argc, char** argv) {
   std::vector<float> w13gs(E);
   const float gsc0 = 1.0f / (std::sqrt(float(H)) * a_gs);
   for (auto& x : w13gs) x = std::uniform_real_distribution<float>(0.5f * gsc0, 1.5f * gsc0)(rng);
-  int rc = 0;
+  int rc = 0, ran = 0;
   auto expert_of = [&](int64_t r) { int e = 0; while (e < E && offs[e + 1] <= r) ++e; return e; };
 
   std::vector<uint8_t> hq(P * I / 2, 0xAB), hs(P * I / 16, 0xAB);  // garbage: every byte must be written
-  if (H % 64 == 0) {
+  const bool small = g_var == 11 || g_var == 12;  // kSmallM: its column tiles must divide N
+  if (H % 64 == 0 && (!small || I % 128 == 0)) {
     v2::Args p{};
     p.a = a.data(); p.ld_a = H / 2; p.a_sc = as.data(); p.ld_a_sc = H / 16; p.a_gs = a_gs;
     p.w = w13.data(); p.ld_w = H / 2; p.w_sc = w13s.data(); p.ld_w_sc = H / 16; p.w_gs = w13gs.data();
+    std::vector<uint8_t> wt, wts;
+    if (g_var == 12) {  // the kGemm1Tiled copy
+      tile_weights(1, w13, w13s, E * 2 * I, H, I, wt, wts);
+      p.w = wt.data(); p.w_sc = wts.data();
+    }
     p.offsets = offs.data(); p.p2t = p2t.data(); p.P = P; p.E = int(E); p.K = int(H); p.N = int(I);
     p.out_gs = out_gs; p.out_q = hq.data(); p.ld_out_q = I / 2; p.out_sc = hs.data(); p.ld_out_sc = I / 16; p.q_vec = true;
     run_grid<true>(p);
+    ++ran;
     long diff = 0, zero_bad = 0;
     Norm nm;
     for (int64_t r = 0; r < P; ++r) {
@@ -398,9 +447,9 @@ int main(int argc, char** argv) {
                 std::sqrt(nm.num / nm.den), zero_bad, (long)emu::oob, (long)emu::inexact, ok ? "ok" : "FAIL");
     rc |= ok ? 0 : 1;
   } else {
-    std::printf("gemm1: K=%lld %% 64 != 0: the legacy kernel runs (skipped)\n", (long long)H);
+    std::printf("gemm1: K=%lld, N=%lld: not a shape of this variant (skipped)\n", (long long)H, (long long)I);
   }
-  if (I % 64 == 0) {
+  if (I % 64 == 0 && (!small || H % 256 == 0)) {
     // gemm2 on random h (every row, including padding rows: the kernel must ignore them)
     auto h = rb(P * I / 2), hsc = re4(P * I / 16), w2 = rb(E * H * I / 2), w2s = re4(E * H * I / 16);
     std::vector<float> w2gs(E);
@@ -410,10 +459,16 @@ int main(int argc, char** argv) {
     v2::Args p{};
     p.a = h.data(); p.ld_a = I / 2; p.a_sc = hsc.data(); p.ld_a_sc = I / 16; p.a_gs = out_gs;
     p.w = w2.data(); p.ld_w = I / 2; p.w_sc = w2s.data(); p.ld_w_sc = I / 16; p.w_gs = w2gs.data();
+    std::vector<uint8_t> wt, wts;
+    if (g_var == 12) {  // the kGemm2Tiled copy
+      tile_weights(2, w2, w2s, E * H, I, H, wt, wts);
+      p.w = wt.data(); p.w_sc = wts.data();
+    }
     p.offsets = offs.data(); p.p2t = p2t.data(); p.P = P; p.E = int(E); p.K = int(I); p.N = int(H);
     p.out = out.data(); p.ld_out = ld_out; p.vec_out = true;
     p.vec16_out = reinterpret_cast<uintptr_t>(out.data()) % 16 == 0 && ld_out % 8 == 0;
     run_grid<false>(p);
+    ++ran;
     Norm nm;
     long zero_bad = 0, pad_touched = 0;
     for (int64_t r = 0; r < P; ++r) {
@@ -434,7 +489,11 @@ int main(int argc, char** argv) {
                 std::sqrt(nm.num / nm.den), nm.maxd / nm.maxr, zero_bad, pad_touched, (long)emu::oob, ok ? "ok" : "FAIL");
     rc |= ok ? 0 : 1;
   } else {
-    std::printf("gemm2: K=%lld %% 64 != 0: the legacy kernel runs (skipped)\n", (long long)I);
+    std::printf("gemm2: K=%lld, N=%lld: not a shape of this variant (skipped)\n", (long long)I, (long long)H);
+  }
+  if (ran == 0) {
+    std::printf("no GEMM of this variant runs at these shapes: FAIL\n");
+    return 2;
   }
   return rc;
 }

@@ -23,4 +23,13 @@ for v in $variants; do
 "$work/moe_gemm_fp4_emu" 90 2 4 3 1088 128 64 $v || rc=1   # gemm2: 5 column tiles, 4 per CTA, the last partial
 "$work/moe_gemm_fp4_emu" 60 2 3 3 1040 64 64 $v || rc=1    # gemm2 only: last column tile 16 wide (partial warp tile)
 done
+# kSmallM (VARIANTS_SMALL, default "11 12": row-major and tiled weights); its shapes need gemm1
+# I % 128 == 0 and gemm2 H % 256 == 0 (a GEMM of another shape is skipped).
+for v in ${VARIANTS_SMALL:-11 12}; do
+"$work/moe_gemm_fp4_emu" 37 3 9 3 256 128 8 $v || rc=1      # segments of 40 rows: 16 + 16 + 8
+"$work/moe_gemm_fp4_emu" 64 8 24 24 256 256 8 $v || rc=1    # a decode batch: 1-2 live rows per expert
+"$work/moe_gemm_fp4_emu" 300 2 3 2 256 256 64 $v || rc=1    # long segments (19 passes), 4 K steps
+"$work/moe_gemm_fp4_emu" 9 1 30 30 256 128 8 $v || rc=1     # most experts empty, rows past offsets[E]
+"$work/moe_gemm_fp4_emu" 20 2 4 4 768 384 8 $v || rc=1      # 3 column tiles, 12 K steps
+done
 exit $rc

@@ -710,7 +710,9 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
   struct Case { int64_t T, k, E, E_used, H, I, tile; };
   for (const Case& q : {Case{129, 4, 16, 13, 272, 80, 8}, Case{257, 6, 8, 7, 7168, 256, 64}, Case{37, 2, 5, 4, 2048, 512, 16},
                         Case{300, 8, 64, 60, 832, 192, 8}, Case{211, 8, 40, 37, 512, 320, 16},
-                        Case{173, 8, 24, 23, 832, 256, 8}}) {
+                        Case{173, 8, 24, 23, 832, 256, 8},
+                        // decode batches: P <= 32 E, so kAuto (the backend's calls) runs kSmallM
+                        Case{64, 8, 96, 96, 1024, 256, 8}, Case{7, 8, 40, 40, 512, 384, 8}}) {
     INFO("T=" << q.T << " E=" << q.E << " H=" << q.H << " I=" << q.I << " tile=" << q.tile);
     Both ids = both(DType::kI32, q.T, q.k, topk_ids_host(q.T, q.k, q.E_used, 90 + q.T), "ids");
     PermuteOut r = run_permute(ids, q.T, q.k, q.E, q.tile);
@@ -785,10 +787,12 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
       for (Fp4GemmPath path : {Fp4GemmPath::kLegacy, Fp4GemmPath::kTiled, Fp4GemmPath::kTiledSkip,
                                Fp4GemmPath::kTiledStaged, Fp4GemmPath::kWgmma, Fp4GemmPath::kWgmmaWs,
                                Fp4GemmPath::kWgmmaWs2, Fp4GemmPath::kWgmmaPersist, Fp4GemmPath::kWgmmaPersistRA,
-                               Fp4GemmPath::kWgmmaWsRs}) {
+                               Fp4GemmPath::kWgmmaWsRs, Fp4GemmPath::kSmallM}) {
         INFO("forced Fp4GemmPath " << static_cast<int>(path));
-        const bool tiled = path != Fp4GemmPath::kLegacy;
-        if (static_cast<int>(path) >= static_cast<int>(Fp4GemmPath::kWgmma) && !(major == 9 && minor == 0)) continue;
+        const bool small = path == Fp4GemmPath::kSmallM;
+        const bool tiled = path != Fp4GemmPath::kLegacy && !small;
+        if (!small && static_cast<int>(path) >= static_cast<int>(Fp4GemmPath::kWgmma) && !(major == 9 && minor == 0))
+          continue;
         Both hp = out(DType::kFP4x2, r.P, q.I / 2, "h_path");
         Both hsp = out(DType::kE4M3, r.P, q.I / 16, "h_s_path");
         Both op = out(DType::kBF16, r.P, q.H, "gemm2_out_path");
@@ -804,12 +808,17 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
             static_cast<const int32_t*>(perm.g.raw()), r.P, q.E, q.I, q.H, static_cast<uint16_t*>(op.g.raw()), op.g.ld(),
             nullptr, path);
         REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-        REQUIRE(e1 == (tiled && q.H % 64 != 0 ? cudaErrorInvalidValue : cudaSuccess));
-        REQUIRE(e2 == (tiled && q.I % 64 != 0 ? cudaErrorInvalidValue : cudaSuccess));
+        if (small) {  // kSmallM: K % 64 and whole 128- (gemm1) / 256-column (gemm2) tiles
+          REQUIRE(e1 == (q.H % 64 == 0 && q.I % 128 == 0 ? cudaSuccess : cudaErrorInvalidValue));
+          REQUIRE(e2 == (q.I % 64 == 0 && q.H % 256 == 0 ? cudaSuccess : cudaErrorInvalidValue));
+        } else {
+          REQUIRE(e1 == (tiled && q.H % 64 != 0 ? cudaErrorInvalidValue : cudaSuccess));
+          REQUIRE(e2 == (tiled && q.I % 64 != 0 ? cudaErrorInvalidValue : cudaSuccess));
+        }
         if (e1 == cudaSuccess) check_gemm1(fetch<uint8_t>(g, hp.g), fetch<uint8_t>(g, hsp.g));
         if (e2 == cudaSuccess) check_gemm2(fetch<uint16_t>(g, op.g));
       }
-      // gemm1 on a kGemm1Tiled copy of w13 (kAuto, kWgmmaWsRs, kWgmmaPersist): where the sizes
+      // gemm1 on a kGemm1Tiled copy of w13 (kAuto, kWgmmaWsRs, kWgmmaPersist, kSmallM): where the sizes
       // allow it, against the CPU too; elsewhere, and for any other path, the launch refuses
       // (cudaErrorInvalidValue) rather than misread the layout.
       if (major == 9 && minor == 0) {
@@ -821,7 +830,7 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
                                                       static_cast<uint8_t*>(wt.g.raw()), static_cast<uint8_t*>(wts.g.raw()),
                                                       nullptr) == (ok ? cudaSuccess : cudaErrorInvalidValue));
         for (Fp4GemmPath path : {Fp4GemmPath::kAuto, Fp4GemmPath::kWgmmaWsRs, Fp4GemmPath::kWgmmaPersist,
-                                 Fp4GemmPath::kWgmmaWs2}) {
+                                 Fp4GemmPath::kWgmmaWs2, Fp4GemmPath::kSmallM}) {
           INFO("gemm1 on tiled w13, Fp4GemmPath " << static_cast<int>(path));
           Both hp = out(DType::kFP4x2, r.P, q.I / 2, "h_tiled");  // poisoned for each path
           Both hsp = out(DType::kE4M3, r.P, q.I / 16, "h_s_tiled");
@@ -845,8 +854,8 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
                                          q.I / 2, nullptr, q.I / 16, nullptr, Fp4GemmPath::kAuto,
                                          kern::Fp4WeightLayout::kGemm2Tiled) == cudaErrorInvalidValue);
       }
-      // gemm2 on a kGemm2Tiled copy of w2 (kAuto, kWgmmaPersist; kWgmmaWs2 and gemm1's layout are
-      // refused), likewise.
+      // gemm2 on a kGemm2Tiled copy of w2 (kAuto, kWgmmaPersist, kSmallM; kWgmmaWs2 and gemm1's layout
+      // are refused), likewise.
       if (major == 9 && minor == 0) {
         Both wt = out(DType::kFP4x2, q.E * q.H, q.I / 2, "w2_tiled");
         Both wts = out(DType::kE4M3, q.E * q.H, q.I / 16, "w2_s_tiled");
@@ -857,6 +866,8 @@ TEST_CASE("cuda FP4 grouped GEMMs (gemm1 fused SiLU + requant, gemm2) and combin
                                                       nullptr) == (ok ? cudaSuccess : cudaErrorInvalidValue));
         for (auto [path, layout] : {std::pair{Fp4GemmPath::kAuto, kern::Fp4WeightLayout::kGemm2Tiled},
                                     std::pair{Fp4GemmPath::kWgmmaPersist, kern::Fp4WeightLayout::kGemm2Tiled},
+                                    std::pair{Fp4GemmPath::kSmallM, kern::Fp4WeightLayout::kGemm2Tiled},
+                                    std::pair{Fp4GemmPath::kSmallM, kern::Fp4WeightLayout::kGemm1Tiled},
                                     std::pair{Fp4GemmPath::kWgmmaWs2, kern::Fp4WeightLayout::kGemm2Tiled},
                                     std::pair{Fp4GemmPath::kAuto, kern::Fp4WeightLayout::kGemm1Tiled}}) {
           INFO("gemm2 on tiled w2, Fp4GemmPath " << static_cast<int>(path) << ", layout " << static_cast<int>(layout));
