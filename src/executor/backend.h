@@ -394,6 +394,9 @@ class Backend {
   // The routed rows (T * top_k) of the latest moe_permute: the useful rows of the expert GEMMs
   // that follow it (their tensors hold the padded rows). 0 before any permutation.
   int64_t moe_rows_ = 0;
+  // Of the latest moe_permute while op times are on: the experts its ids route at least one row
+  // to, and all the experts (the expert GEMMs read only the hit experts' weights). 0: not counted.
+  int64_t moe_hit_experts_ = 0, moe_experts_ = 0;
   // Brackets one public op while profiling (backend_checks.cpp).
   class OpTimer {
    public:

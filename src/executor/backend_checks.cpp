@@ -7,8 +7,10 @@
 //
 // Rules that depend on tensor contents (expert ids, positions, offsets) cannot be checked here
 // without reading device memory; the CPU reference checks them where it reads them.
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "executor/backend.h"
 #include "kernels/common/mla_split.h"
@@ -131,24 +133,29 @@ OpCost attention_cost(int64_t T, int64_t heads, int64_t qk_dim, int64_t v_dim) {
 }
 
 // The expert GEMMs count FLOPs on the routed rows (T * top_k of the latest moe_permute), not on
-// the padding; bytes: the routed rows of the activations, every expert's weights once, the whole
-// padded output.
+// the padding; bytes: the routed rows of the activations, the weights of the experts the latest
+// moe_permute routed at least one row to (hit of E; all of them where it was not counted), once,
+// and the whole padded output. At decode a batch hits a part of the experts, and a kernel that
+// reads only theirs must not be charged for the others (its time would fall below its floor).
 int64_t useful_rows(int64_t moe_rows, int64_t padded) { return moe_rows > 0 && moe_rows <= padded ? moe_rows : padded; }
+double hit_share(int64_t hit, int64_t experts) {
+  return hit > 0 && experts > 0 && hit <= experts ? static_cast<double>(hit) / static_cast<double>(experts) : 1.0;
+}
 
 OpCost gemm1_cost(const Tensor& a, const Tensor& a_scales, const Tensor& w13, const Tensor& w13_scales,
-                  const Tensor& out, const Tensor& out_scales, int64_t moe_rows) {
+                  const Tensor& out, const Tensor& out_scales, int64_t moe_rows, double hit) {
   const double R = static_cast<double>(useful_rows(moe_rows, out.rows()));
   const double H = 2.0 * a.cols(), two_i = 4.0 * out.cols();
-  return OpCost{2.0 * R * two_i * H,
-                R * static_cast<double>(a.cols() + a_scales.cols()) + tb(w13) + tb(w13_scales) + tb(out) + tb(out_scales)};
+  return OpCost{2.0 * R * two_i * H, R * static_cast<double>(a.cols() + a_scales.cols()) +
+                                         hit * (tb(w13) + tb(w13_scales)) + tb(out) + tb(out_scales)};
 }
 
 OpCost gemm2_cost(const Tensor& h, const Tensor& h_scales, const Tensor& w2, const Tensor& w2_scales, const Tensor& out,
-                  int64_t moe_rows) {
+                  int64_t moe_rows, double hit) {
   const double R = static_cast<double>(useful_rows(moe_rows, out.rows()));
   const double I = 2.0 * h.cols(), H = static_cast<double>(out.cols());
   return OpCost{2.0 * R * H * I,
-                R * static_cast<double>(h.cols() + h_scales.cols()) + tb(w2) + tb(w2_scales) + tb(out)};
+                R * static_cast<double>(h.cols() + h_scales.cols()) + hit * (tb(w2) + tb(w2_scales)) + tb(out)};
 }
 
 }  // namespace
@@ -628,6 +635,18 @@ Status Backend::moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t
     return fail(op, "workspace", "hold at least moe_permute_workspace_bytes(T, k, E) = " + std::to_string(need) +
                                      " bytes (got " + std::to_string(have) + ")");
   moe_rows_ = T * k;
+  moe_hit_experts_ = moe_experts_ = 0;
+  if (op_timer_target() != nullptr && computes() && topk_ids.numel() > 0) {
+    // Op times only (eager runs): the hit experts, from a host copy of the ids taken outside any
+    // op's timer. Ids outside [0, E) route no row.
+    std::vector<int32_t> ids(static_cast<size_t>(topk_ids.numel()));
+    MOEPROF_RETURN_IF_ERROR(do_copy_to_host(topk_ids, ids.data()));
+    std::vector<char> hit(static_cast<size_t>(E), 0);
+    for (int32_t e : ids)
+      if (e >= 0 && e < E) hit[static_cast<size_t>(e)] = 1;
+    moe_hit_experts_ = std::count(hit.begin(), hit.end(), 1);
+    moe_experts_ = E;
+  }
   OpTimer timer(op_timer_target(), op, OpCost{0, tb(topk_ids) + tb(offsets) + tb(permuted_to_token) + tb(expanded_to_permuted)});
   return do_moe_permute(topk_ids, num_experts, tile, offsets, permuted_to_token, expanded_to_permuted, workspace);
 }
@@ -650,7 +669,8 @@ Status Backend::moe_gemm1_fp4(const Tensor& a, const Tensor& a_scales, float a_g
   MOEPROF_RETURN_IF_ERROR(need_aligned_rows(op, "w13", w13));
   MOEPROF_RETURN_IF_ERROR(need_shape(op, "w13_scales", w13_scales, DType::kE4M3, E * 2 * I, H / 16));
   MOEPROF_RETURN_IF_ERROR(need_vector(op, "w13_gs", w13_gs, DType::kF32, E));
-  OpTimer timer(op_timer_target(), op, gemm1_cost(a, a_scales, w13, w13_scales, out, out_scales, moe_rows_));
+  const double hit = moe_experts_ == E ? hit_share(moe_hit_experts_, moe_experts_) : 1.0;
+  OpTimer timer(op_timer_target(), op, gemm1_cost(a, a_scales, w13, w13_scales, out, out_scales, moe_rows_, hit));
   return do_moe_gemm1_fp4(a, a_scales, a_gs, w13, w13_scales, w13_gs, offsets, permuted_to_token, out_gs, out,
                           out_scales);
 }
@@ -674,7 +694,8 @@ Status Backend::moe_gemm2_fp4(const Tensor& h, const Tensor& h_scales, float h_g
   MOEPROF_RETURN_IF_ERROR(need_aligned_rows(op, "w2", w2));
   MOEPROF_RETURN_IF_ERROR(need_shape(op, "w2_scales", w2_scales, DType::kE4M3, E * H, I / 16));
   MOEPROF_RETURN_IF_ERROR(need_vector(op, "w2_gs", w2_gs, DType::kF32, E));
-  OpTimer timer(op_timer_target(), op, gemm2_cost(h, h_scales, w2, w2_scales, out, moe_rows_));
+  const double hit = moe_experts_ == E ? hit_share(moe_hit_experts_, moe_experts_) : 1.0;
+  OpTimer timer(op_timer_target(), op, gemm2_cost(h, h_scales, w2, w2_scales, out, moe_rows_, hit));
   return do_moe_gemm2_fp4(h, h_scales, h_gs, w2, w2_scales, w2_gs, offsets, permuted_to_token, out);
 }
 

@@ -96,6 +96,9 @@ Result<std::unique_ptr<DecodeGraphs>> DecodeGraphs::capture(Backend& backend, De
     backend.marker(scope, true);
     g->pool_.set_scope(scope);
     backend.set_graph_pool(&g->pool_);
+    // Captured ops run at replay, not now: op timing (--op-times) leaves the capture out (and
+    // must not copy to the host inside it).
+    Backend::OpProfilePause no_op_times(backend);
     Status st = backend.begin_capture();
     Result<StepOutputs> out = Status::run_failure("not run");
     if (st.is_ok()) {

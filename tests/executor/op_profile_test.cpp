@@ -170,3 +170,55 @@ TEST_CASE("op timing of a whole tiny forward matches the work implied by the con
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
 }
+
+TEST_CASE("op timing charges the expert GEMMs only the weights of the experts the routing hits", "[cpu][op_times]") {
+  auto b = make_cpu_backend();
+  // 9 tokens, top-2 of 13 experts, the ids drawn among experts {1, 4, 6, 11} (two distinct per token);
+  // H = 64, I = 32 (odd counts of everything else), tile 8.
+  const int64_t T = 9, k = 2, E = 13, H = 64, I = 32, tile = 8, P = T * k + E * (tile - 1);
+  const int32_t used[4] = {1, 4, 6, 11};
+  std::vector<int32_t> ids(T * k);
+  for (int64_t t = 0; t < T; ++t) {
+    ids[t * k] = used[t % 4];
+    ids[t * k + 1] = used[(t + 1 + t / 4) % 4];
+  }
+  Tensor topk = empty(*b, DType::kI32, T, k);
+  REQUIRE(b->copy_from_host(topk, ids.data()).is_ok());
+  Tensor offsets = empty(*b, DType::kI32, 1, E + 1), p2t = empty(*b, DType::kI32, 1, P), e2p = empty(*b, DType::kI32, 1, T * k);
+  Tensor ws;
+  if (size_t wb = b->moe_permute_workspace_bytes(T, k, E); wb > 0) ws = empty(*b, DType::kU8, 1, static_cast<int64_t>(wb));
+  Tensor a = empty(*b, DType::kFP4x2, T, H / 2), as = empty(*b, DType::kE4M3, T, H / 16);
+  Tensor w13 = empty(*b, DType::kFP4x2, E * 2 * I, H / 2), w13s = empty(*b, DType::kE4M3, E * 2 * I, H / 16);
+  Tensor w2 = empty(*b, DType::kFP4x2, E * H, I / 2), w2s = empty(*b, DType::kE4M3, E * H, I / 16);
+  Tensor gs1 = empty(*b, DType::kF32, 1, E), gs2 = empty(*b, DType::kF32, 1, E);
+  REQUIRE(b->init_bytes(a, 21).is_ok());
+  REQUIRE(b->init_e4m3(as, 22, 0.05f, 1.0f).is_ok());
+  REQUIRE(b->init_bytes(w13, 23).is_ok());
+  REQUIRE(b->init_e4m3(w13s, 24, 0.05f, 1.0f).is_ok());
+  REQUIRE(b->init_bytes(w2, 25).is_ok());
+  REQUIRE(b->init_e4m3(w2s, 26, 0.05f, 1.0f).is_ok());
+  REQUIRE(b->init_uniform(gs1, 27, 0.1f).is_ok());
+  REQUIRE(b->init_uniform(gs2, 28, 0.1f).is_ok());
+  Tensor h = empty(*b, DType::kFP4x2, P, I / 2), hs = empty(*b, DType::kE4M3, P, I / 16), out = empty(*b, DType::kBF16, P, H);
+  b->start_op_profile();
+  REQUIRE(b->moe_permute(topk, E, tile, offsets, p2t, e2p, ws).is_ok());
+  REQUIRE(b->moe_gemm1_fp4(a, as, 0.05f, w13, w13s, gs1, offsets, p2t, 0.02f, h, hs).is_ok());
+  REQUIRE(b->moe_gemm2_fp4(h, hs, 0.02f, w2, w2s, gs2, offsets, p2t, out).is_ok());
+  auto p = b->take_op_profile();
+  REQUIRE(p.is_ok());
+  const OpFamilyStats* g1 = family(*p, "moe_gemm1_fp4");
+  const OpFamilyStats* g2 = family(*p, "moe_gemm2_fp4");
+  REQUIRE(g1 != nullptr);
+  REQUIRE(g2 != nullptr);
+  const double R = static_cast<double>(T * k), share = 4.0 / 13.0;
+  CHECK(g1->bytes == Approx(R * (H / 2 + H / 16) + share * E * 2 * I * (H / 2 + H / 16) + P * (I / 2 + I / 16)).epsilon(1e-12));
+  CHECK(g2->bytes == Approx(R * (I / 2 + I / 16) + share * E * H * (I / 2 + I / 16) + P * H * 2).epsilon(1e-12));
+  CHECK(g1->flops == 2.0 * R * 2 * I * H);
+  // A permutation run while op times are off is not counted: every expert's weights.
+  REQUIRE(b->moe_permute(topk, E, tile, offsets, p2t, e2p, ws).is_ok());
+  b->start_op_profile();
+  REQUIRE(b->moe_gemm2_fp4(h, hs, 0.02f, w2, w2s, gs2, offsets, p2t, out).is_ok());
+  auto q = b->take_op_profile();
+  REQUIRE(q.is_ok());
+  CHECK(family(*q, "moe_gemm2_fp4")->bytes == Approx(R * (I / 2 + I / 16) + 1.0 * E * H * (I / 2 + I / 16) + P * H * 2).epsilon(1e-12));
+}
