@@ -139,7 +139,7 @@ OpCost attention_cost(int64_t T, int64_t heads, int64_t qk_dim, int64_t v_dim) {
 // reads only theirs must not be charged for the others (its time would fall below its floor).
 int64_t useful_rows(int64_t moe_rows, int64_t padded) { return moe_rows > 0 && moe_rows <= padded ? moe_rows : padded; }
 double hit_share(int64_t hit, int64_t experts) {
-  return hit > 0 && experts > 0 && hit <= experts ? static_cast<double>(hit) / static_cast<double>(experts) : 1.0;
+  return hit >= 0 && experts > 0 && hit <= experts ? static_cast<double>(hit) / static_cast<double>(experts) : 1.0;
 }
 
 OpCost gemm1_cost(const Tensor& a, const Tensor& a_scales, const Tensor& w13, const Tensor& w13_scales,
