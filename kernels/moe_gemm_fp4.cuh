@@ -41,8 +41,9 @@ enum class Fp4GemmPath : int {
   kAuto = 0, kLegacy = 1, kTiled = 2, kTiledSkip = 3, kTiledStaged = 4, kWgmma = 5, kWgmmaWs = 6, kWgmmaWs2 = 7,
   kWgmmaPersist = 8, kWgmmaPersistRA = 9, kWgmmaWsRs = 10, kSmallM = 11
 };
-// kSmallM (any compute capability 8.0+ device; K % 64 == 0, gemm1 I % 128 == 0, gemm2 H % 256 == 0,
-// 8-byte aligned A code rows, 4-byte aligned A scale rows; either weight layout): the decode form.
+// kSmallM (no sm_90a-only instruction: mma.sync and cp.async; run only on H100s so far; K % 64 == 0,
+// gemm1 I % 128 == 0, gemm2 H % 256 == 0, 8-byte aligned A code rows, 4-byte aligned A scale rows;
+// either weight layout): the decode form.
 // One 128-thread CTA per (expert, 256 weight rows) reads those rows once over all K and multiplies
 // them (mma.sync m16n8k16, the weights as the M side) by the expert's rows, 16 at a time, so a
 // segment of a few rows costs what its weights take to read (kernels/moe_gemm_fp4_small.cuh).
