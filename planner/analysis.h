@@ -118,6 +118,9 @@ struct DeviceAnalysis {
   std::vector<ScopeStat> scopes;                        // sorted by scope name
   uint64_t churn_bytes = 0, allocations = 0, frees = 0;
   uint64_t pool_reserved_peak_bytes = 0;  // max kPoolReserve bytes (summed over pools)
+  // The same per kind of pool (a kPoolReserve record's mem_kind: the kind of the tensors it holds;
+  // kStreamOrdered = cudaMallocAsync pools, kSymmetric = the NCCL symmetric pool).
+  std::array<uint64_t, kMaxMemKind + 1> pool_reserved_peak_by_kind{};
   uint64_t graph_mem_peak_bytes = 0;      // max kGraphMem bytes
   // Downsampled (timestamp_ns, live bytes) after events; at most AnalyzeOptions::timeline_points
   // points; each time bucket keeps its min and max sample, so the peak is always present.

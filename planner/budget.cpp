@@ -1,6 +1,7 @@
 #include "planner/budget.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 
 #include "core/checked.h"
@@ -37,7 +38,48 @@ std::string step_of(const std::string& scope) {
   return scope.substr(0, b == std::string::npos ? scope.size() : b);
 }
 
+// The largest kv_tokens, a whole number of pages and at least one, with
+// (kv_tokens + page) x cell + the request table at kv_tokens <= avail; 0 when none. The need
+// grows with kv_tokens, so a binary search over the pages finds it.
+uint64_t kv_capacity(const BudgetResult& b, i128 avail) {
+  const uint64_t cell = b.kv_bytes_per_token, p = b.page_size;
+  if (avail <= 0 || cell == 0 || p == 0) return 0;
+  auto fits = [&](uint64_t pages) {
+    const i128 k = static_cast<i128>(pages) * p;
+    return (k + p) * cell + static_cast<i128>(request_table_bytes_at(b, static_cast<uint64_t>(k))) <= avail;
+  };
+  uint64_t lo = 0, hi = static_cast<uint64_t>(avail / cell / p);  // lo fits (or is 0), hi + 1 does not
+  if (hi == 0 || !fits(1)) return 0;
+  lo = 1;
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo * p;
+}
+
+bool parse_extra_u64(const RunMeta& meta, const char* key, uint64_t* out, std::string* error) {
+  auto it = meta.extra.find(key);
+  if (it == meta.extra.end()) return false;
+  const std::string& v = it->second;
+  if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos) {
+    *error = std::string("the trace's ") + key + " is not a byte or token count: " + v;
+    return false;
+  }
+  *out = std::stoull(v);
+  return true;
+}
+
 }  // namespace
+
+uint64_t request_table_bytes_at(const BudgetResult& b, uint64_t kv_tokens) {
+  if (b.table_context_len <= 0) return b.table_fixed_bytes;
+  // executor/serving.cpp's rule (SGLang's ModelRunner), in the same double arithmetic.
+  const double f = static_cast<double>(kv_tokens) / static_cast<double>(b.table_context_len) * 512.0;
+  const int64_t rows = std::clamp<int64_t>(static_cast<int64_t>(f), 2048, 4096) + 1;
+  return static_cast<uint64_t>(rows) * b.table_row_bytes;
+}
 
 const std::vector<GpuSize>& known_gpus() {
   static const std::vector<GpuSize> gpus = {
@@ -76,13 +118,11 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
   if (!run.limit_error.empty()) return Status::bad_input(run.limit_error);
   if (opt.gpu_memory_bytes == 0 || opt.gpu_memory_bytes > static_cast<uint64_t>(INT64_MAX))
     return Status::bad_input("the device size must be 1 to 2^63-1 bytes");
-  if (opt.page_size == 0) return Status::bad_input("--page-size must be at least 1");
   if (opt.granularity == 0) return Status::bad_input("--granularity must be at least 1");
   if (run.devices.empty()) return Status::bad_input("the trace has no allocation: there is nothing to budget");
   if (!has_every_lifetime(run)) return Status::bad_input("the budget needs every allocation (analyse with keep_lifetimes)");
   BudgetResult b;
   b.gpu_memory_bytes = opt.gpu_memory_bytes;
-  b.page_size = opt.page_size;
 
   // Per device: the fixed needs; the device with the largest is the one budgeted.
   struct Needs {
@@ -98,14 +138,21 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
     const auto& at = d.live_at_activation_peak;
     n.activation = at[Category::kActivation] + at[Category::kUnknown];
     n.workspace = at[Category::kWorkspace] + at[Category::kCommunication];
-    uint64_t symmetric = 0;
+    // Each kind of pool (kPoolReserve records) holds the tensors of its kind: what it reserved at
+    // most, less its tensors live at the activation peak, is reserved beyond them. Symmetric
+    // tensors without a symmetric pool (emulated) come from the stream-ordered pool.
+    const auto& by_kind = d.pool_reserved_peak_by_kind;
+    const bool symm_pool = by_kind[static_cast<size_t>(MemKind::kSymmetric)] > 0;
+    std::array<uint64_t, kMaxMemKind + 1> pooled{};
     for (const auto& l : run.lifetimes) {
       if (l.device != d.device || !live_at(l, d.peak_activation_index) || d.peak_activation_bytes == 0) continue;
-      if (l.mem_kind == MemKind::kSymmetric) symmetric += l.bytes;
+      const MemKind k = l.mem_kind == MemKind::kSymmetric && !symm_pool ? MemKind::kStreamOrdered : l.mem_kind;
+      if (static_cast<uint8_t>(k) <= kMaxMemKind) pooled[static_cast<size_t>(k)] += l.bytes;
       if (l.category != Category::kKvCache && opt.granularity > 1)
         n.rounding += (l.bytes + opt.granularity - 1) / opt.granularity * opt.granularity - l.bytes;
     }
-    n.reserved_unused = d.pool_reserved_peak_bytes > symmetric ? d.pool_reserved_peak_bytes - symmetric : 0;
+    for (size_t k = 0; k < by_kind.size(); ++k)
+      if (by_kind[k] > pooled[k]) n.reserved_unused += by_kind[k] - pooled[k];
     if (best == nullptr || n.total() > bn.total()) {
       best = &d;
       bn = n;
@@ -121,34 +168,80 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
   b.activation_peak_bytes = bn.activation + bn.workspace;
   b.trace_kv_cache_bytes = d.peak_by_category[Category::kKvCache];
 
-  // Bytes per KV token: given, or the trace's KV cache over its tokens.
+  // The pool and the request table of a serving run (the flat keys executor/run.cpp writes), else
+  // the trace's KV cache over its tokens; the bytes per KV token given, or from either.
+  std::string bad;
+  uint64_t pool_tokens = 0, pool_bytes = 0, trace_page = 0, table_bytes = 0, table_row = 0, context_len = 0;
+  const bool serving = parse_extra_u64(run.meta, "kv_pool_tokens", &pool_tokens, &bad) &&
+                       parse_extra_u64(run.meta, "kv_pool_bytes", &pool_bytes, &bad);
+  if (!bad.empty()) return Status::bad_input(bad);
+  b.page_size = opt.page_size;
+  uint64_t trace_cell = 0;
+  std::string trace_cost_source;
+  if (serving) {
+    if (!parse_extra_u64(run.meta, "kv_page_size", &trace_page, &bad) || !parse_extra_u64(run.meta, "req_to_token_bytes", &table_bytes, &bad) ||
+        !parse_extra_u64(run.meta, "req_to_token_row_bytes", &table_row, &bad) || !parse_extra_u64(run.meta, "context_len", &context_len, &bad))
+      return Status::bad_input(bad.empty() ? std::string("the serving trace lacks its page size, request table or context length (kv_page_size, "
+                                                         "req_to_token_bytes, req_to_token_row_bytes, context_len)")
+                                           : bad);
+    const uint64_t rows = pool_tokens + trace_page;
+    if (trace_page == 0 || pool_bytes == 0 || pool_bytes % rows != 0)
+      return Status::bad_input("the trace's KV pool (" + with_commas(pool_bytes) + " B) is not a whole number of bytes per row for " +
+                               with_commas(pool_tokens) + " tokens + " + with_commas(trace_page) + " padding rows");
+    if (b.trace_kv_cache_bytes != pool_bytes + table_bytes)
+      return Status::bad_input("the trace's KV cache high-water (" + with_commas(b.trace_kv_cache_bytes) + " B) is not its pool's " +
+                               with_commas(pool_bytes) + " B plus its request table's " + with_commas(table_bytes) + " B");
+    trace_cell = pool_bytes / rows;
+    trace_cost_source = "the trace's pool: " + with_commas(pool_bytes) + " B / (" + with_commas(pool_tokens) + " tokens + " +
+                        with_commas(trace_page) + " padding)";
+    if (b.page_size == 0) b.page_size = trace_page;
+    std::string rule;
+    auto it = run.meta.extra.find("max_running_requests_rule");
+    if (it != run.meta.extra.end()) rule = it->second;
+    if (rule == "sglang") {
+      b.table_context_len = static_cast<int64_t>(context_len);
+      b.table_row_bytes = table_row;
+      if (context_len == 0 || table_row == 0 || table_bytes % table_row != 0)
+        return Status::bad_input("the trace's request table (" + with_commas(table_bytes) + " B) is not whole rows of " + with_commas(table_row) + " B");
+    } else if (rule == "given") {
+      b.table_fixed_bytes = table_bytes;
+    } else {
+      return Status::bad_input("the trace's max_running_requests_rule is " + (rule.empty() ? std::string("missing") : rule) +
+                               " (given or sglang)");
+    }
+  } else {
+    int64_t tokens = run.meta.tokens;
+    std::string what = "tokens";
+    auto it = run.meta.extra.find("kv_tokens");
+    if (it != run.meta.extra.end()) {
+      try {
+        tokens = std::stoll(it->second);
+        what = "kv_tokens";
+      } catch (...) {
+        return Status::bad_input("the trace's kv_tokens is not a number: " + it->second);
+      }
+    }
+    if (b.trace_kv_cache_bytes > 0 && tokens > 0 && b.trace_kv_cache_bytes % static_cast<uint64_t>(tokens) == 0) {
+      trace_cell = b.trace_kv_cache_bytes / static_cast<uint64_t>(tokens);
+      trace_cost_source = "the trace: " + with_commas(b.trace_kv_cache_bytes) + " B of KV cache / " + with_commas(static_cast<uint64_t>(tokens)) +
+                          " " + what;
+    } else if (opt.kv_bytes_per_token == 0) {
+      if (b.trace_kv_cache_bytes == 0 || tokens <= 0)
+        return Status::bad_input("the trace holds no KV cache with a token count: give --kv-bytes-per-token");
+      return Status::bad_input("the trace's KV cache (" + with_commas(b.trace_kv_cache_bytes) + " B) is not a whole number of bytes per token for " +
+                               with_commas(static_cast<uint64_t>(tokens)) + " tokens: give --kv-bytes-per-token");
+    }
+  }
+  if (b.page_size == 0) b.page_size = 1;
+  b.trace_kv_bytes_per_token = trace_cell;
   if (opt.kv_bytes_per_token > 0) {
     b.kv_bytes_per_token = opt.kv_bytes_per_token;
     b.kv_cost_source = opt.kv_cost_source;
   } else {
-    int64_t tokens = run.meta.tokens;
-    std::string what = "tokens";
-    for (const char* key : {"kv_pool_tokens", "kv_tokens"}) {
-      auto it = run.meta.extra.find(key);
-      if (it == run.meta.extra.end()) continue;
-      try {
-        tokens = std::stoll(it->second);
-        what = key;
-      } catch (...) {
-        return Status::bad_input(std::string("the trace's ") + key + " is not a number: " + it->second);
-      }
-      break;
-    }
-    if (b.trace_kv_cache_bytes == 0 || tokens <= 0)
-      return Status::bad_input("the trace holds no KV cache with a token count: give --kv-bytes-per-token");
-    if (b.trace_kv_cache_bytes % static_cast<uint64_t>(tokens) != 0)
-      return Status::bad_input("the trace's KV cache (" + with_commas(b.trace_kv_cache_bytes) + " B) is not a whole number of bytes per token for " +
-                               with_commas(static_cast<uint64_t>(tokens)) + " tokens: give --kv-bytes-per-token");
-    b.kv_bytes_per_token = b.trace_kv_cache_bytes / static_cast<uint64_t>(tokens);
-    b.kv_cost_source = "the trace: " + with_commas(b.trace_kv_cache_bytes) + " B of KV cache / " + with_commas(static_cast<uint64_t>(tokens)) + " " +
-                       what;
+    b.kv_bytes_per_token = trace_cell;
+    b.kv_cost_source = trace_cost_source;
   }
-  const uint64_t cell = b.kv_bytes_per_token, p = opt.page_size;
+  const uint64_t cell = b.kv_bytes_per_token, p = b.page_size;
 
   // Routing skew: a runner that sizes its padded rows by the routing (moe_rows = routed) must have
   // room for the worst routing, whatever routing the run met (executor/run.cpp's routing.* keys).
@@ -169,12 +262,18 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
     b.routing_reserve_bytes = v > b.activation_peak_bytes ? v - b.activation_peak_bytes : 0;
   }
 
+  // What the device used beyond the trace's allocations (the CUDA backend's own measurement: the
+  // CUDA context, kernel modules, libraries' state, the driver's rounding), at most.
+  if (!parse_extra_u64(run.meta, "cuda.untraced_peak_bytes", &b.untraced_bytes, &bad) && !bad.empty()) return Status::bad_input(bad);
+  b.untraced_measured = run.meta.extra.count("cuda.untraced_peak_bytes") > 0;
+
   // The fixed needs, then the pool: (N + p) x cell <= what is left, N a multiple of p.
   uint64_t fixed = 0;
-  for (uint64_t v : {bn.weights, bn.activation, bn.workspace, bn.graph, b.rest_bytes, opt.margin_bytes, b.routing_reserve_bytes})
+  for (uint64_t v : {bn.weights, bn.activation, bn.workspace, bn.graph, b.rest_bytes, b.untraced_bytes, opt.margin_bytes, b.routing_reserve_bytes})
     if (!add_bytes(fixed, v)) return Status::bad_input("the budget's components add up to more than 2^63-1 bytes");
   const uint64_t G = opt.gpu_memory_bytes;
-  const i128 one_page = static_cast<i128>(2 * p) * cell;  // p usable tokens + p padding rows
+  // One page of usable tokens, its padding page, and the request table at that size.
+  const i128 one_page = static_cast<i128>(2 * p) * cell + request_table_bytes_at(b, p);
   int64_t free_bytes = 0;
   if (fixed > G) {
     b.fits = false;
@@ -182,19 +281,22 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
     free_bytes = -static_cast<int64_t>(fixed - G);
   } else {
     b.available_for_kv_bytes = G - fixed;
-    const uint64_t slots = b.available_for_kv_bytes / cell;
-    if (slots < 2 * p) {
+    b.kv_tokens = kv_capacity(b, b.available_for_kv_bytes);
+    if (b.kv_tokens == 0) {
       b.fits = false;
       b.shortfall_bytes = static_cast<uint64_t>(one_page - static_cast<i128>(b.available_for_kv_bytes));
       free_bytes = static_cast<int64_t>(b.available_for_kv_bytes);
     } else {
       b.fits = true;
-      b.kv_tokens = (slots - p) / p * p;
       b.kv_pool_bytes = (b.kv_tokens + p) * cell;
-      free_bytes = static_cast<int64_t>(b.available_for_kv_bytes - b.kv_pool_bytes);
+      b.request_table_bytes = request_table_bytes_at(b, b.kv_tokens);
+      free_bytes = static_cast<int64_t>(b.available_for_kv_bytes - b.kv_pool_bytes - b.request_table_bytes);
     }
   }
-  b.request_tokens = opt.request_tokens > 0 ? opt.request_tokens : static_cast<uint64_t>(std::max<int64_t>(run.meta.tokens, 0));
+  // A request's tokens: given, else a serving run's largest request, else the prefill's tokens.
+  uint64_t longest = 0;
+  if (!parse_extra_u64(run.meta, "request_kv_tokens_max", &longest, &bad) && !bad.empty()) return Status::bad_input(bad);
+  b.request_tokens = opt.request_tokens > 0 ? opt.request_tokens : longest > 0 ? longest : static_cast<uint64_t>(std::max<int64_t>(run.meta.tokens, 0));
   b.requests = requests_for(b, b.kv_tokens);
 
   // The worst step and what is live there.
@@ -217,6 +319,13 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
        b.fits ? with_commas(b.kv_tokens) + " tokens + " + with_commas(p) + " padding token(s) (SGLang's MLA pool: size + page_size rows per layer) x " +
                     with_commas(cell) + " B"
               : "no page of KV fits");
+  const bool has_table = serving;
+  comp("request_table", static_cast<int64_t>(b.request_table_bytes),
+       !has_table ? "none: a trace of one prefill has no request table"
+       : b.table_context_len > 0
+           ? "SGLang's req_to_token pool: (clamp(kv_tokens / " + with_commas(static_cast<uint64_t>(b.table_context_len)) +
+                 " x 512, 2048, 4096) + 1) rows x " + with_commas(b.table_row_bytes) + " B, its rows follow the pool"
+           : "SGLang's req_to_token pool as the run sized it (--max-running-requests)");
   comp("activation_peak", static_cast<int64_t>(bn.activation),
        "activation bytes live at the peak of " + step_text + (peak_scope.empty() ? "" : ", made by " + peak_scope));
   if (b.moe_rows == "routed")
@@ -229,21 +338,22 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
   comp("allocator_rest", static_cast<int64_t>(b.rest_bytes),
        "pools reserved beyond their tensors " + with_commas(bn.reserved_unused) + " B; rounding to " + with_commas(opt.granularity) + " B " +
            with_commas(bn.rounding) + " B");
+  comp("untraced", static_cast<int64_t>(b.untraced_bytes),
+       b.untraced_measured ? "the device's memory in use beyond the traced allocations, at most (the CUDA context, kernel modules, "
+                             "libraries, the driver's rounding), as the CUDA backend measured it"
+                           : "not measured (not the CUDA backend's trace): put the CUDA context and the like in --margin");
   comp("margin", static_cast<int64_t>(opt.margin_bytes), opt.margin_bytes ? "asked for (--margin)" : "none: the capacity is exact");
-  comp("free", free_bytes, b.fits ? "less than one page of KV" : "negative: the fixed needs exceed the device");
+  comp("free", free_bytes, b.fits ? "less than one more page of KV needs" : "negative: the fixed needs exceed the device");
   return b;
 }
 
 uint64_t kv_tokens_with_peak(const BudgetResult& b, uint64_t activation_peak_bytes) {
-  const i128 fixed = static_cast<i128>(b.weights_bytes) + b.graph_bytes + b.rest_bytes + activation_peak_bytes + b.routing_reserve_bytes;
+  const i128 fixed = static_cast<i128>(b.weights_bytes) + b.graph_bytes + b.rest_bytes + b.untraced_bytes + activation_peak_bytes +
+                    b.routing_reserve_bytes;
   i128 margin = 0;
   for (const auto& c : b.components)
     if (c.name == "margin") margin = c.bytes;
-  const i128 avail = static_cast<i128>(b.gpu_memory_bytes) - fixed - margin;
-  if (avail <= 0 || b.kv_bytes_per_token == 0) return 0;
-  const uint64_t slots = static_cast<uint64_t>(avail / b.kv_bytes_per_token), p = b.page_size;
-  if (slots < 2 * p) return 0;
-  return (slots - p) / p * p;
+  return kv_capacity(b, static_cast<i128>(b.gpu_memory_bytes) - fixed - margin);
 }
 
 uint64_t requests_for(const BudgetResult& b, uint64_t kv_tokens) {

@@ -7,6 +7,9 @@
 //   weights          the weights category's high-water mark
 //   kv_pool          (kv_tokens + page_size) x bytes per token: SGLang's MLA pool holds one page
 //                    of padding rows beside the kv_tokens it hands out
+//   request_table    a serving run's request table (SGLang's req_to_token pool, i32
+//                    [max_running_requests + 1, context_len + 4]); its rows follow kv_tokens under
+//                    SGLang's rule unless the run gave --max-running-requests. 0 for one prefill
 //   activation_peak  activation + unknown bytes live at the activation peak (the worst step)
 //   routing_worst    only for a run whose MoE runner sized its padded rows by the routing
 //                    (meta.extra moe_rows = routed): what the activation peak grows by when every
@@ -18,6 +21,9 @@
 //                    NCCL buffers)
 //   allocator_rest   pools reserved beyond the tensors in them, and the rounding of every live
 //                    allocation up to BudgetOptions::granularity
+//   untraced         the device memory in use beyond the traced allocations, at most, where the
+//                    trace measured it (the CUDA backend's cuda.untraced_peak_bytes: the CUDA
+//                    context, kernel modules, libraries' state, the driver's rounding); else 0
 //   margin           BudgetOptions::margin_bytes (none by default: the capacity is exact)
 //   free             what is left: less than one page of KV (negative when nothing fits)
 // The trace's own KV cache (a prefill's [T, kv] per layer, or a serving run's pool) is replaced by
@@ -48,7 +54,7 @@ struct BudgetOptions {
   uint64_t gpu_memory_bytes = 0;
   uint64_t kv_bytes_per_token = 0;  // 0: the trace's KV cache bytes / its tokens (must divide exactly)
   std::string kv_cost_source = "given";  // where a given kv_bytes_per_token comes from
-  uint64_t page_size = 1;           // tokens per KV page (SGLang's --page-size)
+  uint64_t page_size = 0;           // tokens per KV page (SGLang's --page-size); 0: the serving run's, else 1
   uint64_t request_tokens = 0;      // tokens of one request; 0: the trace's tokens
   uint64_t margin_bytes = 0;
   uint64_t granularity = 1;         // an allocator's rounding of each live allocation (1 = none)
@@ -68,13 +74,21 @@ struct BudgetResult {
   bool fits = false;                        // at least one page of KV fits
   uint64_t shortfall_bytes = 0;             // when not: what is missing for one page
   uint64_t weights_bytes = 0, activation_bytes = 0, workspace_bytes = 0, graph_bytes = 0, rest_bytes = 0;
+  uint64_t untraced_bytes = 0;               // the untraced component
+  bool untraced_measured = false;            // the trace carries the CUDA backend's measurement
   uint64_t available_for_kv_bytes = 0;      // device - everything but the pool and free (0 when negative)
   uint64_t kv_bytes_per_token = 0;
+  uint64_t trace_kv_bytes_per_token = 0;    // the trace's own: its pool (or KV cache) over its tokens; 0 when not whole
   std::string kv_cost_source;
   uint64_t page_size = 1;
   uint64_t kv_tokens = 0, kv_pool_bytes = 0;
   uint64_t request_tokens = 0, requests = 0;
   uint64_t trace_kv_cache_bytes = 0;        // the KV cache the trace itself holds
+  // The request table of a serving run (0 for a trace of one prefill): its bytes at kv_tokens.
+  // With table_context_len > 0 its rows follow SGLang's rule, clamp(int(kv_tokens / context_len
+  // x 512), 2048, 4096) + 1, of table_row_bytes each; otherwise it is table_fixed_bytes.
+  uint64_t request_table_bytes = 0, table_row_bytes = 0, table_fixed_bytes = 0;
+  int64_t table_context_len = 0;
   // The worst step: the step scope of the allocation that makes the activation peak
   // ("step.N/prefill"), or "prefill" for a trace of one prefill; what is live there.
   std::string worst_step;
@@ -96,6 +110,8 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
 // routing reserve included), and the activation peak is `activation_peak_bytes` (activation +
 // workspaces): what a mode or a fix buys. 0 when no page fits.
 uint64_t kv_tokens_with_peak(const BudgetResult& b, uint64_t activation_peak_bytes);
+// The request table's bytes when the pool holds kv_tokens (BudgetResult's table fields).
+uint64_t request_table_bytes_at(const BudgetResult& b, uint64_t kv_tokens);
 uint64_t requests_for(const BudgetResult& b, uint64_t kv_tokens);
 
 // The shortest decimal in [lo_num / den, hi_num / den) (hi excluded), at most 12 digits after the

@@ -289,22 +289,26 @@ void Replayer::on_use(DeviceState& d, const TraceRecord& r, uint32_t pos) {
 }
 
 void Replayer::on_pool(DeviceState& d, const TraceRecord& r) {
-  uint64_t sum = 0;
-  bool found = false, ok = true;
+  bool found = false;
   for (auto& p : d.pools) {
-    if (p.first == r.address) {
-      p.second = r.bytes;
+    if (p.address == r.address) {
+      p.reserved = r.bytes;
       found = true;
     }
-    ok = add_bytes(sum, p.second) && ok;
   }
-  if (!found) {
-    d.pools.emplace_back(r.address, r.bytes);
-    ok = add_bytes(sum, r.bytes) && ok;
+  const auto kind = static_cast<uint8_t>(r.mem_kind) <= kMaxMemKind ? r.mem_kind : MemKind::kOther;
+  if (!found) d.pools.push_back({r.address, r.bytes, kind});
+  uint64_t sum = 0, kind_sum = 0;
+  bool ok = true;
+  for (const auto& p : d.pools) {
+    ok = add_bytes(sum, p.reserved) && ok;
+    if (p.kind == kind) ok = add_bytes(kind_sum, p.reserved) && ok;
   }
   if (!ok && limit_error_.empty())
     limit_error_ = "the memory pools of device " + std::to_string(r.device) + " reserve more than 2^63-1 bytes: not a recording of real memory";
   d.out.pool_reserved_peak_bytes = std::max(d.out.pool_reserved_peak_bytes, sum);
+  uint64_t& kp = d.out.pool_reserved_peak_by_kind[static_cast<size_t>(kind)];
+  kp = std::max(kp, kind_sum);
 }
 
 RunAnalysis analyze(const Trace& trace, const AnalyzeOptions& opt) {

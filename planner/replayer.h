@@ -42,7 +42,11 @@ struct DeviceState {
   uint64_t live_total = 0, live_act = 0;
   CategoryBytes live_cat;
   std::vector<Lifetime> kept;                         // freed, live at the current activation peak
-  std::vector<std::pair<uint64_t, uint64_t>> pools;  // (pool address, reserved)
+  struct Pool {
+    uint64_t address = 0, reserved = 0;
+    MemKind kind = MemKind::kOther;  // the kind of the tensors it holds (kStreamOrdered: cudaMallocAsync)
+  };
+  std::vector<Pool> pools;
   Timeline tl_total, tl_act;
   uint32_t last_scope = UINT32_MAX, last_chain = 0;  // the device's last (scope id, chain index)
 };

@@ -60,6 +60,13 @@ Status CuptiTracer::flush() {
   return s->writer->flush();
 }
 
+void CuptiTracer::add_meta_extra(const std::map<std::string, std::string>& extra) {
+  auto* s = static_cast<Session*>(session_);
+  std::lock_guard<std::mutex> lock(s->writer_mu);
+  if (s->closed) return;
+  for (const auto& [k, v] : extra) s->meta.extra.emplace(k, v);
+}
+
 uint64_t CuptiTracer::dropped() const { return static_cast<Session*>(session_)->dropped.load(); }
 
 TracerStats CuptiTracer::stats() const {

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -86,6 +87,10 @@ class CuptiTracer {
   Status stop();
   // Flushes completed CUPTI buffers and the writer without closing (the trace stays readable).
   Status flush();
+  // Adds the keys of `extra` that the trace's metadata lacks (the tracer's own keys win); written
+  // with the META frame at stop(). The executor passes its run's figures this way (the serving
+  // pool and request table that moeprof budget reads), so its CUPTI trace plugs in as its own does.
+  void add_meta_extra(const std::map<std::string, std::string>& extra);
   uint64_t dropped() const;
   TracerStats stats() const;
   const std::string& path() const { return path_; }

@@ -26,6 +26,8 @@ ordered_json budget_json(const BudgetReportInput& in) {
   j["gpu_name"] = in.gpu_name;
   j["run"] = {{"trace", in.traces.at(0)}, {"name", in.run_names.at(0)}, {"model", run.meta.model}, {"mode", run.meta.mode},
               {"backend", run.meta.backend}, {"tokens", run.meta.tokens}, {"tp_size", run.meta.tp_size}, {"device", b.device}};
+  auto wl = run.meta.extra.find("serving_workload");
+  j["run"]["workload"] = wl == run.meta.extra.end() ? std::string() : wl->second;
   ordered_json comps = ordered_json::array();
   int64_t sum = 0;
   for (const auto& c : b.components) {
@@ -42,6 +44,7 @@ ordered_json budget_json(const BudgetReportInput& in) {
   j["page_size"] = b.page_size;
   j["kv_tokens"] = b.kv_tokens;
   j["kv_pool_bytes"] = b.kv_pool_bytes;
+  j["request_table_bytes"] = b.request_table_bytes;
   j["request_tokens"] = b.request_tokens;
   j["requests"] = b.requests;
   j["trace_kv_cache_bytes"] = b.trace_kv_cache_bytes;
@@ -122,11 +125,17 @@ std::string comp_bytes(int64_t v) {
 
 }  // namespace
 
+// "16,384 tokens" for one prefill, "workload W" for a serving run.
+static std::string run_what(const ordered_json& r) {
+  return json_str(r, "workload").empty() ? with_commas(json_i64(r, "tokens")) + " tokens" : "workload " + json_str(r, "workload");
+}
+
 std::string budget_text(const ordered_json& j) {
   std::string out;
   const auto& r = j["run"];
-  out += fmt::format("moeprof budget: {} {} ({}, TP={}, {} tokens, device {}) on {}{}\n", json_str(r, "model"), json_str(r, "mode"),
-                     json_str(r, "backend"), json_i64(r, "tp_size"), with_commas(json_i64(r, "tokens")), json_i64(r, "device"),
+  const std::string what = run_what(r);
+  out += fmt::format("moeprof budget: {} {} ({}, TP={}, {}, device {}) on {}{}\n", json_str(r, "model"), json_str(r, "mode"),
+                     json_str(r, "backend"), json_i64(r, "tp_size"), what, json_i64(r, "device"),
                      format_exact_bytes(json_u64(j, "gpu_memory_bytes")),
                      json_str(j, "gpu_name").empty() ? "" : " (" + json_str(j, "gpu_name") + ")");
   out += "\ncomponents (they sum to the device):\n";
@@ -180,8 +189,8 @@ std::string budget_text(const ordered_json& j) {
 std::string budget_markdown(const ordered_json& j) {
   std::string out = "# Memory budget (moeprof budget)\n\n";
   const auto& r = j["run"];
-  out += fmt::format("{} {} ({}, TP={}, {} tokens, device {}) on a device of {}{}.\n\n", md_cell(json_str(r, "model")), json_str(r, "mode"),
-                     json_str(r, "backend"), json_i64(r, "tp_size"), with_commas(json_i64(r, "tokens")), json_i64(r, "device"),
+  out += fmt::format("{} {} ({}, TP={}, {}, device {}) on a device of {}{}.\n\n", md_cell(json_str(r, "model")), json_str(r, "mode"),
+                     json_str(r, "backend"), json_i64(r, "tp_size"), md_cell(run_what(r)), json_i64(r, "device"),
                      format_exact_bytes(json_u64(j, "gpu_memory_bytes")), json_str(j, "gpu_name").empty() ? "" : " (" + json_str(j, "gpu_name") + ")");
   out += "| component | bytes | what |\n|---|---:|---|\n";
   for (const auto& c : j["components"])
@@ -219,13 +228,13 @@ std::string budget_html(const ordered_json& j) {
                     "<title>moeprof memory budget</title>\n<style>";
   out += html_asset("page.css");
   out += ".bar{display:flex;height:34px;border-radius:6px;overflow:hidden;margin:8px 0}.bar div{min-width:1px}"
-         ".c-weights{background:#6b7a90}.c-kv_pool{background:#2f6fde}.c-activation_peak{background:#b3261e}.c-routing_worst{background:#e3736b}.c-graph_pool{background:#8e44ad}"
-         ".c-workspaces{background:#e08a1e}.c-allocator_rest{background:#9aa3b2}.c-margin{background:#f0c27b}.c-free{background:#dde1e8}</style></head>"
+         ".c-weights{background:#6b7a90}.c-kv_pool{background:#2f6fde}.c-request_table{background:#7fa6ee}.c-activation_peak{background:#b3261e}.c-routing_worst{background:#e3736b}.c-graph_pool{background:#8e44ad}"
+         ".c-workspaces{background:#e08a1e}.c-allocator_rest{background:#9aa3b2}.c-untraced{background:#5d6d7e}.c-margin{background:#f0c27b}.c-free{background:#dde1e8}</style></head>"
          "<body><main>\n<h1>moeprof memory budget</h1>\n";
   const auto& r = j["run"];
-  out += fmt::format("<div class=\"sub\">{} &middot; {} {} ({}, TP={}, {} tokens, device {}) on {}{}</div>\n", h(json_str(j, "generator")),
+  out += fmt::format("<div class=\"sub\">{} &middot; {} {} ({}, TP={}, {}, device {}) on {}{}</div>\n", h(json_str(j, "generator")),
                      h(json_str(r, "model")), h(json_str(r, "mode")), h(json_str(r, "backend")), json_i64(r, "tp_size"),
-                     with_commas(json_i64(r, "tokens")), json_i64(r, "device"), format_exact_bytes(json_u64(j, "gpu_memory_bytes")),
+                     h(run_what(r)), json_i64(r, "device"), format_exact_bytes(json_u64(j, "gpu_memory_bytes")),
                      json_str(j, "gpu_name").empty() ? "" : " (" + h(json_str(j, "gpu_name")) + ")");
   out += "<section id=\"budget\"><h2>Every byte of the device</h2>\n";
   if (!j["fits"].get<bool>())

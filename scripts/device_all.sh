@@ -6,7 +6,7 @@
 # is printed last and saved as $OUT/summary.txt.
 #   usage: OUT=dir scripts/device_all.sh [steps...]
 #          (steps: ops model seed trace bench seed-nocupti ncu models oom hf snapshot sanitizer gemm-sanitizer
-#           tp2 symm serving decode-profile moe-decode sizelaw routing ep)
+#           tp2 symm serving decode-profile moe-decode sizelaw routing ep budget-edge)
 set -u
 B=${B:-build-gpu}
 OUT=${OUT:-$PWD/device-logs}
@@ -371,6 +371,40 @@ PY
       else
         row sizelaw SKIP "no transformers"
       fi ;;
+    budget-edge)
+      # Issue 37: the budget's edge on this GPU. A CUPTI-traced serving run (Kimi-K2.5 TP=4 rank
+      # shapes, the weights the device holds, a small pool) gives the trace; moeprof budget sizes the
+      # pool for this device (--gpu-memory: the driver's total; the trace's own measurement of the
+      # memory beyond its allocations, the CUDA context among it, is its `untraced` component).
+      # Untraced runs then take the pool at the capacity K (must complete) and at K x 1.01 (must
+      # fail with exit 3); K x 0.99 runs only if K fails.
+      BE="--backend cuda --model kimi-k2.5 --tp 4 --workload synthetic:16,512,32,7 --chunked-prefill-size 4096 --cuda-graph-max-bs 16 --mode baseline --quiet"
+      step be_trace 300 "$B/src/cli/moeprof" run $BE --kv-tokens 65536 --out "$L/be0"
+      rc=$?
+      read -r total margin < <(python3 -c "
+import json,sys; s=json.load(open('$L/be0/report.json'))['runs'][0]['serving']
+print(s['memory']['device_bytes'], s['memory']['device_bytes'] - s['pool_sizing']['free_before_weights_bytes'])" 2>/dev/null)
+      if [ $rc -ne 0 ] || [ -z "${total:-}" ]; then row budget_edge FAIL "the traced run: exit $rc"; continue; fi
+      "$B/src/cli/moeprof" budget "$L/be0/baseline.mtrace" --gpu-memory "$total" --fixes 0 --json > "$L/be_budget.json" 2> "$L/be_budget.err"
+      "$B/src/cli/moeprof" budget "$L/be0/baseline.mtrace" --gpu-memory "$total" --fixes 0 > "$L/be_budget.txt" 2>&1
+      cp "$L/be_budget.json" "$L/be_budget.txt" "$L/be_trace.log" "$OUT/" 2>/dev/null
+      K=$(python3 -c "import json; print(json.load(open('$L/be_budget.json'))['kv_tokens'])" 2>/dev/null)
+      if [ -z "$K" ]; then row budget_edge FAIL "budget: $(head -c 200 "$L/be_budget.err")"; continue; fi
+      # The same budget from CUPTI's trace of that run (its pool records, the driver's sizes).
+      "$B/src/cli/moeprof" budget "$L/be0/baseline.cupti.mtrace" --gpu-memory "$total" --fixes 0 --json > "$L/be_budget_cupti.json" 2> "$L/be_budget_cupti.err"
+      cp "$L/be_budget_cupti.json" "$L/be_budget_cupti.err" "$OUT/" 2>/dev/null
+      Kc=$(python3 -c "import json; print(json.load(open('$L/be_budget_cupti.json'))['kv_tokens'])" 2>/dev/null)
+      rest=$(python3 -c "import json; c={c['name']: c['bytes'] for c in json.load(open('$L/be_budget.json'))['components']}; print(c['allocator_rest'], 'B, untraced', c['untraced'])" 2>/dev/null)
+      K101=$(( K + (K + 99) / 100 )); K99=$(( K - K / 100 ))
+      step be_at 300 "$B/src/cli/moeprof" run $BE --no-cupti --kv-tokens "$K" --out "$L/be_at"; rat=$?
+      step be_over 300 "$B/src/cli/moeprof" run $BE --no-cupti --kv-tokens "$K101" --out "$L/be_over"; rover=$?
+      r99=-
+      if [ $rat -ne 0 ]; then step be_under 300 "$B/src/cli/moeprof" run $BE --no-cupti --kv-tokens "$K99" --out "$L/be_under"; r99=$?; fi
+      cp "$L/be_at.log" "$L/be_over.log" "$L/be_under.log" "$OUT/" 2>/dev/null
+      cp "$L/be_at/report.json" "$OUT/be_at-report.json" 2>/dev/null
+      ok=FAIL; [ $rat -eq 0 ] && [ $rover -eq 3 ] && ok=PASS
+      row budget_edge "$ok" "device $total B (in use before the run $margin B), allocator_rest $rest B, K=$K (CUPTI trace: ${Kc:-?}): exit $rat; K+1% ($K101): exit $rover; K-1%: $r99; $(grep -m1 -o 'out of GPU memory[^)]*)' "$L/be_over.log" | head -c 160)"
+      ;;
     oom)
       # Per-layer Kimi-K2.5 weights need ~150 GB: the run must fail with exit 3 and one line, and
       # the trace written up to the failure must still read back.

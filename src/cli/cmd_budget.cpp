@@ -11,6 +11,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/run_routing.h"
+#include "cli/run_serving.h"
 #include "core/status.h"
 #include "executor/backends.h"
 #include "executor/run.h"
@@ -27,15 +28,16 @@ namespace {
 
 struct BudgetArgs {
   std::vector<std::string> traces;
-  std::string backend, model, mode = "all", out, gpu_memory, out_json, out_md, out_html;
+  std::string backend, model, mode = "all", weights = "auto", out, gpu_memory, out_json, out_md, out_html;
   int64_t tokens = 0, layers = 0;
   int tp = 1;
-  uint64_t request_tokens = 0, page_size = 1, kv_bytes_per_token = 0, margin = 0, granularity = 1;
+  uint64_t request_tokens = 0, kv_bytes_per_token = 0, margin = 0, granularity = 1;
   size_t fixes = 5;
   bool json = false;
   CategoryArgs categories;
   RoutingArgs routing;  // with --backend meta (cli/run_routing.h)
   bool routing_given = false;
+  ServingArgs serving;  // with --backend meta: a serving run (cli/run_serving.h); --page-size also for traces
 };
 
 int budget_command(const BudgetArgs& a) {
@@ -53,13 +55,20 @@ int budget_command(const BudgetArgs& a) {
     // Run the meta backend for the model and read its traces.
     if (a.backend != "meta") return fail("budget", Status::bad_input("--backend " + a.backend + ": budget runs the meta backend only (give traces of other runs)"));
     if (!traces.empty()) return fail("budget", Status::bad_input("give traces or --backend meta, not both"));
-    if (a.model.empty() || a.tokens <= 0) return fail("budget", Status::bad_input("--backend meta needs --model and --tokens"));
+    ServingArgs sa = a.serving;
+    if (sa.workload.empty()) std::erase(sa.given, std::string("--page-size"));  // the budget's page for a prefill
+    auto serving = serving_options(sa);
+    if (!serving) return fail("budget", serving.status());
+    if (a.model.empty() || (a.tokens <= 0) == !*serving)
+      return fail("budget", Status::bad_input("--backend meta needs --model and either --tokens (one prefill) or --workload (a serving run)"));
     auto cfg = resolve_model_config(a.model);
     if (!cfg) return fail("budget", cfg.status());
     RunPlan plan;
     if (Status st = apply_routing_options(a.routing, *cfg, "meta", &plan); !st) return fail("budget", st);
     plan.model = a.model;
     plan.tokens = a.tokens;
+    plan.serving = *serving;
+    plan.weights = a.weights == "shared" ? WeightsMode::kShared : (a.weights == "per-layer" ? WeightsMode::kPerLayer : WeightsMode::kAuto);
     plan.tp = a.tp;
     plan.layers = a.layers;
     if (a.mode == "both") plan.modes = {MemoryMode::kBaseline, MemoryMode::kReuse};
@@ -73,7 +82,10 @@ int budget_command(const BudgetArgs& a) {
     } else {
       plan.out_dir = a.out;
     }
-    auto be = make_meta_backend();
+    // A serving run sizes by the device what an engine sizes by it (the --mem-fraction-static pool,
+    // the default graph sizes, --weights auto): the meta backend reports --gpu-memory but does not
+    // enforce it, so a workload that does not fit gets a budget with its shortfall.
+    auto be = *serving ? make_meta_backend_of(*gpu, /*enforce=*/false) : make_meta_backend();
     auto res = execute_run_plan(*be, plan);
     if (!res) return fail("budget", res.status());
     for (const auto& m : res->modes) traces.push_back(m.trace_path);
@@ -82,7 +94,14 @@ int budget_command(const BudgetArgs& a) {
     kv_check = fmt::format("({} + {}) x {} layers x 2 B = {} B", cfg->kv_lora_rank, cfg->qk_rope_head_dim, layers, from_cfg);
     if (kv_cost == 0) kv_cost = from_cfg;
   }
-  if (traces.empty()) return fail("budget", Status::bad_input("give the run's traces, or --backend meta --model M --tokens T"));
+  if (traces.empty()) return fail("budget", Status::bad_input("give the run's traces, or --backend meta --model M (--tokens T | --workload W)"));
+  if (a.backend.empty()) {
+    std::vector<std::string> given = a.serving.given;
+    std::erase(given, std::string("--page-size"));
+    if (!a.serving.workload.empty() || !given.empty())
+      return fail("budget", Status::bad_input((a.serving.workload.empty() ? given.front() : std::string("--workload")) +
+                                              " runs the meta backend (--backend meta): a trace says its own serving options"));
+  }
   if (a.routing_given && a.backend.empty())
     return fail("budget", Status::bad_input("--routing/--moe-rows run the meta backend (--backend meta): a trace says its own routing"));
   reports::LoadOptions lo;
@@ -111,7 +130,10 @@ int budget_command(const BudgetArgs& a) {
   bo.gpu_memory_bytes = *gpu;
   bo.kv_bytes_per_token = kv_cost;
   bo.kv_cost_source = a.kv_bytes_per_token ? "--kv-bytes-per-token" : "the model's config";
-  bo.page_size = a.page_size;
+  // --page-size: as given, else the serving run's own page, else 1 (planner/budget.h).
+  bool page_given = false;
+  for (const auto& g : a.serving.given) page_given = page_given || g == "--page-size";
+  bo.page_size = page_given ? static_cast<uint64_t>(a.serving.page_size) : 0;
   bo.request_tokens = a.request_tokens;
   bo.margin_bytes = a.margin;
   bo.granularity = a.granularity;
@@ -132,12 +154,10 @@ int budget_command(const BudgetArgs& a) {
     in.runs.push_back(&r.analysis);
   }
   if (!kv_check.empty()) {
-    planner::BudgetOptions own = bo;
-    own.kv_bytes_per_token = 0;
-    auto b = planner::memory_budget(runs[0].analysis, own);
-    if (b && b->kv_bytes_per_token != kv_cost)
-      return fail("budget", Status::run_failure(fmt::format("the trace's KV cache gives {} B per token, the config {} B", b->kv_bytes_per_token, kv_cost)));
-    if (b) kv_check += " (the trace's KV cache agrees)";
+    const uint64_t own = in.budgets.front().trace_kv_bytes_per_token;
+    if (own != kv_cost)
+      return fail("budget", Status::run_failure(fmt::format("the trace's KV cache gives {} B per token, the config {} B", own, kv_cost)));
+    kv_check += " (the trace's KV cache agrees)";
     in.kv_check = kv_check;
   }
   if (a.fixes > 0 && runs[0].analysis.devices.size() > 0) {
@@ -174,19 +194,21 @@ void register_budget(CLI::App& app, int* exit_code) {
       ->type_name("BYTES|GPU");
   cmd->add_option("--backend", args->backend, "meta: run the meta backend for --model instead of reading traces")->check(CLI::IsMember({"meta"}));
   cmd->add_option("--model", args->model, "with --backend meta: a built-in model or a config.json path")->type_name("NAME|PATH");
-  cmd->add_option("--tokens", args->tokens, "with --backend meta: prefill tokens")->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->type_name("N");
+  cmd->add_option("--tokens", args->tokens, "with --backend meta: one prefill of N tokens (or a serving run: --workload)")->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->type_name("N");
   cmd->add_option("--tp", args->tp, "with --backend meta: one rank's shapes of TP=N")->check(CLI::Range(1, 1 << 20))->type_name("N")->capture_default_str();
   cmd->add_option("--layers", args->layers, "with --backend meta: the first N layers only")->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->type_name("N");
+  cmd->add_option("--weights", args->weights,
+                  "with --backend meta: shared (every MoE layer aliases one layer's experts, as the CUDA backend runs a model too large "
+                  "for the device) or per-layer; auto: per-layer, or shared where a serving run's per-layer weights exceed --gpu-memory")
+      ->check(CLI::IsMember({"auto", "shared", "per-layer"}))
+      ->capture_default_str();
   cmd->add_option("--mode", args->mode, "with --backend meta: the memory modes to run")
       ->check(CLI::IsMember({"baseline", "reuse", "fixes", "both", "all"}))
       ->capture_default_str();
   cmd->add_option("--out,-o", args->out, "with --backend meta: keep the traces in this folder [default: a temporary one, removed]")->type_name("DIR");
-  cmd->add_option("--request-tokens", args->request_tokens, "tokens of one request, for the concurrent requests [default: the run's tokens]")
+  cmd->add_option("--request-tokens", args->request_tokens, "tokens of one request, for the concurrent requests [default: a serving run's largest request, else the prefill's tokens]")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
       ->type_name("N");
-  cmd->add_option("--page-size", args->page_size, "tokens per KV page (SGLang's --page-size)")
-      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))
-      ->capture_default_str();
   cmd->add_option("--kv-bytes-per-token", args->kv_bytes_per_token,
                   "KV bytes per token per rank [default: the config's (kv_lora_rank + qk_rope_head_dim) x layers x 2, else the trace's KV cache / tokens]")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
@@ -202,7 +224,15 @@ void register_budget(CLI::App& app, int* exit_code) {
   cmd->add_option("--out-html", args->out_html, "write the budget as a single-file HTML page")->type_name("FILE");
   add_category_options(cmd, &args->categories);
   add_routing_options(cmd, &args->routing, "MoE routing of the run, with --backend meta (docs/budget.md, \"Routing skew\")");
+  // The serving run's options, with --backend meta; --page-size is also the budget's page for traces
+  // [default: the serving run's page, else 1].
+  add_serving_options(cmd, &args->serving);
+  cmd->get_option("--page-size")
+      ->description("tokens per KV page: the serving run's (with --backend meta --workload), and the budget's page [default: "
+                    "a serving trace's own page, else 1]")
+      ->default_str("");
   cmd->callback([args, exit_code, cmd] {
+    note_serving_options(cmd, &args->serving);
     args->routing_given = cmd->count("--routing") + cmd->count("--moe-rows") > 0;
     *exit_code = budget_command(*args);
   });

@@ -326,8 +326,9 @@ int run_command(const RunArgs& a) {
       cupti_paths.push_back(path);
       return Status::ok();
     };
-    plan.after_mode = [tracer](const std::string&) -> Status {
+    plan.after_mode = [tracer](const std::string&, const RunMeta& meta) -> Status {
       if (!*tracer) return Status::ok();
+      (*tracer)->add_meta_extra(meta.extra);  // the run's own keys (serving pool, routing) for budget and fit
       Status st = (*tracer)->stop();
       tracer->reset();
       return st;

@@ -22,6 +22,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -87,6 +88,10 @@ class Backend {
   // Tells the observers attached now which pools the backend holds (on_pool), e.g. right after a
   // trace is opened. Default: none.
   virtual void announce_pools() {}
+  // Figures of the device the run's trace cannot hold, as trace metadata keys, measured since the
+  // last announce_pools() (the CUDA backend: the device memory in use beyond its own allocations,
+  // "cuda.untraced_*"; docs/budget.md). Default: none.
+  virtual std::vector<std::pair<std::string, std::string>> run_extras() { return {}; }
 
   // ---- CUDA graphs (serving decode: executor/graph_runner.h) -------------------------------
   // While a pool is set, the activation-category tensors empty() hands out (activation,

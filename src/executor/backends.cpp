@@ -11,6 +11,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(int /*device*/) {
 #endif
 
 std::unique_ptr<Backend> make_meta_backend() { return std::make_unique<MetaBackend>(); }
-std::unique_ptr<Backend> make_meta_backend_of(uint64_t device_bytes) { return std::make_unique<MetaBackend>(device_bytes); }
+std::unique_ptr<Backend> make_meta_backend_of(uint64_t device_bytes, bool enforce) {
+  return std::make_unique<MetaBackend>(device_bytes, enforce);
+}
 
 }  // namespace moeprof

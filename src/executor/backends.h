@@ -13,8 +13,9 @@ std::unique_ptr<Backend> make_cpu_backend();
 std::unique_ptr<Backend> make_meta_backend();
 // The meta backend as a device of `device_bytes` (`moeprof run --gpu-memory`): memory_info reports
 // the size less what is allocated, and an allocation that would take the bytes live past it fails
-// with the out-of-memory error (kRunFailure). 0: no size.
-std::unique_ptr<Backend> make_meta_backend_of(uint64_t device_bytes);
+// with the out-of-memory error (kRunFailure). 0: no size. enforce = false: the size is reported,
+// never enforced (executor/meta_backend.h).
+std::unique_ptr<Backend> make_meta_backend_of(uint64_t device_bytes, bool enforce = true);
 
 // True when this binary has the CUDA backend compiled in.
 bool cuda_backend_compiled();

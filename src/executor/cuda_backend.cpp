@@ -105,19 +105,34 @@ Result<void*> CudaBackend::do_allocate(size_t bytes, MemKind kind, const AllocTa
     case MemKind::kPinned: case MemKind::kHost: e = cudaMallocHost(&p, bytes); break;
     default: e = cudaMalloc(&p, bytes); break;
   }
-  if (e == cudaErrorMemoryAllocation && kind != MemKind::kStreamOrdered) {
-    // The stream-ordered pool keeps freed activations reserved (release threshold raised), and a
-    // plain cudaMalloc cannot use that memory: give it back to the device and retry once.
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (e == cudaErrorMemoryAllocation && cudaStreamIsCapturing(stream_, &capturing) == cudaSuccess &&
+      capturing == cudaStreamCaptureStatusNone) {
+    // The stream-ordered pool keeps freed activations reserved (release threshold raised). A plain
+    // cudaMalloc cannot use that memory, and the pool itself cannot place a request larger than
+    // its free ranges (its reserve is fragmented by what it served before): give the unused
+    // reserve back to the device and retry once, as a caching allocator empties its cache before
+    // it reports out of memory. Never while a graph is being captured (no synchronization then).
     cudaGetLastError();
     cudaMemPool_t pool = nullptr;
     if (cudaStreamSynchronize(stream_) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, device_) == cudaSuccess &&
         cudaMemPoolTrimTo(pool, 0) == cudaSuccess) {
-      e = kind == MemKind::kManaged ? cudaMallocManaged(&p, bytes)
-          : (kind == MemKind::kPinned || kind == MemKind::kHost) ? cudaMallocHost(&p, bytes)
-                                                                  : cudaMalloc(&p, bytes);
+      ++pool_trims_;
+      switch (kind) {
+        case MemKind::kSymmetric:
+        case MemKind::kStreamOrdered: e = cudaMallocAsync(&p, bytes, stream_); break;
+        case MemKind::kManaged: e = cudaMallocManaged(&p, bytes); break;
+        case MemKind::kPinned: case MemKind::kHost: e = cudaMallocHost(&p, bytes); break;
+        default: e = cudaMalloc(&p, bytes); break;
+      }
     }
   }
   nvtxRangePop();
+  // The stream-ordered pool's reserve (what it holds beyond its tensors is the budget's
+  // allocator_rest): a kPoolReserve record whenever it changes.
+  if (e == cudaSuccess && (kind == MemKind::kStreamOrdered || kind == MemKind::kSymmetric)) note_activation_pool();
+  if (e == cudaSuccess && (kind == MemKind::kDevice || kind == MemKind::kManaged)) device_live_bytes_ += bytes;
+  if (e == cudaSuccess) sample_untraced();
   if (e == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     size_t free_b = 0, total_b = 0;
@@ -125,7 +140,7 @@ Result<void*> CudaBackend::do_allocate(size_t bytes, MemKind kind, const AllocTa
     return Status::run_failure("out of GPU memory allocating " + std::to_string(bytes) + " bytes for " + tag.scope +
                                "/" + tag.name + " (free " + std::to_string(free_b) + " of total " +
                                std::to_string(total_b) + ", pool reserve " + std::to_string(pool_reserved_unused()) +
-                               " unused)");
+                               " unused after " + std::to_string(pool_trims_) + " trims)");
   }
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -135,7 +150,7 @@ Result<void*> CudaBackend::do_allocate(size_t bytes, MemKind kind, const AllocTa
   return p;
 }
 
-void CudaBackend::do_free(void* ptr, size_t /*bytes*/, MemKind kind) {
+void CudaBackend::do_free(void* ptr, size_t bytes, MemKind kind) {
   if (ptr == nullptr) return;
   tiled_weights_.erase(ptr);
   if (kind == MemKind::kSymmetric && symm_pool_ != nullptr && symm_pool_->free(ptr)) return;  // stream order keeps it safe
@@ -146,6 +161,8 @@ void CudaBackend::do_free(void* ptr, size_t /*bytes*/, MemKind kind) {
     case MemKind::kPinned: case MemKind::kHost: e = cudaFreeHost(ptr); break;
     default: e = cudaFree(ptr); break;
   }
+  if (e == cudaSuccess && (kind == MemKind::kDevice || kind == MemKind::kManaged))
+    device_live_bytes_ -= std::min<uint64_t>(device_live_bytes_, bytes);
   if (e != cudaSuccess) {
     cudaGetLastError();
     if (!free_failure_reported_) {
@@ -200,6 +217,7 @@ Status CudaBackend::do_copy_to_host(const Tensor& src, void* dst) {
 
 Status CudaBackend::synchronize() {
   MOEPROF_CUDA_CHECK("synchronize", cudaStreamSynchronize(stream_));
+  sample_untraced();
   return Status::ok();
 }
 
@@ -389,6 +407,53 @@ std::unique_ptr<OpClock> CudaBackend::make_op_clock() { return std::make_unique<
 
 void CudaBackend::announce_pools() {
   if (symm_pool_ != nullptr) notify_pool(symm_pool_->base(), symm_pool_->capacity(), MemKind::kSymmetric, "nccl_symmetric_pool");
+  // The activation pool starts each trace with only what its live tensors need (a mode run
+  // before this one leaves its reserve behind), so its reserve in the trace is this run's own.
+  cudaMemPool_t pool = nullptr;
+  if (cudaStreamSynchronize(stream_) != cudaSuccess || cudaDeviceGetDefaultMemPool(&pool, device_) != cudaSuccess ||
+      cudaMemPoolTrimTo(pool, 0) != cudaSuccess)
+    cudaGetLastError();
+  announced_pool_reserve_ = UINT64_MAX;
+  note_activation_pool();
+  untraced_samples_ = 0;
+  untraced_start_ = untraced_peak_ = 0;
+  sample_untraced();
+}
+
+void CudaBackend::sample_untraced() {
+  size_t f = 0, t = 0;
+  cudaMemPool_t pool = nullptr;
+  uint64_t reserved = 0;
+  if (cudaMemGetInfo(&f, &t) != cudaSuccess || cudaDeviceGetDefaultMemPool(&pool, device_) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  const uint64_t used = t - f, ours = device_live_bytes_ + reserved;
+  const uint64_t untraced = used > ours ? used - ours : 0;
+  if (untraced_samples_++ == 0) untraced_start_ = untraced;
+  untraced_peak_ = std::max(untraced_peak_, untraced);
+}
+
+std::vector<std::pair<std::string, std::string>> CudaBackend::run_extras() {
+  sample_untraced();
+  if (untraced_samples_ == 0) return {};
+  return {{"cuda.untraced_start_bytes", std::to_string(untraced_start_)},
+          {"cuda.untraced_peak_bytes", std::to_string(untraced_peak_)},
+          {"cuda.untraced_samples", std::to_string(untraced_samples_)}};
+}
+
+void CudaBackend::note_activation_pool() {
+  cudaMemPool_t pool = nullptr;
+  uint64_t reserved = 0;
+  if (cudaDeviceGetDefaultMemPool(&pool, device_) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  if (reserved == announced_pool_reserve_) return;
+  announced_pool_reserve_ = reserved;
+  notify_pool(reinterpret_cast<uint64_t>(pool), reserved, MemKind::kStreamOrdered, "activation_pool");
 }
 
 // A no-op for one rank or emulated TP (no communicator attached).

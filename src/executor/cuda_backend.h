@@ -51,6 +51,7 @@ class CudaBackend : public Backend {
   void attach_symmetric_pool(SymmetricPool* pool) { symm_pool_ = pool; }
   SymmetricPool* symmetric_pool() const { return symm_pool_; }
   void announce_pools() override;
+  std::vector<std::pair<std::string, std::string>> run_extras() override;
   bool collectives_real() const override { return nccl_comm_ != nullptr && nccl_size_ > 1; }
   int nccl_rank() const { return nccl_rank_; }
   int nccl_size() const { return nccl_size_; }
@@ -168,6 +169,7 @@ class CudaBackend : public Backend {
   int nccl_rank_ = 0;
   int nccl_size_ = 1;
   SymmetricPool* symm_pool_ = nullptr;
+  int64_t pool_trims_ = 0;  // the activation pool given back to the device to retry an allocation (do_allocate)
   bool free_failure_reported_ = false;
   // Expert weights stored tiled by do_init_moe_w13 (gemm 1) / do_init_moe_w2 (gemm 2), by code
   // address (erased when freed): their scales' address and the codes' rows, so moe_gemm1_fp4 /
@@ -187,6 +189,16 @@ class CudaBackend : public Backend {
   Status init_moe_weights(const char* op, int gemm, Tensor& w, Tensor& w_scales, int64_t num_experts,
                           uint64_t seed_codes, uint64_t seed_scales, float lo, float hi);
   size_t pool_reserved_unused() const;
+  // Tells the observers the default (activation) pool's reserve when it changed (kPoolReserve).
+  void note_activation_pool();
+  uint64_t announced_pool_reserve_ = UINT64_MAX;
+  // The device memory in use beyond this backend's own allocations (the CUDA context, kernel
+  // modules loaded lazily, libraries' state, the driver's rounding): (total - free) - the bytes of
+  // live cudaMalloc/cudaMallocManaged allocations - the activation pool's reserve, sampled after
+  // every allocation and at synchronize(); its first and largest value since announce_pools().
+  void sample_untraced();
+  uint64_t device_live_bytes_ = 0;
+  uint64_t untraced_start_ = 0, untraced_peak_ = 0, untraced_samples_ = 0;
 };
 
 // Helpers shared by the cuda_*.cpp files (not part of the public interface).

@@ -7,7 +7,7 @@
 namespace moeprof {
 
 Result<void*> MetaBackend::do_allocate(size_t bytes, MemKind /*kind*/, const AllocTag& tag) {
-  if (device_bytes_ != 0 && bytes > device_bytes_ - std::min(live_bytes_, device_bytes_))
+  if (device_bytes_ != 0 && enforce_ && bytes > device_bytes_ - std::min(live_bytes_, device_bytes_))
     return Status::run_failure("out of GPU memory allocating " + std::to_string(bytes) + " bytes for " + tag.scope + "/" + tag.name +
                                " (free " + std::to_string(device_bytes_ - std::min(live_bytes_, device_bytes_)) + " of total " +
                                std::to_string(device_bytes_) + ", the meta device's --gpu-memory)");

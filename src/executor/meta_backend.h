@@ -21,8 +21,10 @@ class MetaBackend final : public Backend {
  public:
   // device_bytes > 0: a device of that size (`moeprof run --gpu-memory`): memory_info reports it,
   // less the bytes allocated and not yet freed, and an allocation past it fails out of memory.
-  // 0: no device size (memory_info is false, allocations never fail).
-  explicit MetaBackend(uint64_t device_bytes = 0) : device_bytes_(device_bytes) {}
+  // 0: no device size (memory_info is false, allocations never fail). enforce = false: memory_info
+  // reports the size (what a run sizes by it: the --mem-fraction-static pool, the default graph
+  // sizes, --weights auto) but allocations past it do not fail (moeprof budget's serving runs).
+  explicit MetaBackend(uint64_t device_bytes = 0, bool enforce = true) : device_bytes_(device_bytes), enforce_(enforce) {}
   std::string name() const override { return "meta"; }
   std::string device_name() const override { return "meta (no memory, no compute)"; }
   bool computes() const override { return false; }
@@ -86,6 +88,7 @@ class MetaBackend final : public Backend {
  private:
   uint64_t next_ = 0x7e0000000000ull;  // a range a process never maps
   uint64_t device_bytes_ = 0, live_bytes_ = 0;
+  bool enforce_ = true;
 };
 
 }  // namespace moeprof

@@ -79,7 +79,7 @@ void TraceRecorder::on_pool(uint64_t pool, uint64_t reserved_bytes, MemKind kind
   r.address = pool;
   r.bytes = reserved_bytes;
   r.mem_kind = kind;
-  r.category = Category::kCommunication;
+  r.category = kind == MemKind::kSymmetric ? Category::kCommunication : Category::kActivation;
   r.name_id = writer_->intern(name);
   append(r);
 }

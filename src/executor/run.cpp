@@ -181,6 +181,20 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
           fo.hidden_hash = fo.logits_hash = h;
           fo.prefill_seconds = sr.value().prefill.seconds + sr.value().decode.seconds;
           meta.extra["serving"] = sr.value().summary_json();
+          // Flat keys for the budget (planner/budget.cpp): the pool, its page, and the request
+          // table with the rule that sized its rows.
+          const ServingResult& s = sr.value();
+          meta.extra["kv_pool_tokens"] = std::to_string(s.kv_pool_tokens);
+          meta.extra["kv_pool_bytes"] = std::to_string(s.kv_pool_bytes);
+          meta.extra["kv_page_size"] = std::to_string(s.page_size);
+          meta.extra["req_to_token_bytes"] = std::to_string(s.req_to_token_bytes);
+          meta.extra["req_to_token_row_bytes"] = std::to_string(s.req_to_token_row_bytes);
+          meta.extra["context_len"] = std::to_string(s.context_len);
+          meta.extra["max_running_requests"] = std::to_string(s.max_running_requests);
+          meta.extra["max_running_requests_rule"] = s.max_running_requests_given ? "given" : "sglang";
+          int64_t longest = 0;  // the KV tokens of the workload's largest request (its last token has none)
+          for (const RequestSpec& q : workload->requests) longest = std::max(longest, q.prompt_len + q.output_len - 1);
+          meta.extra["request_kv_tokens_max"] = std::to_string(longest);
           mr.serving = std::move(sr).value();
           out = std::move(fo);
         } else {
@@ -214,8 +228,9 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
   if (opt.progress && !st.is_ok()) std::fputc('\n', stderr);  // end an open "layer k of n" line
   Status sync = backend.synchronize();
   if (st.is_ok()) st = sync;
+  for (auto& [k, v] : backend.run_extras()) meta.extra[k] = v;
   if (opt.hooks && plan.after_mode) {
-    Status am = plan.after_mode(mr.mode);
+    Status am = plan.after_mode(mr.mode, meta);
     if (st.is_ok()) st = am;
   }
   mr.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

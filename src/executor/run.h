@@ -51,7 +51,7 @@ struct RunPlan {
   // Called around each mode's run, e.g. to start and stop a CUPTI tracer: before_mode right
   // after the trace is opened, after_mode once the model is torn down and the device is idle.
   std::function<Status(const std::string& mode, const RunMeta& meta)> before_mode;
-  std::function<Status(const std::string& mode)> after_mode;
+  std::function<Status(const std::string& mode, const RunMeta& meta)> after_mode;  // meta: the run's trace metadata so far
 };
 
 struct ModeResult {

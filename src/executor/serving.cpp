@@ -237,7 +237,9 @@ Result<ServingResult> run_serving(Backend& backend, DeepseekModel& model, const 
   }
   // SGLang's request pool: --max-running-requests, else clamp(tokens / context * 512, 2048, 4096).
   int64_t max_reqs = opt.max_running_requests;
+  res.max_running_requests_given = max_reqs > 0;
   if (max_reqs <= 0) {
+    // planner/budget.cpp's request_table_rows() applies the same rule to the pool it budgets.
     const double f = static_cast<double>(res.kv_pool_tokens) / static_cast<double>(res.context_len) * 512.0;
     max_reqs = std::clamp<int64_t>(static_cast<int64_t>(f), 2048, 4096);
   }
@@ -255,6 +257,7 @@ Result<ServingResult> run_serving(Backend& backend, DeepseekModel& model, const 
   MOEPROF_ASSIGN_OR_RETURN(std::unique_ptr<KvPool> pool, KvPool::create(backend, cfg, shape.layers, ps));
   res.kv_pool_bytes = pool->kv_bytes();
   res.req_to_token_bytes = pool->table_bytes();
+  res.req_to_token_row_bytes = pool->table_bytes() / static_cast<uint64_t>(max_reqs + 1);
   PagedKv kv = pool->paged();
 
   // CUDA graphs for decode.

@@ -94,6 +94,8 @@ struct ServingResult {
   int64_t requests = 0, output_tokens = 0, waited_requests = 0;
   int64_t kv_pool_tokens = 0, page_size = 1, context_len = 0, max_running_requests = 0, chunked_prefill_size = 0;
   uint64_t cell_bytes = 0, kv_pool_bytes = 0, req_to_token_bytes = 0;
+  uint64_t req_to_token_row_bytes = 0;        // one row of the request table: (context_len + 4) x 4 B
+  bool max_running_requests_given = false;    // --max-running-requests, else SGLang's rule (serving.cpp)
   std::string pool_sizing;  // "kv-tokens" | "mem-fraction-static" | "workload"
   double mem_fraction_static = 0;
   DeviceMemory device;

@@ -4,6 +4,7 @@
 // trace), the output files, bad input.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -174,4 +175,93 @@ TEST_CASE("moeprof budget: a run with routed rows reserves the worst routing's a
   auto e = run_cli("budget /nonexistent.mtrace --gpu-memory H200 --routing uniform");
   CHECK(e.rc == 2);
   CHECK(count_lines(e.err) == 1);
+}
+
+namespace {
+
+nlohmann::json serving_of(const fs::path& report) {
+  std::ifstream in(report);
+  return nlohmann::json::parse(in)["runs"][0]["serving"];
+}
+
+}  // namespace
+
+// A serving run's trace: the pool's bytes per token come from the pool (not the KV category, which
+// also holds the request table), the request table is its own component, and the capacity is
+// checked by running the meta backend as the device: the pool at kv_tokens completes, one page
+// more fails with exit 3, and the --mem-fraction-static the budget prints gives kv_tokens.
+TEST_CASE("moeprof budget of a serving trace: the capacity runs, one page more fails, the printed fraction gives it", "[cli][budget][serving]") {
+  const fs::path dir = moeprof::testing::temp_dir("budget_cli_serving");
+  struct Case {
+    std::string name, options;
+    uint64_t page;
+    int64_t want_tokens;  // the capacity the device is built for
+  };
+  // SGLang's rule sizes the request table from the pool: with a 256-token context, 1,501 tokens
+  // give clamp(1,501 / 256 x 512, 2048, 4096) + 1 = 3,003 rows, so the table grows with the pool.
+  // With --max-running-requests the table is fixed; page 4 makes the pool whole pages.
+  for (const Case& c : {Case{"sglang_rule", "--context-length 256", 1, 1501},
+                        Case{"given_rows", "--context-length 300 --max-running-requests 5 --page-size 4", 4, 1204}}) {
+    INFO(c.name);
+    const std::string common = "--backend meta --model tiny --workload synthetic:7,37,9,11 --chunked-prefill-size 61 --cuda-graph-bs 1,2,4 "
+                               "--mode baseline " + c.options;
+    auto r0 = run_cli("run " + common + " --quiet --kv-tokens 300 --out '" + (dir / (c.name + "0")).string() + "'");
+    INFO(r0.err);
+    REQUIRE(r0.rc == 0);
+    const auto s0 = serving_of(dir / (c.name + "0") / "report.json");
+    const uint64_t cell = s0["kv_cell_bytes"], pool0 = s0["kv_pool_bytes"], table0 = s0["req_to_token_bytes"];
+    const uint64_t ctx = s0["context_len"], row = (ctx + 4) * 4;
+    REQUIRE(pool0 == (300 + c.page) * cell);
+    auto tr = moeprof::read_trace((dir / (c.name + "0") / "baseline.mtrace").string());
+    REQUIRE(tr.is_ok());
+    const uint64_t total0 = moeprof::planner::analyze(tr.value()).peak_total_bytes;
+    // The device: everything the run holds but the pool and the table, then the pool and the table
+    // at want_tokens, then less than what one more page needs.
+    const uint64_t K = static_cast<uint64_t>(c.want_tokens);
+    auto table_at = [&](uint64_t k) {
+      if (c.name != "sglang_rule") return table0;
+      const uint64_t rows = std::clamp<uint64_t>(k * 512 / ctx, 2048, 4096) + 1;
+      return rows * row;
+    };
+    const uint64_t need = (K + c.page) * cell + table_at(K), need_next = (K + 2 * c.page) * cell + table_at(K + c.page);
+    REQUIRE(need_next > need + 1);
+    const uint64_t G = total0 - pool0 - table0 + need + (need_next - need) / 2;
+    auto b = run_cli("budget '" + (dir / (c.name + "0") / "baseline.mtrace").string() + "' --gpu-memory " + std::to_string(G) + " --fixes 0 --json");
+    INFO(b.err);
+    REQUIRE(b.rc == 0);
+    const auto j = nlohmann::json::parse(b.out);
+    CHECK(sum_components(j) == static_cast<int64_t>(G));
+    CHECK(j["kv_bytes_per_token"] == cell);
+    CHECK(j["page_size"] == c.page);
+    CHECK(j["kv_tokens"] == K);
+    CHECK(component(j, "kv_pool") == static_cast<int64_t>((K + c.page) * cell));
+    CHECK(component(j, "request_table") == static_cast<int64_t>(table_at(K)));
+    CHECK(j["request_tokens"] == 37 + 9 - 1);  // the workload's largest request
+    CHECK(j["run"]["workload"] == "synthetic:7,37,9,11");
+    // The device of that size runs the pool at the capacity, and not one page more.
+    const std::string dev = common + " --quiet --gpu-memory " + std::to_string(G);
+    auto at = run_cli("run " + dev + " --kv-tokens " + std::to_string(K) + " --out '" + (dir / (c.name + "_at")).string() + "'");
+    INFO(at.err);
+    CHECK(at.rc == 0);
+    CHECK(serving_of(dir / (c.name + "_at") / "report.json")["req_to_token_bytes"] == table_at(K));
+    auto over = run_cli("run " + dev + " --kv-tokens " + std::to_string(K + c.page) + " --out '" + (dir / (c.name + "_over")).string() + "'");
+    CHECK(over.rc == 3);
+    CHECK(count_lines(over.err) == 1);
+    CHECK(over.err.find("out of GPU memory") != std::string::npos);
+    // SGLang's setting, as printed, sizes the same pool.
+    const std::string f = j["mem_fraction_static_detail"]["value"];
+    auto frac = run_cli("run " + dev + " --mem-fraction-static " + f + " --out '" + (dir / (c.name + "_f")).string() + "'");
+    INFO(frac.err);
+    REQUIRE(frac.rc == 0);
+    CHECK(serving_of(dir / (c.name + "_f") / "report.json")["kv_pool_tokens"] == K);
+    // The budget's own meta run of the same workload gives the same capacity.
+    auto own = run_cli("budget " + common + " --kv-tokens 300 --gpu-memory " + std::to_string(G) + " --fixes 0 --json");
+    INFO(own.err);
+    REQUIRE(own.rc == 0);
+    CHECK(nlohmann::json::parse(own.out)["kv_tokens"] == K);
+  }
+  // Serving options belong to a meta run: with traces they are refused in one line.
+  auto bad = run_cli("budget '" + (dir / "sglang_rule0" / "baseline.mtrace").string() + "' --gpu-memory H100 --kv-tokens 5");
+  CHECK(bad.rc == 2);
+  CHECK(count_lines(bad.err) == 1);
 }

@@ -23,6 +23,7 @@ Trace serving_like() {
   t.alloc(3, 0x30000, 1850, Category::kKvCache, "layer.1/attn", "kv_cache");
   TraceRecord& pool = t.trace.add(EventKind::kPoolReserve, 4, 0x900000, 50'000);
   pool.seq = 100;
+  pool.mem_kind = MemKind::kSymmetric;  // as the recorder writes the NCCL symmetric pool
   t.alloc(5, 0x40000, 77'777, Category::kGraph, "graphs", "graph_pool");
   t.alloc(6, 0x50000, 12'345, Category::kWorkspace, "model", "cublas_workspace");
   t.alloc(7, 0x60000, 10'001, Category::kActivation, "layer.0", "a");
@@ -311,4 +312,54 @@ TEST_CASE("budget - of several ranks, the one with the largest fixed needs", "[p
   CHECK(b->kv_bytes_per_token == 90);
   CHECK(b->kv_tokens == (20'000 - 8'001 - 677) / 90 - 1);
   CHECK(sum(*b) == 20'000);
+}
+
+// Each kind of pool holds its own kind of tensors: a cudaMallocAsync pool's reserve (the CUDA
+// backend's activation pool, CUPTI's pool records) beyond the stream-ordered tensors live at the
+// peak is allocator_rest, and so is a caching allocator's (a PyTorch snapshot's kOther segments)
+// beyond its tensors; emulated symmetric tensors (no symmetric pool) live in the stream pool.
+TEST_CASE("budget - the reserve of each kind of pool beyond its own tensors", "[planner][budget]") {
+  auto pool = [](TraceBuilder& t, uint64_t ts, uint64_t address, uint64_t bytes, MemKind k) {
+    TraceRecord& r = t.trace.add(EventKind::kPoolReserve, ts, address, bytes);
+    r.mem_kind = k;
+  };
+  TraceBuilder t("run");
+  t.trace.meta.tokens = 10;
+  t.alloc(1, 0x10000, 999'983, Category::kWeights, "model", "weights").mem_kind = MemKind::kDevice;
+  t.alloc(2, 0x20000, 10 * 61, Category::kKvCache, "layer.0/attn", "kv_cache").mem_kind = MemKind::kDevice;
+  pool(t, 3, 0xA0000000, 2'097'152, MemKind::kStreamOrdered);
+  t.alloc(4, 0x30000, 40'009, Category::kActivation, "layer.0", "a").mem_kind = MemKind::kStreamOrdered;
+  t.alloc(5, 0x40000, 7'001, Category::kCommunication, "layer.0", "emulated_symm").mem_kind = MemKind::kSymmetric;
+  pool(t, 6, 0xA0000000, 6'291'456, MemKind::kStreamOrdered);  // grows for b; never shrinks
+  t.alloc(7, 0x50000, 3'000'017, Category::kActivation, "layer.0/moe", "b").mem_kind = MemKind::kStreamOrdered;
+  t.free(8, 0x50000);
+  t.free(9, 0x40000);
+  t.free(10, 0x30000);
+  t.free(11, 0x20000);
+  t.free(12, 0x10000);
+  const RunAnalysis run = analyzed(t.trace);
+  REQUIRE(run.devices.size() == 1);
+  CHECK(run.devices[0].pool_reserved_peak_by_kind[static_cast<size_t>(MemKind::kStreamOrdered)] == 6'291'456);
+  CHECK(run.devices[0].pool_reserved_peak_by_kind[static_cast<size_t>(MemKind::kSymmetric)] == 0);
+  BudgetOptions o;
+  o.gpu_memory_bytes = 50'000'000;
+  auto b = memory_budget(run, o);
+  REQUIRE(b.is_ok());
+  CHECK(component(*b, "activation_peak") == 40'009 + 3'000'017);
+  CHECK(component(*b, "workspaces") == 7'001);
+  CHECK(component(*b, "allocator_rest") == 6'291'456 - (40'009 + 7'001 + 3'000'017));
+  CHECK(sum(*b) == 50'000'000);
+  // A caching allocator's segments (kOther) hold every tensor of that kind, weights included.
+  TraceBuilder c("snapshot");
+  c.trace.meta.tokens = 10;
+  pool(c, 1, 0, 4'194'304, MemKind::kOther);
+  c.alloc(2, 0x10000, 1'000'003, Category::kWeights, "model", "weights").mem_kind = MemKind::kOther;
+  c.alloc(3, 0x20000, 610, Category::kKvCache, "layer.0/attn", "kv_cache").mem_kind = MemKind::kOther;
+  c.alloc(4, 0x30000, 2'000'029, Category::kActivation, "layer.0", "a").mem_kind = MemKind::kOther;
+  c.free(5, 0x30000);
+  const RunAnalysis snap = analyzed(c.trace);
+  auto bs = memory_budget(snap, o);
+  REQUIRE(bs.is_ok());
+  CHECK(component(*bs, "allocator_rest") == 4'194'304 - (1'000'003 + 610 + 2'000'029));
+  CHECK(sum(*bs) == 50'000'000);
 }
