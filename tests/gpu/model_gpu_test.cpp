@@ -6,10 +6,13 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/trace_io.h"
 #include "executor/backends.h"
 #include "executor/recorder.h"
 #include "executor/deepseek_model.h"
 #include "executor/run.h"
+#include "planner/analysis.h"
+#include "planner/budget.h"
 #include "tests/gpu_skip.h"
 
 #include <filesystem>
@@ -134,4 +137,67 @@ TEST_CASE("tiny model: op times on the GPU come from CUDA events and charge the 
   CHECK(pg.op_seconds <= rg->modes[0].forward_seconds);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
+}
+
+// What a budget of a GPU run needs beyond the tensors (docs/budget.md, "The budget's edge on a
+// GPU"): the stream-ordered activation pool's reserve as kPoolReserve records, the device memory in
+// use beyond the backend's own allocations (cuda.untraced_*), and an allocation past the device
+// that fails with one clear error after giving the pool's unused reserve back.
+TEST_CASE("tiny model: the CUDA backend's trace holds its activation pool and the memory beyond its allocations", "[gpu][model][budget]") {
+  auto g = make_cuda_backend(0);
+  if (!g.is_ok()) MOEPROF_SKIP("the CUDA backend does not start: " + g.status().message());
+  const auto dir = std::filesystem::temp_directory_path() / ("moeprof_gpu_pool_" + std::to_string(::getpid()));
+  RunPlan plan;
+  plan.model = "tiny";
+  plan.tokens = 203;
+  plan.out_dir = dir.string();
+  plan.modes = {MemoryMode::kBaseline, MemoryMode::kReuse};
+  auto r = execute_run_plan(*g.value(), plan);
+  REQUIRE(r.is_ok());
+  for (const auto& m : r->modes) {
+    INFO(m.mode);
+    auto t = read_trace(m.trace_path);
+    REQUIRE(t.is_ok());
+    size_t pool_records = 0;
+    for (const auto& rec : t->records)
+      if (rec.kind == EventKind::kPoolReserve && rec.mem_kind == MemKind::kStreamOrdered) ++pool_records;
+    CHECK(pool_records >= 2);  // the reserve at the trace's start, and its growth
+    const auto& x = t->meta.extra;
+    REQUIRE(x.count("cuda.untraced_start_bytes") == 1);
+    REQUIRE(x.count("cuda.untraced_peak_bytes") == 1);
+    const uint64_t start = std::stoull(x.at("cuda.untraced_start_bytes")), peak = std::stoull(x.at("cuda.untraced_peak_bytes"));
+    CHECK(start > 0);  // the CUDA context at least
+    CHECK(peak >= start);
+    CHECK(std::stoull(x.at("cuda.untraced_samples")) > 10);
+    planner::AnalyzeOptions ao;
+    ao.keep_lifetimes = true;
+    const planner::RunAnalysis a = planner::analyze(*t, ao);
+    REQUIRE(a.devices.size() == 1);
+    const auto& d = a.devices[0];
+    uint64_t pooled = 0;  // stream-ordered tensors live at the activation peak: inside the reserve
+    for (const auto& l : a.lifetimes)
+      if (l.mem_kind == MemKind::kStreamOrdered && l.alloc_index <= d.peak_activation_index &&
+          (!l.freed() || l.free_index > d.peak_activation_index))
+        pooled += l.bytes;
+    CHECK(pooled > 0);
+    CHECK(d.pool_reserved_peak_by_kind[static_cast<size_t>(MemKind::kStreamOrdered)] >= pooled);
+    planner::BudgetOptions bo;
+    bo.gpu_memory_bytes = 85'000'000'000ull;
+    auto b = planner::memory_budget(a, bo);
+    REQUIRE(b.is_ok());
+    CHECK(b->untraced_bytes == peak);
+    CHECK(b->rest_bytes == d.pool_reserved_peak_by_kind[static_cast<size_t>(MemKind::kStreamOrdered)] - pooled);
+  }
+  // Past the device: out of memory in one message, after the pool's unused reserve went back; the
+  // backend allocates normally afterwards.
+  size_t free_b = 0, total_b = 0;
+  REQUIRE(g.value()->memory_info(&free_b, &total_b));
+  auto big = g.value()->empty(DType::kU8, 1, static_cast<int64_t>(total_b + (int64_t{1} << 30)),
+                              AllocTag{"too_big", "test", Category::kActivation});
+  REQUIRE_FALSE(big.is_ok());
+  CHECK(big.status().message().find("out of GPU memory") != std::string::npos);
+  CHECK(big.status().message().find("trims") != std::string::npos);
+  auto small = g.value()->empty(DType::kBF16, 97, 131, AllocTag{"after", "test", Category::kActivation});
+  CHECK(small.is_ok());
+  std::filesystem::remove_all(dir);
 }
