@@ -155,7 +155,7 @@ constexpr int kPP = kBN + 8;                  // P's pitch in elements
 
 inline size_t smem_bytes(int64_t D) {
   const int64_t dp = D + 8;
-  return static_cast<size_t>(kM * dp * 2 + 2 * kBN * dp * 2 + 4 * kM * kBN * 4 + 2 * kM * kPP * 2 + 2 * kM * 4);
+  return static_cast<size_t>(kM * dp * 2 + 2 * kBN * dp * 2 + 4 * kM * kBN * 4 + 2 * kM * kPP * 2 + 2 * kM * 4 + 2 * kBN * 4);
 }
 inline bool supported(int64_t D, int64_t kvl) { return mla_decode_tensor_core_shape(D, kvl); }
 static_assert(kBN == kMlaDecodeTile && kM == kMlaDecodeHeadsPerBlock && kMaxD == 576 && kMaxKvl == 512,
@@ -173,6 +173,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(
   uint16_t* p_s = reinterpret_cast<uint16_t*>(s_f + 4 * kM * kBN);  // [2][kM][kPP]: P's hi and lo parts
   float* corr_s = reinterpret_cast<float*>(p_s + 2 * kM * kPP);  // [kM]
   float* l_s = corr_s + kM;                                  // [kM]
+  int32_t* slot_s = reinterpret_cast<int32_t*>(l_s + kM);    // [2][kBN]: the page table's slots of two tiles
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int64_t n = blockIdx.x;
   const int h0 = static_cast<int>(blockIdx.y) * kM;
@@ -183,17 +184,29 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(
   if (splits > 1) mla_decode_split_range(L, splits, blockIdx.z, &t_begin, &L);
   const int chunks = D / 8;  // 16-byte chunks per cache row
 
-  auto load_tile = [&](int64_t t0, int stage) {
+  // The page table is read ahead of the copies: tile i's slots wait in slot_s[i & 1] (-1 past the
+  // range), written two tiles before the copy that reads them, and thread j < kBN holds the slot of
+  // row j of the tile after those in `pre`. So a copy's addresses never wait on a load of the table.
+  auto slot_of = [&](int64_t t) -> int32_t { return t < L ? slots[t] : -1; };
+  auto load_tile = [&](const int32_t* sl, int stage) {
     uint16_t* dst = k_s + stage * kBN * DP;
     for (int idx = tid; idx < kBN * chunks; idx += kThreads) {
       const int j = idx / chunks, c = idx - j * chunks;
-      const bool valid = t0 + j < L;
-      const uint16_t* src = valid ? cache + static_cast<int64_t>(slots[t0 + j]) * D + 8 * c : cache;
+      const int32_t slot = sl[j];
+      const bool valid = slot >= 0;
+      const uint16_t* src = valid ? cache + static_cast<int64_t>(slot) * D + 8 * c : cache;
       cp_async16(smem_u32(dst + j * DP + 8 * c), src, valid);
     }
     cp_async_commit();
   };
-  if (t_begin < L) load_tile(t_begin, 0);
+  int32_t pre = -1;
+  if (tid < kBN) {
+    slot_s[tid] = slot_of(t_begin + tid);
+    slot_s[kBN + tid] = slot_of(t_begin + kBN + tid);
+    pre = slot_of(t_begin + 2 * kBN + tid);
+  }
+  __syncthreads();
+  if (t_begin < L) load_tile(slot_s, 0);
   for (int idx = tid; idx < kM * D; idx += kThreads) {
     const int hh = idx / D, d = idx - hh * D;
     q_s[hh * DP + d] = hh < hg ? q_abs[n * ld_q + static_cast<int64_t>(h0 + hh) * D + d] : uint16_t{0};
@@ -224,10 +237,15 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(
   int stage = 0;
   for (int64_t t0 = t_begin; t0 < L; t0 += kBN, stage ^= 1) {
     if (t0 + kBN < L) {
-      load_tile(t0 + kBN, stage ^ 1);
+      load_tile(slot_s + (stage ^ 1) * kBN, stage ^ 1);
       cp_async_wait_one();
     } else {
       cp_async_wait_all();
+    }
+    // slot_s[stage] served this tile's copy an iteration ago: it takes the slots two tiles on.
+    if (tid < kBN) {
+      slot_s[stage * kBN + tid] = pre;
+      pre = slot_of(t0 + 3 * kBN + tid);
     }
     __syncthreads();
     const uint16_t* kt = k_s + stage * kBN * DP;
