@@ -402,8 +402,10 @@ print(s['memory']['device_bytes'], s['memory']['device_bytes'] - s['pool_sizing'
       if [ $rat -ne 0 ]; then step be_under 300 "$B/src/cli/moeprof" run $BE --no-cupti --kv-tokens "$K99" --out "$L/be_under"; r99=$?; fi
       cp "$L/be_at.log" "$L/be_over.log" "$L/be_under.log" "$OUT/" 2>/dev/null
       cp "$L/be_at/report.json" "$OUT/be_at-report.json" 2>/dev/null
-      ok=FAIL; [ $rat -eq 0 ] && [ $rover -eq 3 ] && ok=PASS
-      row budget_edge "$ok" "device $total B (in use before the run $margin B), allocator_rest $rest B, K=$K (CUPTI trace: ${Kc:-?}): exit $rat; K+1% ($K101): exit $rover; K-1%: $r99; $(grep -m1 -o 'out of GPU memory[^)]*)' "$L/be_over.log" | head -c 160)"
+      # The failed run's trace must read back (written up to the failure, closed).
+      "$B/src/cli/moeprof" plan "$L/be_over/baseline.mtrace" > "$L/be_over_plan.log" 2>&1; rplan=$?
+      ok=FAIL; [ $rat -eq 0 ] && [ $rover -eq 3 ] && [ $rplan -eq 0 ] && ok=PASS
+      row budget_edge "$ok" "device $total B (in use before the run $margin B), allocator_rest $rest B, K=$K (CUPTI trace: ${Kc:-?}): exit $rat; K+1% ($K101): exit $rover, its trace reads (plan exit $rplan); K-1%: $r99; $(grep -m1 -o 'out of GPU memory[^)]*)' "$L/be_over.log" | head -c 160)"
       ;;
     oom)
       # Per-layer Kimi-K2.5 weights need ~150 GB: the run must fail with exit 3 and one line, and
