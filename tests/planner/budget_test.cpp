@@ -363,3 +363,55 @@ TEST_CASE("budget - the reserve of each kind of pool beyond its own tensors", "[
   CHECK(component(*bs, "allocator_rest") == 4'194'304 - (1'000'003 + 610 + 2'000'029));
   CHECK(sum(*bs) == 50'000'000);
 }
+
+// The keys a run writes for the budget: a CUDA run's untraced memory becomes its own component and
+// takes its bytes from the pool; a serving trace's pool and request table must agree with its KV
+// category, and bad keys are refused in one line.
+TEST_CASE("budget - a run's metadata: the untraced memory, a serving pool and its request table", "[planner][budget]") {
+  Trace t = serving_like();
+  BudgetOptions o;
+  o.gpu_memory_bytes = 10'000'019;
+  auto plain = memory_budget(analyzed(t), o);
+  REQUIRE(plain.is_ok());
+  CHECK(component(*plain, "untraced") == 0);
+  CHECK_FALSE(plain->untraced_measured);
+  t.meta.extra["cuda.untraced_peak_bytes"] = "740001";
+  auto measured = memory_budget(analyzed(t), o);
+  REQUIRE(measured.is_ok());
+  CHECK(measured->untraced_measured);
+  CHECK(component(*measured, "untraced") == 740'001);
+  CHECK(measured->kv_tokens == (8'819'880 - 740'001) / 74 - 1);  // the slots left, less SGLang's padding row
+  CHECK(sum(*measured) == 10'000'019);
+  t.meta.extra["cuda.untraced_peak_bytes"] = "12x";
+  auto bad = memory_budget(analyzed(t), o);
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.status().message().find("cuda.untraced_peak_bytes") != std::string::npos);
+  t.meta.extra.erase("cuda.untraced_peak_bytes");
+
+  // A serving trace: the KV category (3,700 B) is a pool of 40 tokens + 10 padding rows at 37 B...
+  t.meta.extra["kv_pool_tokens"] = "40";
+  t.meta.extra["kv_pool_bytes"] = "1850";
+  t.meta.extra["kv_page_size"] = "10";
+  t.meta.extra["req_to_token_bytes"] = "1850";
+  t.meta.extra["req_to_token_row_bytes"] = "185";
+  t.meta.extra["context_len"] = "42";
+  t.meta.extra["max_running_requests_rule"] = "given";
+  auto s = memory_budget(analyzed(t), o);
+  REQUIRE(s.is_ok());
+  CHECK(s->kv_bytes_per_token == 37);
+  CHECK(s->page_size == 10);
+  CHECK(component(*s, "request_table") == 1'850);
+  // (K + 10) x 37 + 1,850 <= 10,000,019 - 1,180,139, K a multiple of 10.
+  CHECK(s->kv_tokens == (8'819'880 - 1'850) / 37 / 10 * 10 - 10);
+  CHECK(sum(*s) == 10'000'019);
+  // ... and a table that is not the rest of the KV category, or a rule nobody wrote, is refused.
+  t.meta.extra["req_to_token_bytes"] = "1851";
+  auto off = memory_budget(analyzed(t), o);
+  REQUIRE_FALSE(off.is_ok());
+  CHECK(off.status().message().find("request table") != std::string::npos);
+  t.meta.extra["req_to_token_bytes"] = "1850";
+  t.meta.extra["max_running_requests_rule"] = "guess";
+  auto rule = memory_budget(analyzed(t), o);
+  REQUIRE_FALSE(rule.is_ok());
+  CHECK(rule.status().message().find("max_running_requests_rule") != std::string::npos);
+}
