@@ -127,10 +127,38 @@ Result<void*> CudaBackend::do_allocate(size_t bytes, MemKind kind, const AllocTa
       }
     }
   }
-  nvtxRangePop();
   // The stream-ordered pool's reserve (what it holds beyond its tensors is the budget's
   // allocator_rest): a kPoolReserve record whenever it changes.
-  if (e == cudaSuccess && (kind == MemKind::kStreamOrdered || kind == MemKind::kSymmetric)) note_activation_pool();
+  if (e == cudaSuccess && (kind == MemKind::kStreamOrdered || kind == MemKind::kSymmetric)) {
+    // Where the pool grew for this tensor, where it placed it depended on how far the device lagged
+    // behind the frees queued before it (the same command gave reserves 768 MiB apart on an H100).
+    // Let the stream catch up, give back what the pool holds unused (the new range among it), and
+    // place the tensor again, so the reserve (the trace's kPoolReserve records, the budget's
+    // allocator_rest) is what the allocation sequence needs, not an accident of timing. A CUPTI
+    // trace sees the first placement too: its bytes are counted per category (run_extras), and the
+    // CLI's comparison of CUPTI with the executor's accounting adds them. Only while a trace is
+    // recorded (announce_pools), never during a graph capture.
+    cudaMemPool_t pool = nullptr;
+    uint64_t reserved = 0;
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (announced_pool_reserve_ != UINT64_MAX && cudaDeviceGetDefaultMemPool(&pool, device_) == cudaSuccess &&
+        cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved) == cudaSuccess &&
+        reserved > announced_pool_reserve_ && cudaStreamIsCapturing(stream_, &cap) == cudaSuccess &&
+        cap == cudaStreamCaptureStatusNone && cudaFreeAsync(p, stream_) == cudaSuccess) {
+      ++pool_settles_;
+      settle_bytes_[static_cast<size_t>(tag.category)] += bytes;
+      if (cudaStreamSynchronize(stream_) == cudaSuccess) (void)cudaMemPoolTrimTo(pool, 0);
+      p = nullptr;
+      e = cudaMallocAsync(&p, bytes, stream_);
+    }
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      e = cudaErrorMemoryAllocation;  // reported below
+    } else {
+      note_activation_pool();
+    }
+  }
+  nvtxRangePop();  // after the second placement too: CUPTI attributes both to the tensor
   if (e == cudaSuccess && (kind == MemKind::kDevice || kind == MemKind::kManaged)) device_live_bytes_ += bytes;
   if (e == cudaSuccess) sample_untraced();
   if (e == cudaErrorMemoryAllocation) {
@@ -417,6 +445,8 @@ void CudaBackend::announce_pools() {
   note_activation_pool();
   untraced_samples_ = 0;
   untraced_start_ = untraced_peak_ = 0;
+  pool_settles_ = 0;
+  settle_bytes_.fill(0);
   sample_untraced();
 }
 
@@ -438,9 +468,15 @@ void CudaBackend::sample_untraced() {
 std::vector<std::pair<std::string, std::string>> CudaBackend::run_extras() {
   sample_untraced();
   if (untraced_samples_ == 0) return {};
-  return {{"cuda.untraced_start_bytes", std::to_string(untraced_start_)},
-          {"cuda.untraced_peak_bytes", std::to_string(untraced_peak_)},
-          {"cuda.untraced_samples", std::to_string(untraced_samples_)}};
+  std::vector<std::pair<std::string, std::string>> x = {{"cuda.untraced_start_bytes", std::to_string(untraced_start_)},
+                                                        {"cuda.untraced_peak_bytes", std::to_string(untraced_peak_)},
+                                                        {"cuda.untraced_samples", std::to_string(untraced_samples_)},
+                                                        {"cuda.pool_settles", std::to_string(pool_settles_)}};
+  for (int c = 0; c < kNumCategories; ++c)
+    if (settle_bytes_[static_cast<size_t>(c)] > 0)
+      x.emplace_back("cuda.pool_settle_bytes." + std::string(category_name(static_cast<Category>(c))),
+                     std::to_string(settle_bytes_[static_cast<size_t>(c)]));
+  return x;
 }
 
 void CudaBackend::note_activation_pool() {

@@ -19,6 +19,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -170,6 +171,8 @@ class CudaBackend : public Backend {
   int nccl_size_ = 1;
   SymmetricPool* symm_pool_ = nullptr;
   int64_t pool_trims_ = 0;  // the activation pool given back to the device to retry an allocation (do_allocate)
+  int64_t pool_settles_ = 0;  // tensors placed again after the pool grew for them (do_allocate)
+  std::array<uint64_t, kNumCategories> settle_bytes_{};  // their bytes per category (a CUPTI trace sees both placements)
   bool free_failure_reported_ = false;
   // Expert weights stored tiled by do_init_moe_w13 (gemm 1) / do_init_moe_w2 (gemm 2), by code
   // address (erased when freed): their scales' address and the codes' rows, so moe_gemm1_fp4 /
