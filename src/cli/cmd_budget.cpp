@@ -68,7 +68,7 @@ int budget_command(const BudgetArgs& a) {
     plan.model = a.model;
     plan.tokens = a.tokens;
     plan.serving = *serving;
-    plan.weights = a.weights == "shared" ? WeightsMode::kShared : (a.weights == "per-layer" ? WeightsMode::kPerLayer : WeightsMode::kAuto);
+    plan.weights = weights_mode_from_name(a.weights);
     plan.tp = a.tp;
     plan.layers = a.layers;
     if (a.mode == "both") plan.modes = {MemoryMode::kBaseline, MemoryMode::kReuse};

@@ -243,8 +243,7 @@ int run_command(const RunArgs& a) {
   else if (a.mode == "baseline") plan.modes = {MemoryMode::kBaseline};
   else if (a.mode == "fixes") plan.modes = {MemoryMode::kFixes};
   else plan.modes = {MemoryMode::kReuse};
-  plan.weights = a.weights == "shared" ? WeightsMode::kShared
-                                       : (a.weights == "per-layer" ? WeightsMode::kPerLayer : WeightsMode::kAuto);
+  plan.weights = weights_mode_from_name(a.weights);
   plan.progress = !a.quiet && ::isatty(STDERR_FILENO) && !args.rank_only;
   plan.op_times = args.op_times;
   plan.log = a.quiet ? nullptr : stderr;

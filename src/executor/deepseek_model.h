@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -26,6 +27,10 @@ namespace moeprof {
 // planner finds beyond it (examples/what-if/beyond-seed.rules; docs/executor.md, "Memory modes").
 enum class MemoryMode { kBaseline, kReuse, kFixes };
 enum class WeightsMode { kAuto, kPerLayer, kShared };
+// The --weights option's value: "shared", "per-layer", else auto.
+inline WeightsMode weights_mode_from_name(std::string_view name) {
+  return name == "shared" ? WeightsMode::kShared : name == "per-layer" ? WeightsMode::kPerLayer : WeightsMode::kAuto;
+}
 std::string_view memory_mode_name(MemoryMode m);
 
 // The C++ analogue of SGLang's `_moe_output_buf` ContextVar + `moe_output_buffer_ctx`: sets the

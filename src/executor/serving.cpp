@@ -239,7 +239,7 @@ Result<ServingResult> run_serving(Backend& backend, DeepseekModel& model, const 
   int64_t max_reqs = opt.max_running_requests;
   res.max_running_requests_given = max_reqs > 0;
   if (max_reqs <= 0) {
-    // planner/budget.cpp's request_table_rows() applies the same rule to the pool it budgets.
+    // planner/budget.cpp's request_table_bytes_at() applies the same rule to the pool it budgets.
     const double f = static_cast<double>(res.kv_pool_tokens) / static_cast<double>(res.context_len) * 512.0;
     max_reqs = std::clamp<int64_t>(static_cast<int64_t>(f), 2048, 4096);
   }
