@@ -17,7 +17,7 @@
 // e2m1x8_to_f16x8_fast conversion of the other paths), which k16 block supplies which k slot does
 // not change the sum: mma m (0..3) takes codes 4m..4m+3 of the lane's block, and the B fragment of
 // lane (g, q) is the same codes of row g of the pass, read by that lane itself. Each lane thus
-// copies (cp.async, a private 4-stage ring per warp, no barrier in the K loop) exactly what it
+// copies (cp.async, a private 3-stage ring per warp, no barrier in the K loop) exactly what it
 // reads: the weight chunks, the scale bytes and one 8-code activation item per 8 rows.
 // Passes of 16 rows over the expert's segment (the second 8 only where the pass has more than 8);
 // fp32 accumulators, 2^-14 undone in the epilogue with the global scales as the other tiled paths
@@ -31,11 +31,14 @@ namespace {
 
 namespace v2 {
 
-constexpr int kSmThreads = 128, kSmStages = 4, kSmPass = 16;
+// Three stages and at most 96 registers: 5 CTAs (20 warps) per SM (36,864 B of shared memory each).
+// Against four stages and 4 CTAs per SM: the same speed or slightly faster on an H100 at batches 8,
+// 64 and 256 (docs/performance.md, "The expert GEMMs at decode batches").
+constexpr int kSmThreads = 128, kSmStages = 3, kSmPass = 16, kSmMinBlocks = 5;
 // One stage of a warp's ring: weight codes (4 chunks x 32 lanes x 16 B), weight scales (32 x 8 B),
 // activation codes (2 row groups x 32 x 8 B), activation scale words (2 x 32 x 4 B).
 constexpr int kSmWScales = 2048, kSmACodes = 2304, kSmAScales = 2816, kSmStage = 3072;
-constexpr int kSmSmemBytes = (kSmThreads / 32) * kSmStages * kSmStage;  // 49,152
+constexpr int kSmSmemBytes = (kSmThreads / 32) * kSmStages * kSmStage;  // 36,864
 constexpr int kSmHPitch = 128 + 8, kSmOPitch = 256 + 8;                 // epilogue tiles (bf16)
 static_assert(kSmPass * kSmOPitch * 2 <= kSmSmemBytes && kSmPass * kSmHPitch * 2 <= kSmSmemBytes,
               "the epilogue tiles fit the rings");
@@ -50,11 +53,12 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
 }
 
 template <bool kGemm1, bool kTW>
-__global__ void __launch_bounds__(kSmThreads) small_kernel(Args p) {
+__global__ void __launch_bounds__(kSmThreads, kSmMinBlocks) small_kernel(Args p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   constexpr int kCols = kGemm1 ? kCols1 : kCols2;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   const int pt = warp * 32 + lane;
+  const uint32_t asel = static_cast<uint32_t>(q) * 0x11u;  // byte q of an activation scale word, twice
   const int ntiles = p.N / kCols;
   const int e = static_cast<int>(blockIdx.x / ntiles), nt = static_cast<int>(blockIdx.x % ntiles);
   const int KT = p.K / BK;
@@ -136,13 +140,18 @@ __global__ void __launch_bounds__(kSmThreads) small_kernel(Args p) {
       cp_async_wait<kSmStages - 1>();  // this lane's copies of step kt have landed
       const unsigned char* st = ring + (kt % kSmStages) * kSmStage;
       const uint2 wsc = *reinterpret_cast<const uint2*>(st + kSmWScales + lane * 8);
+      uint32_t wsh[8];  // step j's scales: wsh[2 j] (row g) and wsh[2 j + 1] (row g + 8), x 2^7
+      e4m3x2_to_f16x2_x128(wsc.x, wsh[0], wsh[1]);
+      e4m3x2_to_f16x2_x128(wsc.x >> 16, wsh[2], wsh[3]);
+      e4m3x2_to_f16x2_x128(wsc.y, wsh[4], wsh[5]);
+      e4m3x2_to_f16x2_x128(wsc.y >> 16, wsh[6], wsh[7]);
       uint32_t b[2][8];
 #pragma unroll
       for (int tg = 0; tg < 2; ++tg) {
         if (tg < ng) {
           const uint2 ac = *reinterpret_cast<const uint2*>(st + kSmACodes + tg * 256 + lane * 8);
           const uint32_t asw = *reinterpret_cast<const uint32_t*>(st + kSmAScales + tg * 128 + lane * 4);
-          const uint32_t s2 = e4m3_to_f16x2_x128((asw >> (8 * q)) & 0xFFu);
+          const uint32_t s2 = e4m3_byte_to_f16x2_x128(asw, asel);
           e2m1x8_to_f16x8_fast(ac.x, s2, b[tg]);
           e2m1x8_to_f16x8_fast(ac.y, s2, b[tg] + 4);
         }
@@ -150,9 +159,7 @@ __global__ void __launch_bounds__(kSmThreads) small_kernel(Args p) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const uint4 c = *reinterpret_cast<const uint4*>(st + j * 512 + lane * 16);
-        const uint32_t sw = j < 2 ? wsc.x : wsc.y;  // scale bytes 2j (row g) and 2j + 1 (row g + 8)
-        const uint32_t s0 = e4m3_to_f16x2_x128((sw >> (16 * (j & 1))) & 0xFFu);
-        const uint32_t s1 = e4m3_to_f16x2_x128((sw >> (16 * (j & 1) + 8)) & 0xFFu);
+        const uint32_t s0 = wsh[2 * j], s1 = wsh[2 * j + 1];
         uint32_t w0[8], w1[8];
         e2m1x8_to_f16x8_fast(c.x, s0, w0);
         e2m1x8_to_f16x8_fast(c.y, s0, w0 + 4);
