@@ -1,18 +1,22 @@
 // The absorbed MLA decode kernels (kernels/mla_decode.cu) at Kimi-K2.5's TP=4 rank shapes: 16 heads,
 // kv_lora 512, rope 64, nope 128, v 128; a decode batch of B requests with L positions of context
-// each, every request's positions in random pool slots (paged, page size 1). Prints, per L, the
+// each, every request's positions in pool pages of P slots (default 1) placed at random. Prints, per L, the
 // median time of mla_q_absorb, mla_paged_attention and mla_v_up, the attention's bandwidth (the
 // latent + rope cache rows it must read once: B x L x 576 x 2 bytes) and that bandwidth as a share
 // of the device's copy bandwidth measured here (a 1 GiB device-to-device cudaMemcpy, read + write),
 // for the split form the executor runs (kernels/common/mla_split.h) and for one block per row.
 // The target for the attention: >= 60% of that at 8K+ positions.
-// Usage: bench_mla_decode [B] [L...]
+// Page size 1 (SGLang's default for MLA) with random pages is the worst case for the memory: each
+// 1,152-byte cache row is a separate DRAM access. Larger pages (FlashMLA's 64) keep P rows
+// contiguous; a fresh pool hands out contiguous slots (--page with L: one page per request).
+// Usage: bench_mla_decode [--page P] [B] [L...]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench/gpu/bench_util.h"
@@ -25,9 +29,19 @@ using namespace moeprof::kern;
 
 int main(int argc, char** argv) {
   if (!have_gpu()) return 0;
-  const int64_t B = argc > 1 ? std::atoll(argv[1]) : 64;
+  int64_t page = 1;
+  int a = 1;
+  if (argc > 2 && std::string(argv[1]) == "--page") {
+    page = std::atoll(argv[2]);
+    a = 3;
+    if (page < 1) {
+      std::fprintf(stderr, "bench_mla_decode: --page needs a positive size\n");
+      return 2;
+    }
+  }
+  const int64_t B = argc > a ? std::atoll(argv[a]) : 64;
   std::vector<int64_t> lens;
-  for (int i = 2; i < argc; ++i) lens.push_back(std::atoll(argv[i]));
+  for (int i = a + 1; i < argc; ++i) lens.push_back(std::atoll(argv[i]));
   if (lens.empty()) lens = {2048, 8192, 16384};
   constexpr int64_t H = 16, kvl = 512, rope = 64, nope = 128, vd = 128, D = kvl + rope;
   cudaStream_t s;
@@ -50,8 +64,10 @@ int main(int argc, char** argv) {
   BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), B * H * vd * 2));
   BENCH_CHECK(launch_init_uniform(q, true, B, H * (nope + rope), H * (nope + rope), 1, 1.0f, s));
   BENCH_CHECK(launch_init_uniform(w, true, H * (nope + vd), kvl, kvl, 2, 0.05f, s));
+  std::printf("pages of %lld slots, placed at random\n", static_cast<long long>(page));
   for (int64_t L : lens) {
-    const int64_t slots = B * L + 1;
+    // Request b owns pages b * pp .. b * pp + pp - 1 of a random permutation; slot 0 stays unused.
+    const int64_t pp = (L + page - 1) / page, slots = B * pp * page + 1;
     uint16_t* cache;
     int32_t *r2t, *rows, *pos;
     BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&cache), slots * D * 2));
@@ -59,9 +75,13 @@ int main(int argc, char** argv) {
     BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&rows), B * 4));
     BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&pos), B * 4));
     BENCH_CHECK(launch_init_uniform(cache, true, slots, D, D, 3, 1.0f, s));
-    std::vector<int32_t> perm(static_cast<size_t>(B * L)), hr(static_cast<size_t>(B)), hp(static_cast<size_t>(B), static_cast<int32_t>(L - 1));
-    std::iota(perm.begin(), perm.end(), 1);
-    std::shuffle(perm.begin(), perm.end(), std::mt19937_64(4));
+    std::vector<int32_t> pages(static_cast<size_t>(B * pp)), perm(static_cast<size_t>(B * L)), hr(static_cast<size_t>(B)),
+        hp(static_cast<size_t>(B), static_cast<int32_t>(L - 1));
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), std::mt19937_64(4));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < L; ++t)
+        perm[static_cast<size_t>(b * L + t)] = static_cast<int32_t>(1 + pages[static_cast<size_t>(b * pp + t / page)] * page + t % page);
     std::iota(hr.begin(), hr.end(), 0);
     BENCH_CHECK(cudaMemcpy(r2t, perm.data(), perm.size() * 4, cudaMemcpyHostToDevice));
     BENCH_CHECK(cudaMemcpy(rows, hr.data(), hr.size() * 4, cudaMemcpyHostToDevice));
