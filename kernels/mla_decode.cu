@@ -153,14 +153,21 @@ constexpr int kQSteps = kMaxD / 16 / 4;      // k-steps of Q per warp
 constexpr int kGroups = kMaxKvl / 16 / kWarps;  // 16-column groups of O per warp
 constexpr int kPP = kBN + 8;                  // P's pitch in elements
 
-inline size_t smem_bytes(int64_t D) {
+// Stages of the cache-tile ring (kStages - 1 tiles stream in while one is computed). Two keep two
+// blocks (104 KiB each) on an SM; three or four leave room for one, and the split form then ran at
+// 45% of an H100's copy bandwidth instead of 66% (docs/performance.md): a block is bound by its own
+// instructions, not by the tiles in flight. The kernel takes any S >= 2 (the emulator runs 3).
+constexpr int kStages = 2;
+inline size_t smem_bytes(int64_t D, int stages = kStages) {
   const int64_t dp = D + 8;
-  return static_cast<size_t>(kM * dp * 2 + 2 * kBN * dp * 2 + 4 * kM * kBN * 4 + 2 * kM * kPP * 2 + 2 * kM * 4 + 2 * kBN * 4);
+  return static_cast<size_t>(kM * dp * 2 + stages * kBN * dp * 2 + 4 * kM * kBN * 4 + 2 * kM * kPP * 2 + 2 * kM * 4 +
+                             stages * kBN * 4);
 }
 inline bool supported(int64_t D, int64_t kvl) { return mla_decode_tensor_core_shape(D, kvl); }
-static_assert(kBN == kMlaDecodeTile && kM == kMlaDecodeHeadsPerBlock && kMaxD == 576 && kMaxKvl == 512,
+static_assert(kBN % kWarps == 0 && kBN == kMlaDecodeTile && kM == kMlaDecodeHeadsPerBlock && kMaxD == 576 && kMaxKvl == 512,
               "kernels/common/mla_split.h describes this kernel's tiles");
 
+template <int S>
 __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(
     const uint16_t* q_abs, int64_t ld_q, const uint16_t* cache, int D, const int32_t* req_to_token, int64_t C,
     const int32_t* row_req, const int32_t* row_pos, int heads, int kvl, float scale, uint16_t* out, int64_t ld_out,
@@ -168,12 +175,12 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int DP = D + 8;
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem_raw);  // [kM][DP]
-  uint16_t* k_s = q_s + kM * DP;                          // 2 stages of [kBN][DP]
-  float* s_f = reinterpret_cast<float*>(k_s + 2 * kBN * DP);  // [4][kM][kBN] partial scores
+  uint16_t* k_s = q_s + kM * DP;                          // S stages of [kBN][DP]
+  float* s_f = reinterpret_cast<float*>(k_s + S * kBN * DP);  // [4][kM][kBN] partial scores
   uint16_t* p_s = reinterpret_cast<uint16_t*>(s_f + 4 * kM * kBN);  // [2][kM][kPP]: P's hi and lo parts
   float* corr_s = reinterpret_cast<float*>(p_s + 2 * kM * kPP);  // [kM]
   float* l_s = corr_s + kM;                                  // [kM]
-  int32_t* slot_s = reinterpret_cast<int32_t*>(l_s + kM);    // [2][kBN]: the page table's slots of two tiles
+  int32_t* slot_s = reinterpret_cast<int32_t*>(l_s + kM);    // [S][kBN]: the page table's slots of S tiles
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int64_t n = blockIdx.x;
   const int h0 = static_cast<int>(blockIdx.y) * kM;
@@ -184,29 +191,40 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(
   if (splits > 1) mla_decode_split_range(L, splits, blockIdx.z, &t_begin, &L);
   const int chunks = D / 8;  // 16-byte chunks per cache row
 
-  // The page table is read ahead of the copies: tile i's slots wait in slot_s[i & 1] (-1 past the
-  // range), written two tiles before the copy that reads them, and thread j < kBN holds the slot of
-  // row j of the tile after those in `pre`. So a copy's addresses never wait on a load of the table.
+  // The page table is read ahead of the copies: tile i's slots wait in slot_s[i % S] (-1 past the
+  // range), written an iteration before the copy that reads them, and thread j < kBN holds the slot
+  // of row j of the tile after those in `pre`. So a copy's addresses never wait on a load of the
+  // table. Tile i is copied into stage i % S, S - 1 iterations before it is computed; every
+  // iteration commits one group (empty past the range), so wait_group S - 1 finds tile i landed.
   auto slot_of = [&](int64_t t) -> int32_t { return t < L ? slots[t] : -1; };
-  auto load_tile = [&](const int32_t* sl, int stage) {
-    uint16_t* dst = k_s + stage * kBN * DP;
-    for (int idx = tid; idx < kBN * chunks; idx += kThreads) {
-      const int j = idx / chunks, c = idx - j * chunks;
-      const int32_t slot = sl[j];
-      const bool valid = slot >= 0;
-      const uint16_t* src = valid ? cache + static_cast<int64_t>(slot) * D + 8 * c : cache;
-      cp_async16(smem_u32(dst + j * DP + 8 * c), src, valid);
+  auto load_tile = [&](int i) {
+    if (t_begin + static_cast<int64_t>(i) * kBN < L) {
+      // Warp w copies rows 4 w .. 4 w + 3 of the tile, lane l the 16-byte chunks l, l + 32, l + 64
+      // of each (D <= 576: at most 72 chunks): one address per row, no division.
+      const int32_t* sl = slot_s + (i % S) * kBN;
+      const uint32_t dst = smem_u32(k_s + (i % S) * kBN * DP);
+#pragma unroll
+      for (int r = 0; r < kBN / kWarps; ++r) {
+        const int j = warp * (kBN / kWarps) + r;
+        const int32_t slot = sl[j];
+        const bool valid = slot >= 0;
+        const uint16_t* row = cache + (valid ? static_cast<int64_t>(slot) * D : 0);
+#pragma unroll
+        for (int c = lane; c < kMaxD / 8; c += 32)
+          if (c < chunks) cp_async16(dst + static_cast<uint32_t>(j * DP + 8 * c) * 2u, valid ? row + 8 * c : cache, valid);
+      }
     }
     cp_async_commit();
   };
   int32_t pre = -1;
   if (tid < kBN) {
-    slot_s[tid] = slot_of(t_begin + tid);
-    slot_s[kBN + tid] = slot_of(t_begin + kBN + tid);
-    pre = slot_of(t_begin + 2 * kBN + tid);
+#pragma unroll
+    for (int i = 0; i < S; ++i) slot_s[i * kBN + tid] = slot_of(t_begin + i * kBN + tid);
+    pre = slot_of(t_begin + S * kBN + tid);
   }
   __syncthreads();
-  if (t_begin < L) load_tile(slot_s, 0);
+#pragma unroll
+  for (int i = 0; i < S - 1; ++i) load_tile(i);
   for (int idx = tid; idx < kM * D; idx += kThreads) {
     const int hh = idx / D, d = idx - hh * D;
     q_s[hh * DP + d] = hh < hg ? q_abs[n * ld_q + static_cast<int64_t>(h0 + hh) * D + d] : uint16_t{0};
@@ -234,21 +252,18 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(
   float m_run = -INFINITY, l_run = 0.0f;
   const int g = lane >> 2, q4 = lane & 3;
 
-  int stage = 0;
-  for (int64_t t0 = t_begin; t0 < L; t0 += kBN, stage ^= 1) {
-    if (t0 + kBN < L) {
-      load_tile(slot_s + (stage ^ 1) * kBN, stage ^ 1);
-      cp_async_wait_one();
-    } else {
-      cp_async_wait_all();
-    }
-    // slot_s[stage] served this tile's copy an iteration ago: it takes the slots two tiles on.
+  int it = 0;
+  for (int64_t t0 = t_begin; t0 < L; t0 += kBN, ++it) {
+    load_tile(it + S - 1);
+    cp_async_wait_n<S - 1>();
+    // slot_s[it % S] served this tile's copy S - 1 iterations ago: it takes the slots of tile
+    // it + S, which the next iteration copies.
     if (tid < kBN) {
-      slot_s[stage * kBN + tid] = pre;
-      pre = slot_of(t0 + 3 * kBN + tid);
+      slot_s[(it % S) * kBN + tid] = pre;
+      pre = slot_of(t0 + (S + 1) * kBN + tid);
     }
     __syncthreads();
-    const uint16_t* kt = k_s + stage * kBN * DP;
+    const uint16_t* kt = k_s + (it % S) * kBN * DP;
     // S partials.
     {
       float d0[4] = {0, 0, 0, 0}, d1[4] = {0, 0, 0, 0};
@@ -501,9 +516,9 @@ cudaError_t launch_mla_paged_attention(const uint16_t* q_abs, int64_t ld_q, cons
   const int64_t splits = workspace ? mla_decode_splits(N, heads, D, kvl) : 1;
   if (mlad::supported(D, kvl)) {
     const size_t smem = mlad::smem_bytes(D);
-    KERN_RETURN_IF_ERROR(allow_smem(mlad::paged_attention_mma_kernel, smem));
+    KERN_RETURN_IF_ERROR(allow_smem(mlad::paged_attention_mma_kernel<mlad::kStages>, smem));
     const dim3 grid(static_cast<unsigned>(N), ceil_div_u(heads, mlad::kM), static_cast<unsigned>(splits));
-    mlad::paged_attention_mma_kernel<<<grid, mlad::kThreads, smem, stream>>>(
+    mlad::paged_attention_mma_kernel<mlad::kStages><<<grid, mlad::kThreads, smem, stream>>>(
         q_abs, ld_q, cache, static_cast<int>(D), req_to_token, C, row_req, row_pos, static_cast<int>(heads), static_cast<int>(kvl),
         scale, out, ld_out, static_cast<int>(splits), workspace);
     KERN_RETURN_IF_ERROR(last_launch_error());

@@ -8,7 +8,8 @@
 // magnitude plus 1e-4 of the largest. With `split` (a 7th argument of 1), the blocks run the split
 // form (kernels/common/mla_split.h: each row's positions cut into mla_decode_splits() ranges,
 // partial sums in a workspace that starts as NaN garbage) and the combine kernel merges them.
-// usage: mla_decode_emu N heads kvl rope C seed [split]
+// An 8th argument runs the kernel with that many stages of its tile ring (2, the launcher's, or 3).
+// usage: mla_decode_emu N heads kvl rope C seed [split [stages]]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -53,7 +54,12 @@ int main(int argc, char** argv) {
     row_pos[n] = n == 0 ? C - 1 : n == 1 ? 0 : int(rng() % C);  // the longest, a single position, random
   }
   const float scale = 1.0f / std::sqrt(float(D)) * 3.0f;  // sharper than 1/sqrt(D): a peaked softmax too
-  const size_t smem_size = mlad::smem_bytes(D);
+  const int stages = argc > 8 ? atoi(argv[8]) : mlad::kStages;
+  if (stages != 2 && stages != 3) {
+    std::fprintf(stderr, "mla_decode_emu: stages must be 2 or 3\n");
+    return 2;
+  }
+  const size_t smem_size = mlad::smem_bytes(D, stages);
   std::vector<unsigned char> smem(smem_size);
   emu::smem_base = smem.data();
   emu::smem_size = smem.size();
@@ -70,9 +76,9 @@ int main(int argc, char** argv) {
     for (unsigned by = 0; by < hgroups; ++by)
       for (unsigned bx = 0; bx < unsigned(N); ++bx)
         emu::run_block(smem, bx, by, bz, [&] {
-          mlad::paged_attention_mma_kernel(q.data(), int64_t(heads) * D, cache.data(), D, r2t.data(), C, row_req.data(),
-                                           row_pos.data(), heads, kvl, scale, out.data(), int64_t(heads) * kvl, splits,
-                                           split ? ws.data() : nullptr);
+          auto* kernel = stages == 3 ? mlad::paged_attention_mma_kernel<3> : mlad::paged_attention_mma_kernel<2>;
+          kernel(q.data(), int64_t(heads) * D, cache.data(), D, r2t.data(), C, row_req.data(), row_pos.data(), heads, kvl, scale,
+                 out.data(), int64_t(heads) * kvl, splits, split ? ws.data() : nullptr);
         });
   if (split) {  // the combine kernel: no shared memory or barriers, so its threads run in turn
     gridDim = U3{unsigned(N), unsigned(heads), 1};

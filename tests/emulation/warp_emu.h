@@ -133,6 +133,8 @@ inline void cp_async_wait_all() {
   cp_async_wait_group(0);
 }
 inline void cp_async_wait_one() { cp_async_wait_group(1); }
+template <int N>
+inline void cp_async_wait_n() { cp_async_wait_group(N); }
 inline uint16_t sm16(uint32_t addr) {
   if (addr + 2 > emu::smem_size) { ++emu::oob; return 0; }
   uint16_t v; std::memcpy(&v, emu::smem_base + addr, 2); return v;
