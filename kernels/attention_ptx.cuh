@@ -14,6 +14,14 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
                : "memory");
 }
+// The same copy issued only where `issue` holds (a predicated instruction, no branch): nothing is
+// written where it does not.
+__device__ __forceinline__ void cp_async16_if(uint32_t dst, const void* src, bool valid, bool issue) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n@p cp.async.cg.shared.global [%0], [%1], 16, %2;\n}\n" ::"r"(dst), "l"(src),
+      "r"(valid ? 16 : 0), "r"(static_cast<int>(issue))
+      : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 // Waits for every committed group but the newest one (a double-buffered loop's next tile).

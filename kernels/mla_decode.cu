@@ -167,12 +167,15 @@ inline bool supported(int64_t D, int64_t kvl) { return mla_decode_tensor_core_sh
 static_assert(kBN % kWarps == 0 && kBN == kMlaDecodeTile && kM == kMlaDecodeHeadsPerBlock && kMaxD == 576 && kMaxKvl == 512,
               "kernels/common/mla_split.h describes this kernel's tiles");
 
-template <int S>
+// kFull: D and kvl are kMaxD and kMaxKvl (576 / 512, every model of the family), known at compile
+// time, so the k-step and column-group guards and the address arithmetic fold away.
+template <int S, bool kFull>
 __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(
-    const uint16_t* q_abs, int64_t ld_q, const uint16_t* cache, int D, const int32_t* req_to_token, int64_t C,
-    const int32_t* row_req, const int32_t* row_pos, int heads, int kvl, float scale, uint16_t* out, int64_t ld_out,
+    const uint16_t* q_abs, int64_t ld_q, const uint16_t* cache, int D_in, const int32_t* req_to_token, int64_t C,
+    const int32_t* row_req, const int32_t* row_pos, int heads, int kvl_in, float scale, uint16_t* out, int64_t ld_out,
     int splits, float* ws) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int D = kFull ? kMaxD : D_in, kvl = kFull ? kMaxKvl : kvl_in;
   const int DP = D + 8;
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem_raw);  // [kM][DP]
   uint16_t* k_s = q_s + kM * DP;                          // S stages of [kBN][DP]
@@ -201,17 +204,18 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(
     if (t_begin + static_cast<int64_t>(i) * kBN < L) {
       // Warp w copies rows 4 w .. 4 w + 3 of the tile, lane l the 16-byte chunks l, l + 32, l + 64
       // of each (D <= 576: at most 72 chunks): one address per row, no division.
+      // Predicated copies (no branch), constant offsets from one source and one destination address.
       const int32_t* sl = slot_s + (i % S) * kBN;
-      const uint32_t dst = smem_u32(k_s + (i % S) * kBN * DP);
+      const uint32_t dst = smem_u32(k_s + (i % S) * kBN * DP + 8 * lane);
 #pragma unroll
       for (int r = 0; r < kBN / kWarps; ++r) {
         const int j = warp * (kBN / kWarps) + r;
         const int32_t slot = sl[j];
         const bool valid = slot >= 0;
-        const uint16_t* row = cache + (valid ? static_cast<int64_t>(slot) * D : 0);
+        const uint16_t* row = cache + (valid ? static_cast<int64_t>(slot) * D : 0) + 8 * lane;
 #pragma unroll
-        for (int c = lane; c < kMaxD / 8; c += 32)
-          if (c < chunks) cp_async16(dst + static_cast<uint32_t>(j * DP + 8 * c) * 2u, valid ? row + 8 * c : cache, valid);
+        for (int k = 0; k < (kMaxD / 8 + 31) / 32; ++k)
+          cp_async16_if(dst + static_cast<uint32_t>(j * DP + 256 * k) * 2u, row + 256 * k, valid, lane + 32 * k < chunks);
       }
     }
     cp_async_commit();
@@ -516,9 +520,11 @@ cudaError_t launch_mla_paged_attention(const uint16_t* q_abs, int64_t ld_q, cons
   const int64_t splits = workspace ? mla_decode_splits(N, heads, D, kvl) : 1;
   if (mlad::supported(D, kvl)) {
     const size_t smem = mlad::smem_bytes(D);
-    KERN_RETURN_IF_ERROR(allow_smem(mlad::paged_attention_mma_kernel<mlad::kStages>, smem));
+    const bool full = D == mlad::kMaxD && kvl == mlad::kMaxKvl;
+    auto* kernel = full ? mlad::paged_attention_mma_kernel<mlad::kStages, true> : mlad::paged_attention_mma_kernel<mlad::kStages, false>;
+    KERN_RETURN_IF_ERROR(allow_smem(kernel, smem));
     const dim3 grid(static_cast<unsigned>(N), ceil_div_u(heads, mlad::kM), static_cast<unsigned>(splits));
-    mlad::paged_attention_mma_kernel<mlad::kStages><<<grid, mlad::kThreads, smem, stream>>>(
+    kernel<<<grid, mlad::kThreads, smem, stream>>>(
         q_abs, ld_q, cache, static_cast<int>(D), req_to_token, C, row_req, row_pos, static_cast<int>(heads), static_cast<int>(kvl),
         scale, out, ld_out, static_cast<int>(splits), workspace);
     KERN_RETURN_IF_ERROR(last_launch_error());

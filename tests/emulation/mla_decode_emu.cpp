@@ -76,7 +76,9 @@ int main(int argc, char** argv) {
     for (unsigned by = 0; by < hgroups; ++by)
       for (unsigned bx = 0; bx < unsigned(N); ++bx)
         emu::run_block(smem, bx, by, bz, [&] {
-          auto* kernel = stages == 3 ? mlad::paged_attention_mma_kernel<3> : mlad::paged_attention_mma_kernel<2>;
+          const bool full = D == mlad::kMaxD && kvl == mlad::kMaxKvl;  // the launcher's choice
+          auto* kernel = stages == 3 ? (full ? mlad::paged_attention_mma_kernel<3, true> : mlad::paged_attention_mma_kernel<3, false>)
+                                     : (full ? mlad::paged_attention_mma_kernel<2, true> : mlad::paged_attention_mma_kernel<2, false>);
           kernel(q.data(), int64_t(heads) * D, cache.data(), D, r2t.data(), C, row_req.data(), row_pos.data(), heads, kvl, scale,
                  out.data(), int64_t(heads) * kvl, splits, split ? ws.data() : nullptr);
         });

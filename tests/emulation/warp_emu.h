@@ -115,6 +115,9 @@ inline uint32_t smem_u32(const void* p) {
   return uint32_t(c - emu::smem_base);
 }
 inline void cp_async16(uint32_t dst, const void* src, bool valid) { emu::pending.push_back({dst, src, valid}); }
+inline void cp_async16_if(uint32_t dst, const void* src, bool valid, bool issue) {
+  if (issue) cp_async16(dst, src, valid);
+}
 inline void cp_async_commit() {
   emu::groups.push_back(std::move(emu::pending));
   emu::pending.clear();
