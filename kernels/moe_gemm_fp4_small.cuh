@@ -94,7 +94,10 @@ __global__ void __launch_bounds__(kSmThreads, kSmMinBlocks) small_kernel(Args p)
       a_src[tg] = p.a + src * p.ld_a + q * 8;
       as_src[tg] = p.a_sc + src * p.ld_a_sc;
     }
-    auto issue = [&](int kt, int slot) {
+    // NG (the pass's 8-row groups, 1 or 2) is a compile-time constant of the K loop below, so its
+    // copies, dequantization and MMAs carry no per-step branch on it.
+    auto issue = [&](int kt, int slot, auto ngc) {
+      constexpr int NG = decltype(ngc)::value;
       const uint32_t st = ring_s + slot * kSmStage;
       if constexpr (kTW) {
         const int64_t blk = (static_cast<int64_t>(e) * ntiles + nt) * KT + kt;
@@ -114,8 +117,7 @@ __global__ void __launch_bounds__(kSmThreads, kSmMinBlocks) small_kernel(Args p)
         *reinterpret_cast<uint2*>(ring + slot * kSmStage + kSmWScales + lane * 8) = make_uint2(sw[0], sw[1]);
       }
 #pragma unroll
-      for (int tg = 0; tg < 2; ++tg) {
-        if (tg >= ng) break;
+      for (int tg = 0; tg < NG; ++tg) {
         cp_async8(st + kSmACodes + tg * 256 + lane * 8, a_src[tg] + static_cast<int64_t>(kt) * 32, a_ok[tg]);
         cp_async4(st + kSmAScales + tg * 128 + lane * 4, as_src[tg] + static_cast<int64_t>(kt) * 4, a_ok[tg]);
       }
@@ -129,50 +131,53 @@ __global__ void __launch_bounds__(kSmThreads, kSmMinBlocks) small_kernel(Args p)
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[tg][j][c] = 0.0f;
 
+    auto k_loop = [&](auto ngc) {
+      constexpr int NG = decltype(ngc)::value;
 #pragma unroll
-    for (int s = 0; s < kSmStages - 1; ++s) {
-      if (s < KT) issue(s, s);
-      cp_async_commit();
-    }
-    for (int kt = 0; kt < KT; ++kt) {
-      if (kt + kSmStages - 1 < KT) issue(kt + kSmStages - 1, (kt + kSmStages - 1) % kSmStages);
-      cp_async_commit();
-      cp_async_wait<kSmStages - 1>();  // this lane's copies of step kt have landed
-      const unsigned char* st = ring + (kt % kSmStages) * kSmStage;
-      const uint2 wsc = *reinterpret_cast<const uint2*>(st + kSmWScales + lane * 8);
-      uint32_t wsh[8];  // step j's scales: wsh[2 j] (row g) and wsh[2 j + 1] (row g + 8), x 2^7
-      e4m3x2_to_f16x2_x128(wsc.x, wsh[0], wsh[1]);
-      e4m3x2_to_f16x2_x128(wsc.x >> 16, wsh[2], wsh[3]);
-      e4m3x2_to_f16x2_x128(wsc.y, wsh[4], wsh[5]);
-      e4m3x2_to_f16x2_x128(wsc.y >> 16, wsh[6], wsh[7]);
-      uint32_t b[2][8];
+      for (int s = 0; s < kSmStages - 1; ++s) {
+        if (s < KT) issue(s, s, ngc);
+        cp_async_commit();
+      }
+      for (int kt = 0; kt < KT; ++kt) {
+        if (kt + kSmStages - 1 < KT) issue(kt + kSmStages - 1, (kt + kSmStages - 1) % kSmStages, ngc);
+        cp_async_commit();
+        cp_async_wait<kSmStages - 1>();  // this lane's copies of step kt have landed
+        const unsigned char* st = ring + (kt % kSmStages) * kSmStage;
+        const uint2 wsc = *reinterpret_cast<const uint2*>(st + kSmWScales + lane * 8);
+        uint32_t wsh[8];  // step j's scales: wsh[2 j] (row g) and wsh[2 j + 1] (row g + 8), x 2^7
+        e4m3x2_to_f16x2_x128(wsc.x, wsh[0], wsh[1]);
+        e4m3x2_to_f16x2_x128(wsc.x >> 16, wsh[2], wsh[3]);
+        e4m3x2_to_f16x2_x128(wsc.y, wsh[4], wsh[5]);
+        e4m3x2_to_f16x2_x128(wsc.y >> 16, wsh[6], wsh[7]);
+        uint32_t b[2][8];
 #pragma unroll
-      for (int tg = 0; tg < 2; ++tg) {
-        if (tg < ng) {
+        for (int tg = 0; tg < NG; ++tg) {
           const uint2 ac = *reinterpret_cast<const uint2*>(st + kSmACodes + tg * 256 + lane * 8);
           const uint32_t asw = *reinterpret_cast<const uint32_t*>(st + kSmAScales + tg * 128 + lane * 4);
           const uint32_t s2 = e4m3_byte_to_f16x2_x128(asw, asel);
           e2m1x8_to_f16x8_fast(ac.x, s2, b[tg]);
           e2m1x8_to_f16x8_fast(ac.y, s2, b[tg] + 4);
         }
-      }
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint4 c = *reinterpret_cast<const uint4*>(st + j * 512 + lane * 16);
-        const uint32_t s0 = wsh[2 * j], s1 = wsh[2 * j + 1];
-        uint32_t w0[8], w1[8];
-        e2m1x8_to_f16x8_fast(c.x, s0, w0);
-        e2m1x8_to_f16x8_fast(c.y, s0, w0 + 4);
-        e2m1x8_to_f16x8_fast(c.z, s1, w1);
-        e2m1x8_to_f16x8_fast(c.w, s1, w1 + 4);
+        for (int j = 0; j < 4; ++j) {
+          const uint4 c = *reinterpret_cast<const uint4*>(st + j * 512 + lane * 16);
+          const uint32_t s0 = wsh[2 * j], s1 = wsh[2 * j + 1];
+          uint32_t w0[8], w1[8];
+          e2m1x8_to_f16x8_fast(c.x, s0, w0);
+          e2m1x8_to_f16x8_fast(c.y, s0, w0 + 4);
+          e2m1x8_to_f16x8_fast(c.z, s1, w1);
+          e2m1x8_to_f16x8_fast(c.w, s1, w1 + 4);
 #pragma unroll
-        for (int m = 0; m < 4; ++m) {
-          const uint32_t a[4] = {w0[2 * m], w1[2 * m], w0[2 * m + 1], w1[2 * m + 1]};
-          mma_f16_16816(acc[0][j], a, b[0][2 * m], b[0][2 * m + 1]);
-          if (ng > 1) mma_f16_16816(acc[1][j], a, b[1][2 * m], b[1][2 * m + 1]);
+          for (int m = 0; m < 4; ++m) {
+            const uint32_t a[4] = {w0[2 * m], w1[2 * m], w0[2 * m + 1], w1[2 * m + 1]};
+            mma_f16_16816(acc[0][j], a, b[0][2 * m], b[0][2 * m + 1]);
+            if constexpr (NG > 1) mma_f16_16816(acc[1][j], a, b[1][2 * m], b[1][2 * m + 1]);
+          }
         }
       }
-    }
+    };
+    if (ng == 1) k_loop(std::integral_constant<int, 1>{});
+    else k_loop(std::integral_constant<int, 2>{});
     cp_async_wait<0>();
     __syncthreads();  // every warp is done with its ring: the epilogue tile aliases them
 
