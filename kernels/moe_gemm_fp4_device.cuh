@@ -247,6 +247,21 @@ __device__ __forceinline__ void e2m1x8_to_f16x8_fast(uint32_t w, uint32_t s2, ui
   o[3] = hmul2_f16(__byte_perm(y, 0u, 0x3424u), s2);
 }
 
+// e2m1x8_to_f16x8_fast's values in another order, two permutes fewer (15 integer and fp16
+// operations per 8 codes instead of 17): the high bytes of the even codes (lo) and of the odd ones
+// (hi) go straight into the words, so o[0] = codes (0, 2), o[1] = (4, 6), o[2] = (1, 3), o[3] =
+// (5, 7) (low half first). For kSmallM, whose A and B operands both go through it: a dot product
+// over a k16 block does not depend on which k slot holds which code.
+__device__ __forceinline__ void e2m1x8_to_f16x8_perm(uint32_t w, uint32_t s2, uint32_t* o) {
+  constexpr uint32_t kBits = 0x07070707u << 1;
+  const uint32_t lo = ((w << 1) & kBits) | ((w << 4) & 0x80808080u);
+  const uint32_t hi = ((w >> 3) & kBits) | (w & 0x80808080u);
+  o[0] = hmul2_f16(__byte_perm(lo, 0u, 0x1404u), s2);
+  o[1] = hmul2_f16(__byte_perm(lo, 0u, 0x3424u), s2);
+  o[2] = hmul2_f16(__byte_perm(hi, 0u, 0x1404u), s2);
+  o[3] = hmul2_f16(__byte_perm(hi, 0u, 0x3424u), s2);
+}
+
 // The 8 codes of w as e4m3 bytes holding e2m1(code) * 2^-6 (for the hardware conversion below):
 // code bits e1 e0 m -> e4m3 exponent bits 1..0 and the top mantissa bit (bits 4..2), sign -> bit 7.
 // e2m1's subnormal (e = 0: m * 0.5) maps to e4m3's subnormal (m * 2^-7), its normals

@@ -14,7 +14,8 @@
 // g + 8 (g = l / 4) of the warp's m16n8k16 A fragments, and its k16 block is q = l % 4, so the four
 // lanes of a quad each bring a different k16 block into the same MMA. Because every operand is
 // dequantized with its own block scale before the MMA (e2m1 * e4m3 * 2^-7, exact in fp16: the
-// e2m1x8_to_f16x8_fast conversion of the other paths), which k16 block supplies which k slot does
+// values of the other paths' e2m1x8_to_f16x8_fast, by e2m1x8_to_f16x8_perm, which orders them
+// differently with two permutes fewer), which k16 block (and which code) supplies which k slot does
 // not change the sum: mma m (0..3) takes codes 4m..4m+3 of the lane's block, and the B fragment of
 // lane (g, q) is the same codes of row g of the pass, read by that lane itself. Each lane thus
 // copies (cp.async, a private 3-stage ring per warp, no barrier in the K loop) exactly what it
@@ -155,18 +156,18 @@ __global__ void __launch_bounds__(kSmThreads, kSmMinBlocks) small_kernel(Args p)
           const uint2 ac = *reinterpret_cast<const uint2*>(st + kSmACodes + tg * 256 + lane * 8);
           const uint32_t asw = *reinterpret_cast<const uint32_t*>(st + kSmAScales + tg * 128 + lane * 4);
           const uint32_t s2 = e4m3_byte_to_f16x2_x128(asw, asel);
-          e2m1x8_to_f16x8_fast(ac.x, s2, b[tg]);
-          e2m1x8_to_f16x8_fast(ac.y, s2, b[tg] + 4);
+          e2m1x8_to_f16x8_perm(ac.x, s2, b[tg]);
+          e2m1x8_to_f16x8_perm(ac.y, s2, b[tg] + 4);
         }
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const uint4 c = *reinterpret_cast<const uint4*>(st + j * 512 + lane * 16);
           const uint32_t s0 = wsh[2 * j], s1 = wsh[2 * j + 1];
           uint32_t w0[8], w1[8];
-          e2m1x8_to_f16x8_fast(c.x, s0, w0);
-          e2m1x8_to_f16x8_fast(c.y, s0, w0 + 4);
-          e2m1x8_to_f16x8_fast(c.z, s1, w1);
-          e2m1x8_to_f16x8_fast(c.w, s1, w1 + 4);
+          e2m1x8_to_f16x8_perm(c.x, s0, w0);
+          e2m1x8_to_f16x8_perm(c.y, s0, w0 + 4);
+          e2m1x8_to_f16x8_perm(c.z, s1, w1);
+          e2m1x8_to_f16x8_perm(c.w, s1, w1 + 4);
 #pragma unroll
           for (int m = 0; m < 4; ++m) {
             const uint32_t a[4] = {w0[2 * m], w1[2 * m], w0[2 * m + 1], w1[2 * m + 1]};

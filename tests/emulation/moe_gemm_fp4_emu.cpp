@@ -309,6 +309,16 @@ int selftest() {
       // the fast variant on a word mixing b with other bytes (cross-byte shifts must not leak)
       v2::e2m1x8_to_f16x8_fast(b | ((b ^ 0xFF) << 8) | (b << 16) | (((b * 37) & 0xFF) << 24), s2, of);
       if (of[0] != o[0] || of[2] != o[2]) ++bad;
+      {  // kSmallM's order: (0, 2), (4, 6), (1, 3), (5, 7) of the fast variant's (0, 1), ..., (6, 7)
+        const uint32_t w = b | ((b ^ 0xFF) << 8) | (b << 16) | (((b * 37) & 0xFF) << 24);
+        uint32_t op[4], ofa[4];
+        v2::e2m1x8_to_f16x8_perm(w, s2, op);
+        v2::e2m1x8_to_f16x8_fast(w, s2, ofa);
+        auto half = [](const uint32_t* o, int code) { return (o[code / 2] >> (16 * (code & 1))) & 0xFFFFu; };
+        const int order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+        for (int i = 0; i < 8; ++i)
+          if (half(op, i) != half(ofa, order[i])) ++bad;
+      }
       {
         uint32_t oo[4];
         v2::e2m1x8_to_f16x8(b | ((b ^ 0xFF) << 8) | (b << 16) | (((b * 37) & 0xFF) << 24), s2, oo);
