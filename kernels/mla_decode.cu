@@ -33,10 +33,10 @@ __global__ void __launch_bounds__(kAbsCols) q_absorb_kernel(const uint16_t* q, i
   const int64_t h = blockIdx.y, n0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int rows = static_cast<int>(imin(kRows, N - n0));
   const int64_t qk = nope + rope;
-  for (int64_t idx = threadIdx.x; idx < kRows * nope; idx += blockDim.x) {
-    const int64_t r = idx / nope, i = idx - r * nope;
-    q_s[idx] = r < rows ? ld_bf16(q + (n0 + r) * ld_q + h * qk + i) : 0.0f;
-  }
+  // Row by row: no 64-bit division per element (it cost more than the block's arithmetic).
+  for (int r = 0; r < kRows; ++r)
+    for (int i = static_cast<int>(threadIdx.x); i < nope; i += blockDim.x)
+      q_s[r * nope + i] = r < rows ? ld_bf16(q + (n0 + r) * ld_q + h * qk + i) : 0.0f;
   __syncthreads();
   const uint16_t* wh = w + h * (nope + v_dim) * ld_w;
   const int64_t c = static_cast<int64_t>(blockIdx.z) * kAbsCols + threadIdx.x;
@@ -429,10 +429,9 @@ __global__ void __launch_bounds__(kThreads) v_up_kernel(const uint16_t* lat, int
   extern __shared__ float lat_s[];  // [kUpRows][kvl]
   const int64_t h = blockIdx.y, n0 = static_cast<int64_t>(blockIdx.x) * kUpRows;
   const int rows = static_cast<int>(imin(kUpRows, N - n0));
-  for (int64_t idx = threadIdx.x; idx < kUpRows * kvl; idx += blockDim.x) {
-    const int64_t r = idx / kvl, c = idx - r * kvl;
-    lat_s[idx] = r < rows ? ld_bf16(lat + (n0 + r) * ld_lat + h * kvl + c) : 0.0f;
-  }
+  for (int r = 0; r < kUpRows; ++r)  // row by row: no 64-bit division per element
+    for (int c = static_cast<int>(threadIdx.x); c < kvl; c += blockDim.x)
+      lat_s[r * kvl + c] = r < rows ? ld_bf16(lat + (n0 + r) * ld_lat + h * kvl + c) : 0.0f;
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t j0 = static_cast<int64_t>(blockIdx.z) * kUpCols + warp * kUpJ;
