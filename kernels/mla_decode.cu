@@ -203,8 +203,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(
   auto load_tile = [&](int i) {
     if (t_begin + static_cast<int64_t>(i) * kBN < L) {
       // Warp w copies rows 4 w .. 4 w + 3 of the tile, lane l the 16-byte chunks l, l + 32, l + 64
-      // of each (D <= 576: at most 72 chunks): one address per row, no division.
-      // Predicated copies (no branch), constant offsets from one source and one destination address.
+      // of each (D <= 576: at most 72 chunks): one source address per row, predicated copies at
+      // constant offsets from it (no branch, no division).
       const int32_t* sl = slot_s + (i % S) * kBN;
       const uint32_t dst = smem_u32(k_s + (i % S) * kBN * DP + 8 * lane);
 #pragma unroll

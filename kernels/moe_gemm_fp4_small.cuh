@@ -16,8 +16,9 @@
 // dequantized with its own block scale before the MMA (e2m1 * e4m3 * 2^-7, exact in fp16: the
 // values of the other paths' e2m1x8_to_f16x8_fast, by e2m1x8_to_f16x8_perm, which orders them
 // differently with two permutes fewer), which k16 block (and which code) supplies which k slot does
-// not change the sum: mma m (0..3) takes codes 4m..4m+3 of the lane's block, and the B fragment of
-// lane (g, q) is the same codes of row g of the pass, read by that lane itself. Each lane thus
+// not change the sum: mma m (0..3) takes four codes of the lane's block (the same four on both
+// operands), and the B fragment of lane (g, q) is those codes of row g of the pass, read by that
+// lane itself. Each lane thus
 // copies (cp.async, a private 3-stage ring per warp, no barrier in the K loop) exactly what it
 // reads: the weight chunks, the scale bytes and one 8-code activation item per 8 rows.
 // Passes of 16 rows over the expert's segment (the second 8 only where the pass has more than 8);
