@@ -417,6 +417,53 @@ __global__ void mla_decode_combine_kernel(const float* ws, int splits, int heads
     st_bf16(out + n * ld_out + h * kvl + c, acc / denom);
   }
 }
+
+// v_up on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), for kvl % 32 == 0, v_dim % 8
+// == 0 and 16-byte aligned rows: out[n, h, j] = sum_c lat[n, h, c] * W_UV[h, j, c]. A warp computes
+// 16 rows x 8 columns of one head straight from global memory (the operands are small and stay in
+// L2): lane (g, t) loads the 16-byte chunks [c0 + 8t, c0 + 8t + 8) of lat rows g and g + 8 and of
+// W_UV row (output column) g, and elements 0-3 and 4-7 of them feed two MMAs (A's a0/a1 and B's b0
+// hold elements 0, 1 of the lane's chunks, a2/a3 and b1 elements 2, 3; then 4-7). A and B give each
+// k slot the same element, so every c is summed once. 8 warps per block, no shared memory.
+constexpr int kVuWarps = 8;
+inline bool v_up_mma_shape(int64_t kvl, int64_t v_dim, int64_t ld_lat, int64_t ld_w, const void* lat, const void* w) {
+  return kvl % 32 == 0 && v_dim % 8 == 0 && ld_lat % 8 == 0 && ld_w % 8 == 0 && reinterpret_cast<uintptr_t>(lat) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(w) % 16 == 0;
+}
+__global__ void __launch_bounds__(kVuWarps * 32) v_up_mma_kernel(const uint16_t* lat, int64_t ld_lat, const uint16_t* w,
+                                                                 int64_t ld_w, int kvl, int N, int nope, int v_dim, uint16_t* out,
+                                                                 int64_t ld_out) {
+  const int lane = static_cast<int>(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
+  const int col_tiles = v_dim / 8, row_tiles = (N + 15) / 16;
+  const int wid = static_cast<int>(blockIdx.x) * kVuWarps + (static_cast<int>(threadIdx.x) >> 5);
+  if (wid >= row_tiles * col_tiles) return;  // whole warps
+  const int h = static_cast<int>(blockIdx.y), rt = wid / col_tiles, ct = wid - rt * col_tiles;
+  const int r0 = rt * 16 + g, r1 = r0 + 8;
+  const bool ok0 = r0 < N, ok1 = r1 < N;
+  const uint16_t* ap0 = lat + static_cast<int64_t>(ok0 ? r0 : 0) * ld_lat + static_cast<int64_t>(h) * kvl + 8 * t;
+  const uint16_t* ap1 = lat + static_cast<int64_t>(ok1 ? r1 : 0) * ld_lat + static_cast<int64_t>(h) * kvl + 8 * t;
+  const uint16_t* bp = w + (static_cast<int64_t>(h) * (nope + v_dim) + nope + ct * 8 + g) * ld_w + 8 * t;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  for (int c0 = 0; c0 < kvl; c0 += 32) {
+    const uint4 x0 = ok0 ? *reinterpret_cast<const uint4*>(ap0 + c0) : zero;
+    const uint4 x1 = ok1 ? *reinterpret_cast<const uint4*>(ap1 + c0) : zero;
+    const uint4 y = *reinterpret_cast<const uint4*>(bp + c0);
+    const uint32_t a01[4] = {x0.x, x1.x, x0.y, x1.y}, a45[4] = {x0.z, x1.z, x0.w, x1.w};
+    mma_bf16_16816(acc, a01, y.x, y.y);
+    mma_bf16_16816(acc, a45, y.z, y.w);
+  }
+  // acc[0], acc[1]: row g, columns 2t, 2t + 1; acc[2], acc[3]: row g + 8.
+  const int64_t col = static_cast<int64_t>(h) * v_dim + ct * 8 + 2 * t;
+  if (ok0) {
+    st_bf16(out + r0 * ld_out + col, acc[0]);
+    st_bf16(out + r0 * ld_out + col + 1, acc[1]);
+  }
+  if (ok1) {
+    st_bf16(out + r1 * ld_out + col, acc[2]);
+    st_bf16(out + r1 * ld_out + col + 1, acc[3]);
+  }
+}
 }  // namespace mlad
 
 // Block: kUpRows rows of one head and kUpCols output columns j; warp: kUpJ of them at once, its
@@ -545,6 +592,14 @@ cudaError_t launch_mla_paged_attention(const uint16_t* q_abs, int64_t ld_q, cons
 cudaError_t launch_mla_v_up(const uint16_t* lat, int64_t ld_lat, const uint16_t* kv_b, int64_t ld_w, int64_t kvl, int64_t N,
                             int64_t heads, int64_t nope, int64_t v_dim, uint16_t* out, int64_t ld_out, cudaStream_t stream) {
   if (N <= 0 || heads <= 0) return cudaSuccess;
+  if (mlad::v_up_mma_shape(kvl, v_dim, ld_lat, ld_w, lat, kv_b) && N <= (int64_t{1} << 30) && kvl <= (int64_t{1} << 30)) {
+    const int64_t warps = ((N + 15) / 16) * (v_dim / 8);
+    const dim3 grid(ceil_div_u(warps, mlad::kVuWarps), static_cast<unsigned>(heads));
+    mlad::v_up_mma_kernel<<<grid, mlad::kVuWarps * 32, 0, stream>>>(lat, ld_lat, kv_b, ld_w, static_cast<int>(kvl),
+                                                                    static_cast<int>(N), static_cast<int>(nope),
+                                                                    static_cast<int>(v_dim), out, ld_out);
+    return last_launch_error();
+  }
   const size_t smem = static_cast<size_t>(kUpRows * kvl) * sizeof(float);
   const dim3 grid(ceil_div_u(N, kUpRows), static_cast<unsigned>(heads), ceil_div_u(v_dim, kUpCols));
   const bool vec = kvl % 8 == 0 && ld_w % 8 == 0 && reinterpret_cast<uintptr_t>(kv_b) % 16 == 0;

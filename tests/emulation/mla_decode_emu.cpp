@@ -10,12 +10,15 @@
 // partial sums in a workspace that starts as NaN garbage) and the combine kernel merges them.
 // An 8th argument runs the kernel with that many stages of its tile ring (2, the launcher's, or 3).
 // usage: mla_decode_emu N heads kvl rope C seed [split [stages]]
+//        mla_decode_emu vup N heads kvl nope v_dim seed   (the tensor-core v_up, below)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <random>
 #include <thread>
+#include <string>
+#include <vector>
 
 #include <vector_functions.h>
 
@@ -29,9 +32,68 @@ namespace moeprof::kern {
 
 using namespace moeprof::kern;
 
+// `vup N heads kvl nope v_dim seed`: the tensor-core v_up (mlad::v_up_mma_kernel) against float64,
+// each output within 2^-8 of the reference's magnitude (its bf16 rounding) plus 1e-5 of the largest.
+static int run_v_up(int argc, char** argv) {
+  if (argc < 8) {
+    std::fprintf(stderr, "usage: mla_decode_emu vup N heads kvl nope v_dim seed\n");
+    return 2;
+  }
+  const int N = atoi(argv[2]), heads = atoi(argv[3]), kvl = atoi(argv[4]), nope = atoi(argv[5]), v_dim = atoi(argv[6]);
+  std::mt19937 rng(static_cast<unsigned>(atoi(argv[7])));
+  std::uniform_real_distribution<float> U(-1, 1);
+  const int64_t ld_lat = int64_t(heads) * kvl + 8, ld_w = kvl, ld_out = int64_t(heads) * v_dim + 3;  // padded rows
+  std::vector<uint16_t> lat(size_t(N) * ld_lat), w(size_t(heads) * (nope + v_dim) * ld_w), out(size_t(N) * ld_out, 0xFFFF);
+  for (auto& x : lat) x = to_bf(U(rng));
+  for (auto& x : w) x = to_bf(U(rng) * 0.1f);
+  if (!mlad::v_up_mma_shape(kvl, v_dim, ld_lat, ld_w, lat.data(), w.data())) {
+    std::printf("kvl=%d v_dim=%d: not a shape of the tensor-core v_up\n", kvl, v_dim);
+    return 2;
+  }
+  std::vector<unsigned char> smem(16);
+  emu::smem_base = smem.data();
+  emu::smem_size = smem.size();
+  const int warps = ((N + 15) / 16) * (v_dim / 8), blocks = (warps + mlad::kVuWarps - 1) / mlad::kVuWarps;
+  static_assert(mlad::kVuWarps * 32 == 256, "run_block runs 256 threads");
+  gridDim = U3{unsigned(blocks), unsigned(heads), 1};
+  for (unsigned h = 0; h < unsigned(heads); ++h)
+    for (unsigned b = 0; b < unsigned(blocks); ++b)
+      emu::run_block(smem, b, h, 0, [&] {
+        mlad::v_up_mma_kernel(lat.data(), ld_lat, w.data(), ld_w, kvl, N, nope, v_dim, out.data(), ld_out);
+      });
+  double big = 0;
+  std::vector<double> ref(out.size(), 0);
+  for (int n = 0; n < N; ++n)
+    for (int h = 0; h < heads; ++h)
+      for (int j = 0; j < v_dim; ++j) {
+        double o = 0;
+        for (int c = 0; c < kvl; ++c)
+          o += double(bf(lat[size_t(n) * ld_lat + size_t(h) * kvl + c])) * bf(w[(size_t(h) * (nope + v_dim) + nope + j) * ld_w + c]);
+        ref[size_t(n) * ld_out + size_t(h) * v_dim + j] = o;
+        big = std::max(big, std::fabs(o));
+      }
+  long bad = 0, untouched = 0;
+  for (int n = 0; n < N; ++n)
+    for (int64_t k = 0; k < ld_out; ++k) {
+      const size_t i = size_t(n) * ld_out + size_t(k);
+      if (k >= int64_t(heads) * v_dim) {  // the row's padding stays as it was
+        if (out[i] != 0xFFFF) ++bad;
+        continue;
+      }
+      const double g = bf(out[i]);
+      if (out[i] == 0xFFFF) ++untouched;
+      if (!(std::fabs(g - ref[i]) <= std::ldexp(std::fabs(ref[i]), -8) + 1e-5 * big)) ++bad;
+    }
+  const bool ok = bad == 0 && untouched == 0;
+  std::printf("v_up N=%d heads=%d kvl=%d nope=%d v_dim=%d: %ld outside 2^-8 + 1e-5 max, %ld untouched: %s\n", N, heads, kvl, nope,
+              v_dim, bad, untouched, ok ? "ok" : "FAIL");
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "vup") return run_v_up(argc, argv);
   if (argc < 7) {
-    std::fprintf(stderr, "usage: mla_decode_emu N heads kvl rope C seed [split]\n");
+    std::fprintf(stderr, "usage: mla_decode_emu N heads kvl rope C seed [split [stages]] | vup N heads kvl nope v_dim seed\n");
     return 2;
   }
   const int N = atoi(argv[1]), heads = atoi(argv[2]), kvl = atoi(argv[3]), rope = atoi(argv[4]), C = atoi(argv[5]);
