@@ -305,3 +305,38 @@ uint64_t plan_restarts(const Problem& p, uint64_t cap, Clock::time_point deadlin
                        std::vector<uint64_t>* off, RestartStats* stats);
 
 }  // namespace moeprof::planner::detail
+
+namespace moeprof::planner::detail {
+
+// Core plans (arena_core.cpp; docs/planner.md, "Core plans"). The core is every buffer live in a
+// section whose load is at least LOAD minus `eps` x LOAD. It is planned first, as a problem of its
+// own, by `solve_core` (the solver itself, on the smaller instance), under `cap`; the other buffers
+// are then placed around it by greedy restarts (plan_restarts, `passes` passes) with `cap` as the
+// target. Where they go above cap, the buffers above it join the core and both steps run again,
+// until the plan fits, the core would exceed `max_core` buffers, `max_steps` steps, or the
+// deadline. Writes the lowest plan of the steps to *off (problem order) and returns its arena
+// (UINT64_MAX when no step completed a plan).
+struct CoreOptions {
+  uint64_t cap = 0;
+  double eps = 0.05;
+  size_t max_core = 6000;
+  int max_steps = 16;
+  uint64_t passes = 2;
+  uint64_t seed = 1;
+  Clock::time_point deadline = Clock::time_point::max();
+};
+
+struct CoreStats {
+  uint64_t steps = 0, restart_passes = 0;
+  size_t core_buffers = 0;  // of the last step
+};
+
+// Plans `core` (no fixed buffers) under `cap` until the deadline; writes its offsets (core order)
+// and returns its arena.
+using CoreSolver = uint64_t (*)(const Problem& core, uint64_t cap, Clock::time_point deadline, uint64_t seed,
+                                std::vector<uint64_t>* off);
+
+uint64_t plan_by_core(const Problem& p, const CoreOptions& opt, CoreSolver solve_core, std::vector<uint64_t>* off,
+                      CoreStats* stats);
+
+}  // namespace moeprof::planner::detail

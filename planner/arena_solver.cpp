@@ -22,6 +22,10 @@ constexpr size_t kRegionBuffers = 6000;  // a region re-plan; components above t
 constexpr uint32_t kRegionSnap = 64;     // how far a region end may move to a boundary fewer cross
 constexpr size_t kRegionWindows[] = {3000, 2000, 1500};  // buffers per window in a region
 constexpr double kRestartShare = 0.125;  // of a round, for greedy restarts on a region the windows left as it was
+// Core plans: the load margin that makes a section hot, by attempt; the core's share of what is left.
+constexpr double kCoreEps[] = {0.05, 0.1, 0.02, 0.15, 0.03, 0.07, 0.01, 0.2};
+constexpr double kCoreSolveShare = 0.25;
+constexpr uint64_t kCorePasses = 4;  // greedy restarts of the rest per step
 
 struct Rule {
   Key key;
@@ -169,6 +173,7 @@ struct Component {
   std::vector<uint32_t> starts_before, crossing;  // per section boundary (region re-plans)
   std::unique_ptr<TimeIndex> index;               // every buffer (region re-plans)
   std::mt19937_64 rng{1};
+  uint64_t core_attempts = 0;                     // core plans tried (their margins cycle)
 
   void keep(uint64_t a, const std::vector<uint64_t>& o, std::string how) {
     arena = a;
@@ -178,8 +183,54 @@ struct Component {
 };
 
 struct Totals {
-  uint64_t window_plans = 0, region_plans = 0, window_nodes = 0, lns_moves = 0, lns_nodes = 0;
+  uint64_t window_plans = 0, region_plans = 0, window_nodes = 0, lns_moves = 0, lns_nodes = 0, core_plans = 0;
 };
+
+// The core of a core plan is solved by the solver itself, as an instance of its own that stops
+// once it fits the target (its components, greedy portfolio, search or windows).
+uint64_t solve_core(const Problem& core, uint64_t cap, Clock::time_point deadline, uint64_t seed, std::vector<uint64_t>* off) {
+  std::vector<Buffer> bs(core.n());
+  for (size_t k = 0; k < core.n(); ++k) {
+    bs[k].id = k;
+    bs[k].size = core.size[k];
+    bs[k].lower = core.lo[k];
+    bs[k].upper = core.hi[k];
+    bs[k].alignment = core.align[k];
+  }
+  ArenaSolveOptions o;
+  o.capacity = cap;
+  o.stop_at_capacity = true;
+  o.seed = seed;
+  o.time_limit_s = std::max(1e-3, kCoreSolveShare * seconds_between(Clock::now(), deadline));
+  auto sol = solve_arena(bs, o);
+  if (!sol.is_ok()) return UINT64_MAX;
+  *off = std::move(sol->offsets);
+  return sol->arena_bytes;
+}
+
+// Core plans for the rest of the slice (docs/planner.md, "Core plans"): one margin after the
+// other, each grown from the hottest sections until the plan fits the target. The target is the
+// lower bound, and every third attempt halfway to the best plan.
+void core_round(Component& c, Clock::time_point end, uint64_t seed, Totals* t) {
+  while (Clock::now() < end && c.arena > c.lower) {
+    const uint64_t k = c.core_attempts++;
+    CoreOptions co;
+    co.eps = kCoreEps[k % std::size(kCoreEps)];
+    co.cap = k % 3 == 2 ? c.lower + (c.arena - c.lower) / 2 / c.gran * c.gran : c.lower;
+    co.seed = seed + k;
+    co.passes = kCorePasses;
+    co.deadline = end;
+    CoreStats cs;
+    std::vector<uint64_t> o;
+    const uint64_t a = plan_by_core(c.problem, co, solve_core, &o, &cs);
+    ++t->core_plans;
+    if (a < c.arena) {
+      c.keep(a, o, "core");
+      if (c.lns) t->lns_moves += c.lns->stats().moves, t->lns_nodes += c.lns->stats().search_nodes;
+      c.lns.reset();
+    }
+  }
+}
 
 // One probe of the exact search below the component's best plan (or at its lower bound).
 void search_probe(Component& c, Clock::time_point deadline, uint64_t seed, const ArenaSolveOptions& opt,
@@ -324,14 +375,19 @@ void region_round(Component& c, Clock::time_point end, double slice_s, uint64_t 
 void improve_round(Component& c, Clock::time_point deadline, double slice_s, uint64_t seed, Totals* t) {
   const Clock::time_point start = Clock::now(), end = std::min(deadline, after(start, slice_s));
   const size_t n = c.problem.n();
-  // Small components: window plans and neighbourhood search in turn. Large ones: a window plan
-  // first and every eighth round, neighbourhood search every fourth, region re-plans otherwise.
+  // Components the exact search does not take start with core plans, and have them again every
+  // fourth round. Small ones: window plans and neighbourhood search in turn otherwise. Large ones,
+  // in rounds of eight: core plans (rounds 0 and 4), a window plan (1), neighbourhood search (2
+  // and 6), region re-plans (3, 5 and 7).
   const bool large = n > 2 * kRegionBuffers;
-  const bool windows = large ? c.rounds % 8 == 0 : c.rounds % 2 == 0;
-  if (large && !windows && c.rounds % 4 != 2) {
+  const bool core = !c.searchable && c.rounds % 4 == 0;
+  const bool windows = !core && (large ? c.rounds % 8 == 1 : c.rounds % 2 == 0);
+  if (core) {
+    core_round(c, end, seed, t);
+  } else if (large && !windows && c.rounds % 4 != 2) {
     region_round(c, end, slice_s, seed, t);
   } else if (windows) {
-    const uint64_t k = large ? c.rounds / 6 : c.rounds / 2;
+    const uint64_t k = large ? c.rounds / 8 : c.rounds / 2;
     WindowOptions w;
     w.cap = k % 4 == 3 ? c.lower + (c.arena - c.lower) / 2 : c.lower;
     w.window_buffers = std::min(kWindowSizes[k % std::size(kWindowSizes)], std::max<size_t>(n / 2, 16));
@@ -438,10 +494,15 @@ Result<ArenaSolution> solve_arena(const std::vector<Buffer>& buffers, const Aren
       sol.improvements.push_back({seconds_between(t0, Clock::now()), a, how});
   };
 
+  auto fits = [&]() {  // stop_at_capacity: the plan fits, nothing more to do
+    return opt.stop_at_capacity && opt.capacity != 0 && !comps.empty() && comps[top_comp()].arena <= opt.capacity;
+  };
+
   // Greedy: largest first in both fits always (the first answer, and never worse than greedy by
   // size), then the other orders while they have time (all of them with no time limit).
   for (size_t r = 0; r < std::size(kRules); ++r) {
     if (r >= kSizeRules && limit_s > 0 && seconds_between(t0, Clock::now()) > kGreedyShare * limit_s) break;
+    if (r >= kSizeRules && fits()) break;
     for (Component& c : comps) {
       if (r >= kSizeRules && c.arena == c.lower) continue;
       TimeIndex idx(c.problem, false);
@@ -466,7 +527,7 @@ Result<ArenaSolution> solve_arena(const std::vector<Buffer>& buffers, const Aren
     while (!comps.empty() && Clock::now() < deadline) {
       const size_t ci = top_comp();
       Component& c = comps[ci];
-      if (c.arena <= global_lower()) break;  // optimal
+      if (c.arena <= global_lower() || fits()) break;  // optimal, or good enough
       // Where the exact search runs, it has the first quarter of the time limit to itself, then
       // three quarters of the time.
       const double search_spent = c.low_spent + c.step_spent;
@@ -494,6 +555,7 @@ Result<ArenaSolution> solve_arena(const std::vector<Buffer>& buffers, const Aren
   }
   sol.search_nodes += totals.window_nodes + totals.lns_nodes;
   sol.window_plans = totals.window_plans + totals.region_plans;
+  sol.core_plans = totals.core_plans;
   sol.lns_moves = totals.lns_moves;
   if (!comps.empty()) {
     const Component& top = comps[top_comp()];

@@ -13,6 +13,8 @@
 //        plan; a search that exhausts its tree raises the lower bound above LOAD;
 //      - plans by windows (arena_decomp.cpp): from the most loaded sections outward, every window
 //        of buffers planned around the ones already placed, by greedy orders or the exact search;
+//      - core plans (arena_core.cpp): the buffers live where the load is close to LOAD planned
+//        first as an instance of their own, the rest around them;
 //      - large neighbourhood search (arena_lns.cpp): the buffers above a target, with the
 //        buffers around them, taken out and put back.
 //      Window plans and neighbourhood search alternate under a restart schedule (window sizes,
@@ -35,13 +37,14 @@ struct ArenaSolveOptions {
   double time_limit_s = 1.0;  // for the whole call; 0: greedy only
   uint64_t seed = 1;          // the random buffer orders of the portfolio
   size_t max_search_buffers = 4000;  // the exact search runs on components of at most this many
+  bool stop_at_capacity = false;     // with a capacity: stop as soon as a plan fits it
 };
 
 // A new best plan found during the solve.
 struct ArenaImprovement {
   double seconds = 0;        // since the call began
   uint64_t arena_bytes = 0;  // the arena (the largest component's) from then on
-  std::string algorithm;     // what found it: "greedy:<order>", "search", "windows", "restarts" or "lns"
+  std::string algorithm;     // what found it: "greedy:<order>", "search", "windows", "restarts", "core" or "lns"
 };
 
 struct ArenaSolution {
@@ -59,6 +62,7 @@ struct ArenaSolution {
   uint64_t search_nodes = 0;       // exact search nodes (probes, windows, neighbourhoods)
   uint64_t searches = 0;           // decision searches run (restarts included)
   uint64_t window_plans = 0;       // complete plans built window by window
+  uint64_t core_plans = 0;         // core plans tried (the hottest sections' buffers first)
   uint64_t lns_moves = 0;          // large neighbourhood search moves
   // Greedy by size (largest first, best fit or first fit, the better; per component): the
   // classic planner's arena, which arena_bytes never exceeds.

@@ -97,6 +97,7 @@ int run_arena(const ArenaArgs& a) {
     j["searches"] = sol->searches;
     j["window_plans"] = sol->window_plans;
     j["lns_moves"] = sol->lns_moves;
+    j["core_plans"] = sol->core_plans;
     nlohmann::ordered_json imp = nlohmann::ordered_json::array();
     for (const auto& m : sol->improvements)
       imp.push_back({{"seconds", m.seconds},
@@ -119,8 +120,8 @@ int run_arena(const ArenaArgs& a) {
       fmt::print("  final gap          +{:.3f}% over the lower bound\n", over(sol->arena_bytes, sol->lower_bound_bytes));
     if (a.capacity != 0)
       fmt::print("  capacity           {}  {}\n", bytes(a.capacity), sol->fits_capacity ? "fits" : "DOES NOT FIT");
-    fmt::print("  search             {} exact-search nodes, {} neighbourhood moves, {} window plans\n", sol->search_nodes,
-               sol->lns_moves, sol->window_plans);
+    fmt::print("  search             {} exact-search nodes, {} neighbourhood moves, {} window plans, {} core plans\n",
+               sol->search_nodes, sol->lns_moves, sol->window_plans, sol->core_plans);
     fmt::print("{}", improvements_text(*sol));
     fmt::print("  time               first answer {:.1f} ms, total {:.3f} s (limit {} s)\n", 1e3 * sol->first_answer_seconds,
                sol->seconds, a.time_limit);

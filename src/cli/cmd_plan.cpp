@@ -104,6 +104,7 @@ Result<nlohmann::ordered_json> arena_json(const planner::RunAnalysis& run, doubl
   a["search_nodes"] = sol->search_nodes;
   a["window_plans"] = sol->window_plans;
   a["lns_moves"] = sol->lns_moves;
+  a["core_plans"] = sol->core_plans;
   a["improvements"] = sol->improvements.size();
   a["valid"] = planner::validate_plan(buffers, planner::to_arena_plan(*sol), check).is_ok();
   if (!out_csv.empty()) {

@@ -56,7 +56,7 @@ TEST_CASE("cli arena: the exact search reaches the optimum that greedy misses", 
   CHECK(j["greedy_by_size_bytes"] == 5661);
   CHECK(j["bound_gap_pct"] == 0.0);
   CHECK(j["search_nodes"].get<uint64_t>() > 0);
-  for (const char* k : {"searches", "window_plans", "lns_moves"}) CHECK(j[k].is_number_unsigned());
+  for (const char* k : {"searches", "window_plans", "lns_moves", "core_plans"}) CHECK(j[k].is_number_unsigned());
   // The improvements over time: the first answer (greedy by size), then strictly better plans,
   // the last one the search's.
   const json& imp = j["improvements"];
