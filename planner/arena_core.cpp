@@ -43,7 +43,7 @@ uint64_t plan_by_core(const Problem& p, const CoreOptions& opt, CoreSolver solve
     stats->core_buffers = core.size();
     ++stats->steps;
     const Problem cp = make_window_problem(p, core, {}, o, 0, S, kCoreAdjacency);
-    const uint64_t core_top = solve_core(cp, opt.cap, opt.deadline, opt.seed + static_cast<uint64_t>(step), &co);
+    const uint64_t core_top = solve_core(cp, opt.cap, opt.deadline, opt.seed + static_cast<uint64_t>(step), &co, &stats->search_nodes);
     if (core_top > opt.cap || Clock::now() >= opt.deadline) break;  // the rest cannot help
     for (size_t k = 0; k < cp.n(); ++k) o[cp.orig[k]] = co[k];
     const Problem rp = make_window_problem(p, rest, core, o, 0, S, 0);

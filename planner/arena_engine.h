@@ -327,14 +327,14 @@ struct CoreOptions {
 };
 
 struct CoreStats {
-  uint64_t steps = 0, restart_passes = 0;
+  uint64_t steps = 0, restart_passes = 0, search_nodes = 0;  // search nodes: the core solver's
   size_t core_buffers = 0;  // of the last step
 };
 
-// Plans `core` (no fixed buffers) under `cap` until the deadline; writes its offsets (core order)
-// and returns its arena.
+// Plans `core` (no fixed buffers) under `cap` until the deadline; writes its offsets (core order),
+// adds the exact-search nodes it spent to *nodes and returns its arena.
 using CoreSolver = uint64_t (*)(const Problem& core, uint64_t cap, Clock::time_point deadline, uint64_t seed,
-                                std::vector<uint64_t>* off);
+                                std::vector<uint64_t>* off, uint64_t* nodes);
 
 uint64_t plan_by_core(const Problem& p, const CoreOptions& opt, CoreSolver solve_core, std::vector<uint64_t>* off,
                       CoreStats* stats);

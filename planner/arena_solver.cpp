@@ -188,7 +188,8 @@ struct Totals {
 
 // The core of a core plan is solved by the solver itself, as an instance of its own that stops
 // once it fits the target (its components, greedy portfolio, search or windows).
-uint64_t solve_core(const Problem& core, uint64_t cap, Clock::time_point deadline, uint64_t seed, std::vector<uint64_t>* off) {
+uint64_t solve_core(const Problem& core, uint64_t cap, Clock::time_point deadline, uint64_t seed, std::vector<uint64_t>* off,
+                    uint64_t* nodes) {
   std::vector<Buffer> bs(core.n());
   for (size_t k = 0; k < core.n(); ++k) {
     bs[k].id = k;
@@ -204,6 +205,7 @@ uint64_t solve_core(const Problem& core, uint64_t cap, Clock::time_point deadlin
   o.time_limit_s = std::max(1e-3, kCoreSolveShare * seconds_between(Clock::now(), deadline));
   auto sol = solve_arena(bs, o);
   if (!sol.is_ok()) return UINT64_MAX;
+  *nodes += sol->search_nodes;
   *off = std::move(sol->offsets);
   return sol->arena_bytes;
 }
@@ -224,6 +226,7 @@ void core_round(Component& c, Clock::time_point end, uint64_t seed, Totals* t) {
     std::vector<uint64_t> o;
     const uint64_t a = plan_by_core(c.problem, co, solve_core, &o, &cs);
     ++t->core_plans;
+    t->window_nodes += cs.search_nodes;
     if (a < c.arena) {
       c.keep(a, o, "core");
       if (c.lns) t->lns_moves += c.lns->stats().moves, t->lns_nodes += c.lns->stats().search_nodes;

@@ -59,7 +59,7 @@ struct ArenaSolution {
   double first_answer_seconds = 0;  // until the first complete plan (greedy)
   size_t buffers = 0;              // buffers that occupy memory (size > 0, lower < upper)
   size_t components = 0;
-  uint64_t search_nodes = 0;       // exact search nodes (probes, windows, neighbourhoods)
+  uint64_t search_nodes = 0;       // exact search nodes (probes, windows, neighbourhoods, cores)
   uint64_t searches = 0;           // decision searches run (restarts included)
   uint64_t window_plans = 0;       // complete plans built window by window
   uint64_t core_plans = 0;         // core plans tried (the hottest sections' buffers first)

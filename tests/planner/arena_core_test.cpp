@@ -66,7 +66,7 @@ std::vector<std::vector<uint64_t>> g_core_plans;
 double g_solver_s = 0;  // > 0: when the greedy orders miss the cap, solve_arena for at most this long
 
 uint64_t recording_solver(const detail::Problem& core, uint64_t cap, detail::Clock::time_point, uint64_t,
-                          std::vector<uint64_t>* off) {
+                          std::vector<uint64_t>* off, uint64_t* nodes) {
   std::vector<uint32_t> ids(core.orig.begin(), core.orig.end());
   g_cores.push_back(ids);
   uint64_t best = UINT64_MAX;
@@ -93,6 +93,7 @@ uint64_t recording_solver(const detail::Problem& core, uint64_t cap, detail::Clo
     o.time_limit_s = g_solver_s;
     auto sol = solve_arena(cb, o);
     REQUIRE(sol.is_ok());
+    *nodes += sol->search_nodes;
     if (sol->arena_bytes < best) {
       best = sol->arena_bytes;
       *off = sol->offsets;
