@@ -135,7 +135,7 @@ void register_plan(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--arena", args->arena,
                 "also plan one offline arena for the activation buffers of the peak device (the arena solver: greedy "
-                "orders, then the exact search, window plans and neighbourhood search within --arena-time-limit) and "
+                "orders, then the exact search, core plans, window plans and neighbourhood search within --arena-time-limit) and "
                 "compare it with LOAD, the lower bound");
   cmd->add_option("--arena-time-limit", args->arena_time_limit, "seconds for the arena plan (0: greedy only)")
       ->check(seconds_range(0, 86400))
