@@ -7,10 +7,6 @@
 
 namespace moeprof::planner::detail {
 
-namespace {
-constexpr size_t kCoreAdjacency = size_t{1} << 22;  // overlapping pairs of the core's problem
-}  // namespace
-
 uint64_t plan_by_core(const Problem& p, const CoreOptions& opt, CoreSolver solve_core, std::vector<uint64_t>* off,
                       CoreStats* stats) {
   const size_t n = p.n();
@@ -42,7 +38,7 @@ uint64_t plan_by_core(const Problem& p, const CoreOptions& opt, CoreSolver solve
     if (core.size() > opt.max_core || rest.empty()) break;
     stats->core_buffers = core.size();
     ++stats->steps;
-    const Problem cp = make_window_problem(p, core, {}, o, 0, S, kCoreAdjacency);
+    const Problem cp = make_window_problem(p, core, {}, o, 0, S, 0);  // the core solver builds what it needs
     const uint64_t core_top = solve_core(cp, opt.cap, opt.deadline, opt.seed + static_cast<uint64_t>(step), &co, &stats->search_nodes);
     if (core_top > opt.cap || Clock::now() >= opt.deadline) break;  // the rest cannot help
     for (size_t k = 0; k < cp.n(); ++k) o[cp.orig[k]] = co[k];
