@@ -54,6 +54,10 @@ class PairMap {
       i = (i + 1) & (cap_ - 1);
     }
   }
+  const uint32_t* find(Key k) const { return const_cast<PairMap*>(this)->find(k); }
+  // A hint: the key's home entry is loaded into the cache (the streamed replay asks for the
+  // entries of records a few places ahead, whose lookups would otherwise each miss).
+  void prefetch(Key k) const { __builtin_prefetch(&entries_[hash(k) & (cap_ - 1)]); }
   // Removes the key; false when absent. Pointers and references into the map are invalidated.
   bool erase(Key k) {
     const size_t mask = cap_ - 1;
@@ -195,6 +199,7 @@ class AddressMap {
   static constexpr uint32_t kFreedBit = 1u << 31;
   uint32_t& slot(uint16_t device, uint64_t address) { return map_[{device, address}]; }
   uint32_t* find(uint16_t device, uint64_t address) { return map_.find({device, address}); }
+  void prefetch(uint16_t device, uint64_t address) const { map_.prefetch({device, address}); }
   size_t size() const { return map_.size(); }
 
  private:

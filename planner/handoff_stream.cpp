@@ -17,6 +17,50 @@ uint32_t HandoffStream::put(std::vector<T>& v, std::vector<uint32_t>& spare, T x
   return static_cast<uint32_t>(v.size() - 1);
 }
 
+void HandoffStream::prefetch_size(uint16_t device, uint64_t bytes, int stage) const {
+  if (stopped_) return;
+  if (stage == 0) {
+    key_index_.prefetch({device, bytes});
+    return;
+  }
+  const uint32_t* v = key_index_.find({device, bytes});
+  if (v == nullptr) return;
+  if (*v & kSingleBit) {
+    if (stage == 1) prefetch_slot(*v & ~kSingleBit, 1);
+  } else {
+    prefetch_key(*v - 1, kNone, stage);
+  }
+}
+
+void HandoffStream::prefetch_slot(uint32_t slot, int stage) const {
+  if (stopped_ || slot >= slots_.size()) return;
+  if (stage == 1) {
+    __builtin_prefetch(&slots_[slot]);
+    return;
+  }
+  const SlotState& s = slots_[slot];
+  prefetch_key(s.key, s.pos, stage);
+}
+
+// Stage 1 or 2: the key; stage 3: its order's element `pos` (or latest), the waiting queue's ends.
+void HandoffStream::prefetch_key(uint32_t key, uint32_t pos, int stage) const {
+  if (key >= keys_.size()) return;  // kNone, kSingle
+  const Key& k = keys_[key];
+  if (stage <= 2) {
+    __builtin_prefetch(&k);
+    return;
+  }
+  if (pos < k.order.size()) __builtin_prefetch(&k.order[pos]);
+  else if (!k.order.empty()) __builtin_prefetch(&k.order.back());
+  if (k.head < k.queue.size()) {
+    __builtin_prefetch(&k.queue[k.head]);
+    __builtin_prefetch(&k.queue.back());
+    const uint32_t first = k.queue[k.head], last = k.queue.back();
+    if (first < waits_.size()) __builtin_prefetch(&waits_[first]);
+    if (last < waits_.size()) __builtin_prefetch(&waits_[last]);
+  }
+}
+
 void HandoffStream::count_waiting(ptrdiff_t delta) {
   waiting_ = static_cast<size_t>(static_cast<ptrdiff_t>(waiting_) + delta);
   max_seen_ = std::max(max_seen_, waiting_);

@@ -52,6 +52,12 @@ class HandoffStream {
   // before), so the at-peak bytes and flags start again.
   void peak_moved(DeviceAnalysis& d);
 
+  // Hints (Replayer::prefetch; stages 0 to 3 as the event comes closer) for an allocation of
+  // (device, bytes), or a use or free of a slot: the index entry, the slot's state, the key they
+  // name, then its order's element and its waiting queue. They change nothing.
+  void prefetch_size(uint16_t device, uint64_t bytes, int stage) const;
+  void prefetch_slot(uint32_t slot, int stage) const;
+
   bool stopped() const { return stopped_; }
   const std::string& stop_reason() const { return stop_reason_; }
   // Allocations and kept buffers held now, and the most held at once (tests).
@@ -110,6 +116,7 @@ class HandoffStream {
     StrId name, scope;
   };
 
+  void prefetch_key(uint32_t key, uint32_t pos, int stage) const;
   uint32_t new_key(uint16_t device, uint64_t bytes);
   uint32_t promote(uint32_t& index_value, uint16_t device, uint64_t bytes);
   bool valid(uint32_t key, const Element& e) const;

@@ -272,6 +272,28 @@ void Replayer::on_free(DeviceState& d, const TraceRecord& r, uint32_t pos) {
   d.tl_act.sample(r.timestamp_ns, d.live_act);
 }
 
+void Replayer::prefetch(const TraceRecord& r, int stage) {
+  if (r.kind == EventKind::kAlloc) {
+    if (stage == 0) addrs_.prefetch(r.device, r.address);
+    if (handoffs_ != nullptr && r.bytes != 0) handoffs_->prefetch_size(r.device, r.bytes, stage);
+    return;
+  }
+  if (r.kind != EventKind::kUse && r.kind != EventKind::kFree) return;
+  if (stage == 0) {
+    addrs_.prefetch(r.device, r.address);
+    return;
+  }
+  const uint32_t* st = addrs_.find(r.device, r.address);
+  if (st == nullptr || (*st & AddressMap::kFreedBit) || *st - 1 >= lts_.size()) return;
+  const uint32_t li = *st - 1;
+  if (stage == 1) {
+    const char* l = reinterpret_cast<const char*>(&lts_[li]);
+    __builtin_prefetch(l);
+    __builtin_prefetch(l + sizeof(Lifetime) - 1);
+  }
+  if (handoffs_ != nullptr) handoffs_->prefetch_slot(li, stage);
+}
+
 void Replayer::on_use(DeviceState& d, const TraceRecord& r, uint32_t pos) {
   d.out.has_uses = true;
   if (opt_.keep_event_index) op_uses_.push_back(OpEvent{pos, r.device, r.name_id});

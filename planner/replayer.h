@@ -94,6 +94,15 @@ class Replayer {
     if (opt_.keep_event_index) position_ts_.push_back(r.timestamp_ns);
     return true;
   }
+  // Hints for an event that comes some events later (the streamed replay's reorder window holds
+  // them), in three stages as it comes closer: 0 loads the hash entries its lookups will read;
+  // 1 (those entries cached) the lifetime and the hand-off search's state they name; 2 the hand-off
+  // key that state names. They change nothing. A replay is random accesses into tables that grow
+  // with what is live; without the hints each event waits for several cache misses in turn.
+  void prefetch(const TraceRecord& r, int stage);
+  // Whether the hints pay: once the lifetimes' slab holds 32,768 slots (3.4 MB of lifetimes, and
+  // the address map twice that), its random accesses miss the caches.
+  bool prefetching() const { return lts_.size() >= 32768; }
   // A marker between replayed events: `pos` is the number of replayed events before it.
   void marker(const TraceRecord& r, uint32_t pos) {
     if (opt_.keep_event_index && r.kind == EventKind::kMarkerEnd) marker_ends_.push_back(OpEvent{pos, r.device, r.name_id});

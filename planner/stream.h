@@ -47,6 +47,7 @@ struct StreamStats {
   uint64_t max_lateness = 0;         // the most records a late record was placed before
   size_t window = 0;                 // the reordering window of the pass that finished (0: external sort)
   uint32_t restarts = 0;             // passes restarted because a record came later than their window allowed
+  uint64_t prefetched = 0;           // events replayed with hints given ahead (once the live set outgrows the caches)
 };
 
 Result<RunAnalysis> analyze_stream(const std::vector<std::string>& paths, const StreamOptions& opt,

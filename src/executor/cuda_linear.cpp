@@ -15,11 +15,14 @@
 
 #include "executor/cuda_backend.h"
 #include "executor/cuda_check.h"
+#include "executor/cuda_cublaslt.h"
 
 namespace moeprof {
 
 using cuda_detail::alignment_of;
 using cuda_detail::shape;
+// cuBLASLt's functions (loaded by init_cublaslt before any plan is made).
+inline const cuda_detail::CublasLtApi& lt_api() { return cuda_detail::cublaslt(); }
 
 struct CudaBackend::LinearPlan {
   cublasLtMatmulDesc_t desc = nullptr;
@@ -27,25 +30,26 @@ struct CudaBackend::LinearPlan {
   cublasLtMatmulAlgo_t algo{};
   std::string tuned_key;  // the shape part of the key (tuned_algos_)
   ~LinearPlan() {
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (a) lt_api().layout_destroy(a);
+    if (b) lt_api().layout_destroy(b);
+    if (c) lt_api().layout_destroy(c);
+    if (desc) lt_api().desc_destroy(desc);
   }
 };
 
 void CudaBackend::LinearPlanDeleter::operator()(LinearPlan* p) const { delete p; }
 
 Status CudaBackend::init_cublaslt() {
+  MOEPROF_RETURN_IF_ERROR(cuda_detail::cublaslt_load());
   cublasLtHandle_t h = nullptr;
-  MOEPROF_CUBLAS_CHECK("init", cublasLtCreate(&h));
+  MOEPROF_CUBLAS_CHECK("init", lt_api().create(&h));
   lt_handle_ = h;
   return Status::ok();
 }
 
 void CudaBackend::destroy_cublaslt() {
   linear_plans_.clear();
-  if (lt_handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_handle_));
+  if (lt_handle_) lt_api().destroy(static_cast<cublasLtHandle_t>(lt_handle_));
   lt_handle_ = nullptr;
 }
 
@@ -75,30 +79,30 @@ Result<CudaBackend::LinearPlan*> CudaBackend::linear_plan(const Tensor& x, const
   if (it != linear_plans_.end() && candidates == nullptr) return it->second.get();
 
   std::unique_ptr<LinearPlan, LinearPlanDeleter> plan(new LinearPlan());
-  MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  MOEPROF_CUBLAS_CHECK(op, lt_api().desc_create(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  MOEPROF_CUBLAS_CHECK(op, lt_api().desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  MOEPROF_CUBLAS_CHECK(op, lt_api().desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   // Column-major view: out^T [N, T] = (w [K, N] col-major)^T * (x [K, T] col-major).
-  MOEPROF_CUBLAS_CHECK(op, cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, K, N, w.ld()));
-  MOEPROF_CUBLAS_CHECK(op, cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, K, T, x.ld()));
-  MOEPROF_CUBLAS_CHECK(op, cublasLtMatrixLayoutCreate(&plan->c, f32_out ? CUDA_R_32F : CUDA_R_16BF, N, T, out.ld()));
+  MOEPROF_CUBLAS_CHECK(op, lt_api().layout_create(&plan->a, CUDA_R_16BF, K, N, w.ld()));
+  MOEPROF_CUBLAS_CHECK(op, lt_api().layout_create(&plan->b, CUDA_R_16BF, K, T, x.ld()));
+  MOEPROF_CUBLAS_CHECK(op, lt_api().layout_create(&plan->c, f32_out ? CUDA_R_32F : CUDA_R_16BF, N, T, out.ld()));
   cublasLtMatmulPreference_t pref = nullptr;
-  MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulPreferenceCreate(&pref));
+  MOEPROF_CUBLAS_CHECK(op, lt_api().pref_create(&pref));
   struct PrefGuard {
     cublasLtMatmulPreference_t p;
-    ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+    ~PrefGuard() { lt_api().pref_destroy(p); }
   } pref_guard{pref};
   uint64_t ws = ws_bytes;
-  MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-  MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-  MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
-  MOEPROF_CUBLAS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
+  MOEPROF_CUBLAS_CHECK(op, lt_api().pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  MOEPROF_CUBLAS_CHECK(op, lt_api().pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+  MOEPROF_CUBLAS_CHECK(op, lt_api().pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+  MOEPROF_CUBLAS_CHECK(op, lt_api().pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+  MOEPROF_CUBLAS_CHECK(op, lt_api().pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
   const auto lt = static_cast<cublasLtHandle_t>(lt_handle_);
   std::vector<cublasLtMatmulHeuristicResult_t> results(candidates ? kLinearTuneCandidates : 1);
   int found = 0;
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, plan->desc, plan->a, plan->b, plan->c, plan->c, pref,
+  const cublasStatus_t hs = lt_api().algo_get_heuristic(lt, plan->desc, plan->a, plan->b, plan->c, plan->c, pref,
                                                            static_cast<int>(results.size()), results.data(), &found);
   if (hs != CUBLAS_STATUS_SUCCESS || found == 0)
     return Status::run_failure("cuda linear: no cuBLASLt algorithm for x " + shape(x) + " w " + shape(w) + " out " +
@@ -111,7 +115,7 @@ Result<CudaBackend::LinearPlan*> CudaBackend::linear_plan(const Tensor& x, const
   } else if (auto t = tuned_algos_.find(tuned_key(T, N, K, f32_out, ws_bytes)); t != tuned_algos_.end()) {
     // The timed choice for this shape, where cuBLASLt accepts it for these layouts and alignments.
     cublasLtMatmulHeuristicResult_t check{};
-    if (cublasLtMatmulAlgoCheck(lt, plan->desc, plan->a, plan->b, plan->c, plan->c, &t->second, &check) ==
+    if (lt_api().algo_check(lt, plan->desc, plan->a, plan->b, plan->c, plan->c, &t->second, &check) ==
             CUBLAS_STATUS_SUCCESS &&
         check.workspaceSize <= ws_bytes)
       plan->algo = t->second;
@@ -171,7 +175,7 @@ Status CudaBackend::do_prepare_linear(int64_t T, int64_t N, int64_t K, DType out
   int best = -1;
   for (size_t i = 0; i < cands.size(); ++i) {
     auto run = [&] {
-      return cublasLtMatmul(lt, plan->desc, &alpha, w.raw(), plan->a, x.raw(), plan->b, &beta, out.raw(), plan->c,
+      return lt_api().matmul(lt, plan->desc, &alpha, w.raw(), plan->a, x.raw(), plan->b, &beta, out.raw(), plan->c,
                             out.raw(), plan->c, &cands[i], ws_bytes ? workspace.raw() : nullptr, ws_bytes, stream_);
     };
     if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that cannot run here is skipped
@@ -204,7 +208,7 @@ Status CudaBackend::do_linear(const Tensor& x, const Tensor& w, Tensor& out, con
   const size_t ws_bytes = workspace.defined() ? workspace.bytes() : 0;
   MOEPROF_ASSIGN_OR_RETURN(LinearPlan * plan, linear_plan(x, w, out, ws_bytes));
   const float alpha = 1.0f, beta = 0.0f;
-  MOEPROF_CUBLAS_CHECK(op, cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_handle_), plan->desc, &alpha, w.raw(),
+  MOEPROF_CUBLAS_CHECK(op, lt_api().matmul(static_cast<cublasLtHandle_t>(lt_handle_), plan->desc, &alpha, w.raw(),
                                           plan->a, x.raw(), plan->b, &beta, out.raw(), plan->c, out.raw(), plan->c,
                                           &plan->algo, ws_bytes ? workspace.raw() : nullptr, ws_bytes, stream_));
   return Status::ok();

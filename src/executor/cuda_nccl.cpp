@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "executor/cuda_check.h"
+#include "executor/cuda_dl.h"
 
 namespace moeprof {
 namespace {
@@ -92,18 +93,7 @@ std::string g_load_error;
 std::shared_mutex g_comm_mu;
 std::unordered_set<void*> g_aborted;
 
-template <typename F>
-bool resolve(void* lib, const char* name, F* fn, std::string* missing) {
-  dlerror();
-  void* p = dlsym(lib, name);
-  if (p == nullptr) {
-    const char* e = dlerror();
-    *missing = std::string(name) + (e ? std::string(": ") + e : std::string());
-    return false;
-  }
-  *fn = reinterpret_cast<F>(p);
-  return true;
-}
+using cuda_detail::resolve;
 
 }  // namespace
 
