@@ -42,7 +42,8 @@ void HandoffStream::prefetch_slot(uint32_t slot, int stage) const {
   prefetch_key(s.key, s.pos, stage);
 }
 
-// Stage 1 or 2: the key; stage 3: its order's element `pos` (or latest), the waiting queue's ends.
+// Stage 1 or 2: the key; stage 3: its order's element `pos` (or latest). (The waiting queue's ends
+// as well cost more than they saved: one more dependent load.)
 void HandoffStream::prefetch_key(uint32_t key, uint32_t pos, int stage) const {
   if (key >= keys_.size()) return;  // kNone, kSingle
   const Key& k = keys_[key];
@@ -52,13 +53,6 @@ void HandoffStream::prefetch_key(uint32_t key, uint32_t pos, int stage) const {
   }
   if (pos < k.order.size()) __builtin_prefetch(&k.order[pos]);
   else if (!k.order.empty()) __builtin_prefetch(&k.order.back());
-  if (k.head < k.queue.size()) {
-    __builtin_prefetch(&k.queue[k.head]);
-    __builtin_prefetch(&k.queue.back());
-    const uint32_t first = k.queue[k.head], last = k.queue.back();
-    if (first < waits_.size()) __builtin_prefetch(&waits_[first]);
-    if (last < waits_.size()) __builtin_prefetch(&waits_[last]);
-  }
 }
 
 void HandoffStream::count_waiting(ptrdiff_t delta) {
