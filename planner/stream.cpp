@@ -484,10 +484,10 @@ Result<PassResult> external_pass(Merger& m, const StreamOptions& opt, Sink& sink
 
 // The records the replay will reach a few events from now, hinted to the sink in stages
 // (Replayer::prefetch) once its tables outgrow the caches: the hash entries 48 events ahead, what
-// they name 32 ahead, the hand-off keys 16 ahead, their elements and queues 6 ahead. The window
-// holds those records already. (live65536-v1 of bench/stream, 1e7 events on the 2-core machine:
-// 7.0-8.3 s without, 5.1-5.6 s with; shapes whose tables fit in the caches run 5-8% slower with
-// them, so they get none.)
+// they name 32 ahead, the hand-off keys 16 ahead, their elements 6 ahead. The window holds those
+// records already. (live65536-v1 of bench/stream at 1e7 events, paired runs on the 2-core
+// machine: a quarter to a third less time; shapes whose tables fit in the caches ran 5-8% slower
+// with them, so they get none.)
 template <class Sink>
 bool ahead(const Window& w, Sink& sink) {
   if (!sink.prefetching()) return false;
