@@ -15,35 +15,15 @@
 #include "planner/arena_csv.h"
 #include "planner/arena_engine.h"
 #include "planner/arena_solver.h"
+#include "tests/planner/arena_test_util.h"
 
 using namespace moeprof;
 using namespace moeprof::planner;
+using moeprof::planner::testing::all_of;
+using moeprof::planner::testing::buf;
+using moeprof::planner::testing::plan_of;
 
 namespace {
-
-Buffer buf(uint64_t size, uint64_t lower, uint64_t upper) {
-  Buffer b;
-  b.size = size;
-  b.lower = lower;
-  b.upper = upper;
-  return b;
-}
-
-std::vector<uint32_t> all_of(size_t n) {
-  std::vector<uint32_t> v(n);
-  std::iota(v.begin(), v.end(), 0u);
-  return v;
-}
-
-ArenaPlan plan_of(const std::vector<Buffer>& bs, const detail::Problem& p, const std::vector<uint64_t>& off) {
-  ArenaPlan plan;
-  plan.offsets.assign(bs.size(), 0);
-  for (size_t k = 0; k < p.n(); ++k) {
-    plan.offsets[p.orig[k]] = off[k];
-    plan.arena_size = std::max(plan.arena_size, off[k] + p.size[k]);
-  }
-  return plan;
-}
 
 // A training-like instance: a few long-lived buffers, many short ones, odd sizes, a load that
 // peaks in a few places.

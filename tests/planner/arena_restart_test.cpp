@@ -11,19 +11,13 @@
 
 #include "planner/arena_engine.h"
 #include "planner/arena_solver.h"
+#include "tests/planner/arena_test_util.h"
 
 using namespace moeprof;
 using namespace moeprof::planner;
+using moeprof::planner::testing::buf;
 
 namespace {
-
-Buffer buf(uint64_t size, uint64_t lower, uint64_t upper) {
-  Buffer b;
-  b.size = size;
-  b.lower = lower;
-  b.upper = upper;
-  return b;
-}
 
 bool overlap(const Buffer& a, const Buffer& b) { return a.lower < b.upper && b.lower < a.upper; }
 

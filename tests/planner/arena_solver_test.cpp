@@ -9,20 +9,13 @@
 
 #include "planner/arena_engine.h"
 #include "planner/arena_solver.h"
+#include "tests/planner/arena_test_util.h"
 
 using namespace moeprof;
 using namespace moeprof::planner;
+using moeprof::planner::testing::buf;
 
 namespace {
-
-Buffer buf(uint64_t size, uint64_t lower, uint64_t upper, uint64_t alignment = 1) {
-  Buffer b;
-  b.size = size;
-  b.lower = lower;
-  b.upper = upper;
-  b.alignment = alignment;
-  return b;
-}
 
 // Solves and checks the plan with the independent checker; returns the solution.
 ArenaSolution solve_checked(const std::vector<Buffer>& bs, ArenaSolveOptions opt = {}) {
