@@ -304,10 +304,6 @@ struct RestartStats {
 uint64_t plan_restarts(const Problem& p, uint64_t cap, Clock::time_point deadline, uint64_t seed, uint64_t max_passes,
                        std::vector<uint64_t>* off, RestartStats* stats);
 
-}  // namespace moeprof::planner::detail
-
-namespace moeprof::planner::detail {
-
 // Core plans (arena_core.cpp; docs/planner.md, "Core plans"). The core is every buffer live in a
 // section whose load is at least LOAD minus `eps` x LOAD. It is planned first, as a problem of its
 // own, by `solve_core` (the solver itself, on the smaller instance), under `cap`; the other buffers

@@ -172,6 +172,26 @@ planner::StreamOptions stream_opts(size_t window, bool parallel) {
   return o;
 }
 
+// `t` written to `p` in frames of `per_frame` records, then analysed both ways: read back whole and
+// analysed in memory, and streamed (window of 1,024 records).
+struct BothWays {
+  Trace back;
+  planner::RunAnalysis mem, streamed;
+  planner::StreamStats stats;
+};
+BothWays both_ways(const Trace& t, const std::string& p, size_t per_frame, bool parallel) {
+  REQUIRE(write_small_frames(p, t, per_frame).is_ok());
+  auto back = read_trace(p);
+  REQUIRE(back.is_ok());
+  BothWays b;
+  b.back = std::move(*back);
+  b.mem = planner::analyze(b.back, mem_opts());
+  auto s = planner::analyze_stream({p}, stream_opts(1024, parallel), &b.stats);
+  REQUIRE(s.is_ok());
+  b.streamed = std::move(*s);
+  return b;
+}
+
 }  // namespace
 
 TEST_CASE("stream: figures equal the in-memory analysis on random traces", "[stream]") {
@@ -179,13 +199,10 @@ TEST_CASE("stream: figures equal the in-memory analysis on random traces", "[str
     for (bool parallel : {false, true}) {
       const Trace t = random_trace(seed, 1 + static_cast<int>(seed % 4), 3001 + seed);
       const std::string p = tmp_path("r" + std::to_string(seed) + ".mtrace");
-      REQUIRE(write_small_frames(p, t, 61).is_ok());
-      auto back = read_trace(p);
-      REQUIRE(back.is_ok());
-      const planner::RunAnalysis mem = planner::analyze(*back, mem_opts());
-      planner::StreamStats stats;
-      auto s = planner::analyze_stream({p}, stream_opts(1024, parallel), &stats);
-      REQUIRE(s.is_ok());
+      const BothWays b = both_ways(t, p, 61, parallel);
+      const planner::RunAnalysis& mem = b.mem;
+      const planner::RunAnalysis* s = &b.streamed;
+      const planner::StreamStats& stats = b.stats;
       CHECK(stats.records == t.records.size());
       CHECK(stats.bytes_read == fs::file_size(p));
       CHECK_FALSE(stats.external_sort);
@@ -200,7 +217,7 @@ TEST_CASE("stream: figures equal the in-memory analysis on random traces", "[str
       if (!parallel) {
         // JSON lines written frame by frame equal those of the trace read whole.
         std::ostringstream whole, streamed;
-        write_jsonl(*back, whole);
+        write_jsonl(b.back, whole);
         auto n = write_jsonl_stream(p, streamed);
         REQUIRE(n.is_ok());
         CHECK(*n == t.records.size());
@@ -261,14 +278,10 @@ Trace large_live_trace(uint32_t seed) {
 TEST_CASE("stream: a live set of 40,000 allocations (the replay's hints ahead) gives the in-memory figures", "[stream]") {
   for (bool parallel : {false, true}) {
     const Trace t = large_live_trace(parallel ? 11 : 5);
-    const std::string p = tmp_path(std::string("live") + (parallel ? "p" : "s") + ".mtrace");
-    REQUIRE(write_small_frames(p, t, 4099).is_ok());
-    auto back = read_trace(p);
-    REQUIRE(back.is_ok());
-    const planner::RunAnalysis mem = planner::analyze(*back, mem_opts());
-    planner::StreamStats stats;
-    auto s = planner::analyze_stream({p}, stream_opts(1024, parallel), &stats);
-    REQUIRE(s.is_ok());
+    const BothWays b = both_ways(t, tmp_path(std::string("live") + (parallel ? "p" : "s") + ".mtrace"), 4099, parallel);
+    const planner::RunAnalysis& mem = b.mem;
+    const planner::RunAnalysis* s = &b.streamed;
+    const planner::StreamStats& stats = b.stats;
     CHECK(stats.prefetched > 100000);  // the hints were given for most of the replay
     CHECK(stats.prefetched < s->replayed_events);  // not while the live set was small
     CHECK(s->devices.size() == 2);
