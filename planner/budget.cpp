@@ -251,12 +251,19 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
   };
   b.routing = extra("routing");
   b.moe_rows = extra("moe_rows");
-  if (b.moe_rows == "routed") {
+  // Expert parallelism with exact buffers: a rank's dispatch and expert buffers are sized by the
+  // rows the routing sends it, so they follow the routing as routed rows do.
+  const std::string ep_size = extra("ep_size");
+  const bool ep_exact = extra("ep_buffers") == "exact" && !ep_size.empty() && ep_size != "0" && ep_size != "1";
+  b.routing_follows = b.moe_rows == "routed" || ep_exact;
+  b.follows_text = b.moe_rows == "routed" ? (ep_exact ? "--moe-rows routed, --ep-buffers exact" : "--moe-rows routed")
+                                          : "--ep-buffers exact";
+  if (b.routing_follows) {
     const std::string w = extra("routing.peak_activation_worst_bytes");
     uint64_t v = 0;
     if (w.empty() || w.find_first_not_of("0123456789") != std::string::npos || w.size() > 19 ||
         (v = std::stoull(w)) > static_cast<uint64_t>(INT64_MAX))
-      return Status::bad_input("the trace's MoE rows follow the routing (moe_rows = routed) but its routing.peak_activation_worst_bytes is " +
+      return Status::bad_input("the trace's buffers follow the routing (" + b.follows_text + ") but its routing.peak_activation_worst_bytes is " +
                                (w.empty() ? std::string("missing") : "not a byte count: " + w));
     b.worst_routing_peak_bytes = v;
     b.routing_reserve_bytes = v > b.activation_peak_bytes ? v - b.activation_peak_bytes : 0;
@@ -328,9 +335,10 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
            : "SGLang's req_to_token pool as the run sized it (--max-running-requests)");
   comp("activation_peak", static_cast<int64_t>(bn.activation),
        "activation bytes live at the peak of " + step_text + (peak_scope.empty() ? "" : ", made by " + peak_scope));
-  if (b.moe_rows == "routed")
+  if (b.routing_follows)
     comp("routing_worst", static_cast<int64_t>(b.routing_reserve_bytes),
-         "the MoE runner's padded rows follow the routing (--moe-rows routed" + (b.routing.empty() ? "" : ", --routing " + b.routing) +
+         std::string(b.moe_rows == "routed" ? "the MoE runner's padded rows" : "the expert-parallel buffers") + " follow the routing (" +
+             b.follows_text + (b.routing.empty() ? "" : ", --routing " + b.routing) +
              "): under the worst routing of the router's capacity the activation peak is " + with_commas(b.worst_routing_peak_bytes) +
              " B, this much above the " + with_commas(b.activation_peak_bytes) + " B measured");
   comp("graph_pool", static_cast<int64_t>(bn.graph), bn.graph ? "CUDA graph memory (graph category, or the driver's figure)" : "no CUDA graph in the trace");

@@ -11,8 +11,9 @@
 //                    [max_running_requests + 1, context_len + 4]); its rows follow kv_tokens under
 //                    SGLang's rule unless the run gave --max-running-requests. 0 for one prefill
 //   activation_peak  activation + unknown bytes live at the activation peak (the worst step)
-//   routing_worst    only for a run whose MoE runner sized its padded rows by the routing
-//                    (meta.extra moe_rows = routed): what the activation peak grows by when every
+//   routing_worst    only for a run whose buffers follow the routing (meta.extra moe_rows =
+//                    routed: the MoE runner's padded rows; ep_buffers = exact with ep_size > 1: the
+//                    expert-parallel buffers sized by the rows received): what the activation peak grows by when every
 //                    MoE call meets the worst routing of the router's capacity (the executor's
 //                    routing.peak_activation_worst_bytes - the peak measured). docs/budget.md
 //   graph_pool       the graph category's high-water mark, or the CUDA-graph memory the driver
@@ -97,6 +98,8 @@ struct BudgetResult {
   // does not say), the activation peak under the worst routing, and what is reserved for it
   // beyond activation_peak_bytes (0 unless the padded rows followed the routing).
   std::string routing, moe_rows;
+  bool routing_follows = false;  // moe_rows = routed, or exact EP buffers: the reserve applies
+  std::string follows_text;      // which option made them follow ("--moe-rows routed", "--ep-buffers exact")
   uint64_t worst_routing_peak_bytes = 0, routing_reserve_bytes = 0;
   std::vector<LiveEntry> live_at_peak;
   size_t live_at_peak_count = 0;

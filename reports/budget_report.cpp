@@ -57,7 +57,7 @@ ordered_json budget_json(const BudgetReportInput& in) {
                      {"activation_peak_bytes", b.activation_peak_bytes},
                      {"activation_bytes", b.activation_bytes},
                      {"workspace_bytes", b.workspace_bytes},
-                     {"worst_routing_peak_bytes", b.moe_rows == "routed" ? b.worst_routing_peak_bytes : b.activation_peak_bytes},
+                     {"worst_routing_peak_bytes", b.routing_follows ? b.worst_routing_peak_bytes : b.activation_peak_bytes},
                      {"routing", b.routing},
                      {"moe_rows", b.moe_rows},
                      {"live_count", b.live_at_peak_count},

@@ -36,7 +36,7 @@ struct BudgetArgs {
   bool json = false;
   CategoryArgs categories;
   RoutingArgs routing;  // with --backend meta (cli/run_routing.h)
-  bool routing_given = false;
+  std::vector<std::string> run_given;  // options of the meta run given (a trace says its own)
   ServingArgs serving;  // with --backend meta: a serving run (cli/run_serving.h); --page-size also for traces
 };
 
@@ -102,8 +102,9 @@ int budget_command(const BudgetArgs& a) {
       return fail("budget", Status::bad_input((a.serving.workload.empty() ? given.front() : std::string("--workload")) +
                                               " runs the meta backend (--backend meta): a trace says its own serving options"));
   }
-  if (a.routing_given && a.backend.empty())
-    return fail("budget", Status::bad_input("--routing/--moe-rows run the meta backend (--backend meta): a trace says its own routing"));
+  if (!a.run_given.empty() && a.backend.empty())
+    return fail("budget", Status::bad_input(a.run_given.front() + " is an option of the meta run (--backend meta): a trace says its own " +
+                                            (a.run_given.front() == "--routing" || a.run_given.front() == "--moe-rows" ? "routing" : "run")));
   reports::LoadOptions lo;
   lo.analyze.keep_lifetimes = true;
   lo.analyze.timeline_points = 0;
@@ -233,7 +234,10 @@ void register_budget(CLI::App& app, int* exit_code) {
       ->default_str("");
   cmd->callback([args, exit_code, cmd] {
     note_serving_options(cmd, &args->serving);
-    args->routing_given = cmd->count("--routing") + cmd->count("--moe-rows") > 0;
+    args->run_given.clear();
+    for (const char* o : {"--routing", "--moe-rows", "--ep", "--ep-rank", "--ep-buffers", "--dp", "--model", "--tokens", "--tp", "--layers",
+                          "--weights", "--mode", "--out"})
+      if (cmd->count(o) > 0) args->run_given.emplace_back(o);
     *exit_code = budget_command(*args);
   });
 }

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/cli_util.h"
 #include "model/expert_parallel.h"
 #include "model/routing.h"
 #include "reports/format.h"
@@ -34,6 +35,7 @@ void add_routing_options(CLI::App* cmd, RoutingArgs* a, const std::string& group
       ->group(ge);
   cmd->add_option("--ep-rank", a->ep_rank, "with --ep on one device: the rank to emulate [default: every rank in turn on the meta backend, rank 0 elsewhere]")
       ->type_name("R")
+      ->check(integer_range(0, int64_t{1} << 20))
       ->group(ge);
   cmd->add_option("--ep-buffers", a->ep_buffers,
                   "with --ep: exact = dispatch buffers sized by the rows received; worst-case = T * min(top_k, E/N) rows, "
@@ -99,8 +101,9 @@ std::string routing_summary(const RunPlan& plan, const RunPlanResult& r) {
                            reports::with_commas_u(static_cast<uint64_t>(mr.moe.ep_rows_received)),
                            reports::with_commas_u(static_cast<uint64_t>(mr.moe.ep_max_rows_received)));
       }
-      out += fmt::format("  {}: rank {} sets the budget ({})\n", r.modes[m].mode, r.budget_ranks[m],
-                         reports::format_exact_bytes(r.modes[m].accounting.peak_activation));
+      out += fmt::format("  {}: rank {} sets the budget (peak activation {}, under the worst routing {})\n", r.modes[m].mode,
+                         r.budget_ranks[m], reports::format_exact_bytes(r.modes[m].accounting.peak_activation),
+                         reports::format_exact_bytes(r.modes[m].accounting.peak_activation_worst));
     }
   }
   if (!plan.routing.forced() && plan.moe_rows == MoeRows::kBound) return out;

@@ -30,6 +30,20 @@ Result<std::vector<uint16_t>> rank_device_offsets(const std::vector<std::vector<
   return out;
 }
 
+namespace {
+// (EP size, EP rank) from an executor trace's metadata (ep_size, ep_rank); (1, 0) without EP.
+std::pair<int, int> ep_of(const RunMeta& m) {
+  auto num = [&](const char* key, int fallback) {
+    auto it = m.extra.find(key);
+    if (it == m.extra.end() || it->second.empty() || it->second.size() > 9 ||
+        it->second.find_first_not_of("0123456789") != std::string::npos)
+      return fallback;
+    return std::stoi(it->second);
+  };
+  return {std::max(1, num("ep_size", 1)), num("ep_rank", 0)};
+}
+}  // namespace
+
 Status check_rank_traces(const std::vector<RunMeta>& metas, const std::vector<std::string>& paths) {
   if (metas.size() < 2) return Status::ok();
   auto path = [&](size_t i) { return printable(i < paths.size() ? paths[i] : "input " + std::to_string(i), 120); };
@@ -56,7 +70,13 @@ Status check_rank_traces(const std::vector<RunMeta>& metas, const std::vector<st
     if (m.tokens != a.tokens) return refuse(0, i, std::to_string(a.tokens) + " and " + std::to_string(m.tokens) + " tokens");
     if (m.layers != a.layers) return refuse(0, i, std::to_string(a.layers) + " and " + std::to_string(m.layers) + " layers");
     if (m.tp_size != a.tp_size) return refuse(0, i, "TP sizes " + std::to_string(a.tp_size) + " and " + std::to_string(m.tp_size));
+    if (ep_of(m).first != ep_of(a).first)
+      return refuse(0, i, "EP sizes " + std::to_string(ep_of(a).first) + " and " + std::to_string(ep_of(m).first));
   }
+  // An executor's rank: of TP, or of expert parallelism (whose ranks are each TP size 1).
+  auto world = [&](const RunMeta& x) { return x.tp_size >= 2 ? x.tp_size : ep_of(x).first; };
+  auto rank = [&](const RunMeta& x) { return x.tp_size >= 2 ? x.tp_rank : ep_of(x).second; };
+  const char* kind = a.tp_size >= 2 ? "TP" : "EP";
   std::map<int, size_t> rank_of;       // TP rank -> input
   std::map<uint32_t, size_t> pid_of;   // process -> input
   auto command = [](const RunMeta& x) {
@@ -66,9 +86,9 @@ Status check_rank_traces(const std::vector<RunMeta>& metas, const std::vector<st
   for (size_t i = 0; i < metas.size(); ++i) {
     const RunMeta& m = metas[i];
     if (executor) {
-      if (m.tp_size < 2) return refuse(0, 1, "each is a run of one device (TP size 1)");
-      if (auto [it, fresh] = rank_of.emplace(m.tp_rank, i); !fresh)
-        return refuse(it->second, i, "both are rank " + std::to_string(m.tp_rank) + " of " + std::to_string(m.tp_size));
+      if (world(m) < 2) return refuse(0, 1, "each is a run of one device (TP and EP size 1)");
+      if (auto [it, fresh] = rank_of.emplace(rank(m), i); !fresh)
+        return refuse(it->second, i, std::string("both are ") + kind + " rank " + std::to_string(rank(m)) + " of " + std::to_string(world(m)));
     } else {
       // A traced or imported program: the processes of one command (torchrun's ranks), each its own.
       if (command(m) != command(a)) return refuse(0, i, "they record different commands");
@@ -76,8 +96,8 @@ Status check_rank_traces(const std::vector<RunMeta>& metas, const std::vector<st
       if (auto [it, fresh] = pid_of.emplace(m.pid, i); !fresh) return refuse(it->second, i, "both record process " + std::to_string(m.pid));
     }
   }
-  if (executor && metas.size() > static_cast<size_t>(a.tp_size))
-    return Status::bad_input(std::to_string(metas.size()) + " traces given for a run of " + std::to_string(a.tp_size) + " ranks" + hint);
+  if (executor && metas.size() > static_cast<size_t>(world(a)))
+    return Status::bad_input(std::to_string(metas.size()) + " traces given for a run of " + std::to_string(world(a)) + " ranks" + hint);
   return Status::ok();
 }
 

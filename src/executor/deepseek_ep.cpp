@@ -97,6 +97,11 @@ Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, co
     Pw = moe_worst_rows(W, 1, El, tile_w);
     P = exact ? moe_routed_rows(expert_counts(st->recv.local_experts.data(), R, El), tile) : Pw;
   }
+  // Exact buffers of a rank that received nothing: every buffer of the stage has no rows, and
+  // carries its size at the worst case, so the peak under the worst routing counts them as a
+  // worst-case run allocates them.
+  const bool none = Rb == 0;
+  if (none) P = 0;
   if (mine && stats != nullptr) {
     ++stats->calls;
     stats->rows_allocated += P;
@@ -115,12 +120,6 @@ Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, co
   }
   const Tensor no_send;
   const Tensor& send_t = send != nullptr ? *send : no_send;
-  if (Rb == 0) {  // nothing received, nothing allocated; a real rank still sends its rows
-    MOEPROF_RETURN_IF_ERROR(
-        op("ep_dispatch", real ? be_.all_to_all_rows(send_t, send_rows, st->combine_send, recv_rows) : Status::ok(), {&send_t}, {}));
-    if (send != nullptr) send->reset();
-    return Status::ok();
-  }
   // A buffer sized by the received rows: rows_w, its rows at the worst case, gives its worst_bytes
   // (exact buffers); vec: a [1, n] vector of n_w elements at the worst case.
   const bool dd = sized_by_routing(exact);  // exact buffers follow the rows received
@@ -173,13 +172,17 @@ Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, co
                w2_sf = mine ? L.w2_scales : rows(L.all_w2_scales, H), w2_gs = mine ? L.w2_gs : L.rank_w2_gs[static_cast<size_t>(s)];
   MOEPROF_ASSIGN_OR_RETURN(Tensor hs_fp4, buf(DType::kFP4x2, Rb, H / 2, W, "hs_fp4", es, Category::kActivation));
   MOEPROF_ASSIGN_OR_RETURN(Tensor hs_sf, buf(DType::kE4M3, Rb, H / 16, W, "hs_scales", es, Category::kActivation));
-  MOEPROF_RETURN_IF_ERROR(op("fp4_quantize", be_.fp4_quantize(recv, L.a_gs, hs_fp4, hs_sf), {&recv}, {&hs_fp4, &hs_sf}));
-  MOEPROF_ASSIGN_OR_RETURN(Tensor offsets, act(DType::kI32, 1, El + 1, "expert_offsets", es));
+  if (!none)
+    MOEPROF_RETURN_IF_ERROR(op("fp4_quantize", be_.fp4_quantize(recv, L.a_gs, hs_fp4, hs_sf), {&recv}, {&hs_fp4, &hs_sf}));
+  MOEPROF_ASSIGN_OR_RETURN(Tensor offsets, none ? vec(DType::kI32, 0, El + 1, "expert_offsets", es, Category::kActivation)
+                                                : act(DType::kI32, 1, El + 1, "expert_offsets", es));
   MOEPROF_ASSIGN_OR_RETURN(Tensor p2t, vec(DType::kI32, P, Pw, "permuted_to_token", es, Category::kActivation));
   MOEPROF_ASSIGN_OR_RETURN(Tensor e2p, buf(DType::kI32, Rb, 1, W, "expanded_to_permuted", es, Category::kActivation));
   Tensor perm_ws;
-  if (size_t b = be_.moe_permute_workspace_bytes(Rb, 1, El); b > 0) {
-    MOEPROF_ASSIGN_OR_RETURN(perm_ws, act(DType::kU8, 1, static_cast<int64_t>(b), "permute_workspace", es, Category::kWorkspace));
+  if (size_t b = be_.moe_permute_workspace_bytes(none ? W : Rb, 1, El); b > 0) {
+    const auto n = static_cast<int64_t>(b);
+    MOEPROF_ASSIGN_OR_RETURN(perm_ws, none ? vec(DType::kU8, 0, n, "permute_workspace", es, Category::kWorkspace)
+                                           : act(DType::kU8, 1, n, "permute_workspace", es, Category::kWorkspace));
   }
   const bool any = R > 0;  // worst-case buffers of a rank that received nothing: no compute
   Tensor ids_r = any ? loc_ids.rows_view(0, R) : Tensor(), e2p_r = any ? e2p.rows_view(0, R) : Tensor();

@@ -60,6 +60,14 @@ struct CategoryCounters {
   uint64_t current_activation_worst = 0, peak_activation_worst = 0;
 };
 
+// Whether rank a sets a budget before rank b: the larger activation peak under the worst routing
+// (what a budget reserves on every rank when the buffers follow the routing; else the peak
+// itself), then the larger peak measured.
+inline bool budget_order(const CategoryCounters& a, const CategoryCounters& b) {
+  if (a.peak_activation_worst != b.peak_activation_worst) return a.peak_activation_worst > b.peak_activation_worst;
+  return a.peak_activation > b.peak_activation;
+}
+
 // The executor's own accounting of the bytes it asked for.
 class MemoryAccounting : public AllocationObserver {
  public:

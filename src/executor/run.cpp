@@ -359,7 +359,9 @@ Result<RunPlanResult> execute_run_plan(Backend& backend, const RunPlan& plan) {
         result.weights_note = mr.weights_note;
       }
       if (plan.ep > 1) result.ep_rank_modes[ri].push_back(mr);
-      if (!budget || mr.accounting.peak_activation > budget->accounting.peak_activation) {
+      // The rank that sets the budget: the largest peak under the worst routing (what a budget
+      // reserves on every rank where the buffers follow the routing; else the peak itself).
+      if (!budget || budget_order(mr.accounting, budget->accounting)) {
         budget_rank = rs.ep_rank;
         budget = std::move(mr);
       }

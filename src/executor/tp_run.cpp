@@ -210,8 +210,8 @@ Result<RunPlanResult> collect_rank_traces(const RunPlan& plan, int world) {
     for (size_t m = 0; m < plan.modes.size(); ++m) {
       int best = 0;
       for (int r = 1; r < world; ++r)
-        if (result.rank_modes[static_cast<size_t>(r)][m].accounting.peak_activation >
-            result.rank_modes[static_cast<size_t>(best)][m].accounting.peak_activation)
+        if (budget_order(result.rank_modes[static_cast<size_t>(r)][m].accounting,
+                         result.rank_modes[static_cast<size_t>(best)][m].accounting))
           best = r;
       result.budget_ranks.push_back(best);
       if (plan.dp_attention) continue;  // DP attention: each rank's own request, its own output

@@ -180,7 +180,12 @@ Result<RoutingDraw> RoutingDraw::create(const RoutingSpec& spec, int64_t experts
   d.E_ = experts;
   d.k_ = top_k;
   d.seed_ = seed;
-  if (spec.kind == RoutingKind::kZipf) {
+  if (spec.kind == RoutingKind::kZipf && spec.zipf_s * std::log2(static_cast<double>(experts)) > 30) {
+    // w_r / w_0 below 2^-30: integer weights of 2^40 would round the tail to one flat weight, and
+    // the draws after the first few would no longer follow 1 / r^S.
+    d.zipf_log_weights_.resize(static_cast<size_t>(experts));
+    for (int64_t r = 0; r < experts; ++r) d.zipf_log_weights_[static_cast<size_t>(r)] = -spec.zipf_s * std::log(static_cast<double>(r + 1));
+  } else if (spec.kind == RoutingKind::kZipf) {
     d.zipf_weights_.resize(static_cast<size_t>(experts));
     for (int64_t r = 0; r < experts; ++r) {
       const double w = std::ldexp(std::pow(static_cast<double>(r + 1), -spec.zipf_s), 40);
@@ -246,6 +251,34 @@ void RoutingDraw::draw(int64_t layer, const std::vector<uint64_t>& keys, int32_t
         for (int64_t j = 0; j < N; ++j) out[j] = static_cast<int32_t>(hot[static_cast<size_t>(j)]);
         pick_uniform(cold, E_ - N, k - N, keys[static_cast<size_t>(r)], 0, out + N);
       }
+    }
+    return;
+  }
+  if (!zipf_log_weights_.empty()) {
+    // Zipf of a steep S: each rank's clock E_r / w_r with E_r ~ Exp(1), in logs; the k earliest
+    // clocks in order are k draws without replacement (Plackett-Luce). ln E_r >= ln(2^-54), so
+    // once that bound over w_r passes the k-th earliest clock, no later rank can come before it.
+    constexpr double kMinLogClock = -37.5;  // below ln(-ln(1 - 2^-54))
+    std::vector<std::pair<double, int64_t>> best;  // a max-heap of the k earliest clocks (log, rank)
+    for (int64_t r = 0; r < rows; ++r) {
+      best.clear();
+      for (int64_t rank = 0; rank < E_; ++rank) {
+        const double lw = zipf_log_weights_[static_cast<size_t>(rank)];
+        if (static_cast<int64_t>(best.size()) == k && kMinLogClock - lw > best.front().first) break;
+        const uint64_t h = hash4(seed_, L, keys[static_cast<size_t>(r)], 0x21FFull << 32 | static_cast<uint64_t>(rank));
+        const double u = (static_cast<double>(h >> 11) + 0.5) * 0x1p-53;  // in (0, 1)
+        const double clock = std::log(-std::log(u)) - lw;
+        if (static_cast<int64_t>(best.size()) < k) {
+          best.emplace_back(clock, rank);
+          std::push_heap(best.begin(), best.end());
+        } else if (clock < best.front().first) {
+          std::pop_heap(best.begin(), best.end());
+          best.back() = {clock, rank};
+          std::push_heap(best.begin(), best.end());
+        }
+      }
+      std::sort_heap(best.begin(), best.end());
+      for (int64_t j = 0; j < k; ++j) ids[r * k + j] = static_cast<int32_t>(order[static_cast<size_t>(best[static_cast<size_t>(j)].second)]);
     }
     return;
   }

@@ -83,7 +83,10 @@ class RoutingDraw {
   RoutingSpec spec_;
   int64_t E_ = 0, k_ = 0;
   uint64_t seed_ = 0;
-  std::vector<uint64_t> zipf_weights_;  // by rank, integers >= 1
+  std::vector<uint64_t> zipf_weights_;  // by rank, integers >= 1 (E^S at most 2^30)
+  // Beyond that range the integer weights would lose the tail: the draw is then a race of
+  // exponential clocks, rank r's clock Exp(1) / w_r, the k first in order (the same law).
+  std::vector<double> zipf_log_weights_;  // by rank: -S ln(r + 1)
 };
 
 // Per-expert counts of ids (values in [0, experts)).

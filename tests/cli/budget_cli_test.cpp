@@ -177,6 +177,38 @@ TEST_CASE("moeprof budget: a run with routed rows reserves the worst routing's a
   CHECK(count_lines(e.err) == 1);
 }
 
+TEST_CASE("moeprof budget: expert parallelism with exact buffers reserves the worst routing, as worst-case buffers allocate it", "[cli][budget][ep]") {
+  auto budget = [](const std::string& opts) {
+    auto r = run_cli("budget --backend meta --model tiny --tokens 37 --ep 4 --routing uniform --mode baseline --gpu-memory 80,000,000 --json " + opts);
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  const auto exact = budget(""), fixed = budget("--ep-buffers worst-case");
+  auto comp = [](const nlohmann::json& j, const std::string& name) -> int64_t {
+    for (const auto& c : j["components"])
+      if (c["name"] == name) return c["bytes"].get<int64_t>();
+    return -1;
+  };
+  const int64_t reserve = comp(exact, "routing_worst");
+  CHECK(reserve > 0);  // uniform routing sends a rank fewer rows than its worst case
+  CHECK(comp(fixed, "routing_worst") == -1);  // worst-case buffers do not follow the routing
+  CHECK(exact["worst_step"]["activation_peak_bytes"].get<int64_t>() + reserve == fixed["worst_step"]["activation_peak_bytes"].get<int64_t>());
+  CHECK(exact["kv_tokens"] == fixed["kv_tokens"]);
+  for (const auto* j : {&exact, &fixed}) CHECK(sum_components(*j) == 80'000'000);
+  // A trace says its own run: the meta run's options beside one are refused, not ignored.
+  const fs::path dir = moeprof::testing::temp_dir("budget_cli_ep");
+  REQUIRE(run_cli("run --backend meta --model tiny --tokens 37 --ep 4 --ep-rank 1 --routing uniform --mode baseline --quiet -o '" +
+                  dir.string() + "'").rc == 0);
+  for (const char* opt : {"--ep 4", "--ep-buffers worst-case", "--dp 4", "--tp 2", "--layers 2", "--tokens 9"}) {
+    auto e = run_cli("budget '" + (dir / "baseline.mtrace").string() + "' --gpu-memory 80,000,000 " + opt);
+    INFO(opt << ": " << e.err);
+    CHECK(e.rc == 2);
+    CHECK(count_lines(e.err) == 1);
+    CHECK(e.err.find("is an option of the meta run (--backend meta)") != std::string::npos);
+  }
+}
+
 namespace {
 
 nlohmann::json serving_of(const fs::path& report) {

@@ -303,6 +303,22 @@ TEST_CASE("moeprof run --ep N --gpus N on the CPU: real ranks as threads, per-ra
   }
   CHECK(mj["runs"][0]["ep"]["emulated"] == true);
   CHECK(run["ep"]["dp_attention"] == false);
+  {
+    // The rank traces are the ranks of one run, as real TP's are: plan merges them into the run's
+    // figures; one rank twice is refused.
+    const std::string r0 = (dir / run["ranks"][0]["trace"].get<std::string>()).string(),
+                      r1 = (dir / run["ranks"][1]["trace"].get<std::string>()).string();
+    auto p = run_moeprof("plan --json '" + r0 + "' '" + r1 + "'");
+    INFO(p.err);
+    REQUIRE(p.rc == 0);
+    auto pj = nlohmann::json::parse(p.out);
+    CHECK(pj["peak_activation_bytes"] == run["peak_activation_bytes"]);
+    CHECK(pj["devices"].size() == 2);
+    fs::copy_file(r1, dir / "copy.mtrace");
+    auto twice = run_moeprof("plan '" + r1 + "' '" + (dir / "copy.mtrace").string() + "'");
+    CHECK(twice.rc == 2);
+    CHECK(twice.err.find("both are EP rank 1 of 2") != std::string::npos);
+  }
   // DP attention over real ranks: each rank's trace holds its own request.
   auto dp = run_moeprof("run --backend cpu --model tiny --tokens 45 --mode baseline --ep 2 --dp 2 --gpus 2 --json --quiet --out '" +
                         (dir / "dp").string() + "'");
@@ -314,6 +330,7 @@ TEST_CASE("moeprof run --ep N --gpus N on the CPU: real ranks as threads, per-ra
   for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
            {"--ep 4 --gpus 2", "--ep 4 over real ranks needs --gpus 4 (one EP rank per device; got --gpus 2)"},
            {"--ep 2 --gpus 2 --ep-rank 1", "--ep-rank picks the rank to emulate on one device: drop it with --gpus"},
+           {"--ep 4 --ep-rank -1", "--ep-rank: must be an integer from 0"},
            {"--gpus 2 --launch processes", "for ranks in processes; --backend cpu runs them as threads"},
            {"--dp 2", "--dp 2 runs DP attention over the EP ranks: it needs --ep 2"},
            {"--ep 2 --dp 2", "--dp on one device needs a drawn routing"}}) {

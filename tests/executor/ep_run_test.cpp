@@ -195,6 +195,41 @@ TEST_CASE("ep runs - dispatch buffers hold the rows the routing sends, worst-cas
   }
 }
 
+TEST_CASE("ep runs - a rank that receives nothing still counts the worst case under the worst routing", "[executor][ep]") {
+  // One token, top-2 of 8 experts on 8 ranks: at most 2 ranks receive a row in each layer, the
+  // others none. Their exact buffers have no rows, and carry their size at the worst case, so the
+  // peak under the worst routing is the worst-case buffers' peak on every rank, received or not.
+  auto meta = make_meta_backend();
+  const int64_t T = 1;
+  const int ep = 8;
+  auto exact = execute_run_plan(*meta, plan_of("none_exact", "uniform", ep, -1, T));
+  auto worst = execute_run_plan(*meta, plan_of("none_worst", "uniform", ep, -1, T, EpBuffers::kWorstCase));
+  INFO((exact.is_ok() ? std::string() : exact.status().message()));
+  REQUIRE(exact.is_ok());
+  INFO((worst.is_ok() ? std::string() : worst.status().message()));
+  REQUIRE(worst.is_ok());
+  int idle = 0;
+  for (int r = 0; r < ep; ++r) {
+    INFO("rank " << r);
+    const std::vector<int64_t> rows = rows_received("uniform", T, ep, r);
+    const auto& e = exact->ep_rank_modes[r][0];
+    CHECK(e.accounting.peak_activation_worst == worst->ep_rank_modes[r][0].accounting.peak_activation);
+    CHECK(e.accounting.peak_activation <= worst->ep_rank_modes[r][0].accounting.peak_activation);
+    // One dispatch buffer per MoE layer, of the rows received (0 bytes where none came).
+    std::vector<std::pair<uint64_t, int>> want;
+    for (int64_t R : rows) want.emplace_back(static_cast<uint64_t>(R * kH * 2), int(Category::kCommunication));
+    CHECK(allocations(e.trace_path, "dispatch_recv") == want);
+    if (rows[0] + rows[1] + rows[2] == 0) {
+      ++idle;
+      CHECK(e.moe.rows_allocated == 0);
+      CHECK(e.accounting.peak_activation < e.accounting.peak_activation_worst);
+    }
+  }
+  CHECK(idle > 0);
+  // Every rank's worst is the same, so the measured peak picks the rank that sets the budget.
+  CHECK(exact->modes[0].accounting.peak_activation_worst == worst->modes[0].accounting.peak_activation);
+}
+
 TEST_CASE("ep runs - the meta backend allocates what the CPU reference does for each rank", "[executor][ep]") {
   auto cpu = make_cpu_backend();
   auto meta = make_meta_backend();

@@ -168,7 +168,8 @@ TEST_CASE("zipf routings match the inclusion probabilities of draws without repl
   // largest difference). Tolerance as above: 0.006 at 60,000 rows.
   const int64_t rows = 60'000;
   const auto keys = random_keys(rows, 0xC0FFEE);
-  for (double S : {1.2, 0.7, 2.5}) {
+  // S = 12 at 7 experts (7^12 > 2^30) takes the exponential clocks instead of integer weights.
+  for (double S : {1.2, 0.7, 2.5, 12.0}) {
     const int64_t E = 7, k = 3;
     INFO("S = " << S);
     std::vector<double> w(static_cast<size_t>(E)), p(static_cast<size_t>(E), 0);
@@ -207,6 +208,19 @@ TEST_CASE("zipf routings match the inclusion probabilities of draws without repl
     for (int64_t r = 0; r < E; ++r) W += (p[static_cast<size_t>(r)] = std::pow(static_cast<double>(r + 1), -1.2));
     std::sort(f.rbegin(), f.rend());
     for (int64_t r = 0; r < 10; ++r) CHECK(std::abs(f[static_cast<size_t>(r)] - p[static_cast<size_t>(r)] / W) < 0.006);
+  }
+  {
+    // A steep S at that size: the 8 first ranks nearly always (rank 8 is (8/9)^64 = 5e-4 as likely
+    // as rank 7), every other expert almost never. Integer weights floored at 1 made every pick
+    // after the first nearly uniform over the other 383.
+    const int64_t E = 384, k = 8;
+    {
+      auto d = RoutingDraw::create(spec("zipf:64"), E, k, 9);
+      auto f = inclusion(draw(*d, 1, keys, k), rows, E);
+      std::sort(f.rbegin(), f.rend());
+      for (int64_t r = 0; r < k; ++r) CHECK(f[static_cast<size_t>(r)] > 0.99);
+      CHECK(f[static_cast<size_t>(k)] < 0.01);
+    }
   }
 }
 
