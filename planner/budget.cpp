@@ -158,6 +158,20 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
       bn = n;
     }
   }
+  // A run whose MoE layers aliased one layer's expert weights (--weights shared, or auto where
+  // per-layer weights did not fit the device running it): a deployment holds every layer's, so the
+  // budget counts the bytes aliased as weights.
+  if (auto it = run.meta.extra.find("weights"); it != run.meta.extra.end() && it->second == "shared") {
+    uint64_t aliased = 0;
+    std::string why;
+    if (!parse_extra_u64(run.meta, "weights_aliased_bytes", &aliased, &why)) {
+      if (!why.empty()) return Status::bad_input(why);
+      return Status::bad_input("the trace's MoE layers share one layer's expert weights, and it does not say how many bytes they alias "
+                               "(weights_aliased_bytes): trace it with per-layer weights (--weights per-layer)");
+    }
+    if (!add_bytes(bn.weights, aliased)) return Status::bad_input("the weights add up to more than 2^63-1 bytes");
+    b.weights_aliased_bytes = aliased;
+  }
   const DeviceAnalysis& d = *best;
   b.device = d.device;
   b.weights_bytes = bn.weights;
@@ -321,7 +335,11 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
 
   const std::string step_text = step.empty() ? "the prefill (one prefill = one step; the trace has no step scopes)" : step;
   auto comp = [&](std::string name, int64_t bytes, std::string detail) { b.components.push_back({std::move(name), bytes, std::move(detail)}); };
-  comp("weights", static_cast<int64_t>(bn.weights), "the weights category's high-water mark");
+  comp("weights", static_cast<int64_t>(bn.weights),
+       b.weights_aliased_bytes == 0
+           ? std::string("the weights category's high-water mark")
+           : "per-layer weights: the weights category's high-water mark " + with_commas(bn.weights - b.weights_aliased_bytes) + " B + " +
+                 with_commas(b.weights_aliased_bytes) + " B of expert weights the run's MoE layers aliased (--weights shared)");
   comp("kv_pool", static_cast<int64_t>(b.kv_pool_bytes),
        b.fits ? with_commas(b.kv_tokens) + " tokens + " + with_commas(p) + " padding token(s) (SGLang's MLA pool: size + page_size rows per layer) x " +
                     with_commas(cell) + " B"

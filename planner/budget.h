@@ -98,6 +98,7 @@ struct BudgetResult {
   // does not say), the activation peak under the worst routing, and what is reserved for it
   // beyond activation_peak_bytes (0 unless the padded rows followed the routing).
   std::string routing, moe_rows;
+  uint64_t weights_aliased_bytes = 0;  // expert weights the run aliased (--weights shared), counted in weights
   bool routing_follows = false;  // moe_rows = routed, or exact EP buffers: the reserve applies
   std::string follows_text;      // which option made them follow ("--moe-rows routed", "--ep-buffers exact")
   uint64_t worst_routing_peak_bytes = 0, routing_reserve_bytes = 0;

@@ -1,4 +1,5 @@
 // What-if rule files: parsing, selectors, globs (planner/whatif.h has the grammar).
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -158,6 +159,7 @@ std::vector<std::string> words(std::string_view line) {
 // Parses selector terms words[b, e) into *sel; returns an error message or "".
 std::string parse_selector(const std::vector<std::string>& w, size_t b, size_t e, Selector* sel) {
   if (b >= e) return "a selector needs at least one term (name=, scope=, category=, size=, stack=, device=)";
+  std::vector<std::string> keys;  // one term per key: the terms all hold, so a second would replace or contradict the first
   for (size_t i = b; i < e; ++i) {
     const std::string& t = w[i];
     const size_t eq = t.find('=');
@@ -165,6 +167,10 @@ std::string parse_selector(const std::vector<std::string>& w, size_t b, size_t e
       return "selector term '" + printable(t) + "' is not key=value (name=, scope=, category=, size=, stack=, device=)";
     const std::string key = t.substr(0, eq), v = t.substr(eq + 1);
     if (v.empty()) return "selector term '" + printable(t) + "' has an empty value";
+    if (std::find(keys.begin(), keys.end(), key) != keys.end())
+      return "selector term '" + printable(t) + "' repeats " + printable(key) +
+             "=: the terms must all hold, one per key (category=A,B matches either category)";
+    keys.push_back(key);
     if (key == "name") {
       sel->name = v;
     } else if (key == "scope") {

@@ -85,7 +85,9 @@ void add_category_options(CLI::App* cmd, CategoryArgs* a) {
       ->check(CLI::IsMember({"auto", "infer", "keep"}))
       ->capture_default_str();
   cmd->add_option("--category-rules", a->rules,
-                  "rules that override the inference, one per line: <category> SELECTOR (selectors as in what-if rules)");
+                  "a file of rules that override the inference, one per line: <category> SELECTOR (selectors as in what-if "
+                  "rules); they apply to every allocation they match, whatever its recorded category")
+      ->type_name("FILE");
 }
 
 Result<reports::CategoryOptions> category_options(const CategoryArgs& a) {

@@ -15,6 +15,8 @@
 #include "core/status.h"
 #include "executor/backends.h"
 #include "executor/run.h"
+#include "executor/serving.h"
+#include "executor/workload.h"
 #include "model/config.h"
 #include "planner/budget.h"
 #include "planner/whatif.h"
@@ -50,7 +52,15 @@ int budget_command(const BudgetArgs& a) {
   std::vector<std::string> names;
   std::string kv_check;
   uint64_t kv_cost = a.kv_bytes_per_token;
-  std::optional<std::filesystem::path> scratch;
+  // The meta run's folder when -o is not given: removed however the command ends.
+  struct Scratch {
+    std::optional<std::filesystem::path> dir;
+    ~Scratch() {
+      std::error_code ec;
+      if (dir) std::filesystem::remove_all(*dir, ec);
+    }
+  } scratch_guard;
+  std::optional<std::filesystem::path>& scratch = scratch_guard.dir;
   if (!a.backend.empty()) {
     // Run the meta backend for the model and read its traces.
     if (a.backend != "meta") return fail("budget", Status::bad_input("--backend " + a.backend + ": budget runs the meta backend only (give traces of other runs)"));
@@ -68,6 +78,12 @@ int budget_command(const BudgetArgs& a) {
     plan.model = a.model;
     plan.tokens = a.tokens;
     plan.serving = *serving;
+    if (plan.serving) {
+      // What the serving run would refuse before its first step (the meta device knows its memory).
+      auto w = load_workload(plan.serving->workload);
+      if (!w) return fail("budget", w.status());
+      if (Status st = check_serving_plan(*plan.serving, *w, *cfg, true); !st) return fail("budget", st);
+    }
     plan.weights = weights_mode_from_name(a.weights);
     plan.tp = a.tp;
     plan.layers = a.layers;

@@ -48,7 +48,11 @@ void register_report(CLI::App& app, int* exit_code) {
   cmd->add_option("--out-html", args->out_html, "write the single-file HTML page to this file")->type_name("FILE");
   cmd->add_option("--out-perfetto", args->out_perfetto, "write a Perfetto trace (Chrome JSON) of every run to this file")
       ->type_name("FILE");
-  cmd->add_option("--name", args->names, "run names, one per trace [default: the trace's run name, else its file stem]")
+  // One value per --name: the traces after it are not names.
+  cmd->add_option("--name", args->names, "run names, one per trace, in order (--name A --name B) [default: the trace's run name, else its file stem]")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->type_name("NAME");
   cmd->add_option("--compare-baseline", args->compare_baseline, "compare every other run against this run [default: with two runs, the first]")
       ->type_name("NAME");

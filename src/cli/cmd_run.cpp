@@ -31,6 +31,8 @@
 #include "executor/launch.h"
 #include "executor/recorder.h"
 #include "executor/run.h"
+#include "executor/serving.h"
+#include "executor/workload.h"
 #include "executor/tp_run.h"
 #include "model/config.h"
 #include "planner/analysis.h"
@@ -255,6 +257,14 @@ int run_command(const RunArgs& a) {
     if (!cfg) return fail("run", cfg.status());
     if (auto shape = make_rank_shape(*cfg, plan.tokens, plan.tp, 0, plan.layers); !shape) return fail("run", shape.status());
     if (Status st = apply_routing_options(a.routing, *cfg, backend_name, &plan); !st) return fail("run", st);
+    if (plan.serving) {
+      // What the serving run would refuse before its first step, before anything is written.
+      auto w = load_workload(plan.serving->workload);
+      if (!w) return fail("run", w.status());
+      size_t free_b = 0, total_b = 0;
+      const bool memory_known = backend ? backend->memory_info(&free_b, &total_b) : true;
+      if (Status st = check_serving_plan(*plan.serving, *w, *cfg, memory_known); !st) return fail("run", st);
+    }
     const std::string header = fmt::format(
         "moeprof run: {}, {}, TP={}{}, {} layers, modes {}, backend {} ({})\n", cfg->name,
         plan.serving ? "workload " + plan.serving->workload : std::to_string(plan.tokens) + " tokens", plan.tp,

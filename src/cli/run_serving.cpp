@@ -69,10 +69,12 @@ void note_serving_options(const CLI::App* cmd, ServingArgs* a) {
   a->given.clear();
   for (const char* o : kServingOptions)
     if (cmd->count(o) > 0) a->given.emplace_back(o);
+  a->workload_given = cmd->count("--workload") > 0;
 }
 
 Result<std::optional<ServingOptions>> serving_options(const ServingArgs& a) {
   if (a.workload.empty()) {
+    if (a.workload_given) return Status::bad_input("--workload is empty (a JSONL file, or synthetic:N,PROMPT,OUTPUT[,SEED])");
     if (!a.given.empty()) return Status::bad_input(a.given.front() + " needs --workload (a serving run)");
     return std::optional<ServingOptions>();
   }

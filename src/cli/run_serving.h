@@ -28,6 +28,7 @@ struct ServingArgs {
   bool disable_cuda_graph = false;
   // Which were given on the command line (filled by the callback).
   std::vector<std::string> given;
+  bool workload_given = false;  // --workload given (even empty)
 };
 
 void add_serving_options(CLI::App* cmd, ServingArgs* a);

@@ -82,7 +82,10 @@ Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path) 
   r->f_ = f;
   r->path_ = path;
   std::setvbuf(f, nullptr, _IOFBF, 1 << 20);
-  if (struct stat st {}; ::fstat(::fileno(f), &st) == 0) r->file_size_ = static_cast<uint64_t>(st.st_size);
+  if (struct stat st {}; ::fstat(::fileno(f), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return Status::bad_input(path + ": not a moeprof trace: it is a directory");
+    r->file_size_ = static_cast<uint64_t>(st.st_size);
+  }
   MOEPROF_RETURN_IF_ERROR(r->read_header());
   return r;
 }
@@ -293,6 +296,11 @@ Result<bool> TraceReader::next_frame(std::vector<TraceRecord>* out) {
     if (fh.type == kFrameEnd) {
       saw_end_ = true;
       done_ = true;
+      // The end frame ends the file: bytes after it are another file joined on (two traces
+      // concatenated), which would otherwise be dropped without a word.
+      if (off_ < file_size_)
+        return Status::bad_input(at_offset(path_, off_) + "corrupt trace: " + std::to_string(file_size_ - off_) +
+                                 " bytes after the end frame (two files joined?)");
       break;
     }
     if (fh.type != kFrameRecords) {

@@ -154,6 +154,10 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
         mr.weights_note = model.value()->weights_note();
         meta.extra["weights"] = "shared";
         meta.extra["weights_note"] = mr.weights_note;
+        // The expert weights the MoE layers alias (what per-layer weights would add on this rank,
+        // exactly: every MoE layer's experts but the one held); a budget counts them.
+        const WeightBytes wb = estimate_weight_bytes(cfg, shape);
+        meta.extra["weights_aliased_bytes"] = std::to_string(wb.per_layer - wb.shared);
       } else {
         meta.extra["weights"] = "per-layer";
       }

@@ -1,6 +1,8 @@
 #include "executor/scheduler.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
 
 namespace moeprof {
 
@@ -9,6 +11,11 @@ std::string_view step_kind_name(StepKind k) { return k == StepKind::kPrefill ? "
 Result<Scheduler> Scheduler::create(const SchedulerConfig& cfg, const Workload& w) {
   if (cfg.page_size < 1 || cfg.pool_tokens < cfg.page_size || cfg.pool_tokens % cfg.page_size != 0)
     return Status::bad_input("scheduler: the pool must hold at least one page, a whole number of pages");
+  // Slots (page x page size + offset, page 0 the padding page) are int32, as SGLang's req_to_token.
+  if (cfg.pool_tokens > int64_t{INT32_MAX} + 1 - cfg.page_size)
+    return Status::bad_input("the KV pool of " + std::to_string(cfg.pool_tokens) + " tokens is larger than its int32 slots address (" +
+                             std::to_string(int64_t{INT32_MAX} + 1 - cfg.page_size) + " tokens with page size " +
+                             std::to_string(cfg.page_size) + ", as SGLang's req_to_token)");
   if (cfg.chunked_prefill_size < 1 || cfg.max_running_requests < 1 || cfg.context_len < 1)
     return Status::bad_input("scheduler: chunked prefill size, max running requests and context length must be >= 1");
   Scheduler s(cfg);
@@ -31,7 +38,6 @@ Result<Scheduler> Scheduler::create(const SchedulerConfig& cfg, const Workload& 
   }
   std::stable_sort(s.arrivals_.begin(), s.arrivals_.end(),
                    [&](int64_t a, int64_t b) { return s.reqs_[a].arrival_step < s.reqs_[b].arrival_step; });
-  for (int64_t p = 1; p <= s.pool_pages(); ++p) s.free_pages_.push_back(static_cast<int32_t>(p));
   for (int64_t r = 1; r <= cfg.max_running_requests; ++r) s.free_rows_.push_back(r);
   return s;
 }
@@ -42,9 +48,13 @@ int64_t Scheduler::waited_requests() const {
 
 int32_t Scheduler::slot_for(RequestState& r, int64_t pos) {
   if (pos / cfg_.page_size >= static_cast<int64_t>(r.pages.size())) {
-    // Reserved at admission: the free list holds it.
-    r.pages.push_back(free_pages_.front());
-    free_pages_.pop_front();
+    // Reserved at admission: a page never used, else the oldest released.
+    if (next_fresh_ <= pool_pages()) {
+      r.pages.push_back(static_cast<int32_t>(next_fresh_++));
+    } else {
+      r.pages.push_back(free_pages_.front());
+      free_pages_.pop_front();
+    }
     ++pages_used_;
   }
   ++tokens_used_;

@@ -107,6 +107,9 @@ class Scheduler {
   std::deque<int64_t> waiting_;
   std::vector<int64_t> decoding_;     // admitted, prompt done, not finished (admission order)
   int64_t chunked_ = -1;              // the request whose prompt is being chunked
+  // Free pages in the order they are taken: those never used (next_fresh_ up to pool_pages()), then
+  // the ones released, oldest first. Memory in proportion to the pages released, not the pool.
+  int64_t next_fresh_ = 1;
   std::deque<int32_t> free_pages_;
   std::deque<int64_t> free_rows_;
   int64_t step_ = 0, finished_ = 0, running_ = 0;

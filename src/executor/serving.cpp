@@ -95,6 +95,64 @@ int64_t serving_context_len(const ServingOptions& opt, const ModelConfig& cfg) {
   return opt.context_len > 0 ? opt.context_len : cfg.max_position_embeddings;
 }
 
+Status check_prompt_ids(const Workload& workload, const ModelConfig& cfg) {
+  for (const RequestSpec& r : workload.requests)
+    for (int32_t id : r.prompt_ids)
+      if (id >= cfg.vocab_size)
+        return Status::bad_input(workload.source + " line " + std::to_string(r.line) + ": token id " + std::to_string(id) +
+                                 " is outside the vocabulary (" + std::to_string(cfg.vocab_size) + ")");
+  return Status::ok();
+}
+
+Result<int64_t> serving_pool_tokens(const ServingOptions& opt, const Workload& workload, const DeviceMemory* mem, uint64_t cell_bytes) {
+  if (opt.page_size < 1) return Status::bad_input("--page-size must be >= 1");
+  int64_t tokens = 0;
+  if (opt.kv_tokens > 0) {
+    tokens = opt.kv_tokens / opt.page_size * opt.page_size;
+    if (tokens < opt.page_size)
+      return Status::bad_input("--kv-tokens " + std::to_string(opt.kv_tokens) + " is less than one page (--page-size " +
+                               std::to_string(opt.page_size) + ")");
+  } else if (opt.mem_fraction_static > 0) {
+    if (mem == nullptr) return int64_t{0};  // the weights not loaded yet: not known
+    return kv_tokens_from_fraction(opt.mem_fraction_static, *mem, cell_bytes, opt.page_size);
+  } else {
+    for (const RequestSpec& r : workload.requests)
+      tokens += (r.prompt_len + r.output_len - 1 + opt.page_size - 1) / opt.page_size * opt.page_size;
+  }
+  return tokens;
+}
+
+SchedulerConfig scheduler_config(const ServingOptions& opt, int64_t pool_tokens, int64_t context_len) {
+  SchedulerConfig sc;
+  sc.chunked_prefill_size = opt.chunked_prefill_size;
+  sc.page_size = opt.page_size;
+  sc.pool_tokens = pool_tokens;
+  sc.context_len = context_len;
+  // SGLang's request pool: --max-running-requests, else clamp(tokens / context * 512, 2048, 4096).
+  // planner/budget.cpp's request_table_bytes_at() applies the same rule to the pool it budgets.
+  sc.max_running_requests = opt.max_running_requests;
+  if (sc.max_running_requests <= 0) {
+    const double f = static_cast<double>(pool_tokens) / static_cast<double>(context_len) * 512.0;
+    sc.max_running_requests = std::clamp<int64_t>(static_cast<int64_t>(f), 2048, 4096);
+  }
+  return sc;
+}
+
+Status check_serving_plan(const ServingOptions& opt, const Workload& workload, const ModelConfig& cfg, bool memory_known) {
+  MOEPROF_RETURN_IF_ERROR(check_prompt_ids(workload, cfg));
+  if (opt.kv_tokens <= 0 && opt.mem_fraction_static > 0 && !memory_known)
+    return kv_tokens_from_fraction(opt.mem_fraction_static, DeviceMemory{}, 1, 1).status();
+  MOEPROF_ASSIGN_OR_RETURN(int64_t pool, serving_pool_tokens(opt, workload, nullptr, 1));
+  const int64_t context = serving_context_len(opt, cfg);
+  if (pool == 0) {
+    // Sized from the device once the weights are loaded: the context length alone can be checked.
+    SchedulerConfig sc = scheduler_config(opt, opt.page_size, context);
+    sc.pool_tokens = std::max<int64_t>(1, int64_t{INT32_MAX} + 1 - opt.page_size) / opt.page_size * opt.page_size;
+    return Scheduler::create(sc, workload).status();
+  }
+  return Scheduler::create(scheduler_config(opt, pool, context), workload).status();
+}
+
 Result<int64_t> kv_tokens_from_fraction(double fraction, const DeviceMemory& mem, uint64_t cell_bytes, int64_t page_size) {
   if (!mem.known)
     return Status::bad_input("--mem-fraction-static needs the device's memory, which this backend does not report "
@@ -199,16 +257,13 @@ Result<ServingResult> run_serving(Backend& backend, DeepseekModel& model, const 
 
   // The prompts' ids: the workload's, or drawn as the prefill draws its prompt (the rank's
   // vocabulary shard with emulated TP, the whole vocabulary with real collectives).
+  MOEPROF_RETURN_IF_ERROR(check_prompt_ids(workload, cfg));
   const int64_t id_lo = real_collectives ? 0 : shape.vocab_start;
   const int64_t id_hi = real_collectives ? cfg.vocab_size : shape.vocab_start + std::min<int64_t>(shape.vocab, cfg.vocab_size - shape.vocab_start);
   std::vector<std::vector<int32_t>> prompts(workload.requests.size());
   for (size_t i = 0; i < workload.requests.size(); ++i) {
     const RequestSpec& r = workload.requests[i];
     if (!r.prompt_ids.empty()) {
-      for (int32_t id : r.prompt_ids)
-        if (id >= cfg.vocab_size)
-          return Status::bad_input(workload.source + " line " + std::to_string(r.line) + ": token id " + std::to_string(id) +
-                                   " is outside the vocabulary (" + std::to_string(cfg.vocab_size) + ")");
       prompts[i] = r.prompt_ids;
       continue;
     }
@@ -222,35 +277,16 @@ Result<ServingResult> run_serving(Backend& backend, DeepseekModel& model, const 
   // The pool's size.
   if (opt.kv_tokens > 0) {
     res.pool_sizing = "kv-tokens";
-    res.kv_pool_tokens = opt.kv_tokens / opt.page_size * opt.page_size;
-    if (res.kv_pool_tokens < opt.page_size)
-      return Status::bad_input("--kv-tokens " + std::to_string(opt.kv_tokens) + " is less than one page (--page-size " +
-                               std::to_string(opt.page_size) + ")");
   } else if (opt.mem_fraction_static > 0) {
     res.pool_sizing = "mem-fraction-static";
     res.mem_fraction_static = opt.mem_fraction_static;
-    MOEPROF_ASSIGN_OR_RETURN(res.kv_pool_tokens, kv_tokens_from_fraction(opt.mem_fraction_static, mem, res.cell_bytes, opt.page_size));
   } else {
     res.pool_sizing = "workload";
-    for (const RequestSpec& r : workload.requests)
-      res.kv_pool_tokens += (r.prompt_len + r.output_len - 1 + opt.page_size - 1) / opt.page_size * opt.page_size;
   }
-  // SGLang's request pool: --max-running-requests, else clamp(tokens / context * 512, 2048, 4096).
-  int64_t max_reqs = opt.max_running_requests;
-  res.max_running_requests_given = max_reqs > 0;
-  if (max_reqs <= 0) {
-    // planner/budget.cpp's request_table_bytes_at() applies the same rule to the pool it budgets.
-    const double f = static_cast<double>(res.kv_pool_tokens) / static_cast<double>(res.context_len) * 512.0;
-    max_reqs = std::clamp<int64_t>(static_cast<int64_t>(f), 2048, 4096);
-  }
-  res.max_running_requests = max_reqs;
-
-  SchedulerConfig sc;
-  sc.chunked_prefill_size = opt.chunked_prefill_size;
-  sc.max_running_requests = max_reqs;
-  sc.page_size = opt.page_size;
-  sc.pool_tokens = res.kv_pool_tokens;
-  sc.context_len = res.context_len;
+  MOEPROF_ASSIGN_OR_RETURN(res.kv_pool_tokens, serving_pool_tokens(opt, workload, &mem, res.cell_bytes));
+  const SchedulerConfig sc = scheduler_config(opt, res.kv_pool_tokens, res.context_len);
+  res.max_running_requests_given = opt.max_running_requests > 0;
+  const int64_t max_reqs = res.max_running_requests = sc.max_running_requests;
   MOEPROF_ASSIGN_OR_RETURN(Scheduler sched, Scheduler::create(sc, workload));
 
   KvPoolShape ps{res.kv_pool_tokens, opt.page_size, max_reqs, res.context_len};
@@ -290,8 +326,7 @@ Result<ServingResult> run_serving(Backend& backend, DeepseekModel& model, const 
     backend.counter("kv_pool.pages_used", static_cast<uint64_t>(s.pages_used), static_cast<uint64_t>(step));
     backend.counter("scheduler.running", static_cast<uint64_t>(s.running), static_cast<uint64_t>(step));
     backend.counter("scheduler.waiting", static_cast<uint64_t>(s.waiting), static_cast<uint64_t>(step));
-  };
-  sample(0);
+  };  // once per step, after its slots are taken (an empty pool before the first needs no point)
 
   const int64_t vocab = shape.vocab;
   while (!sched.done()) {

@@ -18,6 +18,7 @@
 #include "executor/deepseek_model.h"
 #include "executor/graph_runner.h"
 #include "executor/recorder.h"
+#include "executor/scheduler.h"
 #include "executor/workload.h"
 
 namespace moeprof {
@@ -120,6 +121,20 @@ struct ServingResult {
 // tokens = rest / cell_bytes, rounded down to a whole page. Fails (bad input) when the result is
 // not a page, with SGLang's advice.
 Result<int64_t> kv_tokens_from_fraction(double fraction, const DeviceMemory& mem, uint64_t cell_bytes, int64_t page_size);
+
+// The workload's own prompt ids are in the vocabulary.
+Status check_prompt_ids(const Workload& workload, const ModelConfig& cfg);
+// The pool's tokens: --kv-tokens (whole pages), --mem-fraction-static from `mem` (0 when mem is
+// null: not known before the weights load), else what the workload's requests need, page by page.
+Result<int64_t> serving_pool_tokens(const ServingOptions& opt, const Workload& workload, const DeviceMemory* mem, uint64_t cell_bytes);
+// The scheduler of a pool: its request table holds --max-running-requests, else SGLang's
+// clamp(pool_tokens / context_len x 512, 2048, 4096).
+SchedulerConfig scheduler_config(const ServingOptions& opt, int64_t pool_tokens, int64_t context_len);
+// What run_serving would refuse before its first step that needs no device: prompt ids, page size,
+// the pool from --kv-tokens or the workload against every request, the context length, and
+// --mem-fraction-static where the backend reports no memory. `moeprof run` checks it before it
+// writes anything.
+Status check_serving_plan(const ServingOptions& opt, const Workload& workload, const ModelConfig& cfg, bool memory_known);
 
 // Runs the workload on `model` (built with ModelOptions::paged_kv): allocates the pool, captures
 // the graphs, drives the steps to the last token, releases the graphs and the pool. `seed` draws

@@ -1,6 +1,7 @@
 #include "executor/workload.h"
 
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -144,6 +145,9 @@ Result<Workload> parse_synthetic_workload(const std::string& spec) {
 
 Result<Workload> load_workload(const std::string& spec) {
   if (spec.rfind("synthetic:", 0) == 0) return parse_synthetic_workload(spec);
+  std::error_code ec;
+  if (std::filesystem::is_directory(spec, ec))
+    return Status::bad_input("cannot read workload " + spec + ": it is a directory (a JSONL file, or synthetic:N,PROMPT,OUTPUT[,SEED])");
   std::ifstream f(spec, std::ios::binary);
   if (!f) return Status::bad_input("cannot open workload " + spec + " (a JSONL file, or synthetic:N,PROMPT,OUTPUT[,SEED])");
   std::ostringstream buf;

@@ -177,6 +177,28 @@ TEST_CASE("moeprof budget: a run with routed rows reserves the worst routing's a
   CHECK(count_lines(e.err) == 1);
 }
 
+TEST_CASE("moeprof budget: a run with shared expert weights is budgeted with every layer's", "[cli][budget]") {
+  // --weights shared (or auto where per-layer weights do not fit the device that runs it) aliases
+  // one MoE layer's experts into every MoE layer; a deployment holds them all, so the budget
+  // counts the aliased bytes: the same weights and KV capacity as a per-layer run, to the byte.
+  auto budget = [](const std::string& weights) {
+    auto r = run_cli("budget --backend meta --model tiny --tokens 37 --mode baseline --gpu-memory 80,000,000 --json --weights " + weights);
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  const auto shared = budget("shared"), per_layer = budget("per-layer");
+  auto comp = [](const nlohmann::json& j, const std::string& name) -> nlohmann::json {
+    for (const auto& c : j["components"])
+      if (c["name"] == name) return c;
+    return {};
+  };
+  CHECK(comp(shared, "weights")["bytes"] == comp(per_layer, "weights")["bytes"]);
+  CHECK(comp(shared, "weights")["detail"].get<std::string>().find("aliased (--weights shared)") != std::string::npos);
+  CHECK(comp(per_layer, "weights")["detail"] == "the weights category's high-water mark");
+  CHECK(shared["kv_tokens"] == per_layer["kv_tokens"]);
+}
+
 TEST_CASE("moeprof budget: expert parallelism with exact buffers reserves the worst routing, as worst-case buffers allocate it", "[cli][budget][ep]") {
   auto budget = [](const std::string& opts) {
     auto r = run_cli("budget --backend meta --model tiny --tokens 37 --ep 4 --routing uniform --mode baseline --gpu-memory 80,000,000 --json " + opts);

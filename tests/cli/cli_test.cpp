@@ -171,6 +171,12 @@ TEST_CASE("cli: report, then gate against it", "[cli]") {
   auto named = run_cli("report " + golden("baseline.mtrace") + " " + golden("reuse.mtrace") + " --name A --name B --json");
   REQUIRE(named.rc == 0);
   CHECK(json::parse(named.out)["comparison"]["candidate"] == "B");
+  // The names before the traces: each --name takes one value, the traces stay traces.
+  auto first = run_cli("report --name A --name B " + golden("baseline.mtrace") + " " + golden("reuse.mtrace") + " --json");
+  INFO(first.err);
+  REQUIRE(first.rc == 0);
+  CHECK(json::parse(first.out)["runs"][0]["name"] == "A");
+  CHECK(json::parse(first.out)["comparison"]["candidate"] == "B");
 
   // The golden reuse run lost 3 records: its figures are lower bounds, which fails by default.
   auto incomplete = run_cli("gate --baseline '" + base + "' --current '" + base + "'");

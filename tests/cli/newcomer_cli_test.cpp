@@ -60,6 +60,21 @@ TEST_CASE("newcomer: a mistyped run leaves the earlier results byte for byte", "
       {"run --backend cpu --model tiny --tokens 0", 2,
        "moeprof run: error: --tokens: must be an integer from 1 to 1,099,511,627,776 (got 0) (see moeprof run --help)"},
   };
+  // Serving inputs the run would refuse at its first step are refused before it writes.
+  const std::string bad_ids = (dir / "bad-ids.jsonl").string(), long_prompt = (dir / "long.jsonl").string();
+  moeprof::testing::spit(bad_ids, "{\"prompt_tokens\": [5, 17, 999999], \"output_tokens\": 3}\n");
+  moeprof::testing::spit(long_prompt, "{\"prompt_tokens\": 12, \"output_tokens\": 2}\n{\"prompt_tokens\": 500, \"output_tokens\": 3}\n");
+  typos.push_back({"run --backend cpu --model tiny --workload " + q(bad_ids), 2,
+                   "moeprof run: error: " + bad_ids + " line 1: token id 999999 is outside the vocabulary (1000)"});
+  typos.push_back({"run --backend cpu --model tiny --workload " + q(long_prompt) + " --kv-tokens 100", 2,
+                   "moeprof run: error: request 1 (line 2) needs 502 KV tokens, more than the whole pool (100): it could never run"});
+  typos.push_back({"run --backend cpu --model tiny --workload " + q(long_prompt) + " --context-length 100", 2,
+                   "moeprof run: error: request 1 (line 2) needs 502 positions (prompt + output - 1), more than the context length 100"});
+  typos.push_back({"run --backend meta --model tiny --workload " + q(long_prompt) + " --mem-fraction-static 0.8", 2,
+                   "moeprof run: error: --mem-fraction-static needs the device's memory, which this backend does not report (the meta "
+                   "backend: give --gpu-memory BYTES; or set the pool with --kv-tokens N)"});
+  typos.push_back({"run --backend cpu --model tiny --workload ''", 2,
+                   "moeprof run: error: --workload is empty (a JSONL file, or synthetic:N,PROMPT,OUTPUT[,SEED])"});
   if (moeprof::probe_gpus().usable().empty() || !moeprof::cuda_backend_compiled())
     typos.push_back({"run --backend cuda", 3, no_gpu_line()});
   for (const auto& t : typos) {

@@ -255,6 +255,38 @@ TEST_CASE("reader: bytes in memory read exactly as the file", "[core][trace_io]"
   CHECK(empty.status().message() == "nothing: not a moeprof trace: it is an empty file");
 }
 
+TEST_CASE("reader: bytes after the end frame and a directory are errors, not a shorter trace", "[core][trace_io]") {
+  const std::string p = tmp_path("joined.mtrace");
+  Trace t;
+  t.meta.name = "first";
+  for (uint64_t i = 1; i <= 7; ++i) t.records.push_back(alloc(i, 96 * i + 5, i));
+  REQUIRE(write_trace(p, t).is_ok());
+  const std::string one = slurp(p);
+  // Two traces joined: the first alone would read as complete and drop the second.
+  for (const std::string& tail : {one, std::string("x"), std::string(3, '\0')}) {
+    const std::string joined = one + tail;
+    auto m = read_trace_memory(joined, "joined");
+    REQUIRE_FALSE(m.is_ok());
+    CHECK(m.status().code() == ErrorCode::kBadInput);
+    CHECK(m.status().message() == "joined: byte offset " + std::to_string(one.size()) + ": corrupt trace: " +
+                                      std::to_string(tail.size()) + " bytes after the end frame (two files joined?)");
+    {
+      std::ofstream out(p, std::ios::binary | std::ios::trunc);
+      out << joined;
+    }
+    auto f = read_trace(p);
+    REQUIRE_FALSE(f.is_ok());
+    CHECK(f.status().message().find(std::to_string(tail.size()) + " bytes after the end frame") != std::string::npos);
+  }
+  CHECK(read_trace_memory(one, "one").is_ok());
+  const std::string dir = tmp_path("a_directory");
+  std::filesystem::create_directories(dir);
+  auto d = read_trace(dir);
+  REQUIRE_FALSE(d.is_ok());
+  CHECK(d.status().code() == ErrorCode::kBadInput);
+  CHECK(d.status().message() == dir + ": not a moeprof trace: it is a directory");
+}
+
 TEST_CASE("writer: the background flush puts records on disk while the recorder is idle", "[core][trace_io][flush]") {
   const std::string p = tmp_path("flush.mtrace");
   TraceWriterOptions o;

@@ -197,6 +197,26 @@ TEST_CASE("serving: a workload larger than the pool completes, the pool's occupa
   CHECK(s.peak_tokens_used <= s.kv_pool_tokens);
   for (const auto& o : s.occupancy) CHECK(o.pages_used * s.page_size <= s.kv_pool_tokens);
   for (const auto& out : s.outputs) CHECK(out.size() >= 3);
+  // Samples of the steps that ran only (two a step: its slots taken, its requests finished), in
+  // step order: no point for an empty pool before the first step.
+  std::set<int64_t> sampled;
+  for (size_t i = 0; i < s.occupancy.size(); ++i) {
+    sampled.insert(s.occupancy[i].step);
+    if (i > 0) CHECK(s.occupancy[i - 1].step <= s.occupancy[i].step);
+  }
+  CHECK(static_cast<int64_t>(sampled.size()) == s.prefill.steps + s.decode.steps);
+  {
+    // A first request that arrives late: still one sampled step per step that ran.
+    const std::string late = dir + "/late.jsonl";
+    std::ofstream(late) << "{\"prompt_tokens\": 11, \"output_tokens\": 3, \"arrival_step\": 7}\n";
+    auto lr = execute_run_plan(*be, serving_plan(out_dir("late"), late, {MemoryMode::kBaseline}));
+    REQUIRE(lr.is_ok());
+    const ServingResult& ls = *lr->modes[0].serving;
+    std::set<int64_t> steps;
+    for (const auto& o : ls.occupancy) steps.insert(o.step);
+    CHECK(static_cast<int64_t>(steps.size()) == ls.prefill.steps + ls.decode.steps);
+    CHECK(*steps.begin() >= 7);
+  }
 
   auto tr = read_trace(r->modes[0].trace_path);
   REQUIRE(tr.is_ok());

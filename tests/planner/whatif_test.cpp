@@ -95,6 +95,12 @@ TEST_CASE("rules parse, errors name the line", "[planner][whatif]") {
       {"hand-off name=x from", "r:1: after 'from': a selector needs at least one term (name=, scope=, category=, size=, stack=, device=)"},
       {"drop device=70000", "r:1: device '70000' is not a device number"},
       {"drop name=", "r:1: selector term 'name=' has an empty value"},
+      {"free-at-last-use name=post_norm name=kv_a_latent",
+       "r:1: selector term 'name=kv_a_latent' repeats name=: the terms must all hold, one per key (category=A,B matches either category)"},
+      {"drop size=100 size=..50", "r:1: selector term 'size=..50' repeats size=: the terms must all hold, one per key (category=A,B matches either category)"},
+      {"hand-off name=a from category=weights category=activation",
+       "r:1: after 'from': selector term 'category=activation' repeats category=: the terms must all hold, one per key (category=A,B "
+       "matches either category)"},
   };
   for (const auto& [text, msg] : bad) {
     auto r = parse_rules(text, "r");
