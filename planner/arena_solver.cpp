@@ -445,7 +445,8 @@ Result<ArenaSolution> solve_arena(const std::vector<Buffer>& buffers, const Aren
   ArenaSolution sol;
   sol.offsets.assign(buffers.size(), 0);
   std::vector<uint32_t> live;
-  unsigned __int128 total = 0;
+  unsigned __int128 total = 0, sizes = 0;
+  size_t widest = 0;  // the buffer of the largest offset alignment
   for (size_t i = 0; i < buffers.size(); ++i) {
     const Buffer& b = buffers[i];
     if (b.size == 0 || b.lower >= b.upper) continue;
@@ -454,9 +455,15 @@ Result<ArenaSolution> solve_arena(const std::vector<Buffer>& buffers, const Aren
                                std::to_string(b.alignment) + ") overflows 64 bits");
     }
     total += static_cast<unsigned __int128>(align_up(b.size, al)) + offset_alignment(b, al);  // in 128 bits: no wrap
+    sizes += b.size;
+    if (live.empty() || offset_alignment(b, al) > offset_alignment(buffers[widest], al)) widest = i;
     live.push_back(static_cast<uint32_t>(i));
   }
-  if (total >= (static_cast<unsigned __int128>(1) << 63)) return Status::bad_input("the buffer sizes sum to more than 2^63 bytes");
+  // Offsets stay below 2^63 (placements add sizes and alignment padding in 64 bits).
+  if (sizes >= (static_cast<unsigned __int128>(1) << 63)) return Status::bad_input("the buffer sizes sum to more than 2^63 bytes");
+  if (total >= (static_cast<unsigned __int128>(1) << 63))
+    return Status::bad_input("buffer " + std::to_string(widest) + ": its offset alignment " + std::to_string(offset_alignment(buffers[widest], al)) +
+                             " is too large: the sizes with their alignment padding sum to more than 2^63 bytes");
   sol.buffers = live.size();
 
   // Components: buffers sorted by lower, cut where no earlier buffer is still live. The overlap

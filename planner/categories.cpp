@@ -52,21 +52,22 @@ Result<std::vector<CategoryRule>> load_category_rules(const std::string& path) {
   return parse_category_rules(ss.str(), path);
 }
 
-bool should_infer_categories(const RunMeta& meta, bool any_unknown, CategoryInference mode) {
-  if (mode == CategoryInference::kKeep || !any_unknown) return false;
+bool should_infer_categories(const RunMeta& meta, bool any_unknown, CategoryInference mode, bool has_rules) {
+  if (mode == CategoryInference::kKeep) return false;
+  if (mode == CategoryInference::kInfer || has_rules) return true;
   const bool traced =
       meta.backend == "cupti" || meta.backend == "torch-snapshot" || meta.mode == "traced" || meta.mode == "imported";
-  return mode != CategoryInference::kAuto || traced;
+  return any_unknown && traced;
 }
 
-bool should_infer_categories(const Trace& trace, CategoryInference mode) {
+bool should_infer_categories(const Trace& trace, CategoryInference mode, bool has_rules) {
   bool any_unknown = false;
   for (const TraceRecord& r : trace.records)
     if (r.kind == EventKind::kAlloc && r.category == Category::kUnknown) {
       any_unknown = true;
       break;
     }
-  return should_infer_categories(trace.meta, any_unknown, mode);
+  return should_infer_categories(trace.meta, any_unknown, mode, has_rules);
 }
 
 std::string categories_note(const InferredCategories& c) {
@@ -185,24 +186,35 @@ Category library_category(const RunAnalysis& t, const TraceRecord& r, InferredCa
 
 }  // namespace
 
+namespace {
+// The first rule matching the allocation (counted), else unknown.
+Category first_rule(const TraceRecord& r, const std::vector<CategoryRule>& rules, const RunAnalysis& shell, InferredCategories* out) {
+  if (rules.empty()) return Category::kUnknown;
+  Lifetime l;
+  l.bytes = r.bytes;
+  l.device = r.device;
+  l.name_id = r.name_id;
+  l.scope_id = r.scope_id;
+  l.stack_id = r.stack_id;
+  l.category = r.category;
+  for (const CategoryRule& rule : rules)
+    if (rule.selector.matches(l, shell)) {
+      ++out->by_rule;
+      return rule.category;
+    }
+  return Category::kUnknown;
+}
+}  // namespace
+
+Category rule_category(const TraceRecord& r, const std::vector<CategoryRule>& rules, const RunAnalysis& shell,
+                       InferredCategories* out) {
+  const Category c = first_rule(r, rules, shell, out);
+  return c == Category::kUnknown ? r.category : c;
+}
+
 Category decide_category(const TraceRecord& r, bool cupti, bool persistent, const std::vector<CategoryRule>& rules,
                          const RunAnalysis& shell, InferredCategories* out) {
-  Category c = Category::kUnknown;
-  if (!rules.empty()) {
-    Lifetime l;
-    l.bytes = r.bytes;
-    l.device = r.device;
-    l.name_id = r.name_id;
-    l.scope_id = r.scope_id;
-    l.stack_id = r.stack_id;
-    l.category = r.category;
-    for (const CategoryRule& rule : rules)
-      if (rule.selector.matches(l, shell)) {
-        c = rule.category;
-        ++out->by_rule;
-        break;
-      }
-  }
+  Category c = first_rule(r, rules, shell, out);
   if (c == Category::kUnknown && (c = library_category(shell, r, out)) != Category::kUnknown) ++out->by_library;
   // No API call behind it (CUPTI correlation id 0, no thread): the driver's own memory, e.g. the
   // static __device__ data of a kernel module loaded lazily at its first launch.
@@ -218,7 +230,7 @@ Category decide_category(const TraceRecord& r, bool cupti, bool persistent, cons
   return c;
 }
 
-InferredCategories infer_categories(const Trace& t, const std::vector<CategoryRule>& rules) {
+InferredCategories infer_categories(const Trace& t, const std::vector<CategoryRule>& rules, CategoryInference mode) {
   InferredCategories out;
   const size_t n = t.records.size();
   out.by_record.resize(n, Category::kUnknown);
@@ -273,7 +285,11 @@ InferredCategories infer_categories(const Trace& t, const std::vector<CategoryRu
   const bool cupti = t.meta.backend == "cupti";
   for (uint32_t i = 0; i < n; ++i) {
     const TraceRecord& r = t.records[i];
-    if (r.kind != EventKind::kAlloc || r.category != Category::kUnknown) continue;
+    if (r.kind != EventKind::kAlloc) continue;
+    if (!decides_category(r, mode)) {
+      if (!rules.empty()) out.by_record[i] = rule_category(r, rules, shell, &out);
+      continue;
+    }
     const Category c = decide_category(r, cupti, !freed[i] && spans_work(r.timestamp_ns), rules, shell, &out);
     out.by_record[i] = c;
   }

@@ -42,9 +42,9 @@ struct CategoryRule {
 Result<std::vector<CategoryRule>> parse_category_rules(std::string_view text, const std::string& source);
 Result<std::vector<CategoryRule>> load_category_rules(const std::string& path);
 
-// True when `mode` asks for inference on this trace (auto: a CUPTI trace or an imported snapshot
-// with at least one unknown allocation).
-bool should_infer_categories(const Trace& trace, CategoryInference mode);
+// True when `mode` asks for inference on this trace: infer always; auto with rules given, or for
+// a CUPTI trace or an imported snapshot with at least one unknown allocation; keep never.
+bool should_infer_categories(const Trace& trace, CategoryInference mode, bool has_rules = false);
 
 struct InferredCategories {
   std::vector<Category> by_record;  // per record index; meaningful for kAlloc records
@@ -56,7 +56,11 @@ struct InferredCategories {
   std::vector<uint8_t> library_by_stack, library_by_scope;
 };
 
-InferredCategories infer_categories(const Trace& trace, const std::vector<CategoryRule>& rules);
+// Which allocations get a category: with kInfer every one (the recorded category ignored);
+// otherwise those of unknown category get the whole decision (rules, then inference), and the
+// others keep theirs unless a rule matches them (rules override recorded categories).
+InferredCategories infer_categories(const Trace& trace, const std::vector<CategoryRule>& rules,
+                                    CategoryInference mode = CategoryInference::kAuto);
 
 // The same inference for a trace read as a stream (planner/stream.cpp), in two passes.
 // Pass 1 feeds every record to PersistenceScan: work() each record as it comes (only timestamps
@@ -100,11 +104,19 @@ class PersistenceScan {
 // stacks the rules and frames are read from.
 Category decide_category(const TraceRecord& r, bool cupti, bool persistent, const std::vector<CategoryRule>& rules,
                          const RunAnalysis& shell, InferredCategories* out);
+// The category of an allocation whose category is recorded: the first rule that matches it, else
+// the recorded one (counted in out->by_rule when a rule applies).
+Category rule_category(const TraceRecord& r, const std::vector<CategoryRule>& rules, const RunAnalysis& shell,
+                       InferredCategories* out);
+// Whether the allocation gets the whole decision (decide_category) rather than rules only.
+inline bool decides_category(const TraceRecord& r, CategoryInference mode) {
+  return mode == CategoryInference::kInfer || r.category == Category::kUnknown;
+}
 
 // One line saying how categories were inferred (RunAnalysis::categories_note).
 std::string categories_note(const InferredCategories& c);
 
 // should_infer_categories from the metadata and whether any allocation has category unknown.
-bool should_infer_categories(const RunMeta& meta, bool any_unknown, CategoryInference mode);
+bool should_infer_categories(const RunMeta& meta, bool any_unknown, CategoryInference mode, bool has_rules = false);
 
 }  // namespace moeprof::planner

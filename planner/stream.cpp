@@ -613,6 +613,7 @@ struct ReplaySink {
   const RunAnalysis* shell = nullptr;
   const std::vector<CategoryRule>* rules = nullptr;
   bool cupti = false;
+  CategoryInference mode = CategoryInference::kAuto;
   InferredCategories counts;
   RunAnalysis run;
 
@@ -629,10 +630,11 @@ struct ReplaySink {
       too_long = true;
       return;
     }
-    if (persistent != nullptr && r.kind == EventKind::kAlloc && r.category == Category::kUnknown) {
+    if (persistent != nullptr && r.kind == EventKind::kAlloc && (decides_category(r, mode) || !rules->empty())) {
       TraceRecord c = r;
-      c.category = decide_category(r, cupti, std::binary_search(persistent->begin(), persistent->end(), n), *rules,
-                                   *shell, &counts);
+      c.category = decides_category(r, mode)
+                       ? decide_category(r, cupti, std::binary_search(persistent->begin(), persistent->end(), n), *rules, *shell, &counts)
+                       : rule_category(r, *rules, *shell, &counts);
       if (rp.event(c, pos, 0)) ++pos;
       return;
     }
@@ -671,11 +673,12 @@ Result<RunAnalysis> analyze_stream(const std::vector<std::string>& paths, const 
     if (!r) return r.status();
     std::vector<TraceRecord> first;
     if (auto more = (*r)->next(&first); !more) return more.status();  // the metadata precedes the first records
-    if (should_infer_categories((*r)->meta(), true, opt.categories)) {
+    const bool rules = !opt.category_rules.empty();
+    if (should_infer_categories((*r)->meta(), true, opt.categories, rules)) {
       MOEPROF_ASSIGN_OR_RETURN(scan, run_pass(paths, opt, stats, [](Globals&, std::vector<std::unique_ptr<Input>>&) {
                                  return std::make_unique<ScanSink>();
                                }));
-      if (!should_infer_categories(scan->meta, scan->scan.any_unknown(), opt.categories)) scan.reset();
+      if (!should_infer_categories(scan->meta, scan->scan.any_unknown(), opt.categories, rules)) scan.reset();
     }
   }
   std::vector<uint64_t> persistent;
@@ -692,6 +695,7 @@ Result<RunAnalysis> analyze_stream(const std::vector<std::string>& paths, const 
                                s->shell = &shell;
                                s->rules = &opt.category_rules;
                                s->cupti = scan->meta.backend == "cupti";
+                               s->mode = opt.categories;
                              }
                              return s;
                            }));

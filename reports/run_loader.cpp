@@ -26,9 +26,9 @@ Result<LoadedRun> analyze_trace(Trace trace, const std::string& source, const pl
   LoadedRun run;
   planner::AnalyzeOptions o = opts;
   planner::InferredCategories inferred;
-  const bool infer = planner::should_infer_categories(trace, categories.mode);
+  const bool infer = planner::should_infer_categories(trace, categories.mode, !categories.rules.empty());
   if (infer) {
-    inferred = planner::infer_categories(trace, categories.rules);
+    inferred = planner::infer_categories(trace, categories.rules, categories.mode);
     o.record_categories = &inferred.by_record;
   }
   run.analysis = planner::analyze(trace, o);

@@ -98,7 +98,8 @@ Result<reports::CategoryOptions> category_options(const CategoryArgs& a) {
     auto r = planner::load_category_rules(a.rules);
     if (!r) return r.status();
     o.rules = std::move(r).value();
-    if (o.mode == planner::CategoryInference::kAuto) o.mode = planner::CategoryInference::kInfer;
+    if (o.mode == planner::CategoryInference::kKeep)
+      return Status::bad_input("--category-rules with --categories keep: keep leaves every recorded category, so the rules would not apply");
   }
   return o;
 }

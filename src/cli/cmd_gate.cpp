@@ -9,6 +9,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/status.h"
+#include "core/utf8.h"
 #include "reports/gate.h"
 #include "reports/report_file.h"
 
@@ -19,6 +20,7 @@ namespace {
 struct GateArgs {
   std::string baseline, current, out_baseline, out_junit, out_md;
   std::string abs_tol = "0";  // parsed by reports::parse_abs_tol (CLI11 would saturate 2^64 to UINT64_MAX)
+  std::vector<std::string> metrics;  // --metrics as given, one string per use (split here: "," alone is an error)
   bool json = false;
   reports::GateOptions opts;
 };
@@ -44,14 +46,36 @@ void register_gate(CLI::App& app, int* exit_code) {
                 "do not fail when a current run's trace was truncated or dropped records");
   cmd->add_flag("--allow-config-change", args->opts.allow_config_change,
                 "do not fail when a run's model, tokens, layers or TP differ from the baseline's (notes only)");
-  cmd->add_option("--metrics", args->opts.metrics, "metrics to check, comma-separated [default: all three]")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"peak_activation_bytes", "peak_total_bytes", "churn_bytes"}));
+  cmd->add_option("--metrics", args->metrics,
+                  "metrics to check, comma-separated: peak_activation_bytes, peak_total_bytes, churn_bytes [default: all three]")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->type_name("LIST");
   cmd->add_option("--out-md", args->out_md, "write the verdict and table as Markdown to this file")->type_name("FILE");
   cmd->add_option("--out-junit", args->out_junit, "write JUnit XML to this file (one testcase per run and metric)")->type_name("FILE");
   cmd->add_option("--out-baseline", args->out_baseline, "write the proposed new baseline (the current report's figures) to this file")
       ->type_name("FILE");
   cmd->callback([args, exit_code] {
+    if (!args->metrics.empty()) {
+      args->opts.metrics.clear();
+      for (const std::string& given : args->metrics) {
+        size_t p = 0;
+        while (true) {
+          const size_t c = given.find(',', p);
+          const std::string m = given.substr(p, c == std::string::npos ? std::string::npos : c - p);
+          if (m != "peak_activation_bytes" && m != "peak_total_bytes" && m != "churn_bytes") {
+            *exit_code = fail("gate", Status::bad_input("--metrics " + printable(given) + ": " +
+                                                        (m.empty() ? std::string("an empty metric name") : "unknown metric '" + printable(m) + "'") +
+                                                        " (peak_activation_bytes, peak_total_bytes, churn_bytes)"));
+            return;
+          }
+          args->opts.metrics.push_back(m);
+          if (c == std::string::npos) break;
+          p = c + 1;
+        }
+      }
+    }
     {
       auto tol = reports::parse_abs_tol(args->abs_tol);
       if (!tol) {

@@ -108,6 +108,14 @@ TEST_CASE("cli: bad input exits 2 with a one-line error", "[cli]") {
   CHECK(top.rc == 2);
   auto metric = run_cli("gate --baseline a.json --current b.json --metrics peak_bytes");
   CHECK(metric.rc == 2);
+  CHECK(metric.err == "moeprof gate: error: --metrics peak_bytes: unknown metric 'peak_bytes' (peak_activation_bytes, peak_total_bytes, "
+                      "churn_bytes)\n");
+  // An empty list names itself, not the option after it.
+  for (const char* comma : {"--metrics , --baseline a.json --current b.json", "--metrics=, --baseline a.json --current b.json"}) {
+    auto empty = run_cli(std::string("gate ") + comma);
+    CHECK(empty.rc == 2);
+    CHECK(empty.err == "moeprof gate: error: --metrics ,: an empty metric name (peak_activation_bytes, peak_total_bytes, churn_bytes)\n");
+  }
   auto nothing = run_cli("export " + golden("baseline.mtrace"));
   CHECK(nothing.rc == 2);
   auto names = run_cli("report " + golden("baseline.mtrace") + " " + golden("reuse.mtrace") + " --name only-one");

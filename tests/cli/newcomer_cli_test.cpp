@@ -163,7 +163,7 @@ TEST_CASE("newcomer: plan of unrelated traces refuses to merge them as ranks", "
   REQUIRE(run_cli("run --backend cpu --model tiny --mode baseline --quiet -o " + q(other)).rc == 0);
   const std::string t2 = (other / "baseline.mtrace").string();
   check_error("plan " + q(t) + " " + q(t2), 2,
-              "moeprof plan: error: " + t + " and " + t2 + " are not ranks of one run: each is a run of one device (TP size 1); to compare two "
+              "moeprof plan: error: " + t + " and " + t2 + " are not ranks of one run: each is a run of one device (TP and EP size 1); to compare two "
               "runs: moeprof compare " + t + " " + t2);
 }
 

@@ -98,7 +98,7 @@ TEST_CASE("check_rank_traces: ranks of one run pass, anything else is named", "[
   CHECK(why({rank(1, 4), rank(3, 4), rank(0, 4)}).empty());
   CHECK(why({traced(11, "torchrun serve.py"), traced(12, "torchrun serve.py")}).empty());
   CHECK(why({rank(0, 2), rank(0, 2)}) ==
-        "t0 and t1 are not ranks of one run: both are rank 0 of 2; to compare two runs: moeprof compare t0 t1");
+        "t0 and t1 are not ranks of one run: both are TP rank 0 of 2; to compare two runs: moeprof compare t0 t1");
   CHECK(why({rank(0, 2), rank(1, 2, "reuse")}) ==
         "t0 and t1 are not ranks of one run: modes baseline and reuse; to compare two runs: moeprof compare t0 t1");
   RunMeta other = rank(1, 2);
@@ -108,8 +108,8 @@ TEST_CASE("check_rank_traces: ranks of one run pass, anything else is named", "[
   other.tokens = 8192;
   CHECK(why({rank(0, 2), other}).find("4096 and 8192 tokens") != std::string::npos);
   CHECK(why({rank(0, 2), rank(1, 4)}).find("TP sizes 2 and 4") != std::string::npos);
-  CHECK(why({rank(0, 1), rank(0, 1)}).find("each is a run of one device (TP size 1)") != std::string::npos);
-  CHECK(why({rank(0, 2), rank(1, 2), rank(0, 2)}).find("t0 and t2 are not ranks of one run: both are rank 0 of 2; to compare runs: "
+  CHECK(why({rank(0, 1), rank(0, 1)}).find("each is a run of one device (TP and EP size 1)") != std::string::npos);
+  CHECK(why({rank(0, 2), rank(1, 2), rank(0, 2)}).find("t0 and t2 are not ranks of one run: both are TP rank 0 of 2; to compare runs: "
                                                        "moeprof report A B ...") == 0);
   RunMeta merged = rank(0, 2);
   merged.extra["ranks"] = "2";

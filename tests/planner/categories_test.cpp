@@ -108,6 +108,41 @@ TEST_CASE("the executor's own traces keep their categories", "[planner][categori
   b.alloc(1, 0x10, 10, Category::kUnknown);
   CHECK_FALSE(should_infer_categories(b.trace, CategoryInference::kAuto));
   CHECK(should_infer_categories(b.trace, CategoryInference::kInfer));
+  CHECK(should_infer_categories(b.trace, CategoryInference::kAuto, /*has_rules=*/true));
+  CHECK_FALSE(should_infer_categories(b.trace, CategoryInference::kKeep, true));
+}
+
+TEST_CASE("rules override recorded categories, infer decides every allocation again", "[planner][categories]") {
+  // An executor's trace: a KV cache and weights live to the end, activations freed on the way.
+  TraceBuilder b;
+  b.trace.meta.backend = "cpu";
+  b.alloc(1, 0x1000, 4096 + 7, Category::kWeights);
+  b.alloc(2, 0x3000, 8192 + 3, Category::kKvCache);
+  b.alloc(3, 0x6000, 333, Category::kActivation, "layer.0", "gemm_out");
+  b.use(4, 0x6000);
+  b.free(5, 0x6000);
+  b.alloc(6, 0x7000, 555, Category::kActivation, "layer.0", "norm_out");
+  b.use(7, 0x7000);
+  b.free(8, 0x7000);
+  b.use(9, 0x3000);
+  auto rules = parse_category_rules("workspace name=gemm_out\n", "r");
+  REQUIRE(rules.is_ok());
+  auto cats = [&](const InferredCategories& c) {
+    std::vector<Category> out;
+    for (size_t i = 0; i < b.trace.records.size(); ++i)
+      if (b.trace.records[i].kind == EventKind::kAlloc) out.push_back(c.by_record[i]);
+    return out;
+  };
+  const InferredCategories rules_only = infer_categories(b.trace, *rules, CategoryInference::kAuto);
+  CHECK(cats(rules_only) == std::vector<Category>{Category::kWeights, Category::kKvCache, Category::kWorkspace, Category::kActivation});
+  CHECK(rules_only.by_rule == 1);
+  CHECK(rules_only.persistent + rules_only.transient == 0);
+  const InferredCategories all = infer_categories(b.trace, *rules, CategoryInference::kInfer);
+  // Live to the end through the work: persistent (weights), the KV cache too; the rule first.
+  CHECK(cats(all) == std::vector<Category>{Category::kWeights, Category::kWeights, Category::kWorkspace, Category::kActivation});
+  CHECK(all.by_rule == 1);
+  CHECK(all.persistent == 2);
+  CHECK(all.transient == 1);
 }
 
 TEST_CASE("growth: a transient family that grows every occurrence is flagged", "[planner][categories]") {

@@ -507,6 +507,44 @@ TEST_CASE("stream: categories inferred in two passes equal the in-memory inferen
     CHECK(kept->categories_note.empty());
     CHECK(report_of(*kept) == report_of(planner::analyze(*back, mem_opts())));
   }
+  // A trace whose allocations have their categories (the executor's): rules override the ones they
+  // match and infer re-infers every one, the same in two passes as in memory.
+  Trace t = traced_trace(13, 2);
+  t.meta.backend = "cpu";
+  t.meta.mode = "baseline";
+  uint32_t k = 0;
+  for (TraceRecord& r : t.records)
+    if (r.kind == EventKind::kAlloc) r.category = (++k % 3 == 0) ? Category::kKvCache : Category::kActivation;
+  const std::string p = tmp_path("categorized.mtrace");
+  REQUIRE(write_small_frames(p, t, 91).is_ok());
+  auto back = read_trace(p);
+  REQUIRE(back.is_ok());
+  struct Case {
+    planner::CategoryInference mode;
+    bool rules;
+  };
+  for (const Case& c : {Case{planner::CategoryInference::kAuto, true}, Case{planner::CategoryInference::kInfer, true},
+                        Case{planner::CategoryInference::kInfer, false}}) {
+    INFO("mode " << static_cast<int>(c.mode) << ", rules " << c.rules);
+    const std::vector<planner::CategoryRule> none, &used = c.rules ? *rules : none;
+    REQUIRE(planner::should_infer_categories(*back, c.mode, c.rules));
+    const planner::InferredCategories inferred = planner::infer_categories(*back, used, c.mode);
+    CHECK((inferred.by_rule > 0) == c.rules);
+    // auto: only the rules change a recorded category; infer: every allocation is decided again.
+    CHECK((inferred.persistent + inferred.transient > 0) == (c.mode == planner::CategoryInference::kInfer));
+    planner::AnalyzeOptions mo = mem_opts();
+    mo.record_categories = &inferred.by_record;
+    planner::RunAnalysis mem = planner::analyze(*back, mo);
+    mem.categories_note = planner::categories_note(inferred);
+    planner::StreamOptions so = stream_opts(4096, true);
+    so.categories = c.mode;
+    so.category_rules = used;
+    auto st = planner::analyze_stream({p}, so);
+    REQUIRE(st.is_ok());
+    CHECK(st->categories_note == mem.categories_note);
+    CHECK(report_of(*st) == report_of(mem));
+  }
+  CHECK_FALSE(planner::should_infer_categories(*back, planner::CategoryInference::kAuto, false));
 }
 
 TEST_CASE("stream: rank traces keep the devices they name, else are numbered one after the other", "[stream]") {
