@@ -140,6 +140,10 @@ TEST_CASE("hostile traces: limits, corruption and truncation", "[cli][hostile]")
              "warning: run seed: no allocations recorded", true});
   check_row({"trace: no END frame (the recorder was killed)", "plan " + seed("trace", "no-end.mtrace"), 0,
              "warning: run seed: the trace is incomplete at byte offset", true});
+  check_row({"trace: two traces joined (read as the first alone)", "plan " + seed("trace", "joined.mtrace"), 2,
+             "bytes after the end frame (two files joined?)"});
+  check_row({"trace: a directory (called an empty file)", "plan '" + std::string(MOEPROF_SOURCE_DIR) + "/tests/fuzz/corpus/trace'", 2,
+             "corpus/trace: not a moeprof trace: it is a directory"});
   check_row({"trace: compare of a truncated trace (said nothing)", "compare " + seed("trace", "no-end.mtrace") + " " + seed("trace", "valid.mtrace"), 0,
              "warning: baseline run seed: the trace is incomplete at byte offset", true});
   check_row({"trace: a failed run's trace (plan said \"anomalies: none\")", "plan " + seed("trace", "failed-run.mtrace"), 0,
