@@ -293,7 +293,10 @@ std::string prediction_line(const ordered_json& p, const ordered_json& variables
   if (p["unconfirmed"].get<bool>())
     s += fmt::format("; rests on unconfirmed laws ({} such sites live at the peak)", json_u64(p, "unconfirmed_sites_at_peak"));
   if (p["bounded"].get<bool>())
-    s += fmt::format("; an upper bound: data-dependent sites count at their bound ({} live at the peak)", json_u64(p, "bounded_sites_at_peak"));
+    s += fmt::format("; data-dependent sites ({} live at the peak) count at their largest measured bytes per unit: an upper bound only "
+                     "where they grow no faster than at the measured sizes (a tile or padding that changes between or below them "
+                     "breaks it)",
+                     json_u64(p, "bounded_sites_at_peak"));
   if (p["fractional"].get<bool>()) s += "; a law gives a fraction of a byte there (rounded up)";
   return s;
 }

@@ -43,6 +43,8 @@ struct BudgetArgs {
 };
 
 int budget_command(const BudgetArgs& a) {
+  if (a.json && (a.out_json == "-" || a.out_md == "-" || a.out_html == "-"))
+    return fail("budget", Status::bad_input("--json prints on stdout: give the --out-* options a file, not \"-\""));
   auto gpu = planner::parse_gpu_memory(a.gpu_memory);
   if (!gpu) return fail("budget", gpu.status());
   std::string gpu_name;

@@ -47,6 +47,10 @@ void register_compare(CLI::App& app, int* exit_code) {
   add_category_options(cmd, &args->categories);
   add_stream_option(cmd, &args->stream);
   cmd->callback([args, exit_code] {
+    if (args->json && args->out_md == "-") {
+      *exit_code = fail("compare", Status::bad_input("--json prints on stdout: give the --out-* options a file, not \"-\""));
+      return;
+    }
     auto cats = category_options(args->categories);
     if (!cats) {
       *exit_code = fail("compare", cats.status());

@@ -32,8 +32,9 @@ Result<int64_t> parse_int(const std::string& s, const std::string& what) {
   std::string digits;
   for (char c : s)
     if (c != '_' && c != ',') digits.push_back(c);
-  if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos)
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
     return Status::bad_input(what + ": '" + s + "' is not a non-negative integer");
+  if (digits.size() > 18) return Status::bad_input(what + ": '" + s + "' is above the largest size a fit takes, 10^18 - 1");
   return static_cast<int64_t>(std::stoll(digits));
 }
 
@@ -48,10 +49,13 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-// tokens from the trace's metadata, chunk/context/batch from its extra keys.
+// tokens from the trace's metadata, chunk/context/batch from its extra keys (as the executor's
+// serving runs write them: chunked_prefill_size, context_len; or under the variable's own name).
 std::optional<int64_t> meta_value(const RunMeta& m, const std::string& name) {
   if (name == "tokens") return m.tokens > 0 ? std::optional<int64_t>(m.tokens) : std::nullopt;
   auto it = m.extra.find(name);
+  if (it == m.extra.end() && name == "chunk") it = m.extra.find("chunked_prefill_size");
+  if (it == m.extra.end() && name == "context") it = m.extra.find("context_len");
   if (it == m.extra.end()) return std::nullopt;
   auto v = parse_int(it->second, name);
   return v ? std::optional<int64_t>(*v) : std::nullopt;
@@ -61,6 +65,8 @@ int fit_command(const FitArgs& a) {
   auto cats = category_options(a.categories);
   if (!cats) return fail("fit", cats.status());
   if (a.traces.size() < 2) return fail("fit", Status::bad_input("give at least two traces of one program at different sizes"));
+  if (a.json && (a.out_json == "-" || a.out_md == "-"))
+    return fail("fit", Status::bad_input("--json prints on stdout: give the --out-* options a file, not \"-\""));
   // Variables: --var, else the metadata keys that every trace has and that differ.
   std::vector<planner::FitVariable> vars;
   for (const auto& v : a.vars) {
@@ -76,6 +82,8 @@ int fit_command(const FitArgs& a) {
     if (fv.values.size() != a.traces.size())
       return fail("fit", Status::bad_input(fmt::format("--var {}: {} values for {} traces (one per trace, in order)", fv.name,
                                                        fv.values.size(), a.traces.size())));
+    for (const auto& other : vars)
+      if (other.name == fv.name) return fail("fit", Status::bad_input("--var " + fv.name + " is given twice"));
     vars.push_back(std::move(fv));
   }
   // Every allocation of every trace, in memory (the laws need each site).
@@ -122,9 +130,19 @@ int fit_command(const FitArgs& a) {
       if (x.empty() || y.empty() || x == y) return std::nullopt;
       return fmt::format("{} and {} are not one program ({} {} vs {})", a.traces[0], a.traces[t], what, x, y);
     };
+    auto extra = [](const RunMeta& x, const char* key) {
+      auto it = x.extra.find(key);
+      return it == x.extra.end() ? std::string() : it->second;
+    };
     for (auto d : {differs("model", m0.model, m.model), differs("mode", m0.mode, m.mode),
                    differs("TP size", std::to_string(m0.tp_size), std::to_string(m.tp_size)),
-                   differs("layers", m0.layers ? std::to_string(m0.layers) : "", m.layers ? std::to_string(m.layers) : "")})
+                   differs("TP rank", std::to_string(m0.tp_rank), std::to_string(m.tp_rank)),
+                   differs("layers", m0.layers ? std::to_string(m0.layers) : "", m.layers ? std::to_string(m.layers) : ""),
+                   differs("MoE rows", extra(m0, "moe_rows"), extra(m, "moe_rows")),
+                   differs("routing", extra(m0, "routing"), extra(m, "routing")),
+                   differs("EP size", extra(m0, "ep_size"), extra(m, "ep_size")),
+                   differs("EP rank", extra(m0, "ep_rank"), extra(m, "ep_rank")),
+                   differs("EP buffers", extra(m0, "ep_buffers"), extra(m, "ep_buffers"))})
       if (d) return fail("fit", Status::bad_input(*d));
   }
   if (vars.empty()) {
@@ -141,6 +159,21 @@ int fit_command(const FitArgs& a) {
       return fail("fit", Status::bad_input("the traces' metadata give no size that differs between them (tokens, chunk, context, batch): "
                                            "give --var NAME=V1,V2,..."));
   }
+  // Each size once: a size given twice would count as one more size agreeing with every law.
+  // (Every trace at one size is the fit's own "nothing to fit".)
+  const bool varies = std::any_of(vars.begin(), vars.end(), [](const planner::FitVariable& v) {
+    return std::any_of(v.values.begin(), v.values.end(), [&](int64_t x) { return x != v.values[0]; });
+  });
+  for (size_t t = 1; varies && t < runs.size(); ++t)
+    for (size_t u = 0; u < t; ++u) {
+      bool same = true;
+      for (const auto& v : vars) same = same && v.values[t] == v.values[u];
+      if (!same) continue;
+      std::string at;
+      for (const auto& v : vars) at += (at.empty() ? "" : ", ") + v.name + " = " + std::to_string(v.values[t]);
+      return fail("fit", Status::bad_input(fmt::format("{} and {} are at the same size ({}): give each size once", a.traces[u],
+                                                       a.traces[t], at)));
+    }
   std::vector<const planner::SizeTrace*> ptrs;
   for (const auto& r : runs) ptrs.push_back(&r);
   planner::FitOptions fo;
@@ -240,7 +273,7 @@ void register_fit(CLI::App& app, int* exit_code) {
   cmd->add_option("--budget", args->budget, "the largest size whose predicted activation peak fits in this many bytes")->type_name("BYTES");
   cmd->add_option("--solve", args->solve, "with --budget: the variable to solve for, the others at the last --at [default: the first]")
       ->type_name("NAME");
-  cmd->add_option("--max-degree", args->max_degree, "highest degree of a law")->check(CLI::Range(0, 2))->capture_default_str();
+  cmd->add_option("--max-degree", args->max_degree, "highest degree of a law (1: linear, 2: quadratic)")->check(CLI::Range(1, 2))->capture_default_str();
   cmd->add_flag("--no-regimes", args->no_regimes, "do not fit laws that hold above a size only");
   cmd->add_flag("--json", args->json, "print the result as JSON on stdout (laws, predictions, budget)");
   cmd->add_option("--out-json", args->out_json, "write the JSON to this file")->type_name("FILE");

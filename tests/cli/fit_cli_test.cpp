@@ -145,6 +145,46 @@ TEST_CASE("moeprof fit refuses other programs and bad variables in one line", "[
   auto at = run_cli("fit" + traces({140, 200}) + " --at context=5");
   CHECK(at.rc == 2);
   CHECK(moeprof::testing::count_lines(at.err) == 1);
+  // A size given twice would count as one more size confirming every law.
+  const std::string t200 = tiny_trace(200);
+  auto twice = run_cli("fit" + traces({140, 200}) + " '" + t200 + "'");
+  CHECK(twice.rc == 2);
+  CHECK(twice.err == "moeprof fit: error: " + t200 + " and " + t200 + " are at the same size (tokens = 200): give each size once\n");
+  auto var_twice = run_cli("fit" + traces({140, 200}) + " --var tokens=140,200 --var tokens=1,2");
+  CHECK(var_twice.rc == 2);
+  CHECK(var_twice.err == "moeprof fit: error: --var tokens is given twice\n");
+  auto routed = run_cli("fit" + traces({140}) + " '" + tiny_trace(200, "cpu", "tiny", "--routing worst --moe-rows routed") + "'");
+  CHECK(routed.rc == 2);
+  CHECK(routed.err.find("are not one program (MoE rows bound vs routed)") != std::string::npos);
+  for (const char* out : {"--out-json -", "--out-md -"}) {
+    auto both = run_cli("fit" + traces({140, 200}) + " --json " + out);
+    CHECK(both.rc == 2);
+    CHECK(both.err == "moeprof fit: error: --json prints on stdout: give the --out-* options a file, not \"-\"\n");
+  }
+  auto degree = run_cli("fit" + traces({140, 200}) + " --max-degree 0");
+  CHECK(degree.rc == 2);
+  auto big = run_cli("fit" + traces({140, 200}) + " --at tokens=1152921504606846976");
+  CHECK(big.rc == 2);
+  CHECK(big.err.find("is above the largest size a fit takes, 10^18 - 1") != std::string::npos);
+}
+
+TEST_CASE("moeprof fit finds a serving run's context length in its traces' metadata", "[cli][fit][serving]") {
+  std::string ts;
+  for (int L : {4099, 8191, 16411}) {
+    const fs::path dir = moeprof::testing::temp_dir("fit_cli_context_" + std::to_string(L));
+    REQUIRE(run_cli("run --backend meta --model tiny --workload synthetic:3,40,4 --chunked-prefill-size 32 --kv-tokens 256 --context-length " +
+                    std::to_string(L) + " --mode baseline --quiet -o '" + dir.string() + "'")
+                .rc == 0);
+    ts += " '" + (dir / "baseline.mtrace").string() + "'";
+  }
+  auto r = run_cli("fit" + ts + " --json");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["variables"].size() == 1);
+  CHECK(j["variables"][0]["name"] == "context");
+  // SGLang's request table: (max requests + 1) rows of (context + 4) int32.
+  CHECK(law(j, "kv_pool/req_to_token")["confirmed"] == true);
 }
 
 TEST_CASE("moeprof fit on routed rows: the worst routing follows exact laws within one residue of the tile", "[cli][fit][routing]") {
