@@ -25,9 +25,11 @@
 #include "cli/run_output.h"
 #include "cli/run_routing.h"
 #include "cli/run_serving.h"
+#include "core/checked.h"
 #include "core/trace_io.h"
 #include "core/version.h"
 #include "executor/backends.h"
+#include "executor/deepseek_model.h"
 #include "executor/launch.h"
 #include "executor/recorder.h"
 #include "executor/run.h"
@@ -255,7 +257,21 @@ int run_command(const RunArgs& a) {
   {
     auto cfg = resolve_model_config(plan.model);
     if (!cfg) return fail("run", cfg.status());
-    if (auto shape = make_rank_shape(*cfg, plan.tokens, plan.tp, 0, plan.layers); !shape) return fail("run", shape.status());
+    auto shape = make_rank_shape(*cfg, plan.tokens, plan.tp, 0, plan.layers);
+    if (!shape) return fail("run", shape.status());
+    // Weights beyond what any device holds (a config at its fields' limits) are refused here, not
+    // found by the planner in the trace after the run.
+    size_t free_b = 0, total_b = 0;
+    const bool shared = plan.weights == WeightsMode::kShared ||
+                        (plan.weights == WeightsMode::kAuto && backend && backend->memory_info(&free_b, &total_b));
+    const WeightBytes wb = estimate_weight_bytes(*cfg, *shape);
+    if ((shared ? wb.shared : wb.per_layer) > kMaxBytes)
+      return fail("run", Status::bad_input(fmt::format("{}: the weights of one rank need more than 2^63-1 bytes ({} layers, TP={}): "
+                                                       "not a model a device holds",
+                                                       cfg->name, shape->layers, plan.tp)));
+    if (!*serving && plan.tokens > cfg->max_position_embeddings && !a.quiet)
+      note("run", "{} tokens are more than {}'s context length ({}, max_position_embeddings): a server would refuse the prompt",
+           plan.tokens, cfg->name, cfg->max_position_embeddings);
     if (Status st = apply_routing_options(a.routing, *cfg, backend_name, &plan); !st) return fail("run", st);
     if (plan.serving) {
       // What the serving run would refuse before its first step, before anything is written.

@@ -57,19 +57,21 @@ std::vector<float> rope_table(const ModelConfig& c, int64_t positions) {
 }  // namespace
 
 WeightBytes estimate_weight_bytes(const ModelConfig& c, const RankShape& s) {
-  const uint64_t H = c.hidden_size, h = s.heads, qk = c.qk_head_dim();
-  uint64_t attn = 2 * H * 2;  // norms
+  // In 128 bits: a config at the fields' limits must not wrap into a small figure (saturated below).
+  using U = unsigned __int128;
+  const U H = static_cast<uint64_t>(c.hidden_size), h = static_cast<uint64_t>(s.heads), qk = static_cast<uint64_t>(c.qk_head_dim());
+  U attn = 2 * H * 2;  // norms
   if (c.q_lora_rank > 0)
     attn += 2 * (H * c.latent_dim() + c.q_lora_rank + h * qk * c.q_lora_rank);
   else
     attn += 2 * (H * h * qk + H * (c.kv_lora_rank + c.qk_rope_head_dim));
   attn += 2 * (c.kv_lora_rank + h * (c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank + H * h * c.v_head_dim);
-  const uint64_t dense = 2 * (3 * H * s.dense_inter);
-  const uint64_t E = c.n_routed_experts / static_cast<uint64_t>(s.ep_size), I = s.moe_inter;  // the rank's experts
-  const uint64_t experts = E * (2 * I * H / 2 + 2 * I * H / 16 + H * I / 2 + H * I / 16) + 8 * E;
-  const uint64_t moe_other = 2 * (E * H + 3 * H * s.shared_inter) + 4 * E;
+  const U dense = 2 * (3 * H * s.dense_inter);
+  const U E = static_cast<uint64_t>(c.n_routed_experts / s.ep_size), I = static_cast<uint64_t>(s.moe_inter);  // the rank's experts
+  const U experts = E * (2 * I * H / 2 + 2 * I * H / 16 + H * I / 2 + H * I / 16) + 8 * E;
+  const U moe_other = 2 * (E * H + 3 * H * s.shared_inter) + 4 * E;
   WeightBytes b;
-  uint64_t common = 2 * (2 * s.vocab * H + H);
+  U common = 2 * (2 * static_cast<U>(static_cast<uint64_t>(s.vocab)) * H + H);
   int64_t moe_layers = 0;
   for (int64_t l = 0; l < s.layers; ++l) {
     common += attn;
@@ -80,8 +82,9 @@ WeightBytes estimate_weight_bytes(const ModelConfig& c, const RankShape& s) {
       common += dense;
     }
   }
-  b.per_layer = common + experts * moe_layers;
-  b.shared = common + (moe_layers > 0 ? experts : 0);
+  auto sat = [](U v) { return v > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(v); };
+  b.per_layer = sat(common + experts * static_cast<U>(moe_layers));
+  b.shared = sat(common + (moe_layers > 0 ? experts : 0));
   return b;
 }
 
@@ -143,9 +146,10 @@ Result<std::unique_ptr<DeepseekModel>> DeepseekModel::create(Backend& backend, c
         // at most 85% of the free memory.
         if (wb.per_layer > static_cast<uint64_t>(0.85 * double(free_b))) {
           m->weights_shared_ = true;
-          m->weights_note_ = "per-layer weights (" + std::to_string(wb.per_layer / 1000000) + " MB) do not fit in " +
+          m->weights_note_ = "per-layer weights (" + std::to_string(wb.per_layer / 1000000) + " MB) are more than 85% of the " +
                              std::to_string(free_b / 1000000) +
-                             " MB free: all MoE layers alias one layer's expert weights (activation memory is unchanged)";
+                             " MB free (room is left for the KV cache and activations): all MoE layers alias one layer's expert "
+                             "weights (activation memory is unchanged)";
         }
       }
       break;

@@ -220,12 +220,28 @@ Result<ModelConfig> load_model_config_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   auto c = parse_model_config(ss.str(), path);
-  if (c.is_ok()) {
-    std::filesystem::path p(path);
-    c->name = p.filename() == "config.json" && p.has_parent_path() ? p.parent_path().filename().string()
-                                                                    : p.stem().string();
-  }
+  if (c.is_ok()) c->name = model_name_of_path(path);
   return c;
+}
+
+std::string model_name_of_path(const std::string& path) {
+  // Absolute and without "." or "..": ./config.json is named by its folder. Symbolic links are
+  // not followed (a Hugging Face cache links snapshots/<commit>/config.json into blobs/).
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(path, ec);
+  if (ec) p = path;
+  p = p.lexically_normal();
+  if (p.filename() != "config.json" || !p.has_parent_path() || p.parent_path().filename().empty()) return p.stem().string();
+  const std::filesystem::path dir = p.parent_path();
+  // models--ORG--NAME/snapshots/<commit>/config.json (the Hugging Face cache): NAME.
+  if (dir.parent_path().filename() == "snapshots") {
+    const std::string repo = dir.parent_path().parent_path().filename().string();
+    if (repo.rfind("models--", 0) == 0) {
+      const size_t cut = repo.rfind("--");
+      if (cut != std::string::npos && cut + 2 < repo.size()) return repo.substr(cut + 2);
+    }
+  }
+  return dir.filename().string();
 }
 
 std::vector<std::string> builtin_model_names() {
@@ -249,6 +265,13 @@ Result<ModelConfig> resolve_model_config(const std::string& name_or_path) {
     }
   }
   std::error_code ec;
+  if (std::filesystem::is_directory(name_or_path, ec)) {
+    // A model folder (a Hugging Face checkout or snapshot, SGLang's --model-path): its config.json.
+    const std::filesystem::path cfg = std::filesystem::path(name_or_path) / "config.json";
+    if (!std::filesystem::exists(cfg, ec))
+      return Status::bad_input("model " + printable(name_or_path, 200) + " is a directory without a config.json");
+    return load_model_config_file(cfg.string());
+  }
   if (std::filesystem::exists(name_or_path, ec) || name_or_path.ends_with(".json"))
     return load_model_config_file(name_or_path);
   std::string known;

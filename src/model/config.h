@@ -107,6 +107,10 @@ struct RankShape {
 // "text_config". Errors name the field.
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source);
 Result<ModelConfig> load_model_config_file(const std::string& path);
+// The model name a config's path gives: FOLDER of FOLDER/config.json (the path made absolute and
+// normal first, so ./config.json has one), NAME of a Hugging Face cache's
+// models--ORG--NAME/snapshots/<commit>/config.json, else the file's stem.
+std::string model_name_of_path(const std::string& path);
 // Built-in names: tiny, deepseek-v2-lite, deepseek-v2, deepseek-v3, kimi-k2.5 (the files in
 // examples/configs/, compiled in). A value ending in .json or naming an existing file is read
 // from disk.

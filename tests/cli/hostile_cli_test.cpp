@@ -107,6 +107,8 @@ TEST_CASE("hostile configs: each bad field exits 2 with one line naming it", "[c
              "field 'rms_norm_eps' must be a finite number > 0 and <= 1 (got -1)"});
   check_row({"config: rope_theta 0", run + seed("config", "theta-zero.json"), 2,
              "field 'rope_theta' must be a finite number > 0 and <= 1e+12 (got 0)"});
+  check_row({"config: every field at its limit (weights past 2^63 B, found in the trace after the run)", run + seed("config", "max-all.json"), 2,
+             "seed-max-all: the weights of one rank need more than 2^63-1 bytes (16384 layers, TP=1): not a model a device holds"});
   check_row({"config: n_routed_experts 2^40", run + seed("config", "experts-2p40.json"), 2,
              "field 'n_routed_experts' must be an integer in [0, 16384] (got 1099511627776)"});
   check_row({"config: num_hidden_layers 2^64-1", run + seed("config", "uint64-max.json"), 2,

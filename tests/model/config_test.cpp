@@ -2,6 +2,8 @@
 // unsupported ones fail naming the field.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -156,4 +158,32 @@ TEST_CASE("model names are case-insensitive, and a mistyped one gets the nearest
   auto far = resolve_model_config("llama");
   REQUIRE_FALSE(far.is_ok());
   CHECK(far.status().message().find("did you mean") == std::string::npos);
+}
+
+TEST_CASE("a config's model name comes from its folder, also as ./config.json and in a Hugging Face cache", "[model][config]") {
+  CHECK(model_name_of_path("/models/DeepSeek-V3/config.json") == "DeepSeek-V3");
+  CHECK(model_name_of_path("/models/DeepSeek-V3/./sub/../config.json") == "DeepSeek-V3");
+  CHECK(model_name_of_path("/hub/models--deepseek-ai--DeepSeek-V3/snapshots/86518964eaef84e3fdd98e9861759a1384f9c29d/config.json") ==
+        "DeepSeek-V3");
+  CHECK(model_name_of_path("/models/my-v2.json") == "my-v2");
+  // Relative paths are named as their absolute form: ./config.json is its folder's.
+  const auto dir = std::filesystem::temp_directory_path() / ("moeprof_cfgname_" + std::to_string(::getpid())) / "Kimi-Like";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream(dir / "config.json") << read_file(cfg_path("tiny"));
+  }
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  auto here = resolve_model_config("./config.json");
+  std::filesystem::current_path(cwd);
+  REQUIRE(here.is_ok());
+  CHECK(here->name == "Kimi-Like");
+  // A model folder (SGLang's --model-path) reads its config.json; one without is named as such.
+  auto folder = resolve_model_config(dir.string());
+  REQUIRE(folder.is_ok());
+  CHECK(folder->name == "Kimi-Like");
+  CHECK(folder->hidden_size == resolve_model_config("tiny")->hidden_size);
+  auto empty = resolve_model_config(dir.parent_path().string());
+  REQUIRE_FALSE(empty.is_ok());
+  CHECK(empty.status().message() == "model " + dir.parent_path().string() + " is a directory without a config.json");
 }
