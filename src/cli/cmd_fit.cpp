@@ -207,6 +207,7 @@ int fit_command(const FitArgs& a) {
       if (v < 0) return fail("fit", Status::bad_input("--at " + spec + ": expected NAME=V for the variables fitted"));
       auto n = parse_int(part.substr(eq + 1), "--at " + part.substr(0, eq));
       if (!n) return fail("fit", n.status());
+      if (*n < 1) return fail("fit", Status::bad_input("--at " + part + ": a size is at least 1"));
       at[static_cast<size_t>(v)] = *n;
     }
     for (size_t v = 0; v < fv.size(); ++v)

@@ -161,6 +161,9 @@ TEST_CASE("moeprof fit refuses other programs and bad variables in one line", "[
     CHECK(both.rc == 2);
     CHECK(both.err == "moeprof fit: error: --json prints on stdout: give the --out-* options a file, not \"-\"\n");
   }
+  auto zero = run_cli("fit" + traces({140, 200}) + " --at tokens=0");
+  CHECK(zero.rc == 2);
+  CHECK(zero.err == "moeprof fit: error: --at tokens=0: a size is at least 1\n");
   auto degree = run_cli("fit" + traces({140, 200}) + " --max-degree 0");
   CHECK(degree.rc == 2);
   auto big = run_cli("fit" + traces({140, 200}) + " --at tokens=1152921504606846976");
