@@ -167,7 +167,7 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
     if (!parse_extra_u64(run.meta, "weights_aliased_bytes", &aliased, &why)) {
       if (!why.empty()) return Status::bad_input(why);
       return Status::bad_input("the trace's MoE layers share one layer's expert weights, and it does not say how many bytes they alias "
-                               "(weights_aliased_bytes): trace it with per-layer weights (--weights per-layer)");
+                               "(weights_aliased_bytes, recorded since 2026-12-06): record the run again with this moeprof");
     }
     if (!add_bytes(bn.weights, aliased)) return Status::bad_input("the weights add up to more than 2^63-1 bytes");
     b.weights_aliased_bytes = aliased;

@@ -101,9 +101,13 @@ std::string routing_summary(const RunPlan& plan, const RunPlanResult& r) {
                            reports::with_commas_u(static_cast<uint64_t>(mr.moe.ep_rows_received)),
                            reports::with_commas_u(static_cast<uint64_t>(mr.moe.ep_max_rows_received)));
       }
+      // The budget rank's own figures (a real run's modes hold the largest over the ranks).
+      const CategoryCounters* own = &r.modes[m].accounting;
+      for (size_t i = 0; i < r.ep_ranks.size(); ++i)
+        if (r.ep_ranks[i] == r.budget_ranks[m]) own = &r.ep_rank_modes[i][m].accounting;
       out += fmt::format("  {}: rank {} sets the budget (peak activation {}, under the worst routing {})\n", r.modes[m].mode,
-                         r.budget_ranks[m], reports::format_exact_bytes(r.modes[m].accounting.peak_activation),
-                         reports::format_exact_bytes(r.modes[m].accounting.peak_activation_worst));
+                         r.budget_ranks[m], reports::format_exact_bytes(own->peak_activation),
+                         reports::format_exact_bytes(own->peak_activation_worst));
     }
   }
   if (!plan.routing.forced() && plan.moe_rows == MoeRows::kBound) return out;

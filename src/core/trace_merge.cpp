@@ -67,7 +67,13 @@ Status check_rank_traces(const std::vector<RunMeta>& metas, const std::vector<st
     const RunMeta& m = metas[i];
     if (m.model != a.model) return refuse(0, i, "models " + shown(a.model) + " and " + shown(m.model));
     if (m.mode != a.mode) return refuse(0, i, "modes " + shown(a.mode) + " and " + shown(m.mode));
-    if (m.tokens != a.tokens) return refuse(0, i, std::to_string(a.tokens) + " and " + std::to_string(m.tokens) + " tokens");
+    // With DP attention each rank's trace holds its own request's tokens: the batch must agree.
+    auto batch = [](const RunMeta& x) {
+      auto dp = x.extra.find("dp_attention");
+      auto bt = x.extra.find("batch_tokens");
+      return dp != x.extra.end() && dp->second == "true" && bt != x.extra.end() ? bt->second : std::to_string(x.tokens);
+    };
+    if (batch(m) != batch(a)) return refuse(0, i, printable(batch(a), 24) + " and " + printable(batch(m), 24) + " tokens");
     if (m.layers != a.layers) return refuse(0, i, std::to_string(a.layers) + " and " + std::to_string(m.layers) + " layers");
     if (m.tp_size != a.tp_size) return refuse(0, i, "TP sizes " + std::to_string(a.tp_size) + " and " + std::to_string(m.tp_size));
     if (ep_of(m).first != ep_of(a).first)

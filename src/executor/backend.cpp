@@ -70,6 +70,15 @@ Result<Tensor> Backend::empty(DType dtype, int64_t rows, int64_t cols, const All
     storage->set_recorded(false);
     return t;
   }
+  if (tag.worst_only) {
+    if (bytes != 0) return Status::run_failure("worst-only tensor " + tag.scope + "/" + tag.name + " of " + std::to_string(bytes) + " bytes");
+    storage->set_recorded(false);
+    storage->set_worst_only(true);
+    const std::string shape = t.shape_string();
+    for (auto* o : observers_)
+      if (o->wants_worst_only()) o->on_alloc(*storage, tag, dtype, shape);
+    return t;
+  }
   const std::string shape = t.shape_string();
   for (auto* o : observers_) o->on_alloc(*storage, tag, dtype, shape);
   return t;
@@ -80,8 +89,12 @@ void Backend::release(Storage& s) {
     s.graph_pool()->release(s.data());
     return;
   }
-  if (s.recorded())
+  if (s.recorded()) {
     for (auto* o : observers_) o->on_free(s);
+  } else if (s.worst_only()) {
+    for (auto* o : observers_)
+      if (o->wants_worst_only()) o->on_free(s);
+  }
   do_free(s.data(), s.bytes(), s.mem_kind());
 }
 

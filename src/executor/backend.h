@@ -49,6 +49,8 @@ class AllocationObserver {
   // A counter took a new value (a serving run's KV pool occupancy, requests running and
   // waiting): `step` is the scheduler step it belongs to.
   virtual void on_counter(const std::string& /*name*/, uint64_t /*value*/, uint64_t /*step*/) {}
+  // Whether it is told of AllocTag::worst_only allocations (the worst-routing accounting).
+  virtual bool wants_worst_only() const { return false; }
 };
 
 class GraphPool;  // executor/graph_pool.h

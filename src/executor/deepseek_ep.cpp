@@ -123,14 +123,16 @@ Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, co
   // A buffer sized by the received rows: rows_w, its rows at the worst case, gives its worst_bytes
   // (exact buffers); vec: a [1, n] vector of n_w elements at the worst case.
   const bool dd = sized_by_routing(exact);  // exact buffers follow the rows received
+  // With nothing received (none), they are worst-only: no bytes, no trace record, their worst bytes
+  // counted by the worst-routing accounting alone (AllocTag::worst_only).
   auto buf = [&](DType dt, int64_t rows, int64_t cols, int64_t rows_w, const std::string& name, const std::string& scope,
                  Category cat) {
     const uint64_t wb = rows == rows_w ? 0 : static_cast<uint64_t>(rows_w) * static_cast<uint64_t>(cols) * dtype_size(dt);
-    return be_.empty(dt, rows, cols, AllocTag{name, scope_prefix_ + scope, cat, wb, dd});
+    return be_.empty(dt, rows, cols, AllocTag{name, scope_prefix_ + scope, cat, wb, dd, none && wb > 0});
   };
   auto vec = [&](DType dt, int64_t n, int64_t n_w, const std::string& name, const std::string& scope, Category cat) {
     const uint64_t wb = n == n_w ? 0 : static_cast<uint64_t>(n_w) * dtype_size(dt);
-    return be_.empty(dt, 1, n, AllocTag{name, scope_prefix_ + scope, cat, wb, dd});
+    return be_.empty(dt, 1, n, AllocTag{name, scope_prefix_ + scope, cat, wb, dd, none && wb > 0});
   };
   const Category comm = Category::kCommunication;
   const std::string ds = base + "/dispatch", es = base + "/experts", cs = base + "/combine";
@@ -141,7 +143,7 @@ Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, co
     loc[static_cast<size_t>(i)] = st->recv.local_experts[static_cast<size_t>(i)];
   }
   MOEPROF_ASSIGN_OR_RETURN(Tensor loc_ids, buf(DType::kI32, Rb, 1, W, "dispatch_expert_index", ds, comm));
-  MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(loc_ids, loc.data()));
+  if (!none) MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(loc_ids, loc.data()));
   MOEPROF_ASSIGN_OR_RETURN(Tensor recv, buf(DType::kBF16, Rb, H, W, "dispatch_recv", ds, comm));
   {
     // Padding rows (worst-case buffers) are zeros; emulated, every received row is token tok[i]'s
@@ -178,11 +180,12 @@ Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, co
                                                 : act(DType::kI32, 1, El + 1, "expert_offsets", es));
   MOEPROF_ASSIGN_OR_RETURN(Tensor p2t, vec(DType::kI32, P, Pw, "permuted_to_token", es, Category::kActivation));
   MOEPROF_ASSIGN_OR_RETURN(Tensor e2p, buf(DType::kI32, Rb, 1, W, "expanded_to_permuted", es, Category::kActivation));
+  // The permute workspace follows the rows too: counted at W's under the worst routing.
   Tensor perm_ws;
-  if (size_t b = be_.moe_permute_workspace_bytes(none ? W : Rb, 1, El); b > 0) {
-    const auto n = static_cast<int64_t>(b);
-    MOEPROF_ASSIGN_OR_RETURN(perm_ws, none ? vec(DType::kU8, 0, n, "permute_workspace", es, Category::kWorkspace)
-                                           : act(DType::kU8, 1, n, "permute_workspace", es, Category::kWorkspace));
+  const size_t ws = be_.moe_permute_workspace_bytes(Rb, 1, El), ws_w = be_.moe_permute_workspace_bytes(W, 1, El);
+  if (ws > 0 || (none && ws_w > 0)) {
+    const AllocTag tag{"permute_workspace", scope_prefix_ + es, Category::kWorkspace, ws_w > ws ? ws_w : 0, dd, none};
+    MOEPROF_ASSIGN_OR_RETURN(perm_ws, be_.empty(DType::kU8, 1, static_cast<int64_t>(ws), tag));
   }
   const bool any = R > 0;  // worst-case buffers of a rank that received nothing: no compute
   Tensor ids_r = any ? loc_ids.rows_view(0, R) : Tensor(), e2p_r = any ? e2p.rows_view(0, R) : Tensor();

@@ -109,6 +109,16 @@ void TraceRecorder::on_marker(const std::string& name, bool begin) {
 
 void MemoryAccounting::on_alloc(const Storage& s, const AllocTag& tag, DType, const std::string&) {
   auto c = static_cast<size_t>(tag.category);
+  if (tag.worst_only) {  // no bytes, no allocation: only the peaks under the worst routing
+    worst_extra_[s.id()] = tag.worst_bytes;
+    c_.current_total_worst += tag.worst_bytes;
+    c_.peak_total_worst = std::max(c_.peak_total_worst, c_.current_total_worst);
+    if (counts_as_activation(tag.category)) {
+      c_.current_activation_worst += tag.worst_bytes;
+      c_.peak_activation_worst = std::max(c_.peak_activation_worst, c_.current_activation_worst);
+    }
+    return;
+  }
   c_.current[c] += s.bytes();
   c_.allocated[c] += s.bytes();
   c_.allocations[c] += 1;

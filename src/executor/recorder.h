@@ -73,6 +73,7 @@ class MemoryAccounting : public AllocationObserver {
  public:
   void on_alloc(const Storage& s, const AllocTag& tag, DType dtype, const std::string& shape) override;
   void on_free(const Storage& s) override;
+  bool wants_worst_only() const override { return true; }
   const CategoryCounters& counters() const { return c_; }
 
  private:

@@ -26,12 +26,17 @@ class GraphPool;
 // counted on the host), not by the sizes alone; the trace marks it (kFlagDataDependent) so that
 // `moeprof fit` never fits it a law by chance. A routing-sized tensor under the deterministic
 // `--routing worst`, or inside a CUDA graph (sized at the worst case), is not data-dependent.
+// worst_only: an allocation of no bytes that stands for its worst_bytes (an expert-parallel rank
+// that received no row: its exact buffers have none, a worst routing would fill them). Only the
+// observers that account the worst routing see it (AllocationObserver::wants_worst_only); the
+// trace holds nothing, and no op records a use of it.
 struct AllocTag {
   std::string name;
   std::string scope;
   Category category = Category::kActivation;
   uint64_t worst_bytes = 0;
   bool data_dependent = false;
+  bool worst_only = false;
 };
 
 // One allocation from a backend. Destroying it returns the memory to the backend.
@@ -56,6 +61,9 @@ class Storage {
   // not told either.
   bool recorded() const { return recorded_; }
   void set_recorded(bool r) { recorded_ = r; }
+  // AllocTag::worst_only: only the worst-routing observers were told (and are told its release).
+  bool worst_only() const { return worst_only_; }
+  void set_worst_only(bool w) { worst_only_ = w; }
 
  private:
   Backend* backend_;
@@ -66,6 +74,7 @@ class Storage {
   MemKind mem_kind_;
   GraphPool* graph_pool_ = nullptr;
   bool recorded_ = true;
+  bool worst_only_ = false;
 };
 
 // A 1-D or 2-D (rows x cols) view; 2-D views may have a row stride larger than cols (column

@@ -256,9 +256,9 @@ void RoutingDraw::draw(int64_t layer, const std::vector<uint64_t>& keys, int32_t
   }
   if (!zipf_log_weights_.empty()) {
     // Zipf of a steep S: each rank's clock E_r / w_r with E_r ~ Exp(1), in logs; the k earliest
-    // clocks in order are k draws without replacement (Plackett-Luce). ln E_r >= ln(2^-54), so
+    // clocks in order are k draws without replacement (Plackett-Luce). ln E_r >= ln(2^-53), so
     // once that bound over w_r passes the k-th earliest clock, no later rank can come before it.
-    constexpr double kMinLogClock = -37.5;  // below ln(-ln(1 - 2^-54))
+    constexpr double kMinLogClock = -37.5;  // below ln(-ln(1 - 2^-53)) = -36.7
     std::vector<std::pair<double, int64_t>> best;  // a max-heap of the k earliest clocks (log, rank)
     for (int64_t r = 0; r < rows; ++r) {
       best.clear();
@@ -266,7 +266,7 @@ void RoutingDraw::draw(int64_t layer, const std::vector<uint64_t>& keys, int32_t
         const double lw = zipf_log_weights_[static_cast<size_t>(rank)];
         if (static_cast<int64_t>(best.size()) == k && kMinLogClock - lw > best.front().first) break;
         const uint64_t h = hash4(seed_, L, keys[static_cast<size_t>(r)], 0x21FFull << 32 | static_cast<uint64_t>(rank));
-        const double u = (static_cast<double>(h >> 11) + 0.5) * 0x1p-53;  // in (0, 1)
+        const double u = (static_cast<double>(h >> 12) + 0.5) * 0x1p-52;  // in [2^-53, 1 - 2^-53], exact
         const double clock = std::log(-std::log(u)) - lw;
         if (static_cast<int64_t>(best.size()) < k) {
           best.emplace_back(clock, rank);

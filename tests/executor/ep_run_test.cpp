@@ -20,6 +20,7 @@
 #include "model/config.h"
 #include "model/expert_parallel.h"
 #include "model/routing.h"
+#include "planner/analysis.h"
 
 using namespace moeprof;
 namespace fs = std::filesystem;
@@ -215,10 +216,18 @@ TEST_CASE("ep runs - a rank that receives nothing still counts the worst case un
     const auto& e = exact->ep_rank_modes[r][0];
     CHECK(e.accounting.peak_activation_worst == worst->ep_rank_modes[r][0].accounting.peak_activation);
     CHECK(e.accounting.peak_activation <= worst->ep_rank_modes[r][0].accounting.peak_activation);
-    // One dispatch buffer per MoE layer, of the rows received (0 bytes where none came).
+    // A dispatch buffer in each MoE layer whose call sent the rank rows; none, and no allocation of
+    // 0 bytes (an anomaly to the planner), where none came: the worst case is the accounting's.
     std::vector<std::pair<uint64_t, int>> want;
-    for (int64_t R : rows) want.emplace_back(static_cast<uint64_t>(R * kH * 2), int(Category::kCommunication));
+    for (int64_t R : rows)
+      if (R > 0) want.emplace_back(static_cast<uint64_t>(R * kH * 2), int(Category::kCommunication));
     CHECK(allocations(e.trace_path, "dispatch_recv") == want);
+    auto t = read_trace(e.trace_path);
+    REQUIRE(t.is_ok());
+    for (const TraceRecord& rec : t->records) CHECK_FALSE((rec.kind == EventKind::kAlloc && rec.bytes == 0));
+    const planner::RunAnalysis an = planner::analyze(*t);
+    CHECK(an.anomalies.total() == 0);
+    CHECK(an.anomalies.unknown_uses == 0);
     if (rows[0] + rows[1] + rows[2] == 0) {
       ++idle;
       CHECK(e.moe.rows_allocated == 0);
