@@ -180,12 +180,13 @@ Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, co
                                                 : act(DType::kI32, 1, El + 1, "expert_offsets", es));
   MOEPROF_ASSIGN_OR_RETURN(Tensor p2t, vec(DType::kI32, P, Pw, "permuted_to_token", es, Category::kActivation));
   MOEPROF_ASSIGN_OR_RETURN(Tensor e2p, buf(DType::kI32, Rb, 1, W, "expanded_to_permuted", es, Category::kActivation));
-  // The permute workspace follows the rows too: counted at W's under the worst routing.
+  // The permute workspace follows the rows too: counted at W's under the worst routing (with
+  // nothing received, worst-only: the CUDA runner's workspace for 0 rows is not 0 bytes).
   Tensor perm_ws;
   const size_t ws = be_.moe_permute_workspace_bytes(Rb, 1, El), ws_w = be_.moe_permute_workspace_bytes(W, 1, El);
   if (ws > 0 || (none && ws_w > 0)) {
-    const AllocTag tag{"permute_workspace", scope_prefix_ + es, Category::kWorkspace, ws_w > ws ? ws_w : 0, dd, none};
-    MOEPROF_ASSIGN_OR_RETURN(perm_ws, be_.empty(DType::kU8, 1, static_cast<int64_t>(ws), tag));
+    const AllocTag tag{"permute_workspace", scope_prefix_ + es, Category::kWorkspace, none ? ws_w : (ws_w > ws ? ws_w : 0), dd, none};
+    MOEPROF_ASSIGN_OR_RETURN(perm_ws, be_.empty(DType::kU8, 1, none ? 0 : static_cast<int64_t>(ws), tag));
   }
   const bool any = R > 0;  // worst-case buffers of a rank that received nothing: no compute
   Tensor ids_r = any ? loc_ids.rows_view(0, R) : Tensor(), e2p_r = any ? e2p.rows_view(0, R) : Tensor();
