@@ -50,6 +50,8 @@ Result<Tensor> Backend::empty(DType dtype, int64_t rows, int64_t cols, const All
     return Status::bad_input("tensor " + tag.scope + "/" + tag.name + " of " + std::to_string(rows) + " x " +
                              std::to_string(cols) + " elements needs more than 2^63-1 bytes");
   const auto bytes = static_cast<size_t>(*checked);
+  if (tag.worst_only && bytes != 0)
+    return Status::run_failure("worst-only tensor " + tag.scope + "/" + tag.name + " of " + std::to_string(bytes) + " bytes: it has none");
   if (graph_pool_ != nullptr && counts_as_activation(tag.category)) {
     // Inside a graph capture: carved from the graph pool (its segments are the recorded memory).
     auto p = graph_pool_->allocate(bytes, tag);
@@ -71,7 +73,6 @@ Result<Tensor> Backend::empty(DType dtype, int64_t rows, int64_t cols, const All
     return t;
   }
   if (tag.worst_only) {
-    if (bytes != 0) return Status::run_failure("worst-only tensor " + tag.scope + "/" + tag.name + " of " + std::to_string(bytes) + " bytes");
     storage->set_recorded(false);
     storage->set_worst_only(true);
     const std::string shape = t.shape_string();

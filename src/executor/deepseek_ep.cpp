@@ -97,8 +97,8 @@ Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, co
     Pw = moe_worst_rows(W, 1, El, tile_w);
     P = exact ? moe_routed_rows(expert_counts(st->recv.local_experts.data(), R, El), tile) : Pw;
   }
-  // Exact buffers of a rank that received nothing: every buffer of the stage has no rows, and
-  // carries its size at the worst case, so the peak under the worst routing counts them as a
+  // Exact buffers of a rank that received nothing: none is allocated; each is a worst-only tag of
+  // its size at the worst case (below), so the peak under the worst routing counts them as a
   // worst-case run allocates them.
   const bool none = Rb == 0;
   if (none) P = 0;
