@@ -33,6 +33,26 @@ int64_t component(const nlohmann::json& j, const std::string& name) {
   return 0;
 }
 
+// `moeprof budget` of tiny at 37 tokens on the meta backend, on a device of 80,000,000 B, as JSON.
+nlohmann::json tiny_budget(const std::string& opts) {
+  auto r = run_cli("budget --backend meta --model tiny --tokens 37 --mode baseline --gpu-memory 80,000,000 --json " + opts);
+  INFO(opts << "\n" << r.err);
+  REQUIRE(r.rc == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+// A budget's component by name ({} when it has none; component() above: its bytes, which must be
+// there), and its bytes, -1 when it has none.
+nlohmann::json find_component(const nlohmann::json& j, const std::string& name) {
+  for (const auto& c : j["components"])
+    if (c["name"] == name) return c;
+  return {};
+}
+int64_t component_bytes(const nlohmann::json& j, const std::string& name) {
+  const auto c = find_component(j, name);
+  return c.is_null() ? -1 : c["bytes"].get<int64_t>();
+}
+
 }  // namespace
 
 TEST_CASE("moeprof budget: the seed's saving is 538,968,064 B = 7,669 KV tokens per rank", "[cli][budget]") {
@@ -147,18 +167,9 @@ TEST_CASE("moeprof budget writes JSON, Markdown and HTML with the same figures, 
 }
 
 TEST_CASE("moeprof budget: a run with routed rows reserves the worst routing's activation peak", "[cli][budget][routing]") {
-  auto budget = [](const std::string& routing) {
-    auto r = run_cli("budget --backend meta --model tiny --tokens 37 --mode baseline --gpu-memory 80,000,000 --json " + routing);
-    INFO(r.err);
-    REQUIRE(r.rc == 0);
-    return nlohmann::json::parse(r.out);
-  };
-  const auto plain = budget(""), uniform = budget("--routing uniform --moe-rows routed"), worst = budget("--routing worst --moe-rows routed");
-  auto comp = [](const nlohmann::json& j, const std::string& name) -> int64_t {
-    for (const auto& c : j["components"])
-      if (c["name"] == name) return c["bytes"].get<int64_t>();
-    return -1;
-  };
+  const auto plain = tiny_budget(""), uniform = tiny_budget("--routing uniform --moe-rows routed"),
+             worst = tiny_budget("--routing worst --moe-rows routed");
+  const auto comp = component_bytes;
   CHECK(comp(plain, "routing_worst") == -1);  // the bound: nothing follows the routing
   for (const auto* j : {&plain, &uniform, &worst}) CHECK(sum_components(*j) == 80'000'000);
   // Uniform pads fewer rows than the worst routing: the budget reserves the difference, so the
@@ -181,18 +192,8 @@ TEST_CASE("moeprof budget: a run with shared expert weights is budgeted with eve
   // --weights shared (or auto where per-layer weights do not fit the device that runs it) aliases
   // one MoE layer's experts into every MoE layer; a deployment holds them all, so the budget
   // counts the aliased bytes: the same weights and KV capacity as a per-layer run, to the byte.
-  auto budget = [](const std::string& weights) {
-    auto r = run_cli("budget --backend meta --model tiny --tokens 37 --mode baseline --gpu-memory 80,000,000 --json --weights " + weights);
-    INFO(r.err);
-    REQUIRE(r.rc == 0);
-    return nlohmann::json::parse(r.out);
-  };
-  const auto shared = budget("shared"), per_layer = budget("per-layer");
-  auto comp = [](const nlohmann::json& j, const std::string& name) -> nlohmann::json {
-    for (const auto& c : j["components"])
-      if (c["name"] == name) return c;
-    return {};
-  };
+  const auto shared = tiny_budget("--weights shared"), per_layer = tiny_budget("--weights per-layer");
+  const auto comp = find_component;
   CHECK(comp(shared, "weights")["bytes"] == comp(per_layer, "weights")["bytes"]);
   CHECK(comp(shared, "weights")["detail"].get<std::string>().find("aliased (--weights shared)") != std::string::npos);
   CHECK(comp(per_layer, "weights")["detail"] == "the weights category's high-water mark");
@@ -200,18 +201,8 @@ TEST_CASE("moeprof budget: a run with shared expert weights is budgeted with eve
 }
 
 TEST_CASE("moeprof budget: expert parallelism with exact buffers reserves the worst routing, as worst-case buffers allocate it", "[cli][budget][ep]") {
-  auto budget = [](const std::string& opts) {
-    auto r = run_cli("budget --backend meta --model tiny --tokens 37 --ep 4 --routing uniform --mode baseline --gpu-memory 80,000,000 --json " + opts);
-    INFO(r.err);
-    REQUIRE(r.rc == 0);
-    return nlohmann::json::parse(r.out);
-  };
-  const auto exact = budget(""), fixed = budget("--ep-buffers worst-case");
-  auto comp = [](const nlohmann::json& j, const std::string& name) -> int64_t {
-    for (const auto& c : j["components"])
-      if (c["name"] == name) return c["bytes"].get<int64_t>();
-    return -1;
-  };
+  const auto exact = tiny_budget("--ep 4 --routing uniform"), fixed = tiny_budget("--ep 4 --routing uniform --ep-buffers worst-case");
+  const auto comp = component_bytes;
   const int64_t reserve = comp(exact, "routing_worst");
   CHECK(reserve > 0);  // uniform routing sends a rank fewer rows than its worst case
   CHECK(comp(fixed, "routing_worst") == -1);  // worst-case buffers do not follow the routing
