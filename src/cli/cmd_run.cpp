@@ -262,8 +262,8 @@ int run_command(const RunArgs& a) {
     // Weights beyond what any device holds (a config at its fields' limits) are refused here, not
     // found by the planner in the trace after the run.
     size_t free_b = 0, total_b = 0;
-    const bool shared = plan.weights == WeightsMode::kShared ||
-                        (plan.weights == WeightsMode::kAuto && backend && backend->memory_info(&free_b, &total_b));
+    const bool memory_known = backend ? backend->memory_info(&free_b, &total_b) : true;  // ranks in processes: their GPUs
+    const bool shared = plan.weights == WeightsMode::kShared || (plan.weights == WeightsMode::kAuto && backend && memory_known);
     const WeightBytes wb = estimate_weight_bytes(*cfg, *shape);
     if ((shared ? wb.shared : wb.per_layer) > kMaxBytes)
       return fail("run", Status::bad_input(fmt::format("{}: the weights of one rank need more than 2^63-1 bytes ({} layers, TP={}): "
@@ -277,8 +277,6 @@ int run_command(const RunArgs& a) {
       // What the serving run would refuse before its first step, before anything is written.
       auto w = load_workload(plan.serving->workload);
       if (!w) return fail("run", w.status());
-      size_t free_b = 0, total_b = 0;
-      const bool memory_known = backend ? backend->memory_info(&free_b, &total_b) : true;
       if (Status st = check_serving_plan(*plan.serving, *w, *cfg, memory_known); !st) return fail("run", st);
     }
     const std::string header = fmt::format(

@@ -143,14 +143,10 @@ Status check_serving_plan(const ServingOptions& opt, const Workload& workload, c
   if (opt.kv_tokens <= 0 && opt.mem_fraction_static > 0 && !memory_known)
     return kv_tokens_from_fraction(opt.mem_fraction_static, DeviceMemory{}, 1, 1).status();
   MOEPROF_ASSIGN_OR_RETURN(int64_t pool, serving_pool_tokens(opt, workload, nullptr, 1));
-  const int64_t context = serving_context_len(opt, cfg);
-  if (pool == 0) {
-    // Sized from the device once the weights are loaded: the context length alone can be checked.
-    SchedulerConfig sc = scheduler_config(opt, opt.page_size, context);
-    sc.pool_tokens = std::max<int64_t>(1, int64_t{INT32_MAX} + 1 - opt.page_size) / opt.page_size * opt.page_size;
-    return Scheduler::create(sc, workload).status();
-  }
-  return Scheduler::create(scheduler_config(opt, pool, context), workload).status();
+  // A pool sized from the device is known once the weights are loaded (pool 0): until then the
+  // largest pool the slots address stands in, so that only the context length is checked.
+  const int64_t largest = (int64_t{INT32_MAX} + 1 - opt.page_size) / opt.page_size * opt.page_size;
+  return Scheduler::create(scheduler_config(opt, pool > 0 ? pool : largest, serving_context_len(opt, cfg)), workload).status();
 }
 
 Result<int64_t> kv_tokens_from_fraction(double fraction, const DeviceMemory& mem, uint64_t cell_bytes, int64_t page_size) {
