@@ -72,8 +72,8 @@ std::vector<std::vector<int64_t>> ep_pair_counts(const std::vector<int32_t>& ids
 }  // namespace
 
 Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, const std::vector<int32_t>& host_ids,
-                                      const std::vector<std::vector<int64_t>>& counts, Tensor* send, MoeRunnerStats* stats,
-                                      EpStage* st) {
+                                      const std::vector<std::vector<int64_t>>& counts, Tensor* send,
+                                      const std::function<Status()>* pack, MoeRunnerStats* stats, EpStage* st) {
   const LayerWeights& L = w_->layers[l];
   const int N = shape_.ep_size;
   // The batch's tokens; moe_in holds all of them, or with DP attention the rank's own from row0.
@@ -162,6 +162,9 @@ Status DeepseekModel::ep_expert_stage(int64_t l, int s, const Tensor& moe_in, co
       MOEPROF_RETURN_IF_ERROR(be_.embedding(tok_idx, moe_in, 0, dst));
     }
   }
+  // This rank's send buffer, packed from moe_in (its last use: with the fixes, moe_in is released
+  // there, and the gathers above were its last reads outside the trace).
+  if (pack != nullptr) MOEPROF_RETURN_IF_ERROR((*pack)());
   // The all-to-all: this rank's slice out (grouped by destination), the rows of its experts in.
   MOEPROF_RETURN_IF_ERROR(op("ep_dispatch", real ? be_.all_to_all_rows(send_t, send_rows, recv, recv_rows) : Status::ok(), {&send_t},
                              {&recv}));
@@ -248,32 +251,37 @@ Result<Tensor> DeepseekModel::ep_routed_experts(int64_t l, Tensor& moe_in, const
   auto dest = [&](int64_t i) { return static_cast<int>(host_ids[static_cast<size_t>(i)] / El); };
   const auto counts = ep_pair_counts(host_ids, T, k, E, N);
 
-  // dispatch, send side: the own slice's pairs grouped by destination rank.
+  // dispatch, send side: the own slice's pairs grouped by destination rank, packed by this rank's
+  // stage once its receive buffers are placed (pack). moe_in's last use is that pack: with the
+  // fixes it is released there, before the experts run.
   const EpSlice mine = ep_token_slice(T, N, r);
   const int64_t Sk = mine.size() * k;
-  Tensor send, send_idx;
-  if (Sk > 0) {
-    std::vector<int32_t> idx;
-    idx.reserve(static_cast<size_t>(Sk));
-    for (int d = 0; d < N; ++d)
-      for (int64_t i = mine.begin * k; i < mine.end * k; ++i)
-        if (dest(i) == d) idx.push_back(static_cast<int32_t>(i / k - row0));
-    MOEPROF_ASSIGN_OR_RETURN(send_idx, act(DType::kI32, 1, Sk, "dispatch_send_index", ds, Category::kCommunication));
-    MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(send_idx, idx.data()));
-    MOEPROF_ASSIGN_OR_RETURN(send, act(DType::kBF16, Sk, H, "dispatch_send", ds, Category::kCommunication));
-    MOEPROF_RETURN_IF_ERROR(op("ep_dispatch_pack", be_.embedding(send_idx, moe_in, 0, send), {&moe_in, &send_idx}, {&send}));
-    send_idx.reset();
-  }
-  // Every rank's stage (the others only with ep_compute_all, unrecorded); this rank's releases
-  // the send buffer once its rows are sent.
+  Tensor send;
+  const std::function<Status()> pack = [&]() -> Status {
+    if (Sk > 0) {
+      std::vector<int32_t> idx;
+      idx.reserve(static_cast<size_t>(Sk));
+      for (int d = 0; d < N; ++d)
+        for (int64_t i = mine.begin * k; i < mine.end * k; ++i)
+          if (dest(i) == d) idx.push_back(static_cast<int32_t>(i / k - row0));
+      MOEPROF_ASSIGN_OR_RETURN(Tensor send_idx, act(DType::kI32, 1, Sk, "dispatch_send_index", ds, Category::kCommunication));
+      MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(send_idx, idx.data()));
+      MOEPROF_ASSIGN_OR_RETURN(send, act(DType::kBF16, Sk, H, "dispatch_send", ds, Category::kCommunication));
+      MOEPROF_RETURN_IF_ERROR(op("ep_dispatch_pack", be_.embedding(send_idx, moe_in, 0, send), {&moe_in, &send_idx}, {&send}));
+    }
+    if (plans_[l].free_mlp_input_after_use) moe_in.reset();  // its last use
+    return Status::ok();
+  };
+  // Every rank's stage (the others only with ep_compute_all, unrecorded, first: they read moe_in,
+  // which this rank's pack may release); this rank's releases the send buffer once its rows are sent.
   std::vector<EpStage> stages(static_cast<size_t>(N));
-  for (int s = 0; s < N; ++s) {
+  for (int i = 1; i <= N; ++i) {
+    const int s = (r + i) % N;  // this rank's own stage last
     if (s != r && !all) continue;
     Unrecorded u(be_, ep_quiet_, s != r);
-    MOEPROF_RETURN_IF_ERROR(ep_expert_stage(l, s, moe_in, host_ids, counts, s == r ? &send : nullptr, s == r ? stats : nullptr,
-                                            &stages[static_cast<size_t>(s)]));
+    MOEPROF_RETURN_IF_ERROR(ep_expert_stage(l, s, moe_in, host_ids, counts, s == r ? &send : nullptr, s == r ? &pack : nullptr,
+                                            s == r ? stats : nullptr, &stages[static_cast<size_t>(s)]));
   }
-  if (plans_[l].free_mlp_input_after_use) moe_in.reset();  // its last use: the dispatch
 
   // combine, receive side: slice s's pairs back from their ranks, grouped by the rank they come
   // from (in each group by ascending pair), then the weighted sum with the shared expert into the

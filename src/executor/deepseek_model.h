@@ -255,9 +255,11 @@ class DeepseekModel {
                                    MoeRunnerStats* stats, const std::vector<int32_t>& host_ids);
   struct EpStage;
   // counts[s][d]: the pairs slice s sends rank d; send: this rank's send buffer (released once
-  // sent), nullptr for another rank's stage.
+  // sent), nullptr for another rank's stage; pack (this rank's stage): fills send once the receive
+  // buffers are placed, just before the all-to-all (it may release moe_in: read no more after).
   Status ep_expert_stage(int64_t layer, int rank, const Tensor& moe_in, const std::vector<int32_t>& host_ids,
-                         const std::vector<std::vector<int64_t>>& counts, Tensor* send, MoeRunnerStats* stats, EpStage* out);
+                         const std::vector<std::vector<int64_t>>& counts, Tensor* send, const std::function<Status()>* pack,
+                         MoeRunnerStats* stats, EpStage* out);
   Result<int64_t> padded_rows(const Tensor& topk_ids, std::vector<int32_t>& host_ids, int64_t tile,
                               MoeRunnerStats* stats);
   Result<Tensor> dense_mlp(int64_t layer, Tensor& x, const Tensor& gate_up, const Tensor& down, const std::string& scope);
