@@ -5,6 +5,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "reports/format.h"
 
 namespace moeprof::cli {
@@ -29,6 +34,45 @@ Status write_stdout(std::string_view text) {
     return Status::run_failure(std::string("writing to standard output failed: ") + (e ? std::strerror(e) : "short write"));
   }
   return Status::ok();
+}
+
+Status check_output_not_input(std::string_view option, const std::string& out, const std::vector<std::string>& inputs) {
+  namespace fs = std::filesystem;
+  if (out.empty() || out == "-") return Status::ok();
+  std::error_code ec;
+  if (!fs::exists(out, ec)) return Status::ok();
+  for (const std::string& list : inputs) {
+    size_t from = 0;
+    while (from <= list.size()) {
+      const size_t comma = std::min(list.find(',', from), list.size());
+      const std::string in = list.substr(from, comma - from);
+      from = comma + 1;
+      if (in.empty() || in == "-") continue;
+      std::error_code e2;
+      if (fs::equivalent(out, in, e2))
+        return Status::bad_input(std::string(option) + " " + out + " is the input " + in + ": it would be replaced; write elsewhere");
+    }
+  }
+  return Status::ok();
+}
+
+Status write_file_replacing(const std::string& path, const std::function<Status(std::ostream&)>& body) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  const bool direct = !ec && fs::exists(st) && !fs::is_regular_file(st);
+  const std::string tmp = direct ? path : path + ".moeprof-" + std::to_string(::getpid()) + ".tmp";
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  if (!out) return Status::bad_input("cannot create " + path + ": " + std::strerror(errno));
+  Status s = body(out);
+  out.close();
+  if (s && !out) s = Status::run_failure("writing " + path + " failed");
+  if (s && !direct) {
+    fs::rename(tmp, path, ec);
+    if (ec) s = Status::run_failure("writing " + path + " failed: " + ec.message());
+  }
+  if (!s && !direct) fs::remove(tmp, ec);
+  return s;
 }
 
 namespace {

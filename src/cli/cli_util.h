@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +31,16 @@ void note(std::string_view cmd, fmt::format_string<Args...> f, Args&&... args) {
 // Writes text to stdout and flushes; a failed write (a closed pipe, a full disk, /dev/full) is a
 // kRunFailure, so results are never lost with exit 0.
 Status write_stdout(std::string_view text);
+
+// An output file that is one of the command's inputs (the same file, by its path or through a
+// link) would be replaced by what is written: refused (kBadInput) before anything is read or
+// written. Inputs may be comma-joined lists (rank traces); "-" and empty paths never match.
+Status check_output_not_input(std::string_view option, const std::string& out, const std::vector<std::string>& inputs);
+
+// Writes a file through a temporary beside it, renamed over it once complete, so a write that
+// fails (an input that cannot be read, a full disk) leaves the earlier file as it was. A path that
+// is not a regular file (a device, a pipe) is written directly.
+Status write_file_replacing(const std::string& path, const std::function<Status(std::ostream&)>& body);
 
 // Range checks whose error is one short line with the option's real range, e.g.
 // "--top: must be an integer from 1 to 1,000,000 (got 0)" (CLI11's own prints the limits of a

@@ -51,6 +51,10 @@ void register_compare(CLI::App& app, int* exit_code) {
       *exit_code = fail("compare", Status::bad_input("--json prints on stdout: give the --out-* options a file, not \"-\""));
       return;
     }
+    if (Status st = check_output_not_input("--out-md", args->out_md, {args->a, args->b}); !st) {
+      *exit_code = fail("compare", st);
+      return;
+    }
     auto cats = category_options(args->categories);
     if (!cats) {
       *exit_code = fail("compare", cats.status());

@@ -54,6 +54,15 @@ void register_export(CLI::App& app, int* exit_code) {
       *exit_code = fail("export", Status::bad_input("--json prints on stdout: give --out-jsonl and --out-perfetto a file, not \"-\""));
       return;
     }
+    if (args->jsonl == "-" && args->perfetto == "-") {
+      *exit_code = fail("export", Status::bad_input("--out-jsonl and --out-perfetto both \"-\": give one of them a file"));
+      return;
+    }
+    for (const auto& [opt, path] : {std::pair<const char*, std::string>{"--out-jsonl", args->jsonl}, {"--out-perfetto", args->perfetto}})
+      if (Status st = check_output_not_input(opt, path, {args->trace}); !st) {
+        *exit_code = fail("export", st);
+        return;
+      }
     // JSON lines alone stream (auto too); the Perfetto trace needs the run in memory.
     const reports::StreamMode mode = stream_mode(args->stream);
     if (mode == reports::StreamMode::kOn && !args->perfetto.empty()) {
@@ -101,18 +110,8 @@ void register_export(CLI::App& app, int* exit_code) {
           return;
         }
       } else {
-        std::ofstream out(args->jsonl, std::ios::binary | std::ios::trunc);
-        if (!out) {
-          *exit_code = fail("export", Status::bad_input("cannot create " + args->jsonl));
-          return;
-        }
-        if (Status st = jsonl_to(out); !st) {
+        if (Status st = write_file_replacing(args->jsonl, jsonl_to); !st) {
           *exit_code = fail("export", st);
-          return;
-        }
-        out.close();
-        if (!out) {
-          *exit_code = fail("export", Status::run_failure("writing " + args->jsonl + " failed"));
           return;
         }
         note("export", "wrote {}", args->jsonl);

@@ -181,6 +181,10 @@ void register_import(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "print the summary as JSON on stdout");
   cmd->callback([args, exit_code] {
+    if (Status st = check_output_not_input("--out", args->out, {args->snapshot}); !st) {
+      *exit_code = fail("import", st);
+      return;
+    }
     importer::TorchImportOptions opt;
     importer::parse_free_on(args->free_on, &opt.free_on);  // validated by CLI11
     opt.run_name = args->name;

@@ -193,6 +193,10 @@ void register_plan(CLI::App& app, int* exit_code) {
     ropts.top_scopes = args->top;
     ropts.include_timeline = false;
     auto j = reports::make_run_json(run->analysis, run->analysis.meta.name, ropts);
+    if (Status st = check_output_not_input("--arena-out-csv", args->arena_out_csv, args->traces); !st) {
+      *exit_code = fail("plan", st);
+      return;
+    }
     if (!args->arena_out_csv.empty() && (!args->arena || args->arena_out_csv == "-")) {
       *exit_code = fail("plan", Status::bad_input(args->arena ? "--arena-out-csv needs a file (stdout holds the report)"
                                                               : "--arena-out-csv needs --arena"));

@@ -95,6 +95,21 @@ void register_report(CLI::App& app, int* exit_code) {
         return;
       }
     }
+    {
+      int to_stdout = 0;
+      for (const auto& [opt, f] : {std::pair<const char*, const std::string*>{"--out-json", &args->out_json}, {"--out-md", &args->out_md},
+                                   {"--out-html", &args->out_html}, {"--out-perfetto", &args->out_perfetto}}) {
+        to_stdout += *f == "-";
+        if (Status st = check_output_not_input(opt, *f, args->traces); !st) {
+          *exit_code = fail("report", st);
+          return;
+        }
+      }
+      if (to_stdout > 1) {
+        *exit_code = fail("report", Status::bad_input("more than one --out-* option is \"-\": stdout takes one; give the others a file"));
+        return;
+      }
+    }
     planner::AnalyzeOptions aopts;
     aopts.keep_lifetimes = true;  // the per-allocation timeline (memory_timeline) and the Perfetto slices
     aopts.alloc_groups = runs.size() > 1;  // what compare() matches the runs by

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -301,4 +302,62 @@ TEST_CASE("newcomer: an imported snapshot shows what it has, and an empty one ho
   auto ep = run_cli("plan " + q(dir / "empty.mtrace"));
   CHECK(ep.out.rfind("warning: run empty: no allocations recorded (the snapshot holds no allocation history: call "
                      "torch.cuda.memory._record_memory_history()", 0) == 0);
+}
+
+TEST_CASE("newcomer: an output that is an input is refused, and a failed export keeps the earlier file", "[cli][newcomer]") {
+  const auto dir = moeprof::testing::temp_dir("newcomer_outputs");
+  const fs::path trace = dir / "a b.mtrace", link = dir / "link.mtrace", out = dir / "out.jsonl";
+  fs::copy_file(fs::path(MOEPROF_SOURCE_DIR) / "examples/traces/tiny-baseline.mtrace", trace, fs::copy_options::overwrite_existing);
+  fs::remove(link);
+  fs::create_symlink(trace, link);
+  const std::string bytes = slurp(trace.string());
+  struct Case {
+    std::string args, line;
+  };
+  const std::vector<Case> cases = {
+      {"export " + q(trace) + " --out-jsonl " + q(trace),
+       "moeprof export: error: --out-jsonl " + trace.string() + " is the input " + trace.string() + ": it would be replaced; write elsewhere"},
+      {"export " + q(link) + " --stream off --out-perfetto " + q(trace),
+       "moeprof export: error: --out-perfetto " + trace.string() + " is the input " + link.string() + ": it would be replaced; write elsewhere"},
+      {"report " + q(link) + " --out-html " + q(trace),
+       "moeprof report: error: --out-html " + trace.string() + " is the input " + link.string() + ": it would be replaced; write elsewhere"},
+      {"compare " + q(trace) + " " + q(trace) + " --out-md " + q(link),
+       "moeprof compare: error: --out-md " + link.string() + " is the input " + trace.string() + ": it would be replaced; write elsewhere"},
+      {"plan " + q(trace) + " --arena --arena-out-csv " + q(trace),
+       "moeprof plan: error: --arena-out-csv " + trace.string() + " is the input " + trace.string() + ": it would be replaced; write elsewhere"},
+      {"report " + q(trace) + " --out-json - --out-md -",
+       "moeprof report: error: more than one --out-* option is \"-\": stdout takes one; give the others a file"},
+      {"export " + q(trace) + " --out-jsonl - --out-perfetto -",
+       "moeprof export: error: --out-jsonl and --out-perfetto both \"-\": give one of them a file"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.args);
+    auto r = run_cli(c.args);
+    CHECK(r.rc == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err == c.line + "\n");
+    CHECK(slurp(trace.string()) == bytes);
+  }
+  // A streamed export that fails (a missing trace, or one corrupt in its middle) leaves the earlier output byte for
+  // byte: it is written beside and renamed only once complete.
+  auto first = run_cli("export " + q(trace) + " --out-jsonl " + q(out));
+  REQUIRE(first.rc == 0);
+  const std::string jsonl = slurp(out.string());
+  REQUIRE(count_lines(jsonl) > 10);
+  const fs::path bad = dir / "bad.mtrace";
+  {
+    std::string b = bytes;
+    b[b.size() / 2] = static_cast<char>(b[b.size() / 2] ^ 0xff);
+    std::ofstream(bad, std::ios::binary) << b;
+  }
+  for (const fs::path& in : {dir / "missing.mtrace", bad}) {
+    INFO(in);
+    auto r = run_cli("export " + q(in) + " --out-jsonl " + q(out));
+    CHECK(r.rc == 2);
+    CHECK(count_lines(r.err) == 1);
+    CHECK(slurp(out.string()) == jsonl);
+  }
+  size_t left = 0;
+  for (const auto& e : fs::directory_iterator(dir)) left += e.path().filename().string().find(".tmp") != std::string::npos;
+  CHECK(left == 0);  // no temporary left behind
 }
