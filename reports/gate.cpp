@@ -41,6 +41,66 @@ Status validate_gate_options(const GateOptions& opts) {
   return Status::ok();
 }
 
+Status parse_rel_tol(std::string_view text, GateOptions* opts) {
+  const Status bad = Status::bad_input("--rel-tol " + std::string(text) +
+                                       ": must be a decimal fraction of the baseline from 0 to 1 with at most 18 decimal places");
+  std::string digits;  // the significant digits, then `scale` places after the point
+  int64_t scale = 0;
+  size_t i = 0;
+  bool point = false, any = false;
+  for (; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (ch == '.' && !point) {
+      point = true;
+    } else if (ch >= '0' && ch <= '9') {
+      any = true;
+      if (digits.empty() && ch == '0') {
+        if (point) ++scale;
+        continue;
+      }
+      if (digits.size() >= 19) return bad;
+      digits += ch;
+      if (point) ++scale;
+    } else {
+      break;
+    }
+  }
+  if (!any) return bad;
+  if (i < text.size()) {  // an exponent
+    if (text[i] != 'e' && text[i] != 'E') return bad;
+    ++i;
+    bool neg = false;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) neg = text[i++] == '-';
+    if (i == text.size() || text.size() - i > 4) return bad;
+    int64_t e = 0;
+    for (; i < text.size(); ++i) {
+      if (text[i] < '0' || text[i] > '9') return bad;
+      e = e * 10 + (text[i] - '0');
+    }
+    scale += neg ? e : -e;
+  }
+  uint64_t num = 0;
+  for (char ch : digits) num = num * 10 + static_cast<uint64_t>(ch - '0');
+  while (scale < 0 && num != 0) {  // 2.5e1: digits times ten
+    if (num > UINT64_MAX / 10) return bad;
+    num *= 10;
+    ++scale;
+  }
+  if (num == 0) scale = 0;
+  while (scale > 0 && num % 10 == 0) {  // trailing zeros after the point
+    num /= 10;
+    --scale;
+  }
+  if (scale > 18) return bad;
+  uint64_t den = 1;
+  for (int64_t k = 0; k < scale; ++k) den *= 10;
+  if (num > den) return bad;  // above 1
+  opts->rel_num = num;
+  opts->rel_den = den;
+  opts->rel_tol = static_cast<double>(num) / static_cast<double>(den);
+  return Status::ok();
+}
+
 Result<uint64_t> parse_abs_tol(std::string_view text) {
   uint64_t v = 0;
   bool ok = !text.empty() && text.size() <= 19;
@@ -61,6 +121,10 @@ namespace {
 // rel_tol is in [0, 1] and baseline <= 2^63-1 (validated), so the product is below 2^63 and the
 // conversion is exact enough and in range.
 uint64_t allowed_delta(uint64_t baseline, const GateOptions& opts) {
+  if (opts.rel_den > 0) {  // exact: floor(baseline * num / den), below 2^63 as num <= den
+    const unsigned __int128 q = static_cast<unsigned __int128>(baseline) * opts.rel_num / opts.rel_den;
+    return std::max(opts.abs_tol, static_cast<uint64_t>(q));
+  }
   const double rel = std::floor(opts.rel_tol * static_cast<double>(baseline));
   const uint64_t rel_bytes = rel >= 9.2e18 ? kMaxBytes : static_cast<uint64_t>(rel);
   return std::max(opts.abs_tol, rel_bytes);
@@ -73,16 +137,50 @@ std::string show_value(const nlohmann::ordered_json& v) {
 // Workload keys (a change fails unless allow_config_change) and descriptive ones (notes).
 void check_meta_differences(const nlohmann::ordered_json& b, const nlohmann::ordered_json& c, const std::string& run,
                             const GateOptions& opts, GateResult* res) {
-  for (const char* key : kWorkloadKeys) {
-    if (!b.contains(key) || !c.contains(key) || b[key] == c[key]) continue;
+  auto differs = [&](const std::string& key, const nlohmann::ordered_json& bv, const nlohmann::ordered_json& cv) {
     ++res->config_changes;
     if (!opts.allow_config_change) ++res->failures;
-    res->notes.push_back(fmt::format("run {}: {} differs (baseline {}, current {}): another workload{}", run, key,
-                                     show_value(b[key]), show_value(c[key]),
-                                     opts.allow_config_change ? " (allowed by --allow-config-change)" : ", the gate fails"));
+    res->notes.push_back(fmt::format("run {}: {} differs (baseline {}, current {}): another workload{}", run, key, show_value(bv),
+                                     show_value(cv), opts.allow_config_change ? " (allowed by --allow-config-change)" : ", the gate fails"));
     res->issues.push_back({run, "workload_change", res->notes.back(), !opts.allow_config_change});
+  };
+  const nlohmann::ordered_json none;
+  for (const char* key : kWorkloadKeys) {
+    if (!b.contains(key) && !c.contains(key)) continue;
+    const auto& bv = b.contains(key) ? b[key] : none;
+    const auto& cv = c.contains(key) ? c[key] : none;
+    if (bv != cv) differs(key, bv, cv);  // one without the key: not the same workload either
   }
-  for (const char* key : {"mode", "backend"}) {
+  // The executor's parallel layout and routing (extra): absent means its default where it has one
+  // (no EP: size 1, rank 0; no DP attention), else compared only where both reports say it.
+  struct ExtraKey {
+    const char* key;
+    const char* absent;  // nullptr: compared only where both have it
+  };
+  static constexpr ExtraKey kExtra[] = {{"ep_size", "1"}, {"ep_rank", "0"}, {"dp_attention", "false"},
+                                        {"routing", nullptr}, {"ep_buffers", nullptr}, {"weights", nullptr}};
+  const auto& be = b.contains("extra") && b["extra"].is_object() ? b["extra"] : none;
+  const auto& ce = c.contains("extra") && c["extra"].is_object() ? c["extra"] : none;
+  for (const ExtraKey& k : kExtra) {
+    const bool bh = be.is_object() && be.contains(k.key), ch = ce.is_object() && ce.contains(k.key);
+    if (!bh && !ch) continue;
+    if ((!bh || !ch) && k.absent == nullptr) continue;
+    const nlohmann::ordered_json bv = bh ? be[k.key] : nlohmann::ordered_json(k.absent);
+    const nlohmann::ordered_json cv = ch ? ce[k.key] : nlohmann::ordered_json(k.absent);
+    if (bv != cv) differs(std::string("extra.") + k.key, bv, cv);
+  }
+  // A serving run's workload: its requests, output tokens, chunk, page and pool (a prefill has none).
+  const bool bs = b.contains("serving") && b["serving"].is_object(), cs = c.contains("serving") && c["serving"].is_object();
+  if (bs != cs) {
+    differs("serving", bs ? "a serving run" : "one prefill", cs ? "a serving run" : "one prefill");
+  } else if (bs) {
+    for (const char* key : {"requests", "output_tokens", "chunked_prefill_size", "page_size", "kv_pool_tokens"}) {
+      const auto& bv = b["serving"].contains(key) ? b["serving"][key] : none;
+      const auto& cv = c["serving"].contains(key) ? c["serving"][key] : none;
+      if (bv != cv) differs(std::string("serving.") + key, bv, cv);
+    }
+  }
+  for (const char* key : {"mode", "backend", "device_name"}) {
     if (b.contains(key) && c.contains(key) && b[key] != c[key])
       res->notes.push_back(fmt::format("run {}: {} differs (baseline {}, current {})", run, key, show_value(b[key]), show_value(c[key])));
   }
@@ -174,7 +272,16 @@ GateResult run_gate(const ReportFile& baseline, const ReportFile& current, const
 namespace {
 
 std::string tolerance_text(const GateOptions& opts) {
-  return fmt::format("rel-tol {:g}, abs-tol {}", opts.rel_tol, format_bytes(opts.abs_tol));
+  std::string rel = fmt::format("{:g}", opts.rel_tol);
+  if (opts.rel_den > 0) {  // the decimal as given, exactly
+    rel = std::to_string(opts.rel_num / opts.rel_den);
+    if (opts.rel_den > 1) {
+      std::string frac = std::to_string(opts.rel_num % opts.rel_den);
+      frac = std::string(std::to_string(opts.rel_den).size() - 1 - frac.size(), '0') + frac;
+      rel += "." + frac;
+    }
+  }
+  return fmt::format("rel-tol {}, abs-tol {}", rel, format_bytes(opts.abs_tol));
 }
 
 size_t count_runs(const GateResult& r) {

@@ -15,7 +15,10 @@
 namespace moeprof::reports {
 
 struct GateOptions {
-  double rel_tol = 0.0;         // fraction of the baseline value (0.01 = 1%)
+  double rel_tol = 0.0;         // fraction of the baseline value (0.01 = 1%), as shown
+  // The same fraction exactly, rel_num / rel_den (parse_rel_tol: the decimal as written); the
+  // allowed delta is computed from it in integers. rel_den 0: from rel_tol (tests, the API).
+  uint64_t rel_num = 0, rel_den = 0;
   uint64_t abs_tol = 0;         // bytes
   bool allow_improvement = false;
   // A current run whose trace was truncated or lost records has figures that are lower bounds:
@@ -78,6 +81,9 @@ struct GateResult {
 // kBadInput naming the bad value.
 Status validate_gate_options(const GateOptions& opts);
 // Parses --abs-tol: a decimal byte count <= 2^63-1 (no sign, no exponent: never saturated).
+// --rel-tol as written: a decimal from 0 to 1 ("0.29", ".5", "1", "2.5e-3"), at most 18 decimal
+// places; sets rel_tol, rel_num and rel_den.
+Status parse_rel_tol(std::string_view text, GateOptions* opts);
 Result<uint64_t> parse_abs_tol(std::string_view text);
 
 GateResult run_gate(const ReportFile& baseline, const ReportFile& current, const GateOptions& opts);

@@ -1,5 +1,7 @@
 #include "reports/report_file.h"
 
+#include "core/utf8.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -97,6 +99,9 @@ Status validate_report(const nlohmann::ordered_json& doc) {
                              ", this moeprof reads version " + std::to_string(kReportSchemaVersion));
   if (!doc.contains("generator") || !doc["generator"].is_string())
     return Status::bad_input("missing or non-string generator");
+  if (doc["generator"].get<std::string>().rfind("moeprof ", 0) != 0)
+    return Status::bad_input("generator \"" + valid_utf8(doc["generator"].get<std::string>().substr(0, 40)) +
+                             "\" does not start with \"moeprof \": not a moeprof report");
   if (!doc.contains("runs") || !doc["runs"].is_array()) return Status::bad_input("missing runs array");
   if (doc["runs"].empty()) return Status::bad_input("report has no runs");
   std::set<std::string> names;
@@ -106,7 +111,8 @@ Status validate_report(const nlohmann::ordered_json& doc) {
     if (!names.insert(name).second)
       return Status::bad_input("runs[" + std::to_string(i) + "]: duplicate run name " + name);
   }
-  if (doc.contains("comparison") && !doc["comparison"].is_null() && !doc["comparison"].is_object())
+  if (!doc.contains("comparison")) return Status::bad_input("missing comparison (an object, or null)");
+  if (!doc["comparison"].is_null() && !doc["comparison"].is_object())
     return Status::bad_input("comparison is neither an object nor null");
   return Status::ok();
 }

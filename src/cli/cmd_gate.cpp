@@ -19,6 +19,7 @@ namespace {
 
 struct GateArgs {
   std::string baseline, current, out_baseline, out_junit, out_md;
+  std::string rel_tol = "0";  // parsed by reports::parse_rel_tol (exact: a decimal, not a double)
   std::string abs_tol = "0";  // parsed by reports::parse_abs_tol (CLI11 would saturate 2^64 to UINT64_MAX)
   std::vector<std::string> metrics;  // --metrics as given, one string per use (split here: "," alone is an error)
   bool json = false;
@@ -35,7 +36,7 @@ void register_gate(CLI::App& app, int* exit_code) {
   cmd->add_option("--baseline", args->baseline, "baseline JSON report")->required()->type_name("FILE");
   cmd->add_option("--current", args->current, "current JSON report")->required()->type_name("FILE");
   cmd->add_flag("--json", args->json, "print the verdict and every check as JSON on stdout");
-  cmd->add_option("--rel-tol", args->opts.rel_tol, "relative tolerance, a fraction of the baseline from 0 to 1 (0.01 = 1%)")
+  cmd->add_option("--rel-tol", args->rel_tol, "relative tolerance, a fraction of the baseline from 0 to 1 (0.01 = 1%)")
       ->type_name("X")
       ->capture_default_str();
   cmd->add_option("--abs-tol", args->abs_tol, "absolute tolerance in bytes, a whole number from 0 to 2^63-1")
@@ -57,6 +58,18 @@ void register_gate(CLI::App& app, int* exit_code) {
   cmd->add_option("--out-baseline", args->out_baseline, "write the proposed new baseline (the current report's figures) to this file")
       ->type_name("FILE");
   cmd->callback([args, exit_code] {
+    {
+      int to_stdout = 0;
+      for (const std::string* f : {&args->out_md, &args->out_junit, &args->out_baseline}) to_stdout += *f == "-";
+      if (to_stdout > 0 && args->json) {
+        *exit_code = fail("gate", Status::bad_input("--json prints on stdout: give the --out-* options a file, not \"-\""));
+        return;
+      }
+      if (to_stdout > 1) {
+        *exit_code = fail("gate", Status::bad_input("more than one --out-* option is \"-\": stdout takes one; give the others a file"));
+        return;
+      }
+    }
     if (!args->metrics.empty()) {
       args->opts.metrics.clear();
       for (const std::string& given : args->metrics) {
@@ -75,6 +88,10 @@ void register_gate(CLI::App& app, int* exit_code) {
           p = c + 1;
         }
       }
+    }
+    if (Status rt = reports::parse_rel_tol(args->rel_tol, &args->opts); !rt) {
+      *exit_code = fail("gate", rt);
+      return;
     }
     {
       auto tol = reports::parse_abs_tol(args->abs_tol);
@@ -101,8 +118,24 @@ void register_gate(CLI::App& app, int* exit_code) {
     }
     reports::GateResult res = reports::run_gate(*baseline, *current, args->opts);
     std::string md = reports::gate_markdown(res, args->opts);
+    // A current run that failed, or whose trace is incomplete, measured part of its workload: its
+    // figures cannot be the baseline (the gate would fail every later call on them).
+    std::string not_evidence;
+    for (const auto& crun : current->runs()) {
+      const std::string name = crun.value("name", std::string());
+      if (crun.contains("extra") && crun["extra"].is_object() && crun["extra"].contains("error"))
+        not_evidence = "current run " + name + " failed";
+      else if (not_evidence.empty() && !args->opts.allow_incomplete &&
+               (crun.value("truncated", false) || crun.value("dropped_records", uint64_t{0}) > 0))
+        not_evidence = "current run " + name + "'s trace is incomplete";
+      if (!not_evidence.empty()) break;
+    }
+    const bool propose = not_evidence.empty();
+    if (!propose && !args->out_baseline.empty())
+      note("gate", "not writing {}: {}, so its figures cannot be a baseline (an incomplete one can, with --allow-incomplete)",
+           args->out_baseline, not_evidence);
     for (const auto& [path, text] : {std::pair{args->out_junit, reports::gate_junit(res, args->opts)}, std::pair{args->out_md, md},
-                                     std::pair{args->out_baseline, reports::proposed_baseline(*current)}}) {
+                                     std::pair{propose ? args->out_baseline : std::string(), reports::proposed_baseline(*current)}}) {
       if (path.empty()) continue;
       Status wst = reports::write_text_file(path, text);
       if (!wst) {
@@ -113,12 +146,20 @@ void register_gate(CLI::App& app, int* exit_code) {
     }
     std::string out = args->json ? reports::json_text(reports::gate_json(res, args->opts), 2) + "\n"
                                  : reports::gate_verdict(res, args->opts) + "\n\n" + md.substr(md.find('\n') + 2);
-    // How to accept an intended change: the current figures become the baseline.
-    if (!res.passed() && !args->json)
+    // How to accept an intended change: the current figures become the baseline (never a failed or
+    // incomplete run's).
+    if (!res.passed() && !args->json && !propose)
+      out += "\nThe " + not_evidence + ": run it again (a failed run's figures are never a baseline; an incomplete one's only with "
+             "--allow-incomplete).\n";
+    else if (!res.passed() && !args->json)
       out += "\nIf the change is intended, make the current figures the baseline and commit it:\n  moeprof gate --baseline " +
              args->baseline + " --current " + args->current + " --out-baseline " + args->baseline +
              (res.config_changes ? " --allow-config-change" : "") + "\n(docs/gate.md, \"Accepting a change\")\n";
-    if (Status st = write_stdout(out); !st) {
+    // With an --out-* option on stdout, the verdict goes to stderr (stdout holds that file alone).
+    const bool stdout_taken = args->out_md == "-" || args->out_junit == "-" || args->out_baseline == "-";
+    if (stdout_taken) {
+      std::fputs(out.c_str(), stderr);
+    } else if (Status st = write_stdout(out); !st) {
       *exit_code = fail("gate", st);
       return;
     }

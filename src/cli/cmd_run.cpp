@@ -277,7 +277,23 @@ int run_command(const RunArgs& a) {
       // What the serving run would refuse before its first step, before anything is written.
       auto w = load_workload(plan.serving->workload);
       if (!w) return fail("run", w.status());
-      if (Status st = check_serving_plan(*plan.serving, *w, *cfg, memory_known); !st) return fail("run", st);
+      // A pool from --mem-fraction-static is at most what the device's free memory less the
+      // weights' estimate (at most what they take) leaves: refused now if that has no page.
+      DeviceMemory est;
+      est.known = backend && memory_known;
+      est.total = total_b;
+      est.free_before_weights = free_b;
+      // The weights the run will load: --weights auto aliases one layer's experts where the
+      // per-layer weights' estimate is above 85% of the free memory (DeepseekModel::create).
+      const bool aliased = plan.weights == WeightsMode::kShared ||
+                           (plan.weights == WeightsMode::kAuto && wb.per_layer > static_cast<uint64_t>(0.85 * double(free_b)));
+      // Plus the rope table over the context (rope_cos_sin, f32); the linear workspace is left out.
+      const uint64_t rope_table = static_cast<uint64_t>(serving_context_len(*plan.serving, *cfg)) *
+                                  static_cast<uint64_t>(cfg->qk_rope_head_dim) * 4;
+      const uint64_t wbytes = (aliased ? wb.shared : wb.per_layer) + rope_table;
+      est.free_after_weights = free_b - std::min<uint64_t>(free_b, wbytes);
+      est.weights_estimated = true;
+      if (Status st = check_serving_plan(*plan.serving, *w, *cfg, memory_known, &est, shape->layers); !st) return fail("run", st);
     }
     const std::string header = fmt::format(
         "moeprof run: {}, {}, TP={}{}, {} layers, modes {}, backend {} ({})\n", cfg->name,

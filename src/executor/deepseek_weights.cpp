@@ -276,9 +276,11 @@ Status DeepseekModel::init_weights() {
   MOEPROF_ASSIGN_OR_RETURN(W.lm_head, linear_w(-2, shape_.vocab, H, "lm_head", "model/lm_head"));
   {
     const int64_t positions = opt_.rope_positions > 0 ? opt_.rope_positions : shape_.tokens;
-    std::vector<float> table = rope_table(cfg_, positions);
     MOEPROF_ASSIGN_OR_RETURN(W.cos_sin, alloc(DType::kF32, positions, rope, "rope_cos_sin", "model/rope"));
-    MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(W.cos_sin, table.data()));
+    if (be_.computes()) {  // the meta backend holds no values: no host table that grows with the tokens
+      std::vector<float> table = rope_table(cfg_, positions);
+      MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(W.cos_sin, table.data()));
+    }
   }
   // One cuBLASLt-style workspace for all dense projections (0 bytes on the CPU backend).
   const size_t ws = model_linear_workspace_bytes(be_, cfg_, shape_);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <tuple>
 #include <nlohmann/json.hpp>
+#include <fmt/format.h>
 #include <unordered_map>
 
 #include "executor/graph_runner.h"
@@ -18,6 +19,17 @@
 namespace moeprof {
 
 namespace {
+
+std::string commas(uint64_t v) {
+  std::string d = std::to_string(v), out;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i > 0 && (d.size() - i) % 3 == 0) out += ',';
+    out += d[i];
+  }
+  return out;
+}
+std::string signed_commas(int64_t v) { return v < 0 ? "-" + commas(static_cast<uint64_t>(0) - static_cast<uint64_t>(v)) : commas(static_cast<uint64_t>(v)); }
+
 
 int32_t argmax_row(const float* row, int64_t n) {
   int64_t best = 0;
@@ -138,11 +150,14 @@ SchedulerConfig scheduler_config(const ServingOptions& opt, int64_t pool_tokens,
   return sc;
 }
 
-Status check_serving_plan(const ServingOptions& opt, const Workload& workload, const ModelConfig& cfg, bool memory_known) {
+Status check_serving_plan(const ServingOptions& opt, const Workload& workload, const ModelConfig& cfg, bool memory_known,
+                          const DeviceMemory* estimated, int64_t layers) {
   MOEPROF_RETURN_IF_ERROR(check_prompt_ids(workload, cfg));
   if (opt.kv_tokens <= 0 && opt.mem_fraction_static > 0 && !memory_known)
     return kv_tokens_from_fraction(opt.mem_fraction_static, DeviceMemory{}, 1, 1).status();
-  MOEPROF_ASSIGN_OR_RETURN(int64_t pool, serving_pool_tokens(opt, workload, nullptr, 1));
+  const bool from_device = opt.kv_tokens <= 0 && opt.mem_fraction_static > 0 && estimated != nullptr && estimated->known;
+  MOEPROF_ASSIGN_OR_RETURN(int64_t pool, serving_pool_tokens(opt, workload, from_device ? estimated : nullptr,
+                                                            from_device ? kv_cell_bytes(cfg, layers) : 1));
   // A pool sized from the device is known once the weights are loaded (pool 0): until then the
   // largest pool the slots address stands in, so that only the context length is checked.
   const int64_t largest = (int64_t{INT32_MAX} + 1 - opt.page_size) / opt.page_size * opt.page_size;
@@ -156,13 +171,15 @@ Result<int64_t> kv_tokens_from_fraction(double fraction, const DeviceMemory& mem
   const double rest = static_cast<double>(mem.free_after_weights) - static_cast<double>(mem.free_before_weights) * (1.0 - fraction);
   const double tokens = rest > 0 ? std::floor(rest / static_cast<double>(cell_bytes)) : 0.0;
   const int64_t t = static_cast<int64_t>(std::min(tokens, 9.0e15)) / page_size * page_size;
-  if (t < page_size)
-    return Status::bad_input("Not enough memory for the KV pool: --mem-fraction-static " + std::to_string(fraction).substr(0, 6) +
-                             " leaves " + std::to_string(static_cast<int64_t>(rest)) + " bytes after the weights (" +
-                             std::to_string(mem.free_before_weights - mem.free_after_weights) + " of " +
-                             std::to_string(mem.free_before_weights) + " free bytes), less than one page of " +
-                             std::to_string(page_size) + " tokens x " + std::to_string(cell_bytes) +
-                             " bytes. Please try to increase --mem-fraction-static");
+  if (t < page_size) {
+    const uint64_t weights = mem.free_before_weights - std::min(mem.free_before_weights, mem.free_after_weights);
+    return Status::bad_input(fmt::format(
+        "Not enough memory for the KV pool: --mem-fraction-static {:.4f} of the {} B free gives {} B, the weights take {}{} B: "
+        "{} B are left, less than one page ({} token(s) x {} B). Increase --mem-fraction-static or give --kv-tokens N",
+        fraction, commas(mem.free_before_weights), commas(static_cast<uint64_t>(fraction * static_cast<double>(mem.free_before_weights))),
+        mem.weights_estimated ? "at least " : "", commas(weights), signed_commas(static_cast<int64_t>(rest)), commas(page_size),
+        commas(cell_bytes)));
+  }
   return t;
 }
 

@@ -40,6 +40,7 @@ struct ServingOptions {
 struct DeviceMemory {
   bool known = false;
   uint64_t total = 0, free_before_weights = 0, free_after_weights = 0;
+  bool weights_estimated = false;  // free_after_weights from an estimate of the weights (at most what they take)
 };
 
 // An activation allocation live at a step kind's peak.
@@ -133,8 +134,12 @@ SchedulerConfig scheduler_config(const ServingOptions& opt, int64_t pool_tokens,
 // What run_serving would refuse before its first step that needs no device: prompt ids, page size,
 // the pool from --kv-tokens or the workload against every request, the context length, and
 // --mem-fraction-static where the backend reports no memory. `moeprof run` checks it before it
-// writes anything.
-Status check_serving_plan(const ServingOptions& opt, const Workload& workload, const ModelConfig& cfg, bool memory_known);
+// writes anything. `estimated` (optional): the device's free memory, and after the weights by an
+// estimate that is at most what they take (estimate_weight_bytes), for `layers` layers: a pool
+// from --mem-fraction-static is then at most the estimate's, so one that has no page, or a request
+// it cannot hold, is refused here too.
+Status check_serving_plan(const ServingOptions& opt, const Workload& workload, const ModelConfig& cfg, bool memory_known,
+                          const DeviceMemory* estimated = nullptr, int64_t layers = 0);
 
 // Runs the workload on `model` (built with ModelOptions::paged_kv): allocates the pool, captures
 // the graphs, drives the steps to the last token, releases the graphs and the pool. `seed` draws

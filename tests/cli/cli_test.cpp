@@ -217,6 +217,13 @@ TEST_CASE("cli: report, then gate against it", "[cli]") {
   // churn -753 of 15,753 is -4.78%: outside 4% (630 B allowed), inside 5% (787 B); +1 B is inside both.
   CHECK(run_cli("gate --baseline '" + base + "' --current '" + curp + "' --rel-tol 0.04").rc == 1);
   CHECK(run_cli("gate --baseline '" + base + "' --current '" + curp + "' --rel-tol 0.05 --allow-incomplete").rc == 0);
+  // The reuse run's trace is incomplete: no baseline is proposed from it unless that is allowed,
+  // and the hint says to run it again rather than to accept it.
+  CHECK_FALSE(fs::exists(prop));
+  CHECK(reg.err.find("not writing " + prop + ": current run reuse's trace is incomplete") != std::string::npos);
+  CHECK(reg.out.find("The current run reuse's trace is incomplete: run it again") != std::string::npos);
+  CHECK(reg.out.find("If the change is intended") == std::string::npos);
+  REQUIRE(run_cli("gate --baseline '" + base + "' --current '" + curp + "' --allow-incomplete --out-baseline '" + prop + "'").rc == 1);
   // The proposed baseline passes against the current report.
   auto again = run_cli("gate --baseline '" + prop + "' --current '" + curp + "' --allow-incomplete");
   CHECK(again.rc == 0);

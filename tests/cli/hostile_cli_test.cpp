@@ -188,7 +188,7 @@ TEST_CASE("hostile reports and gate options", "[cli][hostile]") {
              "not valid JSON"});
   check_row({"--abs-tol 2^64 (saturated and passed)", "gate --abs-tol 18446744073709551616 --baseline " + valid + " --current " + valid, 2,
              "--abs-tol 18446744073709551616: must be a whole number of bytes in [0, 2^63-1]"});
-  check_row({"--rel-tol 2", "gate --rel-tol 2 --baseline " + valid + " --current " + valid, 2, "--rel-tol 2: must be a fraction of the baseline in [0, 1]"});
+  check_row({"--rel-tol 2", "gate --rel-tol 2 --baseline " + valid + " --current " + valid, 2, "--rel-tol 2: must be a decimal fraction of the baseline from 0 to 1 with at most 18 decimal places"});
   const std::string single = seed("report", "single.json");
   check_row({"gate: the current run failed, its figures equal the baseline's (passed)", "gate --baseline " + single + " --current " +
              seed("report", "failed-run.json"), 1, "moeprof gate: FAIL: 1 failed run", true});

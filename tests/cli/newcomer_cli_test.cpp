@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/gpu_probe.h"
@@ -360,4 +361,33 @@ TEST_CASE("newcomer: an output that is an input is refused, and a failed export 
   size_t left = 0;
   for (const auto& e : fs::directory_iterator(dir)) left += e.path().filename().string().find(".tmp") != std::string::npos;
   CHECK(left == 0);  // no temporary left behind
+}
+
+TEST_CASE("newcomer: gate keeps stdout to one document and never proposes a failed run as the baseline", "[cli][newcomer]") {
+  const auto dir = moeprof::testing::temp_dir("newcomer_gate");
+  const std::string valid = std::string(MOEPROF_SOURCE_DIR) + "/tests/fuzz/corpus/report/seed-valid.json",
+                    failed = std::string(MOEPROF_SOURCE_DIR) + "/tests/fuzz/corpus/report/seed-failed-run.json";
+  for (const char* out : {"--out-md -", "--out-junit -", "--out-baseline -"}) {
+    INFO(out);
+    auto r = run_cli("gate --json --baseline " + q(valid) + " --current " + q(valid) + " " + out);
+    CHECK(r.rc == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err == "moeprof gate: error: --json prints on stdout: give the --out-* options a file, not \"-\"\n");
+  }
+  auto two = run_cli("gate --baseline " + q(valid) + " --current " + q(valid) + " --out-md - --out-junit -");
+  CHECK(two.rc == 2);
+  // One --out-* on stdout: stdout is that document alone, the verdict goes to stderr.
+  auto md = run_cli("gate --baseline " + q(valid) + " --current " + q(valid) + " --out-baseline -");
+  CHECK(md.rc == 0);
+  CHECK(nlohmann::json::parse(md.out)["schema_version"] == 1);
+  CHECK(md.err.find("moeprof gate: PASS") != std::string::npos);
+  // A failed current run: no baseline written, and the hint says to run it again.
+  const fs::path prop = dir / "proposed.json";
+  fs::remove(prop);
+  auto f = run_cli("gate --baseline " + q(valid) + " --current " + q(failed) + " --out-baseline " + q(prop));
+  CHECK(f.rc == 1);
+  CHECK_FALSE(fs::exists(prop));
+  CHECK(f.err.find("moeprof gate: not writing " + prop.string() + ": current run ") != std::string::npos);
+  CHECK(f.out.find("run it again") != std::string::npos);
+  CHECK(f.out.find("If the change is intended") == std::string::npos);
 }

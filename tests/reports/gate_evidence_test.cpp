@@ -4,7 +4,9 @@
 // refuses what lies beyond (1e400, 2^64-1) as bad input in one line.
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <limits>
+#include <tuple>
 
 #include "core/checked.h"
 #include "reports/format.h"
@@ -25,8 +27,9 @@ ordered_json run(const std::string& name, uint64_t act) {
 std::string doc_text(std::vector<ordered_json> runs) {
   ordered_json d;
   d["schema_version"] = 1;
-  d["generator"] = "test";
+  d["generator"] = "moeprof test";
   d["runs"] = runs;
+  d["comparison"] = nullptr;
   return d.dump();
 }
 
@@ -103,10 +106,108 @@ TEST_CASE("gate: another model, token count, layer count or TP degree fails unle
     REQUIRE(a.notes.size() == 1);
     CHECK(a.notes[0].find("(allowed by --allow-config-change)") != std::string::npos);
   }
-  // Mode and backend stay notes.
+  // Mode, backend and device stay notes.
   ordered_json c = run("baseline", 2296);
   c["backend"] = "meta";
-  CHECK(reports::run_gate(base, report({c}), {}).passed());
+  c["device_name"] = "NVIDIA H100 80GB HBM3";
+  const auto notes = reports::run_gate(base, report({c}), {});
+  CHECK(notes.passed());
+  CHECK(notes.notes.size() >= 1);
+}
+
+TEST_CASE("gate: another EP layout, routing or serving workload fails unless allowed; a missing key is a difference", "[gate][evidence]") {
+  ordered_json b = run("baseline", 2296);
+  b["extra"]["routing"] = "uniform";
+  b["extra"]["ep_buffers"] = "exact";
+  auto base = report({b});
+  struct Case {
+    const char* what;
+    std::function<void(ordered_json&)> change;
+  };
+  const std::vector<Case> cases = {
+      {"extra.ep_size", [](ordered_json& c) { c["extra"]["ep_size"] = "4"; }},   // absent in the baseline: EP 1
+      {"extra.ep_rank", [](ordered_json& c) { c["extra"]["ep_rank"] = "1"; }},   // absent: rank 0
+      {"extra.dp_attention", [](ordered_json& c) { c["extra"]["dp_attention"] = "true"; }},
+      {"extra.routing", [](ordered_json& c) { c["extra"]["routing"] = "zipf:1.2"; }},
+      {"extra.ep_buffers", [](ordered_json& c) { c["extra"]["ep_buffers"] = "worst-case"; }},
+      {"layers", [](ordered_json& c) { c.erase("layers"); }},
+      {"serving", [](ordered_json& c) { c["serving"] = {{"requests", 8}, {"output_tokens", 160}}; }},
+  };
+  for (const Case& k : cases) {
+    INFO(k.what);
+    ordered_json c = b;
+    k.change(c);
+    const auto r = reports::run_gate(base, report({c}), {});
+    CHECK_FALSE(r.passed());
+    CHECK(r.config_changes == 1);
+    REQUIRE(r.notes.size() >= 1);
+    CHECK(r.notes[0].find(std::string(k.what) + " differs") != std::string::npos);
+    reports::GateOptions allow;
+    allow.allow_config_change = true;
+    CHECK(reports::run_gate(base, report({c}), allow).passed());
+  }
+  // Two serving runs: their requests, output tokens, chunk, page and pool are the workload.
+  ordered_json sb = b;
+  sb["serving"] = {{"requests", 8}, {"output_tokens", 160}, {"chunked_prefill_size", 8192}, {"page_size", 1}, {"kv_pool_tokens", 5000}};
+  for (const char* key : {"requests", "output_tokens", "chunked_prefill_size", "page_size", "kv_pool_tokens"}) {
+    INFO(key);
+    ordered_json sc = sb;
+    sc["serving"][key] = 7;
+    const auto r = reports::run_gate(report({sb}), report({sc}), {});
+    CHECK(r.config_changes == 1);
+    CHECK_FALSE(r.passed());
+  }
+  CHECK(reports::run_gate(report({sb}), report({sb}), {}).passed());
+}
+
+TEST_CASE("gate: --rel-tol is the decimal as written, so a change exactly at the limit passes", "[gate][evidence]") {
+  struct Case {
+    const char* text;
+    uint64_t num, den;
+  };
+  for (const Case& c : {Case{"0.29", 29, 100}, Case{"2.9e-1", 29, 100}, Case{".5", 1, 2}, Case{"1", 1, 1}, Case{"0", 0, 1},
+                        Case{"0.000", 0, 1}, Case{"1.000", 1, 1}, Case{"0.9999999999999999", 9999999999999999, 10000000000000000},
+                        Case{"5e-18", 5, 1000000000000000000}}) {
+    INFO(c.text);
+    reports::GateOptions o;
+    REQUIRE(reports::parse_rel_tol(c.text, &o).is_ok());
+    // .5 is 5/10: compare as fractions.
+    CHECK(static_cast<unsigned __int128>(o.rel_num) * c.den == static_cast<unsigned __int128>(c.num) * o.rel_den);
+  }
+  for (const char* bad : {"", "-0", "-0.1", "1.0000001", "2", "1e-400", "0.1234567890123456789", "abc", "0.1.2", "1e", "nan", "inf", " 0.1"}) {
+    INFO(bad);
+    reports::GateOptions o;
+    const Status st = reports::parse_rel_tol(bad, &o);
+    CHECK(st.code() == ErrorCode::kBadInput);
+    CHECK(st.message() == std::string("--rel-tol ") + bad + ": must be a decimal fraction of the baseline from 0 to 1 with at most 18 decimal places");
+  }
+  // 129,000 against 100,000 at 0.29: 29,000 B allowed, exactly the delta (floating point gave 28,999).
+  for (const auto& [b, c, tol, pass] : std::vector<std::tuple<uint64_t, uint64_t, const char*, bool>>{
+           {100000, 129000, "0.29", true}, {100000, 129001, "0.29", false}, {100, 129, "0.29", true}, {100, 157, "0.57", true},
+           {kMaxBytes / 4, kMaxBytes / 2 - 1, "1", true}, {1000000000, 1000000000 + 333333335, "0.333333335", true},
+           {1000000000, 1000000000 + 333333336, "0.333333335", false}}) {
+    INFO(b << " " << c << " " << tol);
+    reports::GateOptions o;
+    o.metrics = {"peak_activation_bytes"};
+    REQUIRE(reports::parse_rel_tol(tol, &o).is_ok());
+    CHECK(reports::run_gate(report({run("r", b)}), report({run("r", c)}), o).passed() == pass);
+  }
+}
+
+TEST_CASE("gate: a report without a comparison key, or from another generator, is bad input", "[gate][evidence]") {
+  ordered_json d;
+  d["schema_version"] = 1;
+  d["generator"] = "moeprof test";
+  d["runs"] = {run("baseline", 2296)};
+  auto no_cmp = reports::parse_report(d.dump(), "r.json");
+  REQUIRE_FALSE(no_cmp.is_ok());
+  CHECK(no_cmp.status().message().find("missing comparison (an object, or null)") != std::string::npos);
+  d["comparison"] = nullptr;
+  CHECK(reports::parse_report(d.dump(), "r.json").is_ok());
+  d["generator"] = "foo";
+  auto other = reports::parse_report(d.dump(), "r.json");
+  REQUIRE_FALSE(other.is_ok());
+  CHECK(other.status().message().find("generator \"foo\" does not start with \"moeprof \"") != std::string::npos);
 }
 
 TEST_CASE("gate: tolerances are range-checked and never saturate", "[gate][evidence]") {

@@ -208,7 +208,7 @@ TEST_CASE("gate outputs: verdict, Markdown table, JUnit XML, proposed baseline",
 }
 
 TEST_CASE("a report without runs is bad input, so an empty baseline can never pass", "[gate]") {
-  auto r = moeprof::reports::parse_report(R"({"schema_version":1,"generator":"x","runs":[]})", "empty.json");
+  auto r = moeprof::reports::parse_report(R"({"schema_version":1,"generator":"moeprof x","runs":[],"comparison":null})", "empty.json");
   REQUIRE_FALSE(r.is_ok());
   CHECK(r.status().code() == moeprof::ErrorCode::kBadInput);
   CHECK(r.status().message().find("no runs") != std::string::npos);
