@@ -111,6 +111,18 @@ CLI::Validator seconds_range(double lo, double hi) {
       "");
 }
 
+CLI::Validator number_range(double lo, double hi) {
+  const std::string range = "must be a number from " + fmt::format("{}", lo) + " to " + fmt::format("{}", hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& v) -> std::string {
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        if (v.empty() || *end != '\0' || !std::isfinite(x) || x < lo || x > hi) return range + " (got " + shown_value(v) + ")";
+        return "";
+      },
+      "");
+}
+
 CLI::Validator positive_number() {
   return CLI::Validator(
       [](std::string& v) -> std::string {

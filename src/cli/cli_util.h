@@ -47,6 +47,8 @@ Status write_file_replacing(const std::string& path, const std::function<Status(
 // double). A value that is not a number gets the same line.
 CLI::Validator integer_range(int64_t lo, int64_t hi);
 CLI::Validator seconds_range(double lo, double hi);
+// "must be a number from LO to HI (got V)": NaN and infinities are refused (CLI::Range lets NaN by).
+CLI::Validator number_range(double lo, double hi);
 // "must be a number greater than 0".
 CLI::Validator positive_number();
 

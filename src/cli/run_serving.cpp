@@ -1,5 +1,7 @@
 #include "cli/run_serving.h"
 
+#include "cli/cli_util.h"
+
 #include <fmt/format.h>
 
 #include "executor/graph_runner.h"
@@ -32,7 +34,7 @@ void add_serving_options(CLI::App* cmd, ServingArgs* a) {
                  ->group(g);
   cmd->add_option("--mem-fraction-static", a->mem_fraction_static,
                   "size the KV pool as SGLang does: free after weights - free before weights x (1 - F), in tokens")
-      ->check(CLI::Range(1e-6, 1.0).description(""))
+      ->check(number_range(1e-6, 1.0))
       ->type_name("F")
       ->excludes(kv)
       ->group(g);

@@ -75,6 +75,16 @@ TEST_CASE("newcomer: a mistyped run leaves the earlier results byte for byte", "
   typos.push_back({"run --backend meta --model tiny --workload " + q(long_prompt) + " --mem-fraction-static 0.8", 2,
                    "moeprof run: error: --mem-fraction-static needs the device's memory, which this backend does not report (the meta "
                    "backend: give --gpu-memory BYTES; or set the pool with --kv-tokens N)"});
+  typos.push_back({"run --backend meta --model tiny --workload " + q(long_prompt) + " --gpu-memory H100 --mem-fraction-static nan", 2,
+                   "moeprof run: error: --mem-fraction-static: must be a number from 1e-06 to 1 (got nan) (see moeprof run --help)"});
+  // A pool from --mem-fraction-static: on the meta backend the weights are known before the run.
+  typos.push_back({"run --backend meta --model tiny --workload " + q(long_prompt) + " --gpu-memory 100000000 --mem-fraction-static 0.01",
+                   2,
+                   "moeprof run: error: Not enough memory for the KV pool: --mem-fraction-static 0.0100 of the 100,000,000 B free gives "
+                   "1,000,000 B, the weights take at least 4,662,816 B: -3,662,816 B are left, less than one page (1 token(s) x 384 B). "
+                   "Increase --mem-fraction-static or give --kv-tokens N"});
+  typos.push_back({"run --backend meta --model tiny --workload " + q(long_prompt) + " --gpu-memory 100000000 --mem-fraction-static 0.0468",
+                   2, "moeprof run: error: request 1 (line 2) needs 502 KV tokens, more than the whole pool (44): it could never run"});
   typos.push_back({"run --backend cpu --model tiny --workload ''", 2,
                    "moeprof run: error: --workload is empty (a JSONL file, or synthetic:N,PROMPT,OUTPUT[,SEED])"});
   if (moeprof::probe_gpus().usable().empty() || !moeprof::cuda_backend_compiled())
