@@ -219,6 +219,7 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
         return Status::bad_input("the trace's request table (" + with_commas(table_bytes) + " B) is not whole rows of " + with_commas(table_row) + " B");
     } else if (rule == "given") {
       b.table_fixed_bytes = table_bytes;
+      if (table_row > 0 && table_bytes % table_row == 0) b.table_fixed_rows = table_bytes / table_row;
     } else {
       return Status::bad_input("the trace's max_running_requests_rule is " + (rule.empty() ? std::string("missing") : rule) +
                                " (given or sglang)");
@@ -382,10 +383,19 @@ uint64_t kv_tokens_with_peak(const BudgetResult& b, uint64_t activation_peak_byt
   return kv_capacity(b, static_cast<i128>(b.gpu_memory_bytes) - fixed - margin);
 }
 
+uint64_t request_limit_at(const BudgetResult& b, uint64_t kv_tokens) {
+  if (b.table_context_len > 0) {  // SGLang's rule (request_table_bytes_at): the table's rows less the padding row
+    const double f = static_cast<double>(kv_tokens) / static_cast<double>(b.table_context_len) * 512.0;
+    return static_cast<uint64_t>(std::clamp<int64_t>(static_cast<int64_t>(f), 2048, 4096));
+  }
+  return b.table_fixed_rows > 0 ? b.table_fixed_rows - 1 : 0;
+}
+
 uint64_t requests_for(const BudgetResult& b, uint64_t kv_tokens) {
   if (b.request_tokens == 0) return 0;
   const uint64_t per = (b.request_tokens + b.page_size - 1) / b.page_size * b.page_size;
-  return kv_tokens / per;
+  const uint64_t by_pool = kv_tokens / per, limit = request_limit_at(b, kv_tokens);
+  return limit > 0 ? std::min(by_pool, limit) : by_pool;
 }
 
 std::string shortest_decimal(uint64_t lo_num, uint64_t hi_num, uint64_t den) {
@@ -416,10 +426,11 @@ EngineSettings engine_settings(const BudgetResult& b) {
                            std::to_string(static_cast<uint64_t>(f100 % 100));
   const i128 rest = f100 * G / 100 - static_cast<i128>(b.weights_bytes);
   e.rounded_kv_tokens = rest <= 0 ? 0 : static_cast<uint64_t>(rest / cell) / p * p;
-  // vLLM: KV cache = u x G - the non-KV memory; blocks of 16 tokens.
+  // vLLM: KV cache = u x G - the non-KV memory it profiles; blocks of 16 tokens. The margin is
+  // not memory vLLM profiles: u leaves it free (it is below 1 by the margin's share).
   uint64_t non_kv = 0;
   for (const auto& c : b.components)
-    if (c.name != "kv_pool" && c.name != "free") non_kv += static_cast<uint64_t>(c.bytes);
+    if (c.name != "kv_pool" && c.name != "free" && c.name != "margin") non_kv += static_cast<uint64_t>(c.bytes);
   e.gpu_memory_utilization = shortest_decimal(non_kv + N * cell, non_kv + (N + 16) * cell, G);
   return e;
 }

@@ -89,6 +89,7 @@ struct BudgetResult {
   // With table_context_len > 0 its rows follow SGLang's rule, clamp(int(kv_tokens / context_len
   // x 512), 2048, 4096) + 1, of table_row_bytes each; otherwise it is table_fixed_bytes.
   uint64_t request_table_bytes = 0, table_row_bytes = 0, table_fixed_bytes = 0;
+  uint64_t table_fixed_rows = 0;  // the rows of table_fixed_bytes (the run's --max-running-requests + 1)
   int64_t table_context_len = 0;
   // The worst step: the step scope of the allocation that makes the activation peak
   // ("step.N/prefill"), or "prefill" for a trace of one prefill; what is live there.
@@ -116,7 +117,10 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
 uint64_t kv_tokens_with_peak(const BudgetResult& b, uint64_t activation_peak_bytes);
 // The request table's bytes when the pool holds kv_tokens (BudgetResult's table fields).
 uint64_t request_table_bytes_at(const BudgetResult& b, uint64_t kv_tokens);
+// Requests of request_tokens running at once at kv_tokens: the pool's whole requests, at most the
+// request table's rows (SGLang's max_running_requests at that pool, or the run's own; 0: no table).
 uint64_t requests_for(const BudgetResult& b, uint64_t kv_tokens);
+uint64_t request_limit_at(const BudgetResult& b, uint64_t kv_tokens);
 
 // The shortest decimal in [lo_num / den, hi_num / den) (hi excluded), at most 12 digits after the
 // point; "" when none is.

@@ -47,6 +47,9 @@ ordered_json budget_json(const BudgetReportInput& in) {
   j["request_table_bytes"] = b.request_table_bytes;
   j["request_tokens"] = b.request_tokens;
   j["requests"] = b.requests;
+  // The request table's rows at kv_tokens (SGLang's max_running_requests; 0: no table): requests
+  // is at most this.
+  j["request_limit"] = planner::request_limit_at(b, b.kv_tokens);
   j["trace_kv_cache_bytes"] = b.trace_kv_cache_bytes;
   ordered_json live = ordered_json::array();
   for (const auto& e : b.live_at_peak)
@@ -144,10 +147,14 @@ std::string budget_text(const ordered_json& j) {
   out += fmt::format("  {:<16} {:>24}\n", "sum", comp_bytes(json_i64(j, "components_sum_bytes")));
   if (!j["fits"].get<bool>())
     out += fmt::format("\nDOES NOT FIT: {} more are needed for one page of KV\n", format_exact_bytes(json_u64(j, "shortfall_bytes")));
-  out += fmt::format("\nKV capacity: {} tokens ({} B per token: {}{}), page size {}; {} concurrent requests of {} tokens\n",
+  const uint64_t limit = j.contains("request_limit") ? json_u64(j, "request_limit") : 0;
+  const std::string at_limit = limit > 0 && json_u64(j, "requests") == limit
+                                   ? fmt::format(" (at the request table's limit, max_running_requests {})", with_commas_u(limit))
+                                   : "";
+  out += fmt::format("\nKV capacity: {} tokens ({} B per token: {}{}), page size {}; {} concurrent requests of {} tokens{}\n",
                      with_commas_u(json_u64(j, "kv_tokens")), with_commas_u(json_u64(j, "kv_bytes_per_token")), json_str(j, "kv_cost_source"),
                      json_str(j, "kv_check").empty() ? "" : "; " + json_str(j, "kv_check"), json_u64(j, "page_size"),
-                     with_commas_u(json_u64(j, "requests")), with_commas_u(json_u64(j, "request_tokens")));
+                     with_commas_u(json_u64(j, "requests")), with_commas_u(json_u64(j, "request_tokens")), at_limit);
   const auto& w = j["worst_step"];
   out += fmt::format("worst step: {}, activation peak {} (activations {}, workspaces {}); live there, largest first ({} tensors):\n",
                      json_str(w, "step"), format_exact_bytes(json_u64(w, "activation_peak_bytes")), format_exact_bytes(json_u64(w, "activation_bytes")),

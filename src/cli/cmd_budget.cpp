@@ -76,10 +76,13 @@ int budget_command(const BudgetArgs& a) {
     auto cfg = resolve_model_config(a.model);
     if (!cfg) return fail("budget", cfg.status());
     RunPlan plan;
-    if (Status st = apply_routing_options(a.routing, *cfg, "meta", &plan); !st) return fail("budget", st);
     plan.model = a.model;
     plan.tokens = a.tokens;
     plan.serving = *serving;
+    plan.tp = a.tp;
+    // The routing and EP options as `run` checks them (with the workload and TP set first: --ep
+    // runs one prefill at TP 1).
+    if (Status st = apply_routing_options(a.routing, *cfg, "meta", &plan); !st) return fail("budget", st);
     if (plan.serving) {
       // What the serving run would refuse before its first step (the meta device knows its memory).
       auto w = load_workload(plan.serving->workload);
@@ -138,6 +141,32 @@ int budget_command(const BudgetArgs& a) {
     r->trace = Trace();
     names.push_back(r->analysis.meta.name.empty() ? std::filesystem::path(traces[i]).stem().string() : r->analysis.meta.name);
     runs.push_back(std::move(r).value());
+  }
+  // The traces are the memory modes of one run: the same model and workload, each mode once
+  // (traces of other programs would make up what a mode buys).
+  for (size_t i = 1; i < runs.size(); ++i) {
+    const RunMeta& m0 = runs[0].analysis.meta;
+    const RunMeta& mi = runs[i].analysis.meta;
+    auto extra = [](const RunMeta& m, const char* key) {
+      auto it = m.extra.find(key);
+      return it == m.extra.end() ? std::string() : it->second;
+    };
+    std::string differs;
+    if (mi.model != m0.model) differs = "model " + m0.model + " vs " + mi.model;
+    else if (mi.tokens != m0.tokens) differs = fmt::format("tokens {} vs {}", m0.tokens, mi.tokens);
+    else if (mi.layers != m0.layers) differs = fmt::format("layers {} vs {}", m0.layers, mi.layers);
+    else if (mi.tp_size != m0.tp_size) differs = fmt::format("TP {} vs {}", m0.tp_size, mi.tp_size);
+    for (const char* key : {"serving_workload", "ep_size", "ep_rank", "dp_attention", "routing", "context_len", "chunked_prefill_size"})
+      if (differs.empty() && extra(mi, key) != extra(m0, key))
+        differs = fmt::format("{} {} vs {}", key, extra(m0, key).empty() ? "(none)" : extra(m0, key),
+                              extra(mi, key).empty() ? "(none)" : extra(mi, key));
+    if (!differs.empty())
+      return fail("budget", Status::bad_input(fmt::format("{} and {} are not the modes of one run ({}): give one run's traces, one per "
+                                                          "memory mode", traces[0], traces[i], differs)));
+    for (size_t k = 0; k < i; ++k)
+      if (!mi.mode.empty() && runs[k].analysis.meta.mode == mi.mode)
+        return fail("budget", Status::bad_input(fmt::format("{} and {} are both mode {}: give one trace per memory mode", traces[k],
+                                                            traces[i], mi.mode)));
   }
   if (scratch) {
     std::error_code ec;

@@ -310,3 +310,44 @@ TEST_CASE("moeprof budget of a serving trace: the capacity runs, one page more f
   CHECK(bad.rc == 2);
   CHECK(count_lines(bad.err) == 1);
 }
+
+TEST_CASE("moeprof budget: traces of other runs are not modes, EP refuses a workload, requests stop at the table's limit", "[cli][budget]") {
+  const fs::path dir = moeprof::testing::temp_dir("budget_cli_modes");
+  const std::string a = (dir / "a").string(), b = (dir / "b").string();
+  REQUIRE(run_cli("run -q --backend meta --model tiny --workload synthetic:5,61,7 --mode all -o '" + a + "'").rc == 0);
+  REQUIRE(run_cli("run -q --backend meta --model tiny --tokens 97 --mode all -o '" + b + "'").rc == 0);
+  struct Bad {
+    std::string args, line;
+  };
+  const std::vector<Bad> bad = {
+      {"budget '" + a + "/baseline.mtrace' '" + b + "/reuse.mtrace' --gpu-memory H100",
+       "moeprof budget: error: " + a + "/baseline.mtrace and " + b +
+           "/reuse.mtrace are not the modes of one run (tokens 305 vs 97): give one run's traces, one per memory mode"},
+      {"budget '" + a + "/baseline.mtrace' '" + a + "/baseline.mtrace' --gpu-memory H100",
+       "moeprof budget: error: " + a + "/baseline.mtrace and " + a + "/baseline.mtrace are both mode baseline: give one trace per memory mode"},
+      {"budget --backend meta --model tiny --ep 2 --routing uniform --workload synthetic:4,10,2 --gpu-memory H100",
+       "moeprof budget: error: --ep runs one prefill: drop --workload"},
+  };
+  for (const auto& x : bad) {
+    INFO(x.args);
+    auto r = run_cli(x.args);
+    CHECK(r.rc == 2);
+    CHECK(r.err == x.line + "\n");
+  }
+  // Requests are at most the request table's rows: SGLang's 4,096 at the largest pools.
+  auto r = run_cli("budget --json '" + a + "/baseline.mtrace' '" + a + "/reuse.mtrace' --gpu-memory H100");
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["request_limit"] == 4096);
+  CHECK(j["requests"] == 4096);
+  CHECK(j["kv_tokens"].get<uint64_t>() / j["request_tokens"].get<uint64_t>() > 4096);
+  for (const auto& m : j["modes"]) CHECK(m["requests"].get<uint64_t>() <= 4096);
+  // vLLM's gpu_memory_utilization leaves the margin free: 5 GB of 40 GB is 0.125 less.
+  double u[2];
+  for (int i = 0; i < 2; ++i) {
+    auto m = run_cli("budget --json '" + a + "/baseline.mtrace' --gpu-memory 40000000000 --margin " + (i ? "5000000000" : "0"));
+    REQUIRE(m.rc == 0);
+    u[i] = std::stod(nlohmann::json::parse(m.out)["gpu_memory_utilization_detail"]["value"].get<std::string>());
+  }
+  CHECK(u[0] - u[1] == Approx(0.125).margin(1e-6));
+}

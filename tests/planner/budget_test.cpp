@@ -415,3 +415,28 @@ TEST_CASE("budget - a run's metadata: the untraced memory, a serving pool and it
   REQUIRE_FALSE(rule.is_ok());
   CHECK(rule.status().message().find("max_running_requests_rule") != std::string::npos);
 }
+
+TEST_CASE("budget - concurrent requests stop at the request table's limit", "[planner][budget]") {
+  planner::BudgetResult b;
+  b.page_size = 1;
+  b.request_tokens = 255;
+  // SGLang's rule: clamp(int(kv / context x 512), 2048, 4096) rows for requests.
+  b.table_context_len = 163840;
+  b.table_row_bytes = 655376;
+  CHECK(planner::request_limit_at(b, 1332968) == 4096);  // 4,165 by the rule, clamped
+  CHECK(planner::requests_for(b, 1332968) == 4096);      // the pool alone holds 5,227
+  CHECK(planner::request_limit_at(b, 700000) == 2187);   // 700,000 / 163,840 x 512 = 2,187.5
+  CHECK(planner::requests_for(b, 700000) == 2187);       // the pool alone: 2,745
+  CHECK(planner::request_limit_at(b, 100000) == 2048);
+  CHECK(planner::requests_for(b, 100000) == 392);        // the pool is the limit: 100,000 / 255
+  // The run's own --max-running-requests 7: 8 rows of the table.
+  b.table_context_len = 0;
+  b.table_fixed_rows = 8;
+  b.page_size = 64;
+  CHECK(planner::requests_for(b, 826 * 256) == 7);
+  CHECK(planner::requests_for(b, 3 * 256) == 3);
+  // One prefill (no table): the pool alone.
+  b.table_fixed_rows = 0;
+  CHECK(planner::request_limit_at(b, 826 * 256) == 0);
+  CHECK(planner::requests_for(b, 826 * 256) == 826);
+}
