@@ -67,7 +67,7 @@ std::string runs_section(const ordered_json& report) {
                        "<td class=\"n peak-act\">{}</td>",
                        h(json_str(r, "name")), h(json_str(r, "name")), h(json_str(r, "mode")), h(or_dash(json_str(r, "model"))),
                        json_i64(r, "tokens") > 0 ? with_commas(json_i64(r, "tokens")) : "-", h(run_tp_label(r).empty() ? "-" : run_tp_label(r)), h(json_str(r, "backend")), h(json_str(r, "device_name")),
-                       html::bytes(json_u64(r, "peak_activation_bytes")));
+                       json_u64(r, "allocations") == 0 ? std::string("none recorded") : html::bytes(json_u64(r, "peak_activation_bytes")));
     if (predicted) {
       std::string cell;
       if (r.contains("predicted_from_baseline") && r["predicted_from_baseline"].is_object()) {
@@ -79,7 +79,8 @@ std::string runs_section(const ordered_json& report) {
       out += "<td class=\"n\">" + cell + "</td>";
     }
     out += fmt::format("<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
-                       html::bytes(json_u64(r, "peak_total_bytes")), html::bytes(json_u64(r, "churn_bytes")),
+                       json_u64(r, "allocations") == 0 ? std::string("none recorded") : html::bytes(json_u64(r, "peak_total_bytes")),
+                       json_u64(r, "allocations") == 0 ? std::string("none recorded") : html::bytes(json_u64(r, "churn_bytes")),
                        with_commas(json_i64(r, "allocations")), with_commas_u(r.contains("anomalies") ? json_u64(r["anomalies"], "total") : 0));
   }
   out += "</tbody></table>\n";

@@ -32,7 +32,14 @@ std::string comparison_markdown(const ordered_json& c) {
     for (const auto& w : c["warnings"])
       if (w.is_string()) out += fmt::format("> **warning**: {}\n\n", md_cell(w.get<std::string>()));
   out += fmt::format("| figure | A: {} | B: {} | B - A | % |\n|---|---:|---:|---:|---:|\n", md_cell(a), md_cell(b));
+  // A run with no allocation has no figure to show: "none recorded", never 0 B.
+  const bool none_a = c.contains("baseline_allocations") && json_u64(c, "baseline_allocations") == 0,
+             none_b = c.contains("candidate_allocations") && json_u64(c, "candidate_allocations") == 0;
   auto row = [&](const std::string& what, uint64_t va, uint64_t vb, int64_t d) {
+    if (none_a || none_b) {
+      out += fmt::format("| {} | {} | {} | - | - |\n", what, none_a ? "none recorded" : bytes_cell(va), none_b ? "none recorded" : bytes_cell(vb));
+      return;
+    }
     out += fmt::format("| {} | {} | {} | {} | {} |\n", what, bytes_cell(va), bytes_cell(vb), delta_cell(d), format_percent(d, va));
   };
   row("peak activation", json_u64(c, "baseline_peak_activation_bytes"), json_u64(c, "candidate_peak_activation_bytes"),
@@ -96,10 +103,12 @@ std::string report_markdown(const ordered_json& report) {
   out += "| run | mode | model | tokens | TP | backend | peak activation | peak total | churn | allocations | anomalies |\n";
   out += "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|\n";
   for (const auto& r : report["runs"]) {
+    const bool none = json_u64(r, "allocations") == 0;  // no peak to show: "none recorded", never 0 B
+    auto fig = [&](const char* key) { return none ? std::string("none recorded") : bytes_cell(json_u64(r, key)); };
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", md_cell(json_str(r, "name")),
                        md_cell(json_str(r, "mode")), md_cell(or_dash(json_str(r, "model"))), json_i64(r, "tokens") > 0 ? with_commas(json_i64(r, "tokens")) : "-",
-                       md_cell(run_tp_label(r).empty() ? "-" : run_tp_label(r)), md_cell(json_str(r, "backend")), bytes_cell(json_u64(r, "peak_activation_bytes")),
-                       bytes_cell(json_u64(r, "peak_total_bytes")), bytes_cell(json_u64(r, "churn_bytes")), with_commas_u(json_u64(r, "allocations")),
+                       md_cell(run_tp_label(r).empty() ? "-" : run_tp_label(r)), md_cell(json_str(r, "backend")), fig("peak_activation_bytes"),
+                       fig("peak_total_bytes"), fig("churn_bytes"), with_commas_u(json_u64(r, "allocations")),
                        with_commas_u(r.contains("anomalies") ? json_u64(r["anomalies"], "total") : 0));
   }
   for (const auto& r : report["runs"]) {
@@ -111,6 +120,10 @@ std::string report_markdown(const ordered_json& report) {
   for (const auto& r : report["runs"]) {
     const auto& live = r["live_at_peak"];
     out += fmt::format("\n## Live at the activation peak: {}\n\n", md_cell(json_str(r, "name")));
+    if (json_u64(r, "allocations") == 0) {
+      out += "No allocation recorded: nothing was live.\n";
+      continue;
+    }
     out += fmt::format("{} of activation memory live ({} in total).\n\n", bytes_cell(json_u64(live, "activation_bytes")),
                        format_bytes(json_u64(live, "total_bytes")));
     out += "| category | live at peak | own high-water |\n|---|---:|---:|\n";

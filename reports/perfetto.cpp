@@ -205,7 +205,9 @@ void export_run(const PerfettoRun& run, size_t run_index, const PerfettoOptions&
       if (stack.empty()) continue;
       const TraceRecord* b = stack.back();
       stack.pop_back();
-      std::string id = "m" + std::to_string(markers++);
+      // A plain id is global in the Trace Event Format: the process in it keeps the runs' (and
+      // devices') markers apart when one file holds several.
+      std::string id = "p" + std::to_string(pid_of(b->device)) + ".m" + std::to_string(markers++);
       std::string name = std::string(trace.str(b->name_id));
       sink->add(ordered_json{{"ph", "b"}, {"cat", "marker"}, {"name", name}, {"id", id}, {"pid", pid_of(b->device)},
                              {"tid", 0}, {"ts", to_us(b->timestamp_ns, t0)}, {"args", {{"scope", trace.str(b->scope_id)}}}});

@@ -36,8 +36,14 @@ std::string comparison_text(const ordered_json& c, const std::string& a_file, co
   out += fmt::format("A: run {} ({})\nB: run {} ({})\nchanges are B - A (negative: B uses less)\n\n", a, a_file, b, b_file);
   // The headline table: the columns as wide as their widest cell, so large figures never run together.
   std::vector<std::array<std::string, 5>> rows = {{"", "A", "B", "B - A", "%"}};
+  // A run with no allocation has no figure: "none recorded", never 0 B, and no change to show.
+  const bool none_a = c.contains("baseline_allocations") && json_u64(c, "baseline_allocations") == 0,
+             none_b = c.contains("candidate_allocations") && json_u64(c, "candidate_allocations") == 0;
   auto row = [&](const std::string& what, uint64_t va, uint64_t vb, int64_t d) {
-    rows.push_back({what, format_bytes(va), format_bytes(vb), change_exact(d), format_percent(d, va)});
+    if (none_a || none_b)
+      rows.push_back({what, none_a ? "none recorded" : format_bytes(va), none_b ? "none recorded" : format_bytes(vb), "-", "-"});
+    else
+      rows.push_back({what, format_bytes(va), format_bytes(vb), change_exact(d), format_percent(d, va)});
   };
   row("peak activation", json_u64(c, "baseline_peak_activation_bytes"), json_u64(c, "candidate_peak_activation_bytes"),
       json_i64(c, "peak_activation_delta_bytes"));

@@ -10,7 +10,7 @@ Format rules checked: a JSON object with a traceEvents array (displayTimeUnit "m
 every event an object with a known phase, a string name, integer pid and tid; a non-negative ts
 on every event but metadata; complete events (X) with a non-negative dur and, per thread, nested
 without partial overlap; counters (C) with a non-empty args object of numbers; instants (i/I) with
-scope g, p or t; async events (b/n/e) with cat and id, each e closing an open b of the same pid,
+scope g, p or t; async events (b/n/e) with cat and id (a plain id is global: never in two processes), each e closing an open b of the same pid,
 cat and id at or after its start, none left open; duration events (B/E) balanced per thread;
 metadata (M) of a known kind with its argument.
 moeprof's rules: a counter's name does not repeat its argument's name (Perfetto names the track
@@ -36,7 +36,7 @@ def validate(doc, where):
         return [f"{where}: not a JSON object with a traceEvents array"]
     if "displayTimeUnit" in doc and doc["displayTimeUnit"] not in ("ms", "ns"):
         problems.append(f"{where}: displayTimeUnit {doc['displayTimeUnit']!r} is neither ms nor ns")
-    open_async, stacks, complete = {}, {}, {}
+    open_async, stacks, complete, id_owner = {}, {}, {}, {}
     for i, e in enumerate(doc["traceEvents"]):
         if not isinstance(e, dict):
             problems.append(f"{where}: traceEvents[{i}] is not an object")
@@ -79,6 +79,11 @@ def validate(doc, where):
                 bad(i, e, "async event without cat and id")
                 continue
             key = (e["pid"], e["cat"], str(e["id"]))
+            # A plain id is global (only id2.local is process-scoped): one id in two processes
+            # would join their async slices on one track.
+            owner = id_owner.setdefault((e["cat"], str(e["id"])), e["pid"])
+            if owner != e["pid"]:
+                bad(i, e, f"async id {e['id']!r} used by processes {owner} and {e['pid']}: a plain id is global")
             if ph == "b":
                 open_async.setdefault(key, []).append((e["ts"], i))
             elif ph == "e":

@@ -362,10 +362,10 @@
     // Runs without a per-allocation timeline: streamed (--stream), or reports made without lifetimes.
     const without = data.runs.filter((r) => !r.memory_timeline || !r.memory_timeline.allocations);
     if (without.length) {
-      const why = (r) => r.streamed ? 'analysed as a stream (--stream), which keeps no per-allocation timeline; --stream off draws it'
+      const why = (r) => !r.allocations ? 'no allocation recorded' : r.streamed ? 'analysed as a stream (--stream), which keeps no per-allocation timeline; --stream off draws it'
         : 'analysed without its allocations\' lifetimes';
       host.insertAdjacentHTML('beforebegin', without.map((r) => '<p class="note no-timeline" data-run="' + esc(r.name) + '"><b>' + esc(r.name) +
-        '</b>: no timeline: ' + esc(why(r)) + '. Peak activation ' + esc(fmtBytes(r.peak_activation_bytes)) + ' (' + esc(fmtExact(r.peak_activation_bytes)) + ').</p>').join(''));
+        '</b>: no timeline: ' + esc(why(r)) + (r.allocations ? '. Peak activation ' + esc(fmtBytes(r.peak_activation_bytes)) + ' (' + esc(fmtExact(r.peak_activation_bytes)) + ')' : '') + '.</p>').join(''));
     }
     if (!models.length) {
       document.querySelectorAll('#timeline .controls, #timeline-legend').forEach((e) => { e.style.display = 'none'; });

@@ -173,6 +173,20 @@ TEST_CASE("hostile traces: limits, corruption and truncation", "[cli][hostile]")
   CHECK(empty.out.rfind("warning: ", 0) == 0);
   CHECK(empty.out.find("  peak activation  none recorded") != std::string::npos);
   CHECK(empty.out.find(" 0 B  (0 B)") == std::string::npos);
+  // The same in report's Markdown and HTML, and in compare's tables.
+  auto md = run_cli("report --out-md - " + seed("trace", "empty-records.mtrace"));
+  CHECK(md.rc == 0);
+  CHECK(md.out.find("| none recorded | none recorded | none recorded | 0 |") != std::string::npos);
+  CHECK(md.out.find("No allocation recorded: nothing was live.") != std::string::npos);
+  CHECK(md.out.find("0 B of activation memory live") == std::string::npos);
+  auto html = run_cli("report --out-html - " + seed("trace", "empty-records.mtrace"));
+  CHECK(html.out.find("<td class=\"n peak-act\">none recorded</td>") != std::string::npos);
+  auto cmp_text = run_cli("compare " + seed("trace", "empty-records.mtrace") + " " + seed("trace", "valid.mtrace"));
+  CHECK(cmp_text.rc == 0);
+  CHECK(cmp_text.out.find("  peak activation ") != std::string::npos);
+  CHECK(cmp_text.out.find("none recorded") != std::string::npos);
+  auto cmp_md = run_cli("compare --out-md - " + seed("trace", "empty-records.mtrace") + " " + seed("trace", "valid.mtrace"));
+  CHECK(cmp_md.out.find("| peak activation | none recorded |") != std::string::npos);
   auto cmp = run_cli("compare --json " + seed("trace", "no-end.mtrace") + " " + seed("trace", "valid.mtrace"));
   CHECK(cmp.rc == 0);
   CHECK(cmp.out.find("\"warnings\": [\n    \"baseline run seed: the trace is incomplete at byte offset") != std::string::npos);
