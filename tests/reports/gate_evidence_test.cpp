@@ -115,7 +115,7 @@ TEST_CASE("gate: another model, token count, layer count or TP degree fails unle
   CHECK(notes.notes.size() >= 1);
 }
 
-TEST_CASE("gate: another EP layout, routing or serving workload fails unless allowed; a missing key is a difference", "[gate][evidence]") {
+TEST_CASE("gate: another EP layout, routing or serving workload fails unless allowed, and a missing key is a difference", "[gate][evidence]") {
   ordered_json b = run("baseline", 2296);
   b["extra"]["routing"] = "uniform";
   b["extra"]["ep_buffers"] = "exact";
