@@ -484,8 +484,8 @@ int run_command(const RunArgs& a) {
   // the baseline beyond the seed's change go into the report.
   std::vector<std::optional<uint64_t>> predicted(r.modes.size());
   std::optional<planner::WhatIfResult> baseline_fixes;
-  // (The shipped rules describe the prefill: a serving run is not predicted.)
-  if (!r.modes.empty() && r.modes.front().mode == "baseline" && !plan.serving) {
+  // (The shipped rules' scopes match a prefill's layers and a serving run's steps alike.)
+  if (!r.modes.empty() && r.modes.front().mode == "baseline") {
     for (size_t i = 1; i < r.modes.size(); ++i) {
       auto rules = planner::parse_rules(rules_for_mode(r.modes[i].mode), r.modes[i].mode + ".rules");
       if (!rules || rules->empty()) continue;
