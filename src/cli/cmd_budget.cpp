@@ -75,6 +75,7 @@ int budget_command(const BudgetArgs& a) {
       return fail("budget", Status::bad_input("--backend meta needs --model and either --tokens (one prefill) or --workload (a serving run)"));
     auto cfg = resolve_model_config(a.model);
     if (!cfg) return fail("budget", cfg.status());
+    for (const auto& n : cfg->notes) note("budget", "{}: {}", cfg->name, n);
     RunPlan plan;
     plan.model = a.model;
     plan.tokens = a.tokens;

@@ -269,6 +269,8 @@ int run_command(const RunArgs& a) {
       return fail("run", Status::bad_input(fmt::format("{}: the weights of one rank need more than 2^63-1 bytes ({} layers, TP={}): "
                                                        "not a model a device holds",
                                                        cfg->name, shape->layers, plan.tp)));
+    if (!a.quiet)
+      for (const auto& n : cfg->notes) note("run", "{}: {}", cfg->name, n);
     if (!*serving && plan.tokens > cfg->max_position_embeddings && !a.quiet)
       note("run", "{} tokens are more than {}'s context length ({}, max_position_embeddings): a server would refuse the prompt",
            plan.tokens, cfg->name, cfg->max_position_embeddings);

@@ -155,7 +155,11 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   c.vocab_size = r.integer("vocab_size", true, 0, 1, kMaxVocab);
   c.max_position_embeddings = r.integer("max_position_embeddings", false, 4096, 1, kMaxPositions);
   c.n_routed_experts = r.integer("n_routed_experts", false, 0, 0, kMaxExperts);
-  c.first_k_dense_replace = r.integer("first_k_dense_replace", false, 0, 0, kMaxLayers);
+  // Fields a config may leave out take its class's defaults: Hugging Face's DeepseekV3Config (and
+  // Kimi's, the same architecture) route by sigmoid scores with noaux_tc, and V3 keeps its first
+  // 3 layers dense; DeepseekV2Config's are softmax, greedy and 0.
+  const bool v3 = c.model_type == "deepseek_v3" || c.model_type == "kimi_k2";
+  c.first_k_dense_replace = r.integer("first_k_dense_replace", false, c.model_type == "deepseek_v3" ? 3 : 0, 0, kMaxLayers);
   c.moe_layer_freq = r.integer("moe_layer_freq", false, 1, 1, kMaxLayers);
   c.n_shared_experts = r.integer("n_shared_experts", false, 0, 0, kMaxSharedExperts);
   if (c.n_routed_experts > 0) {
@@ -168,8 +172,8 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   c.norm_topk_prob = r.boolean("norm_topk_prob", false);
   c.rms_norm_eps = r.number("rms_norm_eps", 1e-6, 0.0, 1.0, /*lo_open=*/true);
   c.rope_theta = r.number("rope_theta", 10000.0, 0.0, 1e12, /*lo_open=*/true);
-  const std::string topk = r.string("topk_method", "greedy");
-  const std::string scoring = r.string("scoring_func", "softmax");
+  const std::string topk = r.string("topk_method", v3 ? "noaux_tc" : "greedy");
+  const std::string scoring = r.string("scoring_func", v3 ? "sigmoid" : "softmax");
   if (!r.ok()) return r.error;
   if (topk == "greedy") c.topk_method = TopkMethod::kGreedy;
   else if (topk == "group_limited_greedy") c.topk_method = TopkMethod::kGroupLimitedGreedy;
@@ -182,6 +186,20 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   else
     return Status::bad_input("config " + source + ": field 'scoring_func' value '" + printable(scoring) +
                              "' is not supported (supported: softmax, sigmoid)");
+  // The routed experts run as NVFP4 whatever the checkpoint's format: say so when the config names
+  // another one.
+  if (j.contains("quantization_config") && !j["quantization_config"].is_null()) {
+    const json& q = j["quantization_config"];
+    if (!q.is_object()) return Status::bad_input("config " + source + ": field 'quantization_config' must be an object or null");
+    auto text = [&](const char* k) { return q.contains(k) && q[k].is_string() ? q[k].get<std::string>() : std::string(); };
+    std::string what = text("quant_algo").empty() ? text("quant_method") : text("quant_method") + " " + text("quant_algo");
+    std::string upper;
+    for (char ch : what) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    if (upper.find("FP4") == std::string::npos)
+      c.notes.push_back("its quantization_config is " + (what.empty() ? std::string("without a quant_method") : printable(what)) +
+                        ": the executor runs the routed experts as NVFP4 all the same (its weights are NVFP4's bytes, "
+                        "not the checkpoint's)");
+  }
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     const json& rs = j["rope_scaling"];
     if (!rs.is_object()) return Status::bad_input("config " + source + ": field 'rope_scaling' must be an object or null");

@@ -41,6 +41,9 @@ struct ModelConfig {
   std::string name;        // "kimi-k2.5", "tiny", or the file stem
   std::string model_type;  // as in the file ("deepseek_v3", "kimi_k2", ...)
   std::string source;      // where it came from (path or "builtin:<name>")
+  // What a user should know about how the file was read (a quantization_config the executor does
+  // not follow); `moeprof run` and `budget` print them.
+  std::vector<std::string> notes;
   int64_t hidden_size = 0;
   int64_t num_hidden_layers = 0;
   int64_t first_k_dense_replace = 0;

@@ -139,6 +139,42 @@ TEST_CASE("q_lora_rank null means q_proj (V2-Lite), defaults apply when fields a
   REQUIRE(d.is_ok());
   CHECK(d->rms_norm_eps == Approx(1e-6));
   CHECK(d->rope_theta == Approx(10000.0));
+  // Routing and dense-layer defaults follow the model type, as Hugging Face's config classes do.
+  for (const char* type : {"deepseek_v3", "kimi_k2", "deepseek_v2"}) {
+    INFO(type);
+    nlohmann::json k = nlohmann::json::parse(read_file(cfg_path("tiny")));
+    k["model_type"] = type;
+    for (const char* f : {"scoring_func", "topk_method", "first_k_dense_replace"}) k.erase(f);
+    auto e = parse_model_config(k.dump(), "tiny-types.json");
+    REQUIRE(e.is_ok());
+    const bool v3 = std::string(type) != "deepseek_v2";
+    CHECK((e->scoring_func == ScoringFunc::kSigmoid) == v3);
+    CHECK((e->topk_method == TopkMethod::kNoauxTc) == v3);
+    CHECK(e->first_k_dense_replace == (std::string(type) == "deepseek_v3" ? 3 : 0));
+  }
+}
+
+TEST_CASE("quantization_config: NVFP4 is read silently, another format gets a note, a non-object is refused", "[model][config]") {
+  nlohmann::json j = nlohmann::json::parse(read_file(cfg_path("tiny")));
+  struct Case {
+    nlohmann::json q;
+    size_t notes;
+  };
+  for (const Case& c : {Case{nullptr, 0}, Case{{{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}}, 0},
+                        Case{{{"quant_method", "fp8"}, {"fmt", "e4m3"}}, 1}, Case{{{"quant_method", "awq"}, {"bits", 4}}, 1},
+                        Case{nlohmann::json::object(), 1}}) {
+    INFO(c.q.dump());
+    j["quantization_config"] = c.q;
+    auto r = parse_model_config(j.dump(), "tiny-q.json");
+    REQUIRE(r.is_ok());
+    CHECK(r->notes.size() == c.notes);
+    if (c.notes) CHECK(r->notes[0].find("the executor runs the routed experts as NVFP4") != std::string::npos);
+  }
+  j["quantization_config"] = "NVFP4";
+  auto bad = parse_model_config(j.dump(), "tiny-q.json");
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.status().message() == "config tiny-q.json: field 'quantization_config' must be an object or null");
+  CHECK(resolve_model_config("kimi-k2.5")->notes.empty());  // modelopt NVFP4
 }
 
 TEST_CASE("model names are case-insensitive, and a mistyped one gets the nearest names", "[model][config]") {
