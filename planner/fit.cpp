@@ -514,10 +514,14 @@ Result<SizePrediction> predict_peak(const FitResult& fit, const std::vector<int6
   if (!fit.total_candidates.empty()) {
     MOEPROF_ASSIGN_OR_RETURN(Best t, best_of(fit.total_candidates, mv));
     MOEPROF_RETURN_IF_ERROR(to_bytes(t.value, &p.peak_total_bytes));
+    p.total_unconfirmed_sites_at_peak = fit.total_candidates[t.index].unconfirmed_sites;
+    p.total_bounded_sites_at_peak = fit.total_candidates[t.index].bounded_sites;
   }
   for (const auto& s : fit.sites) {
-    if (!counts_as_activation(s.category)) continue;
     const LawState st = fit.laws[s.law].state;
+    p.total_unconfirmed |= st == LawState::kUnconfirmed;
+    p.total_bounded |= st == LawState::kNone;
+    if (!counts_as_activation(s.category)) continue;
     p.unconfirmed |= st == LawState::kUnconfirmed;
     p.bounded |= st == LawState::kNone;
   }

@@ -184,6 +184,10 @@ struct SizePrediction {
   // any kept position), or where data-dependent sites count at their bound.
   bool unconfirmed = false, bounded = false;
   size_t unconfirmed_sites_at_peak = 0, bounded_sites_at_peak = 0;
+  // The same for the peak total: every category (weights, KV cache, graph pool) counts, so a
+  // request table's unconfirmed law makes the total unconfirmed though the activations are not.
+  bool total_unconfirmed = false, total_bounded = false;
+  size_t total_unconfirmed_sites_at_peak = 0, total_bounded_sites_at_peak = 0;
   bool fractional = false;             // a law gave a fraction of a byte there (rounded up)
 };
 

@@ -47,6 +47,10 @@ ordered_json prediction_json(const planner::SizePrediction& p, const std::vector
   o["unconfirmed_sites_at_peak"] = p.unconfirmed_sites_at_peak;
   o["bounded"] = p.bounded;
   o["bounded_sites_at_peak"] = p.bounded_sites_at_peak;
+  o["total_unconfirmed"] = p.total_unconfirmed;
+  o["total_unconfirmed_sites_at_peak"] = p.total_unconfirmed_sites_at_peak;
+  o["total_bounded"] = p.total_bounded;
+  o["total_bounded_sites_at_peak"] = p.total_bounded_sites_at_peak;
   o["fractional"] = p.fractional;
   return o;
 }
@@ -297,6 +301,12 @@ std::string prediction_line(const ordered_json& p, const ordered_json& variables
                      "where they grow no faster than at the measured sizes (a tile or padding that changes between or below them "
                      "breaks it)",
                      json_u64(p, "bounded_sites_at_peak"));
+  if (p.value("total_unconfirmed", false) && !p["unconfirmed"].get<bool>())
+    s += fmt::format("; the peak total rests on unconfirmed laws of other categories ({} such sites live at its peak)",
+                     json_u64(p, "total_unconfirmed_sites_at_peak"));
+  if (p.value("total_bounded", false) && !p["bounded"].get<bool>())
+    s += fmt::format("; the peak total counts data-dependent sites of other categories at their bound ({} live at its peak)",
+                     json_u64(p, "total_bounded_sites_at_peak"));
   if (p["fractional"].get<bool>()) s += "; a law gives a fraction of a byte there (rounded up)";
   return s;
 }

@@ -244,3 +244,33 @@ TEST_CASE("moeprof fit on routed rows: the worst routing follows exact laws with
   CHECK(jd["predictions"][0]["bounded"] == true);
   CHECK(jd["predictions"][0]["peak_activation_bytes"].get<uint64_t>() >= drawn.peak_activation_bytes);
 }
+
+TEST_CASE("moeprof fit: a peak total that rests on the request table's law says so", "[cli][fit][serving]") {
+  // SGLang's request table: clamp(K / context x 512, 2048, 4096) + 1 rows, piecewise in the pool's
+  // tokens K: no exact law through these sizes, so the peak total is no confirmed figure.
+  const fs::path dir = moeprof::testing::temp_dir("fit_cli_table");
+  const std::string w = (dir / "w.jsonl").string();
+  moeprof::testing::spit(w, "{\"prompt_tokens\": 300, \"output_tokens\": 5}\n");
+  std::string traces;
+  for (const char* k : {"10000", "20000", "30000", "50000", "40000"}) {
+    const std::string out = (dir / (std::string("k") + k)).string();
+    REQUIRE(run_cli("run -q --backend meta --model tiny --workload '" + w + "' --kv-tokens " + k + " --mode baseline -o '" + out + "'").rc == 0);
+    if (std::string(k) != "40000") traces += " '" + out + "/baseline.mtrace'";
+  }
+  auto r = run_cli("fit --json" + traces + " --var kv=10000,20000,30000,50000 --at kv=40000");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& p = j["predictions"][0];
+  CHECK_FALSE(p["unconfirmed"].get<bool>());  // the activations' laws hold
+  CHECK_FALSE(p["bounded"].get<bool>());
+  CHECK((p["total_unconfirmed"].get<bool>() || p["total_bounded"].get<bool>()));
+  CHECK(p["total_unconfirmed_sites_at_peak"].get<uint64_t>() + p["total_bounded_sites_at_peak"].get<uint64_t>() >= 1);
+  auto actual = run_cli("plan --json '" + (dir / "k40000" / "baseline.mtrace").string() + "'");
+  REQUIRE(actual.rc == 0);
+  const auto a = nlohmann::json::parse(actual.out);
+  CHECK(p["peak_activation_bytes"] == a["peak_activation_bytes"]);
+  CHECK(p["peak_total_bytes"] != a["peak_total_bytes"]);
+  auto text = run_cli("fit" + traces + " --var kv=10000,20000,30000,50000 --at kv=40000");
+  CHECK(text.out.find("the peak total") != std::string::npos);
+}
