@@ -243,9 +243,9 @@ void register_budget(CLI::App& app, int* exit_code) {
       ->type_name("BYTES|GPU");
   cmd->add_option("--backend", args->backend, "meta: run the meta backend for --model instead of reading traces")->check(CLI::IsMember({"meta"}));
   cmd->add_option("--model", args->model, "with --backend meta: a built-in model or a config.json path")->type_name("NAME|PATH");
-  cmd->add_option("--tokens", args->tokens, "with --backend meta: one prefill of N tokens (or a serving run: --workload)")->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->type_name("N");
-  cmd->add_option("--tp", args->tp, "with --backend meta: one rank's shapes of TP=N")->check(CLI::Range(1, 1 << 20))->type_name("N")->capture_default_str();
-  cmd->add_option("--layers", args->layers, "with --backend meta: the first N layers only")->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->type_name("N");
+  cmd->add_option("--tokens", args->tokens, "with --backend meta: one prefill of N tokens (or a serving run: --workload)")->check(integer_range(1, int64_t{1} << 40))->type_name("N");
+  cmd->add_option("--tp", args->tp, "with --backend meta: one rank's shapes of TP=N")->check(integer_range(1, 1 << 20))->type_name("N")->capture_default_str();
+  cmd->add_option("--layers", args->layers, "with --backend meta: the first N layers only")->check(integer_range(1, int64_t{1} << 20))->type_name("N");
   cmd->add_option("--weights", args->weights,
                   "with --backend meta: shared (every MoE layer aliases one layer's experts, as the CUDA backend runs a model too large "
                   "for the device) or per-layer; auto: per-layer, or shared where a serving run's per-layer weights exceed --gpu-memory")
@@ -256,15 +256,15 @@ void register_budget(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--out,-o", args->out, "with --backend meta: keep the traces in this folder [default: a temporary one, removed]")->type_name("DIR");
   cmd->add_option("--request-tokens", args->request_tokens, "tokens of one request, for the concurrent requests [default: a serving run's largest request, else the prefill's tokens]")
-      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
+      ->check(integer_range(1, int64_t{1} << 40))
       ->type_name("N");
   cmd->add_option("--kv-bytes-per-token", args->kv_bytes_per_token,
                   "KV bytes per token per rank [default: the config's (kv_lora_rank + qk_rope_head_dim) x layers x 2, else the trace's KV cache / tokens]")
-      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
+      ->check(integer_range(1, int64_t{1} << 40))
       ->type_name("N");
   cmd->add_option("--margin", args->margin, "bytes kept free on purpose, a component of their own")->type_name("BYTES")->capture_default_str();
   cmd->add_option("--granularity", args->granularity, "an allocator's rounding of each live allocation in bytes (1 = the bytes as recorded)")
-      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30))
+      ->check(integer_range(1, int64_t{1} << 30))
       ->capture_default_str();
   cmd->add_option("--fixes", args->fixes, "ranked fixes of the first run to translate into KV tokens (0 = none)")->capture_default_str();
   cmd->add_flag("--json", args->json, "print the budget as JSON on stdout");

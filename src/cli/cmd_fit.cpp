@@ -274,7 +274,7 @@ void register_fit(CLI::App& app, int* exit_code) {
   cmd->add_option("--budget", args->budget, "the largest size whose predicted activation peak fits in this many bytes")->type_name("BYTES");
   cmd->add_option("--solve", args->solve, "with --budget: the variable to solve for, the others at the last --at [default: the first]")
       ->type_name("NAME");
-  cmd->add_option("--max-degree", args->max_degree, "highest degree of a law (1: linear, 2: quadratic)")->check(CLI::Range(1, 2))->capture_default_str();
+  cmd->add_option("--max-degree", args->max_degree, "highest degree of a law (1: linear, 2: quadratic)")->check(integer_range(1, 2))->capture_default_str();
   cmd->add_flag("--no-regimes", args->no_regimes, "do not fit laws that hold above a size only");
   cmd->add_flag("--json", args->json, "print the result as JSON on stdout (laws, predictions, budget)");
   cmd->add_option("--out-json", args->out_json, "write the JSON to this file")->type_name("FILE");

@@ -1,6 +1,7 @@
 // moeprof run: executes the DeepSeek-V2-family model in one or more memory modes (baseline, reuse,
 // fixes), records one trace per mode, analyses them, predicts the reuse and fixes runs from the
 // baseline trace with the shipped what-if rules, and writes DIR/report.json (+ .md, .html).
+#include <cerrno>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -271,6 +272,11 @@ int run_command(const RunArgs& a) {
                                                        cfg->name, shape->layers, plan.tp)));
     if (!a.quiet)
       for (const auto& n : cfg->notes) note("run", "{}: {}", cfg->name, n);
+    for (int64_t l : a.symm_outside) {
+      if (!plan.symm_mem) return fail("run", Status::bad_input("--symm-outside-layer needs --symm-mem on (it places outputs outside the symmetric pool)"));
+      if (l >= shape->layers)
+        return fail("run", Status::bad_input(fmt::format("--symm-outside-layer {}: the run has layers 0 to {}", l, shape->layers - 1)));
+    }
     if (!*serving && plan.tokens > cfg->max_position_embeddings && !a.quiet)
       note("run", "{} tokens are more than {}'s context length ({}, max_position_embeddings): a server would refuse the prompt",
            plan.tokens, cfg->name, cfg->max_position_embeddings);
@@ -688,6 +694,11 @@ int run_command(const RunArgs& a) {
   out += op_tables;
   out += "\ntraces:";
   for (const auto& m : r.modes) out += " " + shown(m.trace_path);
+  if (r.ep_ranks.size() > 1) {  // every emulated rank's traces are written too
+    size_t n = 0;
+    for (const auto& rm : r.ep_rank_modes) n += rm.size();
+    out += fmt::format(" (each mode's budget rank; all {} ranks' {} traces: MODE.epR.mtrace beside them)", r.ep_ranks.size(), n);
+  }
   out += fmt::format("\nreport: {} (+ report.md, report.html); {} in all\n", shown(report_path), seconds(total_seconds));
 #ifdef MOEPROF_HAVE_CUDA
   for (const auto& p : cupti_paths) out += "CUPTI trace: " + shown(p) + "\n";
@@ -740,7 +751,20 @@ void register_run(CLI::App& app, int* exit_code) {
   cmd->add_option("--out,-o", args->out, "output folder: one trace per mode, report.json, report.md, report.html")
       ->type_name("DIR")
       ->capture_default_str();
-  cmd->add_option("--seed", args->seed, "seed of the deterministic weights and inputs")->type_name("N")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "seed of the deterministic weights and inputs")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            // An unsigned 64-bit integer as written: no sign, no wrap (CLI11 read -1 and 2^64 as 2^64-1).
+            bool ok = !v.empty() && v.size() <= 20;
+            for (char c : v) ok = ok && c >= '0' && c <= '9';
+            errno = 0;
+            if (ok) (void)std::strtoull(v.c_str(), nullptr, 10);
+            if (!ok || errno == ERANGE) return "must be an integer from 0 to 18,446,744,073,709,551,615 (got " + v.substr(0, 40) + ")";
+            return "";
+          },
+          ""))
+      ->type_name("N")
+      ->capture_default_str();
   cmd->add_flag("--quiet,-q", args->quiet, "no progress or notes on stderr");
   cmd->add_flag("--json", args->json, "print the JSON report on stdout instead of the table");
   cmd->add_flag("!--no-cupti", args->cupti, "on a GPU, do not also trace the run with CUPTI");

@@ -24,12 +24,12 @@ void add_serving_options(CLI::App* cmd, ServingArgs* a) {
       ->type_name("FILE|SPEC")
       ->group(g);
   cmd->add_option("--chunked-prefill-size", a->chunked_prefill_size, "prompt tokens per prefill step; a longer prompt is chunked")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30).description(""))
+      ->check(integer_range(1, int64_t{1} << 30))
       ->type_name("N")
       ->capture_default_str()
       ->group(g);
   auto* kv = cmd->add_option("--kv-tokens", a->kv_tokens, "tokens of the paged KV pool [default: the workload's whole need]")
-                 ->check(CLI::Range(int64_t{1}, int64_t{1} << 40).description(""))
+                 ->check(integer_range(1, int64_t{1} << 40))
                  ->type_name("N")
                  ->group(g);
   cmd->add_option("--mem-fraction-static", a->mem_fraction_static,
@@ -39,29 +39,29 @@ void add_serving_options(CLI::App* cmd, ServingArgs* a) {
       ->excludes(kv)
       ->group(g);
   cmd->add_option("--page-size", a->page_size, "tokens per KV page")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20).description(""))
+      ->check(integer_range(1, int64_t{1} << 20))
       ->type_name("N")
       ->capture_default_str()
       ->group(g);
   cmd->add_option("--max-running-requests", a->max_running_requests,
                   "requests running at once (request rows) [default: SGLang's, clamp(pool tokens / context x 512, 2048, 4096)]")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20).description(""))
+      ->check(integer_range(1, int64_t{1} << 20))
       ->type_name("N")
       ->group(g);
   cmd->add_option("--context-length", a->context_length, "positions per request (rope table, request-to-token table) [default: the model's max_position_embeddings]")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24).description(""))
+      ->check(integer_range(1, int64_t{1} << 24))
       ->type_name("N")
       ->group(g);
   auto* disable = cmd->add_flag("--disable-cuda-graph", a->disable_cuda_graph, "decode eagerly, no CUDA graphs")->group(g);
   cmd->add_option("--cuda-graph-bs", a->cuda_graph_bs,
                   "decode batch sizes to capture, comma-separated [default: SGLang's list for the device's memory]")
       ->delimiter(',')
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16).description(""))
+      ->check(integer_range(1, int64_t{1} << 16))
       ->type_name("LIST")
       ->excludes(disable)
       ->group(g);
   cmd->add_option("--cuda-graph-max-bs", a->cuda_graph_max_bs, "capture only batch sizes up to N")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16).description(""))
+      ->check(integer_range(1, int64_t{1} << 16))
       ->type_name("N")
       ->excludes(disable)
       ->group(g);

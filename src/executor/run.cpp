@@ -175,13 +175,18 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
         if (sr.is_ok()) {
           ForwardOutput fo;
           fo.moe = moe;
-          // The modes are compared by the tokens they generate.
+          // The modes are compared by the tokens they generate (a serving run keeps no final hidden
+          // state: both hashes are of the tokens, each request's count first so that requests'
+          // boundaries count).
           uint64_t h = 1469598103934665603ull;
-          for (const auto& req : sr.value().outputs)
-            for (int32_t t : req) {
-              h ^= static_cast<uint32_t>(t);
-              h *= 1099511628211ull;
-            }
+          auto mix = [&h](uint64_t v) {
+            h ^= v;
+            h *= 1099511628211ull;
+          };
+          for (const auto& req : sr.value().outputs) {
+            mix(0x100000000ull | req.size());
+            for (int32_t t : req) mix(static_cast<uint32_t>(t));
+          }
           fo.hidden_hash = fo.logits_hash = h;
           fo.prefill_seconds = sr.value().prefill.seconds + sr.value().decode.seconds;
           meta.extra["serving"] = sr.value().summary_json();

@@ -85,6 +85,14 @@ TEST_CASE("newcomer: a mistyped run leaves the earlier results byte for byte", "
                    "Increase --mem-fraction-static or give --kv-tokens N"});
   typos.push_back({"run --backend meta --model tiny --workload " + q(long_prompt) + " --gpu-memory 100000000 --mem-fraction-static 0.0468",
                    2, "moeprof run: error: request 1 (line 2) needs 502 KV tokens, more than the whole pool (44): it could never run"});
+  typos.push_back({"run --backend cpu --model tiny --seed -1", 2,
+                   "moeprof run: error: --seed: must be an integer from 0 to 18,446,744,073,709,551,615 (got -1) (see moeprof run --help)"});
+  typos.push_back({"run --backend cpu --model tiny --symm-outside-layer 2", 2,
+                   "moeprof run: error: --symm-outside-layer needs --symm-mem on (it places outputs outside the symmetric pool)"});
+  typos.push_back({"run -q --backend cpu --model tiny --tp 2 --symm-mem on --symm-outside-layer 4", 2,
+                   "moeprof run: error: --symm-outside-layer 4: the run has layers 0 to 3"});
+  typos.push_back({"run --backend cpu --model tiny --workload synthetic:2,3,4 --cuda-graph-bs ''", 2,
+                   "moeprof run: error: --cuda-graph-bs: must be an integer from 1 to 65,536 (got ) (see moeprof run --help)"});
   typos.push_back({"run --backend cpu --model tiny --workload ''", 2,
                    "moeprof run: error: --workload is empty (a JSONL file, or synthetic:N,PROMPT,OUTPUT[,SEED])"});
   if (moeprof::probe_gpus().usable().empty() || !moeprof::cuda_backend_compiled())
