@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -137,6 +138,10 @@ Result<ReportFile> parse_report(std::string_view text, const std::string& path) 
 }
 
 Result<ReportFile> read_report(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return Status::bad_input("cannot read report " + path + ": it is a directory");
+  if (std::filesystem::is_regular_file(path, ec) && std::filesystem::file_size(path, ec) == 0 && !ec)
+    return Status::bad_input("report " + path + " is an empty file");
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::bad_input("cannot open report " + path + ": " + std::strerror(errno));
   std::ostringstream ss;

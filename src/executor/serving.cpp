@@ -264,7 +264,12 @@ Result<ServingResult> run_serving(Backend& backend, DeepseekModel& model, const 
   res.weights_bytes = accounting.counters().current[static_cast<size_t>(Category::kWeights)];
   res.weights_shared = model.weights_shared();
   res.moe_layers = static_cast<int64_t>(model.moe_layers().size());
-  res.weights_per_layer_bytes = estimate_weight_bytes(cfg, shape).per_layer;
+  // What per-layer expert weights would take: the weights allocated (rope table and workspace
+  // included), plus every MoE layer's experts that the shared weights alias.
+  {
+    const WeightBytes wb = estimate_weight_bytes(cfg, shape);
+    res.weights_per_layer_bytes = res.weights_bytes + (res.weights_shared ? wb.per_layer - wb.shared : 0);
+  }
   res.cell_bytes = kv_cell_bytes(cfg, shape.layers);
   if (opt.page_size < 1) return Status::bad_input("--page-size must be >= 1");
 

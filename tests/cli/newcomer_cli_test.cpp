@@ -408,4 +408,13 @@ TEST_CASE("newcomer: gate keeps stdout to one document and never proposes a fail
   CHECK(f.err.find("moeprof gate: not writing " + prop.string() + ": current run ") != std::string::npos);
   CHECK(f.out.find("run it again") != std::string::npos);
   CHECK(f.out.find("If the change is intended") == std::string::npos);
+  // A folder or an empty file is named as such.
+  const fs::path empty = dir / "empty.json";
+  moeprof::testing::spit(empty.string(), "");
+  auto d = run_cli("gate --baseline " + q(valid) + " --current " + q(dir));
+  CHECK(d.rc == 2);
+  CHECK(d.err == "moeprof gate: error: current: cannot read report " + dir.string() + ": it is a directory\n");
+  auto e = run_cli("gate --baseline " + q(empty) + " --current " + q(valid));
+  CHECK(e.rc == 2);
+  CHECK(e.err == "moeprof gate: error: baseline: report " + empty.string() + " is an empty file\n");
 }
