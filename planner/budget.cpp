@@ -41,6 +41,8 @@ std::string step_of(const std::string& scope) {
 // The largest kv_tokens, a whole number of pages and at least one, with
 // (kv_tokens + page) x cell + the request table at kv_tokens <= avail; 0 when none. The need
 // grows with kv_tokens, so a binary search over the pages finds it.
+uint64_t kv_slot_limit_pages(uint64_t p) { return p == 0 ? 0 : ((uint64_t{1} << 31) - p) / p; }
+
 uint64_t kv_capacity(const BudgetResult& b, i128 avail) {
   const uint64_t cell = b.kv_bytes_per_token, p = b.page_size;
   if (avail <= 0 || cell == 0 || p == 0) return 0;
@@ -49,6 +51,9 @@ uint64_t kv_capacity(const BudgetResult& b, i128 avail) {
     return (k + p) * cell + static_cast<i128>(request_table_bytes_at(b, static_cast<uint64_t>(k))) <= avail;
   };
   uint64_t lo = 0, hi = static_cast<uint64_t>(avail / cell / p);  // lo fits (or is 0), hi + 1 does not
+  // A pool's slots are int32 (SGLang's req_to_token; `moeprof run` refuses more): at most
+  // 2^31 - p tokens, however much memory is left.
+  hi = std::min<uint64_t>(hi, kv_slot_limit_pages(p));
   if (hi == 0 || !fits(1)) return 0;
   lo = 1;
   while (lo < hi) {
@@ -304,6 +309,7 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
   } else {
     b.available_for_kv_bytes = G - fixed;
     b.kv_tokens = kv_capacity(b, b.available_for_kv_bytes);
+    b.kv_slots_capped = b.kv_tokens > 0 && b.kv_tokens == kv_slot_limit_pages(p) * p;
     if (b.kv_tokens == 0) {
       b.fits = false;
       b.shortfall_bytes = static_cast<uint64_t>(one_page - static_cast<i128>(b.available_for_kv_bytes));
@@ -370,7 +376,10 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
                              "libraries, the driver's rounding), as the CUDA backend measured it"
                            : "not measured (not the CUDA backend's trace): put the CUDA context and the like in --margin");
   comp("margin", static_cast<int64_t>(opt.margin_bytes), opt.margin_bytes ? "asked for (--margin)" : "none: the capacity is exact");
-  comp("free", free_bytes, b.fits ? "less than one more page of KV needs" : "negative: the fixed needs exceed the device");
+  comp("free", free_bytes,
+       !b.fits             ? "negative: the fixed needs exceed the device"
+       : b.kv_slots_capped ? "the pool is at the most tokens int32 slots address (2^31 - page): no more KV fits, whatever the memory"
+                           : "less than one more page of KV needs");
   return b;
 }
 
@@ -390,6 +399,8 @@ uint64_t request_limit_at(const BudgetResult& b, uint64_t kv_tokens) {
   }
   return b.table_fixed_rows > 0 ? b.table_fixed_rows - 1 : 0;
 }
+
+uint64_t kv_tokens_for_bytes(const BudgetResult& b, uint64_t avail) { return kv_capacity(b, static_cast<i128>(avail)); }
 
 uint64_t requests_for(const BudgetResult& b, uint64_t kv_tokens) {
   if (b.request_tokens == 0) return 0;

@@ -83,6 +83,9 @@ struct BudgetResult {
   std::string kv_cost_source;
   uint64_t page_size = 1;
   uint64_t kv_tokens = 0, kv_pool_bytes = 0;
+  // kv_tokens is the most int32 slots address (2^31 - page_size, rounded down to pages): the
+  // memory left beyond that pool is `free`.
+  bool kv_slots_capped = false;
   uint64_t request_tokens = 0, requests = 0;
   uint64_t trace_kv_cache_bytes = 0;        // the KV cache the trace itself holds
   // The request table of a serving run (0 for a trace of one prefill): its bytes at kv_tokens.
@@ -115,6 +118,9 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
 // routing reserve included), and the activation peak is `activation_peak_bytes` (activation +
 // workspaces): what a mode or a fix buys. 0 when no page fits.
 uint64_t kv_tokens_with_peak(const BudgetResult& b, uint64_t activation_peak_bytes);
+// The KV tokens (pages of page_size) that `avail` bytes hold with their padding page and the
+// request table; at most 2^31 - page_size (int32 slots). 0 when no page fits.
+uint64_t kv_tokens_for_bytes(const BudgetResult& b, uint64_t avail);
 // The request table's bytes when the pool holds kv_tokens (BudgetResult's table fields).
 uint64_t request_table_bytes_at(const BudgetResult& b, uint64_t kv_tokens);
 // Requests of request_tokens running at once at kv_tokens: the pool's whole requests, at most the

@@ -43,6 +43,7 @@ ordered_json budget_json(const BudgetReportInput& in) {
   j["kv_check"] = in.kv_check;
   j["page_size"] = b.page_size;
   j["kv_tokens"] = b.kv_tokens;
+  j["kv_tokens_capped_by_slots"] = b.kv_slots_capped;
   j["kv_pool_bytes"] = b.kv_pool_bytes;
   j["request_table_bytes"] = b.request_table_bytes;
   j["request_tokens"] = b.request_tokens;
@@ -148,6 +149,8 @@ std::string budget_text(const ordered_json& j) {
   if (!j["fits"].get<bool>())
     out += fmt::format("\nDOES NOT FIT: {} more are needed for one page of KV\n", format_exact_bytes(json_u64(j, "shortfall_bytes")));
   const uint64_t limit = j.contains("request_limit") ? json_u64(j, "request_limit") : 0;
+  if (j.value("kv_tokens_capped_by_slots", false))
+    out += "\nThe pool stops at the most tokens int32 slots address (SGLang's req_to_token; `moeprof run` refuses more): the rest is free.";
   const std::string at_limit = limit > 0 && json_u64(j, "requests") == limit
                                    ? fmt::format(" (at the request table's limit, max_running_requests {})", with_commas_u(limit))
                                    : "";

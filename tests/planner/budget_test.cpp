@@ -440,3 +440,15 @@ TEST_CASE("budget - concurrent requests stop at the request table's limit", "[pl
   CHECK(planner::request_limit_at(b, 826 * 256) == 0);
   CHECK(planner::requests_for(b, 826 * 256) == 826);
 }
+
+TEST_CASE("budget - the pool stops at the int32 slots a request table addresses", "[planner][budget]") {
+  planner::BudgetResult b;
+  b.kv_bytes_per_token = 384;
+  for (uint64_t p : {1ull, 64ull, 1000ull}) {
+    b.page_size = p;
+    const uint64_t most = ((uint64_t{1} << 31) - p) / p * p;
+    CHECK(planner::kv_tokens_for_bytes(b, static_cast<uint64_t>(4) << 40) == most);  // 4 TiB: more than the slots address
+    CHECK(planner::kv_tokens_for_bytes(b, (most + p) * 384) == most);
+    CHECK(planner::kv_tokens_for_bytes(b, (most + p) * 384 - 1) == most - p);
+  }
+}
