@@ -56,6 +56,19 @@ Status check_output_not_input(std::string_view option, const std::string& out, c
   return Status::ok();
 }
 
+Status check_output_writable(std::string_view option, const std::string& out) {
+  namespace fs = std::filesystem;
+  if (out.empty() || out == "-") return Status::ok();
+  std::error_code ec;
+  if (fs::is_directory(out, ec)) return Status::bad_input(std::string(option) + " " + out + " is a directory");
+  fs::path parent = fs::path(out).parent_path();
+  if (parent.empty()) parent = ".";
+  if (!fs::is_directory(parent, ec)) return Status::bad_input("cannot create " + out + ": " + std::strerror(ENOENT));
+  if (::access(parent.c_str(), W_OK) != 0 && !(fs::exists(out, ec) && ::access(out.c_str(), W_OK) == 0))
+    return Status::bad_input("cannot create " + out + ": " + std::strerror(errno));
+  return Status::ok();
+}
+
 Status write_file_replacing(const std::string& path, const std::function<Status(std::ostream&)>& body) {
   namespace fs = std::filesystem;
   std::error_code ec;

@@ -37,6 +37,10 @@ Status write_stdout(std::string_view text);
 // written. Inputs may be comma-joined lists (rank traces); "-" and empty paths never match.
 Status check_output_not_input(std::string_view option, const std::string& out, const std::vector<std::string>& inputs);
 
+// An output path that cannot be written (a folder, a missing or read-only parent folder), found
+// before anything is written, so a command with several outputs never leaves some of them.
+Status check_output_writable(std::string_view option, const std::string& out);
+
 // Writes a file through a temporary beside it, renamed over it once complete, so a write that
 // fails (an input that cannot be read, a full disk) leaves the earlier file as it was. A path that
 // is not a regular file (a device, a pipe) is written directly.

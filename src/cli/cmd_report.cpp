@@ -100,7 +100,9 @@ void register_report(CLI::App& app, int* exit_code) {
       for (const auto& [opt, f] : {std::pair<const char*, const std::string*>{"--out-json", &args->out_json}, {"--out-md", &args->out_md},
                                    {"--out-html", &args->out_html}, {"--out-perfetto", &args->out_perfetto}}) {
         to_stdout += *f == "-";
-        if (Status st = check_output_not_input(opt, *f, args->traces); !st) {
+        Status st = check_output_not_input(opt, *f, args->traces);
+        if (st) st = check_output_writable(opt, *f);
+        if (!st) {
           *exit_code = fail("report", st);
           return;
         }

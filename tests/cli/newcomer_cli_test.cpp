@@ -357,6 +357,16 @@ TEST_CASE("newcomer: an output that is an input is refused, and a failed export 
     CHECK(r.err == c.line + "\n");
     CHECK(slurp(trace.string()) == bytes);
   }
+  // report with several outputs, one of which cannot be written: none is written.
+  const fs::path ok = dir / "ok.json";
+  fs::remove(ok);
+  auto partial = run_cli("report " + q(trace) + " --out-json " + q(ok) + " --out-md " + q(dir / "missing-folder" / "x.md"));
+  CHECK(partial.rc == 2);
+  CHECK(partial.err == "moeprof report: error: cannot create " + (dir / "missing-folder" / "x.md").string() + ": No such file or directory\n");
+  CHECK_FALSE(fs::exists(ok));
+  auto folder = run_cli("report " + q(trace) + " --out-json " + q(ok) + " --out-html " + q(dir));
+  CHECK(folder.err == "moeprof report: error: --out-html " + dir.string() + " is a directory\n");
+  CHECK_FALSE(fs::exists(ok));
   // A streamed export that fails (a missing trace, or one corrupt in its middle) leaves the earlier output byte for
   // byte: it is written beside and renamed only once complete.
   auto first = run_cli("export " + q(trace) + " --out-jsonl " + q(out));
