@@ -204,6 +204,8 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
                                                          "req_to_token_bytes, req_to_token_row_bytes, context_len)")
                                            : bad);
     const uint64_t rows = pool_tokens + trace_page;
+    if (trace_page > (uint64_t{1} << 20))  // run's --page-size limit
+      return Status::bad_input("the trace's kv_page_size " + with_commas(trace_page) + " is above 2^20 tokens: not a page a run makes");
     if (trace_page == 0 || pool_bytes == 0 || pool_bytes % rows != 0)
       return Status::bad_input("the trace's KV pool (" + with_commas(pool_bytes) + " B) is not a whole number of bytes per row for " +
                                with_commas(pool_tokens) + " tokens + " + with_commas(trace_page) + " padding rows");

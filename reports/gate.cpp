@@ -174,10 +174,28 @@ void check_meta_differences(const nlohmann::ordered_json& b, const nlohmann::ord
   if (bs != cs) {
     differs("serving", bs ? "a serving run" : "one prefill", cs ? "a serving run" : "one prefill");
   } else if (bs) {
-    for (const char* key : {"requests", "output_tokens", "chunked_prefill_size", "page_size", "kv_pool_tokens"}) {
+    for (const char* key : {"requests", "output_tokens", "chunked_prefill_size", "page_size"}) {
       const auto& bv = b["serving"].contains(key) ? b["serving"][key] : none;
       const auto& cv = c["serving"].contains(key) ? c["serving"][key] : none;
       if (bv != cv) differs(std::string("serving.") + key, bv, cv);
+    }
+    // The pool: its sizing, and its tokens where they are given (--kv-tokens, the workload's need);
+    // a pool from --mem-fraction-static follows the device's free memory, so its fraction counts.
+    auto method = [&](const nlohmann::ordered_json& r) {
+      const auto& s = r["serving"];
+      return s.contains("pool_sizing") && s["pool_sizing"].is_object() && s["pool_sizing"].contains("method") ? s["pool_sizing"]["method"] : none;
+    };
+    const auto bm = method(b), cm = method(c);
+    if (bm != cm) {
+      differs("serving.pool_sizing.method", bm, cm);
+    } else if (bm.is_string() && bm.get<std::string>() == "mem-fraction-static") {
+      const auto& bf = b["serving"]["pool_sizing"].contains("mem_fraction_static") ? b["serving"]["pool_sizing"]["mem_fraction_static"] : none;
+      const auto& cf = c["serving"]["pool_sizing"].contains("mem_fraction_static") ? c["serving"]["pool_sizing"]["mem_fraction_static"] : none;
+      if (bf != cf) differs("serving.pool_sizing.mem_fraction_static", bf, cf);
+    } else {
+      const auto& bv = b["serving"].contains("kv_pool_tokens") ? b["serving"]["kv_pool_tokens"] : none;
+      const auto& cv = c["serving"].contains("kv_pool_tokens") ? c["serving"]["kv_pool_tokens"] : none;
+      if (bv != cv) differs("serving.kv_pool_tokens", bv, cv);
     }
   }
   for (const char* key : {"mode", "backend", "device_name"}) {

@@ -36,17 +36,15 @@ Status write_stdout(std::string_view text) {
   return Status::ok();
 }
 
-Status check_output_not_input(std::string_view option, const std::string& out, const std::vector<std::string>& inputs) {
+Status check_output_not_input(std::string_view option, const std::string& out, const std::vector<std::string>& inputs, bool comma_lists) {
   namespace fs = std::filesystem;
   if (out.empty() || out == "-") return Status::ok();
   std::error_code ec;
   if (!fs::exists(out, ec)) return Status::ok();
   for (const std::string& list : inputs) {
-    size_t from = 0;
-    while (from <= list.size()) {
-      const size_t comma = std::min(list.find(',', from), list.size());
-      const std::string in = list.substr(from, comma - from);
-      from = comma + 1;
+    // A comma-joined list of rank traces as the commands read it (a file whose name has a comma
+    // is that file).
+    for (const std::string& in : comma_lists ? reports::split_run_argument(list) : std::vector<std::string>{list}) {
       if (in.empty() || in == "-") continue;
       std::error_code e2;
       if (fs::equivalent(out, in, e2))
@@ -72,16 +70,29 @@ Status check_output_writable(std::string_view option, const std::string& out) {
 Status write_file_replacing(const std::string& path, const std::function<Status(std::ostream&)>& body) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  const auto st = fs::status(path, ec);
-  const bool direct = !ec && fs::exists(st) && !fs::is_regular_file(st);
-  const std::string tmp = direct ? path : path + ".moeprof-" + std::to_string(::getpid()) + ".tmp";
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  // A link is followed: the file it names is replaced, beside itself, and keeps its permissions.
+  fs::path target = path;
+  if (fs::exists(path, ec)) {
+    const fs::path real = fs::canonical(path, ec);
+    if (!ec) target = real;
+  }
+  const auto st = fs::status(target, ec);
+  const bool exists = !ec && fs::exists(st);
+  bool direct = exists && !fs::is_regular_file(st);  // a device or a pipe: written as it is
+  const std::string tmp = target.string() + ".moeprof-" + std::to_string(::getpid()) + ".tmp";
+  std::ofstream out;
+  if (!direct) {
+    out.open(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) direct = true;  // no file can be made beside it (a read-only folder): write in place
+  }
+  if (direct) out.open(path, std::ios::binary | std::ios::trunc);
   if (!out) return Status::bad_input("cannot create " + path + ": " + std::strerror(errno));
   Status s = body(out);
   out.close();
   if (s && !out) s = Status::run_failure("writing " + path + " failed");
   if (s && !direct) {
-    fs::rename(tmp, path, ec);
+    if (exists) fs::permissions(tmp, st.permissions(), fs::perm_options::replace, ec);
+    fs::rename(tmp, target, ec);
     if (ec) s = Status::run_failure("writing " + path + " failed: " + ec.message());
   }
   if (!s && !direct) fs::remove(tmp, ec);
@@ -125,7 +136,13 @@ CLI::Validator seconds_range(double lo, double hi) {
 }
 
 CLI::Validator number_range(double lo, double hi) {
-  const std::string range = "must be a number from " + fmt::format("{}", lo) + " to " + fmt::format("{}", hi);
+  auto plain = [](double x) {  // 0.000001, not 1e-06
+    std::string t = fmt::format("{:.12f}", x);
+    while (!t.empty() && t.back() == '0') t.pop_back();
+    if (!t.empty() && t.back() == '.') t.pop_back();
+    return t;
+  };
+  const std::string range = "must be a number from " + plain(lo) + " to " + plain(hi);
   return CLI::Validator(
       [lo, hi, range](std::string& v) -> std::string {
         char* end = nullptr;

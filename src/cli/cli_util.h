@@ -35,7 +35,8 @@ Status write_stdout(std::string_view text);
 // An output file that is one of the command's inputs (the same file, by its path or through a
 // link) would be replaced by what is written: refused (kBadInput) before anything is read or
 // written. Inputs may be comma-joined lists (rank traces); "-" and empty paths never match.
-Status check_output_not_input(std::string_view option, const std::string& out, const std::vector<std::string>& inputs);
+Status check_output_not_input(std::string_view option, const std::string& out, const std::vector<std::string>& inputs,
+                              bool comma_lists = true);
 
 // An output path that cannot be written (a folder, a missing or read-only parent folder), found
 // before anything is written, so a command with several outputs never leaves some of them.

@@ -58,7 +58,7 @@ int run_arena(const ArenaArgs& a) {
     return fail(Status::bad_input("--time-limit must be a number of seconds >= 0"));
   }
   if (a.json && a.write_offsets == "-") return fail(Status::bad_input("--out-csv - and --json both write to stdout"));
-  if (Status st = check_output_not_input("--out-csv", a.write_offsets, {a.file}); !st) return fail(st);
+  if (Status st = check_output_not_input("--out-csv", a.write_offsets, {a.file}, false); !st) return fail(st);
   auto csv = planner::read_arena_csv(a.file);
   if (!csv) return fail(csv.status());
   planner::ArenaSolveOptions opt;

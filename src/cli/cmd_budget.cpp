@@ -45,6 +45,8 @@ struct BudgetArgs {
 int budget_command(const BudgetArgs& a) {
   if (a.json && (a.out_json == "-" || a.out_md == "-" || a.out_html == "-"))
     return fail("budget", Status::bad_input("--json prints on stdout: give the --out-* options a file, not \"-\""));
+  for (const auto& [opt, path] : {std::pair<const char*, std::string>{"--out-json", a.out_json}, {"--out-md", a.out_md}, {"--out-html", a.out_html}})
+    if (Status st = check_output_not_input(opt, path, a.traces); !st) return fail("budget", st);
   auto gpu = planner::parse_gpu_memory(a.gpu_memory);
   if (!gpu) return fail("budget", gpu.status());
   std::string gpu_name;

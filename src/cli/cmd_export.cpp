@@ -59,7 +59,7 @@ void register_export(CLI::App& app, int* exit_code) {
       return;
     }
     for (const auto& [opt, path] : {std::pair<const char*, std::string>{"--out-jsonl", args->jsonl}, {"--out-perfetto", args->perfetto}})
-      if (Status st = check_output_not_input(opt, path, {args->trace}); !st) {
+      if (Status st = check_output_not_input(opt, path, {args->trace}, false); !st) {
         *exit_code = fail("export", st);
         return;
       }

@@ -65,6 +65,8 @@ int fit_command(const FitArgs& a) {
   auto cats = category_options(a.categories);
   if (!cats) return fail("fit", cats.status());
   if (a.traces.size() < 2) return fail("fit", Status::bad_input("give at least two traces of one program at different sizes"));
+  for (const auto& [opt, path] : {std::pair<const char*, std::string>{"--out-json", a.out_json}, {"--out-md", a.out_md}})
+    if (Status st = check_output_not_input(opt, path, a.traces); !st) return fail("fit", st);
   if (a.json && (a.out_json == "-" || a.out_md == "-"))
     return fail("fit", Status::bad_input("--json prints on stdout: give the --out-* options a file, not \"-\""));
   // Variables: --var, else the metadata keys that every trace has and that differ.

@@ -70,6 +70,17 @@ void register_gate(CLI::App& app, int* exit_code) {
         return;
       }
     }
+    // Outputs over the reports read: refused, but for --out-baseline over --baseline (how a change
+    // is accepted: the old baseline is read first).
+    for (const auto& [opt, path] : {std::pair<const char*, std::string>{"--out-md", args->out_md}, {"--out-junit", args->out_junit},
+                                    {"--out-baseline", args->out_baseline}}) {
+      std::vector<std::string> inputs = {args->current};
+      if (std::string(opt) != "--out-baseline") inputs.push_back(args->baseline);
+      if (Status st = check_output_not_input(opt, path, inputs, false); !st) {
+        *exit_code = fail("gate", st);
+        return;
+      }
+    }
     if (!args->metrics.empty()) {
       args->opts.metrics.clear();
       for (const std::string& given : args->metrics) {

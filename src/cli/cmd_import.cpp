@@ -181,7 +181,7 @@ void register_import(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "print the summary as JSON on stdout");
   cmd->callback([args, exit_code] {
-    if (Status st = check_output_not_input("--out", args->out, {args->snapshot}); !st) {
+    if (Status st = check_output_not_input("--out", args->out, {args->snapshot}, false); !st) {
       *exit_code = fail("import", st);
       return;
     }

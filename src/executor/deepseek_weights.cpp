@@ -69,7 +69,9 @@ WeightBytes estimate_weight_bytes(const ModelConfig& c, const RankShape& s) {
   const U dense = 2 * (3 * H * s.dense_inter);
   const U E = static_cast<uint64_t>(c.n_routed_experts / s.ep_size), I = static_cast<uint64_t>(s.moe_inter);  // the rank's experts
   const U experts = E * (2 * I * H / 2 + 2 * I * H / 16 + H * I / 2 + H * I / 16) + 8 * E;
-  const U moe_other = 2 * (E * H + 3 * H * s.shared_inter) + 4 * E;
+  // The router (every rank holds all experts' gate rows) and, with noaux_tc, its score bias (f32).
+  const U Eall = static_cast<uint64_t>(c.n_routed_experts);
+  const U moe_other = 2 * (Eall * H + 3 * H * s.shared_inter) + (c.topk_method == TopkMethod::kNoauxTc ? 4 * Eall : 0);
   WeightBytes b;
   U common = 2 * (2 * static_cast<U>(static_cast<uint64_t>(s.vocab)) * H + H);
   int64_t moe_layers = 0;

@@ -161,7 +161,11 @@ Status check_serving_plan(const ServingOptions& opt, const Workload& workload, c
   // A pool sized from the device is known once the weights are loaded (pool 0): until then the
   // largest pool the slots address stands in, so that only the context length is checked.
   const int64_t largest = (int64_t{INT32_MAX} + 1 - opt.page_size) / opt.page_size * opt.page_size;
-  return Scheduler::create(scheduler_config(opt, pool > 0 ? pool : largest, serving_context_len(opt, cfg)), workload).status();
+  Status st = Scheduler::create(scheduler_config(opt, pool > 0 ? pool : largest, serving_context_len(opt, cfg)), workload).status();
+  if (!st && from_device)  // the pool is a bound here (the weights' estimate): exact on the meta backend
+    return Status(st.code(), st.message() + " (--mem-fraction-static " + fmt::format("{:.4f}", opt.mem_fraction_static) +
+                                 " gives a pool of at most " + commas(static_cast<uint64_t>(pool)) + " tokens on this device)");
+  return st;
 }
 
 Result<int64_t> kv_tokens_from_fraction(double fraction, const DeviceMemory& mem, uint64_t cell_bytes, int64_t page_size) {
@@ -264,8 +268,9 @@ Result<ServingResult> run_serving(Backend& backend, DeepseekModel& model, const 
   res.weights_bytes = accounting.counters().current[static_cast<size_t>(Category::kWeights)];
   res.weights_shared = model.weights_shared();
   res.moe_layers = static_cast<int64_t>(model.moe_layers().size());
-  // What per-layer expert weights would take: the weights allocated (rope table and workspace
-  // included), plus every MoE layer's experts that the shared weights alias.
+  // What per-layer expert weights would take: the weights allocated (the rope table included; the
+  // linear workspace is a workspace, not here), plus every MoE layer's experts that the shared
+  // weights alias.
   {
     const WeightBytes wb = estimate_weight_bytes(cfg, shape);
     res.weights_per_layer_bytes = res.weights_bytes + (res.weights_shared ? wb.per_layer - wb.shared : 0);

@@ -188,14 +188,16 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
                              "' is not supported (supported: softmax, sigmoid)");
   // The routed experts run as NVFP4 whatever the checkpoint's format: say so when the config names
   // another one.
-  if (j.contains("quantization_config") && !j["quantization_config"].is_null()) {
-    const json& q = j["quantization_config"];
+  // A multimodal config (text_config) keeps it at its top level.
+  const json& qholder = j.contains("quantization_config") ? j : root;
+  if (qholder.contains("quantization_config") && !qholder["quantization_config"].is_null()) {
+    const json& q = qholder["quantization_config"];
     if (!q.is_object()) return Status::bad_input("config " + source + ": field 'quantization_config' must be an object or null");
     auto text = [&](const char* k) { return q.contains(k) && q[k].is_string() ? q[k].get<std::string>() : std::string(); };
     std::string what = text("quant_algo").empty() ? text("quant_method") : text("quant_method") + " " + text("quant_algo");
     std::string upper;
     for (char ch : what) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-    if (upper.find("FP4") == std::string::npos)
+    if (upper.find("NVFP4") == std::string::npos)  // MXFP4 (an E8M0 scale per 32 values) is another format
       c.notes.push_back("its quantization_config is " + (what.empty() ? std::string("without a quant_method") : printable(what)) +
                         ": the executor runs the routed experts as NVFP4 all the same (its weights are NVFP4's bytes, "
                         "not the checkpoint's)");

@@ -76,7 +76,7 @@ TEST_CASE("newcomer: a mistyped run leaves the earlier results byte for byte", "
                    "moeprof run: error: --mem-fraction-static needs the device's memory, which this backend does not report (the meta "
                    "backend: give --gpu-memory BYTES; or set the pool with --kv-tokens N)"});
   typos.push_back({"run --backend meta --model tiny --workload " + q(long_prompt) + " --gpu-memory H100 --mem-fraction-static nan", 2,
-                   "moeprof run: error: --mem-fraction-static: must be a number from 1e-06 to 1 (got nan) (see moeprof run --help)"});
+                   "moeprof run: error: --mem-fraction-static: must be a number from 0.000001 to 1 (got nan) (see moeprof run --help)"});
   // A pool from --mem-fraction-static: on the meta backend the weights are known before the run.
   typos.push_back({"run --backend meta --model tiny --workload " + q(long_prompt) + " --gpu-memory 100000000 --mem-fraction-static 0.01",
                    2,
@@ -84,7 +84,8 @@ TEST_CASE("newcomer: a mistyped run leaves the earlier results byte for byte", "
                    "1,000,000 B, the weights take at least 4,662,816 B: -3,662,816 B are left, less than one page (1 token(s) x 384 B). "
                    "Increase --mem-fraction-static or give --kv-tokens N"});
   typos.push_back({"run --backend meta --model tiny --workload " + q(long_prompt) + " --gpu-memory 100000000 --mem-fraction-static 0.0468",
-                   2, "moeprof run: error: request 1 (line 2) needs 502 KV tokens, more than the whole pool (44): it could never run"});
+                   2, "moeprof run: error: request 1 (line 2) needs 502 KV tokens, more than the whole pool (44): it could never run "
+                   "(--mem-fraction-static 0.0468 gives a pool of at most 44 tokens on this device)"});
   typos.push_back({"run --backend cpu --model tiny --seed -1", 2,
                    "moeprof run: error: --seed: must be an integer from 0 to 18,446,744,073,709,551,615 (got -1) (see moeprof run --help)"});
   typos.push_back({"run --backend cpu --model tiny --symm-outside-layer 2", 2,
@@ -386,6 +387,24 @@ TEST_CASE("newcomer: an output that is an input is refused, and a failed export 
     CHECK(count_lines(r.err) == 1);
     CHECK(slurp(out.string()) == jsonl);
   }
+  // Through a link: the file it names is replaced, the link stays, the permissions too.
+  const fs::path target = dir / "target.jsonl", via = dir / "via.jsonl";
+  fs::remove(via);
+  moeprof::testing::spit(target.string(), "old\n");
+  fs::permissions(target, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
+  fs::create_symlink(target, via);
+  REQUIRE(run_cli("export " + q(trace) + " --out-jsonl " + q(via)).rc == 0);
+  CHECK(fs::is_symlink(via));
+  CHECK(slurp(target.string()) == jsonl);
+  CHECK(fs::status(target).permissions() == (fs::perms::owner_read | fs::perms::owner_write));
+  // budget, fit and gate refuse an output over an input too; gate's --out-baseline may replace --baseline.
+  const fs::path rep = dir / "r.json", rep2 = dir / "r2.json";
+  REQUIRE(run_cli("report " + q(trace) + " --out-json " + q(rep)).rc == 0);
+  fs::copy_file(rep, rep2, fs::copy_options::overwrite_existing);
+  CHECK(run_cli("budget " + q(trace) + " --gpu-memory H200 --out-json " + q(trace)).rc == 2);
+  CHECK(run_cli("gate --baseline " + q(rep) + " --current " + q(rep2) + " --out-md " + q(rep2)).rc == 2);
+  CHECK(run_cli("gate --baseline " + q(rep) + " --current " + q(rep2) + " --out-baseline " + q(rep)).rc == 0);
+  CHECK(slurp(trace.string()) == bytes);
   size_t left = 0;
   for (const auto& e : fs::directory_iterator(dir)) left += e.path().filename().string().find(".tmp") != std::string::npos;
   CHECK(left == 0);  // no temporary left behind
@@ -427,4 +446,22 @@ TEST_CASE("newcomer: gate keeps stdout to one document and never proposes a fail
   auto e = run_cli("gate --baseline " + q(empty) + " --current " + q(valid));
   CHECK(e.rc == 2);
   CHECK(e.err == "moeprof gate: error: baseline: report " + empty.string() + " is an empty file\n");
+}
+
+TEST_CASE("newcomer: the serving pre-check's pool is the run's own on the meta backend, so a pool that fits runs", "[cli][newcomer]") {
+  // DeepSeek-V2-Lite, 2 layers (greedy routing: no score bias): weights W = 1,374,722,560 B; at
+  // G = 2 (W + 4,708) and fraction 0.5, 4,708 B are left: 2 tokens of 2,304 B, what the request needs.
+  const auto dir = moeprof::testing::temp_dir("newcomer_precheck");
+  const std::string base = "run -q --backend meta --model deepseek-v2-lite --layers 2 --workload synthetic:1,1,2 --context-length 64 "
+                           "--disable-cuda-graph --mem-fraction-static 0.5 --json -o " + q(dir / "out") + " --gpu-memory ";
+  auto ok = run_cli(base + "2749454536");
+  INFO(ok.err);
+  REQUIRE(ok.rc == 0);
+  const auto j = nlohmann::json::parse(ok.out);
+  CHECK(j["runs"][0]["serving"]["kv_pool_tokens"] == 2);
+  CHECK(j["runs"][0]["serving"]["memory"]["weights_bytes"] == 1374722560);
+  // 202 B less: 4,607 B are left, 1 token, refused before the run.
+  auto short_by_two = run_cli(base + "2749454334");
+  CHECK(short_by_two.rc == 2);
+  CHECK(short_by_two.err.find("more than the whole pool (1)") != std::string::npos);
 }

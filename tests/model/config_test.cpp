@@ -174,7 +174,17 @@ TEST_CASE("quantization_config: NVFP4 is read silently, another format gets a no
   auto bad = parse_model_config(j.dump(), "tiny-q.json");
   REQUIRE_FALSE(bad.is_ok());
   CHECK(bad.status().message() == "config tiny-q.json: field 'quantization_config' must be an object or null");
-  CHECK(resolve_model_config("kimi-k2.5")->notes.empty());  // modelopt NVFP4
+  CHECK(resolve_model_config("kimi-k2.5")->notes.empty());  // modelopt NVFP4, at the top level beside text_config
+  // Kimi-K2.5's config nests the model in text_config and keeps quantization_config at the top.
+  nlohmann::json k = nlohmann::json::parse(read_file(cfg_path("kimi-k2.5")));
+  REQUIRE(k.contains("text_config"));
+  REQUIRE(k.contains("quantization_config"));
+  k["quantization_config"] = {{"quant_method", "mxfp4"}};
+  auto mx = parse_model_config(k.dump(), "kimi-mx.json");
+  REQUIRE(mx.is_ok());
+  CHECK(mx->notes.size() == 1);
+  k["quantization_config"] = "garbage";
+  CHECK_FALSE(parse_model_config(k.dump(), "kimi-mx.json").is_ok());
 }
 
 TEST_CASE("model names are case-insensitive, and a mistyped one gets the nearest names", "[model][config]") {

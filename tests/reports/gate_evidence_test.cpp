@@ -148,7 +148,8 @@ TEST_CASE("gate: another EP layout, routing or serving workload fails unless all
   }
   // Two serving runs: their requests, output tokens, chunk, page and pool are the workload.
   ordered_json sb = b;
-  sb["serving"] = {{"requests", 8}, {"output_tokens", 160}, {"chunked_prefill_size", 8192}, {"page_size", 1}, {"kv_pool_tokens", 5000}};
+  sb["serving"] = {{"requests", 8}, {"output_tokens", 160}, {"chunked_prefill_size", 8192}, {"page_size", 1}, {"kv_pool_tokens", 5000},
+                   {"pool_sizing", {{"method", "kv-tokens"}}}};
   for (const char* key : {"requests", "output_tokens", "chunked_prefill_size", "page_size", "kv_pool_tokens"}) {
     INFO(key);
     ordered_json sc = sb;
@@ -158,6 +159,16 @@ TEST_CASE("gate: another EP layout, routing or serving workload fails unless all
     CHECK_FALSE(r.passed());
   }
   CHECK(reports::run_gate(report({sb}), report({sb}), {}).passed());
+  // A pool from --mem-fraction-static follows the device's free memory: its fraction is the
+  // workload, its tokens are not.
+  ordered_json fb = sb;
+  fb["serving"]["pool_sizing"] = {{"method", "mem-fraction-static"}, {"mem_fraction_static", 0.88}};
+  ordered_json fc = fb;
+  fc["serving"]["kv_pool_tokens"] = 5123;
+  CHECK(reports::run_gate(report({fb}), report({fc}), {}).passed());
+  fc["serving"]["pool_sizing"]["mem_fraction_static"] = 0.85;
+  CHECK(reports::run_gate(report({fb}), report({fc}), {}).config_changes == 1);
+  CHECK(reports::run_gate(report({sb}), report({fb}), {}).config_changes == 1);  // another sizing
 }
 
 TEST_CASE("gate: --rel-tol is the decimal as written, so a change exactly at the limit passes", "[gate][evidence]") {
