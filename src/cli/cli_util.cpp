@@ -123,8 +123,8 @@ CLI::Validator integer_range(int64_t lo, int64_t hi) {
       "");
 }
 
-CLI::Validator seconds_range(double lo, double hi) {
-  const std::string range = "must be a number of seconds from " + plain_number(lo) + " to " + plain_number(hi);
+// A finite number in [lo, hi], else "RANGE (got V)": NaN and infinities never pass.
+static CLI::Validator finite_range(double lo, double hi, std::string range) {
   return CLI::Validator(
       [lo, hi, range](std::string& v) -> std::string {
         char* end = nullptr;
@@ -135,6 +135,10 @@ CLI::Validator seconds_range(double lo, double hi) {
       "");
 }
 
+CLI::Validator seconds_range(double lo, double hi) {
+  return finite_range(lo, hi, "must be a number of seconds from " + plain_number(lo) + " to " + plain_number(hi));
+}
+
 CLI::Validator number_range(double lo, double hi) {
   auto plain = [](double x) {  // 0.000001, not 1e-06
     std::string t = fmt::format("{:.12f}", x);
@@ -142,15 +146,7 @@ CLI::Validator number_range(double lo, double hi) {
     if (!t.empty() && t.back() == '.') t.pop_back();
     return t;
   };
-  const std::string range = "must be a number from " + plain(lo) + " to " + plain(hi);
-  return CLI::Validator(
-      [lo, hi, range](std::string& v) -> std::string {
-        char* end = nullptr;
-        const double x = std::strtod(v.c_str(), &end);
-        if (v.empty() || *end != '\0' || !std::isfinite(x) || x < lo || x > hi) return range + " (got " + shown_value(v) + ")";
-        return "";
-      },
-      "");
+  return finite_range(lo, hi, "must be a number from " + plain(lo) + " to " + plain(hi));
 }
 
 CLI::Validator positive_number() {
