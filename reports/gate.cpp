@@ -145,11 +145,13 @@ void check_meta_differences(const nlohmann::ordered_json& b, const nlohmann::ord
     res->issues.push_back({run, "workload_change", res->notes.back(), !opts.allow_config_change});
   };
   const nlohmann::ordered_json none;
+  // A key's value, or null where the object lacks it (or is no object).
+  auto at = [&none](const nlohmann::ordered_json& o, const char* key) -> const nlohmann::ordered_json& {
+    return o.is_object() && o.contains(key) ? o[key] : none;
+  };
   for (const char* key : kWorkloadKeys) {
     if (!b.contains(key) && !c.contains(key)) continue;
-    const auto& bv = b.contains(key) ? b[key] : none;
-    const auto& cv = c.contains(key) ? c[key] : none;
-    if (bv != cv) differs(key, bv, cv);  // one without the key: not the same workload either
+    if (at(b, key) != at(c, key)) differs(key, at(b, key), at(c, key));  // one without the key: not the same workload either
   }
   // The executor's parallel layout and routing (extra): absent means its default where it has one
   // (no EP: size 1, rank 0; no DP attention), else compared only where both reports say it.
@@ -159,10 +161,9 @@ void check_meta_differences(const nlohmann::ordered_json& b, const nlohmann::ord
   };
   static constexpr ExtraKey kExtra[] = {{"ep_size", "1"}, {"ep_rank", "0"}, {"dp_attention", "false"},
                                         {"routing", nullptr}, {"ep_buffers", nullptr}, {"weights", nullptr}};
-  const auto& be = b.contains("extra") && b["extra"].is_object() ? b["extra"] : none;
-  const auto& ce = c.contains("extra") && c["extra"].is_object() ? c["extra"] : none;
+  const auto &be = at(b, "extra"), &ce = at(c, "extra");
   for (const ExtraKey& k : kExtra) {
-    const bool bh = be.is_object() && be.contains(k.key), ch = ce.is_object() && ce.contains(k.key);
+    const bool bh = !at(be, k.key).is_null(), ch = !at(ce, k.key).is_null();
     if (!bh && !ch) continue;
     if ((!bh || !ch) && k.absent == nullptr) continue;
     const nlohmann::ordered_json bv = bh ? be[k.key] : nlohmann::ordered_json(k.absent);
@@ -170,33 +171,25 @@ void check_meta_differences(const nlohmann::ordered_json& b, const nlohmann::ord
     if (bv != cv) differs(std::string("extra.") + k.key, bv, cv);
   }
   // A serving run's workload: its requests, output tokens, chunk, page and pool (a prefill has none).
-  const bool bs = b.contains("serving") && b["serving"].is_object(), cs = c.contains("serving") && c["serving"].is_object();
-  if (bs != cs) {
-    differs("serving", bs ? "a serving run" : "one prefill", cs ? "a serving run" : "one prefill");
-  } else if (bs) {
-    for (const char* key : {"requests", "output_tokens", "chunked_prefill_size", "page_size"}) {
-      const auto& bv = b["serving"].contains(key) ? b["serving"][key] : none;
-      const auto& cv = c["serving"].contains(key) ? c["serving"][key] : none;
-      if (bv != cv) differs(std::string("serving.") + key, bv, cv);
-    }
+  const auto &bs = at(b, "serving"), &cs = at(c, "serving");
+  auto compare = [&](const std::string& what, const nlohmann::ordered_json& bv, const nlohmann::ordered_json& cv) {
+    if (bv != cv) differs(what, bv, cv);
+  };
+  if (bs.is_object() != cs.is_object()) {
+    differs("serving", bs.is_object() ? "a serving run" : "one prefill", cs.is_object() ? "a serving run" : "one prefill");
+  } else if (bs.is_object()) {
+    for (const char* key : {"requests", "output_tokens", "chunked_prefill_size", "page_size"})
+      compare(std::string("serving.") + key, at(bs, key), at(cs, key));
     // The pool: its sizing, and its tokens where they are given (--kv-tokens, the workload's need);
     // a pool from --mem-fraction-static follows the device's free memory, so its fraction counts.
-    auto method = [&](const nlohmann::ordered_json& r) {
-      const auto& s = r["serving"];
-      return s.contains("pool_sizing") && s["pool_sizing"].is_object() && s["pool_sizing"].contains("method") ? s["pool_sizing"]["method"] : none;
-    };
-    const auto bm = method(b), cm = method(c);
-    if (bm != cm) {
+    const auto &bp = at(bs, "pool_sizing"), &cp = at(cs, "pool_sizing");
+    const auto &bm = at(bp, "method"), &cm = at(cp, "method");
+    if (bm != cm)
       differs("serving.pool_sizing.method", bm, cm);
-    } else if (bm.is_string() && bm.get<std::string>() == "mem-fraction-static") {
-      const auto& bf = b["serving"]["pool_sizing"].contains("mem_fraction_static") ? b["serving"]["pool_sizing"]["mem_fraction_static"] : none;
-      const auto& cf = c["serving"]["pool_sizing"].contains("mem_fraction_static") ? c["serving"]["pool_sizing"]["mem_fraction_static"] : none;
-      if (bf != cf) differs("serving.pool_sizing.mem_fraction_static", bf, cf);
-    } else {
-      const auto& bv = b["serving"].contains("kv_pool_tokens") ? b["serving"]["kv_pool_tokens"] : none;
-      const auto& cv = c["serving"].contains("kv_pool_tokens") ? c["serving"]["kv_pool_tokens"] : none;
-      if (bv != cv) differs("serving.kv_pool_tokens", bv, cv);
-    }
+    else if (bm == "mem-fraction-static")
+      compare("serving.pool_sizing.mem_fraction_static", at(bp, "mem_fraction_static"), at(cp, "mem_fraction_static"));
+    else
+      compare("serving.kv_pool_tokens", at(bs, "kv_pool_tokens"), at(cs, "kv_pool_tokens"));
   }
   for (const char* key : {"mode", "backend", "device_name"}) {
     if (b.contains(key) && c.contains(key) && b[key] != c[key])

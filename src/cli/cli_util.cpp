@@ -103,9 +103,12 @@ namespace {
 
 std::string shown_value(const std::string& v) { return v.size() > 40 ? v.substr(0, 40) + "..." : v; }
 
+// A whole number with commas, else decimals without an exponent (0.000001, not 1e-06).
 std::string plain_number(double x) {
   if (x == static_cast<double>(static_cast<int64_t>(x)) && std::fabs(x) < 1e15) return reports::with_commas(static_cast<int64_t>(x));
-  return fmt::format("{}", x);
+  std::string t = fmt::format("{:.12f}", x);
+  while (t.back() == '0') t.pop_back();
+  return t;
 }
 
 }  // namespace
@@ -140,13 +143,7 @@ CLI::Validator seconds_range(double lo, double hi) {
 }
 
 CLI::Validator number_range(double lo, double hi) {
-  auto plain = [](double x) {  // 0.000001, not 1e-06
-    std::string t = fmt::format("{:.12f}", x);
-    while (!t.empty() && t.back() == '0') t.pop_back();
-    if (!t.empty() && t.back() == '.') t.pop_back();
-    return t;
-  };
-  return finite_range(lo, hi, "must be a number from " + plain(lo) + " to " + plain(hi));
+  return finite_range(lo, hi, "must be a number from " + plain_number(lo) + " to " + plain_number(hi));
 }
 
 CLI::Validator positive_number() {
