@@ -168,6 +168,7 @@ class TraceReader {
   bool done_ = false, saw_end_ = false, truncated_ = false;
   std::string truncation_note_;
   uint64_t dropped_ = 0;
+  uint64_t records_read_ = 0;  // records of the RECS frames read so far (checked against STAT and END)
   uint32_t pid_ = 0;
   RunMeta meta_;
   StringTable strings_;

@@ -202,8 +202,17 @@ Status TraceReader::handle_table_frame(uint32_t type, uint32_t count, uint64_t p
     case kFrameStats: {
       auto j = nlohmann::json::parse(payload_.begin(), payload_.end(), nullptr, false);
       if (j.is_discarded() || !j.is_object()) return Status::bad_input(at_offset(path_, poff) + "corrupt stats frame");
-      if (j.contains("dropped_records") && j["dropped_records"].is_number_unsigned())
-        dropped_ = j["dropped_records"].get<uint64_t>();
+      // Both counts are the writer's: a value of another type is corruption (a dropped count read
+      // as 0 would let the gate pass a run that lost records), and a record count that differs
+      // from the records read means a record frame is missing.
+      for (const char* key : {"dropped_records", "records"})
+        if (j.contains(key) && !j[key].is_number_unsigned())
+          return Status::bad_input(at_offset(path_, poff) + "corrupt stats frame: '" + key + "' is not a non-negative integer");
+      if (j.contains("dropped_records")) dropped_ = j["dropped_records"].get<uint64_t>();
+      if (j.contains("records") && j["records"].get<uint64_t>() != records_read_)
+        return Status::bad_input(at_offset(path_, poff) + "corrupt trace: the stats frame counts " +
+                                 std::to_string(j["records"].get<uint64_t>()) + " records, " + std::to_string(records_read_) +
+                                 " were read (a record frame is missing)");
       return Status::ok();
     }
     default:
@@ -294,6 +303,10 @@ Result<bool> TraceReader::next_frame(std::vector<TraceRecord>* out) {
     }
     off_ += sizeof(fh) + fh.bytes;
     if (fh.type == kFrameEnd) {
+      if (fh.count != static_cast<uint32_t>(records_read_ & 0xFFFFFFFFu))
+        return Status::bad_input(at_offset(path_, off_ - sizeof(fh)) + "corrupt trace: the end frame counts " +
+                                 std::to_string(fh.count) + " records (low 32 bits), " + std::to_string(records_read_) +
+                                 " were read (a record frame is missing)");
       saw_end_ = true;
       done_ = true;
       // The end frame ends the file: bytes after it are another file joined on (two traces
@@ -307,6 +320,7 @@ Result<bool> TraceReader::next_frame(std::vector<TraceRecord>* out) {
       MOEPROF_RETURN_IF_ERROR(handle_table_frame(fh.type, fh.count, poff));
       continue;
     }
+    records_read_ += fh.count;
     const size_t ns = strings_.size(), nst = stacks_.stack_count();
     for (uint32_t i = 0; i < fh.count; ++i) {
       TraceRecord& r = (*out)[i];

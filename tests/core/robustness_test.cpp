@@ -208,6 +208,74 @@ TEST_CASE("reader: a damaged length field is corruption, a cut is a truncation",
   CHECK(cut->truncation_note == "truncated at byte offset " + std::to_string(recs->off) + " (frame of 192 bytes cut short after 100)");
 }
 
+// A frame removed whole leaves every checksum right; the STAT and END frames' record counts are
+// what catches it (before, the trace read with its figures short and no word). A STAT count of
+// another type is corruption too: a dropped count read as 0 let the gate pass.
+TEST_CASE("reader: a missing record frame or a mistyped stats count is corruption", "[core][trace_io]") {
+  const std::string p = tmp_path("counts.mtrace");
+  {
+    auto w = TraceWriter::open(p, RunMeta{}, TraceWriterOptions{5, 0});
+    REQUIRE(w.is_ok());
+    for (uint64_t i = 1; i <= 13; ++i) REQUIRE(w.value()->append(alloc(i, 4096 * i, 97 * i + 3)).is_ok());
+    w.value()->add_dropped(3);
+    REQUIRE(w.value()->close().is_ok());
+  }
+  const std::string file = slurp(p);
+  auto whole = read_trace(p);
+  REQUIRE(whole.is_ok());
+  CHECK(whole->records.size() == 13);
+  CHECK(whole->dropped_records == 3);
+  const auto frames = frames_of(file);
+  std::vector<FrameAt> recs;
+  for (const auto& f : frames)
+    if (f.type == "RECS") recs.push_back(f);
+  REQUIRE(recs.size() == 3);  // 5 + 5 + 3
+  const FrameAt stat = frames.at(frames.size() - 2), end = frames.back();
+  REQUIRE(stat.type == "STAT");
+  REQUIRE(end.type == "END ");
+  CHECK(end.count == 13);
+
+  auto expect_error = [&](const std::string& bytes, const std::string& message) {
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+    auto t = read_trace(p);
+    REQUIRE_FALSE(t.is_ok());
+    CHECK(t.status().code() == ErrorCode::kBadInput);
+    CHECK(t.status().message() == p + ": " + message);
+    auto streamed = TraceReader::open(p);  // the streamed path reads the same frames
+    REQUIRE(streamed.is_ok());
+    std::vector<TraceRecord> batch;
+    Result<bool> more = true;
+    while (more.is_ok() && *more) more = streamed.value()->next(&batch);
+    REQUIRE_FALSE(more.is_ok());
+    CHECK(more.status().message() == t.status().message());
+  };
+  // The middle record frame removed.
+  const std::string dropped = file.substr(0, recs[1].off) + file.substr(recs[1].off + 16 + recs[1].bytes);
+  expect_error(dropped, "byte offset " + std::to_string(stat.off - recs[1].bytes) +  // the STAT payload's
+                            ": corrupt trace: the stats frame counts 13 records, 8 were read (a record frame is missing)");
+
+  // A STAT frame rewritten (checksum right) with other values.
+  auto with_stat = [&](const std::string& json) {
+    const uint32_t hdr[4] = {0x54415453u /* "STAT" */, static_cast<uint32_t>(json.size()), crc32c(json.data(), json.size()), 0};
+    return file.substr(0, stat.off) + std::string(reinterpret_cast<const char*>(hdr), 16) + json + file.substr(end.off);
+  };
+  for (const std::string v : {"\"5\"", "5.0", "-1", "true", "1e30", "null"})
+    expect_error(with_stat("{\"dropped_records\":" + v + ",\"records\":13}"),
+                 "byte offset " + std::to_string(stat.off + 16) + ": corrupt stats frame: 'dropped_records' is not a non-negative integer");
+  expect_error(with_stat("{\"dropped_records\":3,\"records\":\"13\"}"),
+               "byte offset " + std::to_string(stat.off + 16) + ": corrupt stats frame: 'records' is not a non-negative integer");
+  // Without a STAT frame, the END frame's count catches it.
+  const std::string no_stat = dropped.substr(0, stat.off - 16 - recs[1].bytes) + dropped.substr(end.off - 16 - recs[1].bytes);
+  expect_error(no_stat, "byte offset " + std::to_string(stat.off - 16 - recs[1].bytes) +
+                            ": corrupt trace: the end frame counts 13 records (low 32 bits), 8 were read (a record frame is missing)");
+  // The STAT frame is optional, and both counts right read as before.
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << with_stat("{}");
+  auto no_counts = read_trace(p);
+  REQUIRE(no_counts.is_ok());
+  CHECK(no_counts->records.size() == 13);
+  CHECK(no_counts->dropped_records == 0);
+}
+
 TEST_CASE("reader: allocation sizes above 2^63-1 bytes are corrupt records", "[core][trace_io]") {
   const std::string p = tmp_path("big.mtrace");
   for (uint64_t bytes : {kMaxBytes, kMaxBytes + 1, UINT64_MAX}) {

@@ -46,7 +46,11 @@ def record(ts, addr, nbytes, kind, name=0, scope=0, shape=0, device=0, category=
                        category, 0, 0, flags)
 
 
+_records_since_end = [0]
+
+
 def records(recs) -> bytes:
+    _records_since_end[0] += len(recs)
     return frame(b"RECS", b"".join(recs), len(recs))
 
 
@@ -61,7 +65,10 @@ def stat(dropped=0, n=0) -> bytes:
     return frame(b"STAT", json.dumps({"dropped_records": dropped, "records": n}).encode(), 0)
 
 
-END = frame(b"END ", b"", 0)
+def end() -> bytes:
+    """The END frame counts the records written since the last one (the reader checks it)."""
+    n, _records_since_end[0] = _records_since_end[0], 0
+    return frame(b"END ", b"", n & 0xFFFFFFFF)
 ALLOC, FREE, USE = 1, 2, 3
 
 
@@ -76,38 +83,38 @@ def traces():
     body = [ALLOC, FREE]
     ok = (header() + meta() + strings(["act", "layer.0/mlp", "16x16"]) +
           records([record(10, 0x1000, 512, ALLOC, 1, 2, 3, seq=1), record(20, 0x2000, 256, ALLOC, 1, 2, 3, seq=2),
-                   record(30, 0x1000, 0, FREE, 1, 2, 3, seq=3), record(40, 0x2000, 0, FREE, seq=4)]) + stat(0, 4) + END)
+                   record(30, 0x1000, 0, FREE, 1, 2, 3, seq=3), record(40, 0x2000, 0, FREE, seq=4)]) + stat(0, 4) + end())
     write("trace", "valid.mtrace", ok)
     write("trace", "no-end.mtrace", ok[:-16])                       # killed: no END frame
     write("trace", "cut-mid-frame.mtrace", ok[:len(ok) - 40])      # cut inside STAT
-    write("trace", "empty-records.mtrace", header() + meta() + records([]) + END)
+    write("trace", "empty-records.mtrace", header() + meta() + records([]) + end())
     big = 1 << 63
     write("trace", "alloc-2p63.mtrace", header() + meta() + strings(["x"]) +
-          records([record(1, 0x1000, big, ALLOC, 1, seq=1)]) + END)
+          records([record(1, 0x1000, big, ALLOC, 1, seq=1)]) + end())
     write("trace", "two-allocs-2p62.mtrace", header() + meta() + strings(["x"]) +
-          records([record(1, 0x1000, (1 << 62) + 1, ALLOC, 1, seq=1), record(2, 0x2000, 1 << 62, ALLOC, 1, seq=2)]) + END)
+          records([record(1, 0x1000, (1 << 62) + 1, ALLOC, 1, seq=1), record(2, 0x2000, 1 << 62, ALLOC, 1, seq=2)]) + end())
     write("trace", "max-bytes.mtrace", header() + meta() + strings(["x"]) +
-          records([record(1, 0x1000, (1 << 63) - 1, ALLOC, 1, seq=1), record(2, 0x1000, 0, FREE, seq=2)]) + END)
+          records([record(1, 0x1000, (1 << 63) - 1, ALLOC, 1, seq=1), record(2, 0x1000, 0, FREE, seq=2)]) + end())
     write("trace", "out-of-order.mtrace", header() + meta() + records(
         [record(1 << 63, 0x10, 8, ALLOC, seq=1), record(5, 0x20, 8, ALLOC, seq=2), record(0, 0x10, 0, FREE, seq=3),
-         record(2**64 - 1, 0x30, 8, ALLOC, seq=4)]) + END)
+         record(2**64 - 1, 0x30, 8, ALLOC, seq=4)]) + end())
     rec = record(1, 0x1000, 64, ALLOC, seq=1)
     bad_len = header() + meta() + struct.pack("<4sIII", b"RECS", 0x3FFFFFC0, crc32c(rec), 1) + rec
     write("trace", "corrupt-length.mtrace", bad_len)
     write("trace", "not-utf8-names.mtrace", header() + meta(name="seed") + strings([b"\xff", b"\xfe", "\ufffd", b"a\xc0b"]) +
-          records([record(1, 0x10, 8, ALLOC, 1, 2, seq=1), record(2, 0x20, 8, ALLOC, 3, 4, seq=2)]) + END)
-    write("trace", "repeated-string.mtrace", header() + meta() + strings(["a", "a"]) + END)
-    write("trace", "empty-string.mtrace", header() + meta() + strings([""]) + END)
+          records([record(1, 0x10, 8, ALLOC, 1, 2, seq=1), record(2, 0x20, 8, ALLOC, 3, 4, seq=2)]) + end())
+    write("trace", "repeated-string.mtrace", header() + meta() + strings(["a", "a"]) + end())
+    write("trace", "empty-string.mtrace", header() + meta() + strings([""]) + end())
     write("trace", "failed-run.mtrace", header() + meta(extra={"error": "layer 1 moe: out of memory"}) + strings(["x"]) +
-          records([record(1, 0x1000, 100, ALLOC, 1, seq=1)]) + END)
+          records([record(1, 0x1000, 100, ALLOC, 1, seq=1)]) + end())
     deep = "/".join("c%d" % i for i in range(3000))
     write("trace", "deep-scope.mtrace", header() + meta() + strings(["t", deep]) +
-          records([record(1, 0x10, 8, ALLOC, 1, 2, seq=1), record(2, 0x10, 0, FREE, seq=2)]) + END)
+          records([record(1, 0x10, 8, ALLOC, 1, 2, seq=1), record(2, 0x10, 0, FREE, seq=2)]) + end())
     write("trace", "many-devices.mtrace", header() + meta() + records(
-        [record(i, 0x10, 8 + i, ALLOC, device=i * 257 % 65536, seq=i) for i in range(1, 200)]) + END)
-    write("trace", "unnamed.mtrace", header() + meta(name="") + records([record(1, 0x10, 8, ALLOC, seq=1)]) + END)
-    write("trace", "dropped.mtrace", header() + meta() + records([record(1, 0x10, 8, ALLOC, seq=1)]) + stat(7, 1) + END)
-    write("trace", "bad-meta.mtrace", header() + frame(b"META", b'{"tokens": 1e400, "tp_size": 0}', 0) + END)
+        [record(i, 0x10, 8 + i, ALLOC, device=i * 257 % 65536, seq=i) for i in range(1, 200)]) + end())
+    write("trace", "unnamed.mtrace", header() + meta(name="") + records([record(1, 0x10, 8, ALLOC, seq=1)]) + end())
+    write("trace", "dropped.mtrace", header() + meta() + records([record(1, 0x10, 8, ALLOC, seq=1)]) + stat(7, 1) + end())
+    write("trace", "bad-meta.mtrace", header() + frame(b"META", b'{"tokens": 1e400, "tp_size": 0}', 0) + end())
 
 
 def configs():
@@ -137,14 +144,14 @@ def reports_():
            "anomalies": {}, "dropped_records": 0, "truncated": False, "truncation_note": "", "extra": {}}
     def rep(name, runs, text=None):
         write("report", name + ".json", text if text is not None else json.dumps(
-            {"schema_version": 1, "generator": "moeprof", "runs": runs}))
+            {"schema_version": 1, "generator": "moeprof test", "comparison": None, "runs": runs}))
     rep("valid", [run, dict(run, name="reuse", mode="reuse", peak_activation_bytes=1957)])
     rep("single", [run])
     rep("failed-run", [dict(run, extra={"error": "out of memory"})])
     rep("truncated", [dict(run, truncated=True, truncation_note="no end frame")])
     rep("max-bytes", [dict(run, peak_activation_bytes=2**63 - 1)])
     rep("over-limit", [dict(run, churn_bytes=2**64 - 1)])
-    t = json.dumps({"schema_version": 1, "generator": "moeprof", "runs": [run]})
+    t = json.dumps({"schema_version": 1, "generator": "moeprof test", "comparison": None, "runs": [run]})
     rep("number-1e400", None, t.replace('"peak_activation_bytes": 2296', '"peak_activation_bytes": 1e400'))
     rep("deep-nesting", None, "[" * 20000)
     rep("bad-utf8", None, t.replace('"baseline"', '"\xff"', 1).encode("latin-1").decode("latin-1"))
