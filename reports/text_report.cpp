@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 
 #include <fmt/format.h>
 
+#include "core/utf8.h"
 #include "reports/format.h"
 #include "reports/report_file.h"
 
@@ -15,6 +17,11 @@ using nlohmann::ordered_json;
 namespace {
 
 std::string scope_name(const std::string& s) { return s.empty() ? "(unscoped)" : s; }
+
+// A string of the report shown in a text table: control characters as \xNN (a name with a newline
+// or a tab had broken its row), the whole string kept.
+std::string text_str(const ordered_json& j, const char* key) { return printable(json_str(j, key), SIZE_MAX); }
+std::string text_label(const ordered_json& e) { return printable(entry_label(e), SIZE_MAX); }
 
 // "-539.0 MB (-538,968,064 B)"; exact alone below 1 kB.
 std::string change_exact(int64_t d) {
@@ -27,7 +34,7 @@ std::string bytes_exact(uint64_t b) { return b < 1000 ? format_bytes(b) : fmt::f
 }  // namespace
 
 std::string comparison_text(const ordered_json& c, const std::string& a_file, const std::string& b_file) {
-  const std::string a = json_str(c, "baseline"), b = json_str(c, "candidate");
+  const std::string a = text_str(c, "baseline"), b = text_str(c, "candidate");
   std::string out;
   // Warnings first (a failed, truncated or empty run: its figures are lower bounds).
   if (c.contains("warnings") && c["warnings"].is_array())
@@ -79,8 +86,8 @@ std::string comparison_text(const ordered_json& c, const std::string& a_file, co
     wb = std::max(wb, sum_b.size());
     wd = std::max(wd, sum_d.size());
     for (const auto& r : d["rows"]) {
-      wname = std::min<size_t>(std::max(wname, entry_label(r).size()), 72);
-      wscope = std::min<size_t>(std::max({wscope, json_str(r, "baseline_scope").size(), json_str(r, "candidate_scope").size()}), 56);
+      wname = std::min<size_t>(std::max(wname, text_label(r).size()), 72);
+      wscope = std::min<size_t>(std::max({wscope, text_str(r, "baseline_scope").size(), text_str(r, "candidate_scope").size()}), 56);
       wa = std::max(wa, cell(r, "baseline_bytes").size());
       wb = std::max(wb, cell(r, "candidate_bytes").size());
       wd = std::max(wd, change_exact(json_i64(r, "delta_bytes")).size());
@@ -88,8 +95,8 @@ std::string comparison_text(const ordered_json& c, const std::string& a_file, co
     out += fmt::format("  {:<14} {:<{}} {:<{}} {:<{}} {:>{}} {:>{}} {:>{}}\n", "change", "tensor", wname, "scope in A", wscope, "scope in B",
                        wscope, "A", wa, "B", wb, "B - A", wd);
     for (const auto& r : d["rows"]) {
-      auto scope = [&](const char* key) { return json_str(r, key).empty() ? std::string("-") : json_str(r, key); };
-      out += fmt::format("  {:<14} {:<{}} {:<{}} {:<{}} {:>{}} {:>{}} {:>{}}\n", json_str(r, "change"), entry_label(r), wname,
+      auto scope = [&](const char* key) { return text_str(r, key).empty() ? std::string("-") : text_str(r, key); };
+      out += fmt::format("  {:<14} {:<{}} {:<{}} {:<{}} {:>{}} {:>{}} {:>{}}\n", text_str(r, "change"), text_label(r), wname,
                          scope("baseline_scope"), wscope, scope("candidate_scope"), wscope, cell(r, "baseline_bytes"), wa,
                          cell(r, "candidate_bytes"), wb, change_exact(json_i64(r, "delta_bytes")), wd);
     }
@@ -100,7 +107,7 @@ std::string comparison_text(const ordered_json& c, const std::string& a_file, co
     out += fmt::format("\nscopes whose high-water changed:\n  {:<44} {:>16} {:>16} {:>16} {:>28}\n", "scope", "activation hw A", "activation hw B",
                        "B - A", "high-water (all) B - A");
     for (const auto& s : c["scope_deltas"])
-      out += fmt::format("  {:<44} {:>16} {:>16} {:>16} {:>28}\n", scope_name(json_str(s, "scope")),
+      out += fmt::format("  {:<44} {:>16} {:>16} {:>16} {:>28}\n", scope_name(text_str(s, "scope")),
                          format_bytes(json_u64(s, "baseline_activation_high_water_bytes")),
                          format_bytes(json_u64(s, "candidate_activation_high_water_bytes")), format_delta_bytes(json_i64(s, "activation_delta_bytes")),
                          format_delta_bytes(json_i64(s, "delta_bytes")));
@@ -110,24 +117,24 @@ std::string comparison_text(const ordered_json& c, const std::string& a_file, co
     out += fmt::format("\nallocations only {} makes ({} in all):\n", who, format_bytes(json_u64(c, (std::string(key) + "_bytes").c_str())));
     for (const auto& g : c[key])
       out += fmt::format("  {:>7} x {:>12}  {} {}\n", with_commas_u(json_u64(g, "count")), format_bytes(json_u64(g, "bytes")),
-                         scope_name(json_str(g, "scope")), entry_label(g));
+                         scope_name(text_str(g, "scope")), text_label(g));
   }
   return out;
 }
 
 std::vector<std::string> run_warnings(const ordered_json& r) {
   std::vector<std::string> w;
-  const std::string name = "run " + json_str(r, "name");
-  const std::string error = r.contains("extra") ? json_str(r["extra"], "error") : std::string();
+  const std::string name = "run " + text_str(r, "name");
+  const std::string error = r.contains("extra") ? text_str(r["extra"], "error") : std::string();
   if (!error.empty()) w.push_back(fmt::format("{} failed: {}: the figures cover only what ran before the failure", name, error));
   if (r.value("truncated", false))
     w.push_back(fmt::format("{}: the trace is {}: the figures cover the part read", name,
-                            json_str(r, "truncation_note").empty() ? "truncated" : json_str(r, "truncation_note")));
+                            text_str(r, "truncation_note").empty() ? "truncated" : text_str(r, "truncation_note")));
   if (json_u64(r, "dropped_records"))
     w.push_back(fmt::format("{}: {} dropped records: the figures are lower bounds", name, with_commas_u(json_u64(r, "dropped_records"))));
   if (json_u64(r, "allocations") == 0)
     w.push_back(fmt::format("{}: no allocations recorded{}", name,
-                            json_str(r, "mode") == "imported" ? kEmptySnapshotAdvice : ""));
+                            text_str(r, "mode") == "imported" ? kEmptySnapshotAdvice : ""));
   return w;
 }
 
@@ -137,11 +144,11 @@ std::string run_text(const ordered_json& r) {
   for (const auto& w : run_warnings(r)) out += "warning: " + w + "\n";
   for (const auto& n : run_notes(r)) out += "note: " + n + "\n";
   // What the run's metadata holds: a traced or imported program has no model, tokens or TP.
-  std::string head = "run " + json_str(r, "name") + ": mode " + or_dash(json_str(r, "mode"));
-  if (!json_str(r, "model").empty()) head += ", model " + json_str(r, "model");
+  std::string head = "run " + text_str(r, "name") + ": mode " + or_dash(text_str(r, "mode"));
+  if (!text_str(r, "model").empty()) head += ", model " + text_str(r, "model");
   if (json_i64(r, "tokens") > 0) head += ", " + with_commas(json_i64(r, "tokens")) + " tokens";
   if (!run_tp_label(r).empty()) head += ", TP " + run_tp_label(r);
-  head += ", backend " + or_dash(json_str(r, "backend")) + (json_str(r, "device_name").empty() ? "" : " (" + json_str(r, "device_name") + ")");
+  head += ", backend " + or_dash(text_str(r, "backend")) + (text_str(r, "device_name").empty() ? "" : " (" + text_str(r, "device_name") + ")");
   out += head + "\n";
   // A trace with no allocation has no peak to headline: "none recorded", never a misleading 0 B.
   const bool nothing = json_u64(r, "allocations") == 0;
@@ -180,13 +187,13 @@ std::string run_text(const ordered_json& r) {
     // Columns as wide as their longest entry (names of traced programs are call sites, often long).
     size_t wcat = 10, wname = 16, wscope = 16;
     for (const auto& e : live["top"]) {
-      wcat = std::max(wcat, json_str(e, "category").size());
-      wname = std::min<size_t>(std::max(wname, entry_label(e).size()), 72);
-      wscope = std::min<size_t>(std::max(wscope, scope_name(json_str(e, "scope")).size()), 56);
+      wcat = std::max(wcat, text_str(e, "category").size());
+      wname = std::min<size_t>(std::max(wname, text_label(e).size()), 72);
+      wscope = std::min<size_t>(std::max(wscope, scope_name(text_str(e, "scope")).size()), 56);
     }
     for (const auto& e : live["top"]) {
-      std::string line = fmt::format("  {:>12}  {:<{}}  {:<{}}  {:<{}}  {}{}", format_bytes(json_u64(e, "bytes")), json_str(e, "category"), wcat,
-                                     entry_label(e), wname, scope_name(json_str(e, "scope")), wscope, json_str(e, "shape"),
+      std::string line = fmt::format("  {:>12}  {:<{}}  {:<{}}  {:<{}}  {}{}", format_bytes(json_u64(e, "bytes")), text_str(e, "category"), wcat,
+                                     text_label(e), wname, scope_name(text_str(e, "scope")), wscope, text_str(e, "shape"),
                                      e.value("held_after_last_use", false) ? "  [held after last use]" : "");
       line.erase(line.find_last_not_of(' ') + 1);
       out += line + "\n";
@@ -198,7 +205,7 @@ std::string run_text(const ordered_json& r) {
     out += "\nscopes by activation high-water:\n";
     for (const auto& s : r["scopes"])
       out += fmt::format("  {:>12}  {:<48} live at the peak {}, churn {}, {} allocations\n", format_bytes(json_u64(s, "activation_high_water_bytes")),
-                         scope_name(json_str(s, "scope")), format_bytes(json_u64(s, "live_at_activation_peak_bytes")),
+                         scope_name(text_str(s, "scope")), format_bytes(json_u64(s, "live_at_activation_peak_bytes")),
                          format_bytes(json_u64(s, "allocated_bytes")), with_commas_u(json_u64(s, "allocations")));
   }
   if (r["reuse"].is_object() && (r["reuse"].value("has_uses", false) || json_u64(r["reuse"], "handoff_count"))) {
@@ -221,7 +228,7 @@ std::string run_text(const ordered_json& r) {
       notes.push_back(fmt::format("{} {}", with_commas_u(v.get<uint64_t>()), k));
   if (json_u64(r, "dropped_records")) notes.push_back(fmt::format("{} dropped records", with_commas_u(json_u64(r, "dropped_records"))));
   if (r.value("truncated", false)) notes.push_back("trace truncated");
-  if (r.contains("extra") && !json_str(r["extra"], "error").empty()) notes.push_back("run failed: " + json_str(r["extra"], "error"));
+  if (r.contains("extra") && !text_str(r["extra"], "error").empty()) notes.push_back("run failed: " + text_str(r["extra"], "error"));
   if (const uint64_t live_end = json_u64(r["anomalies"], "never_freed"); live_end > 0)
     out += fmt::format("\nlive at the end of the trace: {} allocations, {} (not anomalies: weights, caches, pools)\n",
                        with_commas_u(live_end), format_bytes(json_u64(r["anomalies"], "never_freed_bytes")));

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "core/status.h"
 #include "core/trace_io.h"
+#include "core/utf8.h"
 #include "import/torch_snapshot.h"
 #include "planner/analysis.h"
 #include "reports/format.h"
@@ -30,35 +31,48 @@ struct ImportArgs {
 
 struct TopEntry {
   uint64_t bytes = 0, address = 0, entry = 0;
+  bool by_entry = false;  // allocated by entry `entry` (else synthesized: allocated before the history began)
   uint32_t stream = 0;
   std::string label;
 };
 
 struct DevicePeak {
   uint64_t bytes = 0, ts = 0, entry = 0, reserved_peak = 0;
+  bool by_entry = false;  // an entry's allocation reached the peak (else one synthesized before the first entry)
   std::vector<TopEntry> top;
 };
 
 // The replayed peak of each device (planner::analyze) and the largest allocations live at it.
-std::map<uint16_t, DevicePeak> peaks(const Trace& trace, const planner::RunAnalysis& run, size_t top) {
+// The synthesized allocations come first in a device's replay (the first entry's time, seq 0 and
+// records added before the entries'), so they are its first `synthesized()` lifetimes.
+std::map<uint16_t, DevicePeak> peaks(const Trace& trace, const importer::TorchImportResult& res, const planner::RunAnalysis& run,
+                                     size_t top) {
   std::map<uint16_t, DevicePeak> out;
   for (const auto& d : run.devices) {
     DevicePeak& p = out[d.device];
     p.bytes = d.peak_total_bytes;
     p.ts = d.peak_total_ts;
     p.reserved_peak = d.pool_reserved_peak_bytes;
-    std::vector<const planner::Lifetime*> live;
+    uint64_t synthesized = 0, ordinal = 0;
+    for (const auto& s : res.devices)
+      if (s.device == d.device) synthesized = s.synthesized();
+    std::vector<std::pair<const planner::Lifetime*, bool>> live;  // (lifetime, allocated by an entry)
     for (const auto& l : run.lifetimes) {
       if (l.device != d.device || d.peak_total_bytes == 0) continue;
-      if (l.alloc_index == d.peak_total_index) p.entry = l.seq;  // the alloc that reached the peak
-      if (l.alloc_index <= d.peak_total_index && d.peak_total_index < l.free_index && l.bytes > 0) live.push_back(&l);
+      if (l.alloc_index == d.peak_total_index && ordinal >= synthesized) {  // an entry's alloc reached the peak
+        p.entry = l.seq;
+        p.by_entry = true;
+      }
+      const bool by_entry = ordinal++ >= synthesized;
+      if (l.alloc_index <= d.peak_total_index && d.peak_total_index < l.free_index && l.bytes > 0) live.emplace_back(&l, by_entry);
     }
-    std::stable_sort(live.begin(), live.end(), [](const planner::Lifetime* a, const planner::Lifetime* b) {
+    std::stable_sort(live.begin(), live.end(), [](const auto& x, const auto& y) {
+      const planner::Lifetime *a = x.first, *b = y.first;
       return a->bytes != b->bytes ? a->bytes > b->bytes : a->alloc_index < b->alloc_index;
     });
     if (live.size() > top) live.resize(top);
-    for (const planner::Lifetime* l : live) {
-      TopEntry e{l->bytes, l->address, l->seq, l->stream, std::string(trace.str(l->name_id))};
+    for (const auto& [l, by_entry] : live) {
+      TopEntry e{l->bytes, l->address, l->seq, by_entry, l->stream, std::string(trace.str(l->name_id))};
       p.top.push_back(std::move(e));
     }
   }
@@ -88,6 +102,8 @@ void print_text(const ImportArgs& args, const importer::TorchImportResult& res, 
   fmt::print("  pickle protocol {}, {} device trace(s), {} entries, frees on free_{}, {} allocation(s) synthesized\n",
              get("pickle_protocol"), get("devices"), res.entries, get("free_on"), res.synthesized_allocs);
   if (!res.skipped_actions.empty()) fmt::print("  skipped actions: {}\n", get("skipped_actions"));
+  if (!res.unknown_block_states.empty())
+    fmt::print("  unknown block states (not counted live): {}\n", get("unknown_block_states"));
   for (const auto& d : res.devices) {
     fmt::print("\ndevice {}: {} entries, {} allocs, {} frees, {} synthesized ({} from frees, {} from segments), "
                "{} segment events{}\n",
@@ -96,9 +112,11 @@ void print_text(const ImportArgs& args, const importer::TorchImportResult& res, 
     auto it = pk.find(d.device);
     const DevicePeak p = it == pk.end() ? DevicePeak{} : it->second;
     fmt::print("  replayed peak   {:>14}  ({}){}\n", format_bytes(p.bytes), reports::format_exact_bytes(p.bytes),
-               p.bytes ? fmt::format(", reached at entry {}", p.entry) : "");
+               !p.bytes      ? ""
+               : p.by_entry ? fmt::format(", reached at entry {}", p.entry)
+                            : ", live before the first entry (allocations made before the history began)");
     fmt::print("  reserved peak   {:>14}  ({})\n", format_bytes(p.reserved_peak), reports::format_exact_bytes(p.reserved_peak));
-    if (d.has_segments) {
+    if (d.end_state_checked) {
       fmt::print("  end of trace    {:>14}  live ({}); the snapshot's blocks hold {}{}\n", format_bytes(d.end_live_bytes),
                  reports::format_exact_bytes(d.end_live_bytes), reports::format_exact_bytes(d.snapshot_live_bytes),
                  d.end_state_mismatches ? fmt::format(" ({} addresses disagree)", d.end_state_mismatches) : " (consistent)");
@@ -127,6 +145,9 @@ nlohmann::ordered_json to_json(const ImportArgs& args, const importer::TorchImpo
   ordered_json skipped = ordered_json::object();
   for (const auto& [k, n] : res.skipped_actions) skipped[k] = n;
   j["skipped_actions"] = skipped;
+  ordered_json states = ordered_json::object();
+  for (const auto& [k, n] : res.unknown_block_states) states[k] = n;
+  j["unknown_block_states"] = states;
   j["devices"] = ordered_json::array();
   for (const auto& d : res.devices) {
     auto it = pk.find(d.device);
@@ -141,16 +162,16 @@ nlohmann::ordered_json to_json(const ImportArgs& args, const importer::TorchImpo
                     {"oom_events", d.oom_events},
                     {"peak_bytes", p.bytes},
                     {"peak_timestamp_ns", p.ts},
-                    {"peak_entry", p.entry},
+                    {"peak_entry", p.by_entry ? nlohmann::ordered_json(p.entry) : nlohmann::ordered_json()},
                     {"reserved_peak_bytes", p.reserved_peak},
                     {"initial_reserved_bytes", d.initial_reserved_bytes},
                     {"end_reserved_bytes", d.end_reserved_bytes},
                     {"end_live_bytes", d.end_live_bytes},
                     {"snapshot_live_bytes", d.snapshot_live_bytes},
-                    {"end_state_mismatches", d.end_state_mismatches}};
+                    {"end_state_mismatches", d.end_state_checked ? ordered_json(d.end_state_mismatches) : ordered_json()}};
     dj["top"] = ordered_json::array();
     for (const auto& e : p.top)
-      dj["top"].push_back({{"bytes", e.bytes}, {"address", e.address}, {"entry", e.entry}, {"stream", e.stream}, {"label", e.label}});
+      dj["top"].push_back({{"bytes", e.bytes}, {"address", e.address}, {"entry", e.by_entry ? ordered_json(e.entry) : ordered_json()}, {"stream", e.stream}, {"label", e.label}});
     j["devices"].push_back(std::move(dj));
   }
   j["anomalies"] = {{"unknown_frees", run.anomalies.unknown_frees},
@@ -181,6 +202,14 @@ void register_import(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "print the summary as JSON on stdout");
   cmd->callback([args, exit_code] {
+    if (args->out == "-") {  // a trace is a file of frames, read back by seeking; never stdout
+      *exit_code = fail("import", Status::bad_input("--out: a trace is written to a file, not to stdout ('-')"));
+      return;
+    }
+    if (!is_valid_utf8(args->name)) {  // as report's --name: the name is stored in the trace and shown in every report
+      *exit_code = fail("import", Status::bad_input("run name '" + valid_utf8(args->name) + "' is not valid UTF-8"));
+      return;
+    }
     if (Status st = check_output_not_input("--out", args->out, {args->snapshot}, false); !st) {
       *exit_code = fail("import", st);
       return;
@@ -206,7 +235,7 @@ void register_import(CLI::App& app, int* exit_code) {
       *exit_code = fail("import", st);
       return;
     }
-    const auto pk = peaks(res->trace, run, args->top);
+    const auto pk = peaks(res->trace, *res, run, args->top);
     if (args->json) {
       if (Status wst = write_stdout(to_json(*args, *res, pk, run).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"); !wst) {
         *exit_code = fail("import", wst);

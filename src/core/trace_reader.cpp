@@ -107,6 +107,9 @@ Status TraceReader::read_header() {
   const std::string& path = path_;
   FileHeader h{};
   size_t got = std::fread(&h, 1, sizeof(h), f);
+  // A file of 1 to 7 bytes that begin the magic is a trace cut short, not another file.
+  if (got > 0 && got < 8 && std::memcmp(h.magic, kTraceMagic, got) == 0)
+    return Status::bad_input(at_offset(path, got) + "truncated file header");
   if (got < 8 || std::memcmp(h.magic, kTraceMagic, 8) != 0) {
     std::string head(512, '\0');
     std::rewind(f);

@@ -125,6 +125,7 @@ class Fields {
 struct Entry {
   Action action = Action::kOther;
   uint64_t addr = 0, size = 0, device_free = 0, ts = 0;
+  bool has_device_free = false;  // an oom entry recorded the device's free bytes
   uint32_t stream = 0;
   uint32_t index = 0;
   std::string_view action_name, user_metadata;
@@ -197,6 +198,7 @@ class Importer {
       for (size_t d = 0; d < traces->size(); ++d) MOEPROF_RETURN_IF_ERROR(read_entries(traces->items()[d], d));
     }
     if (segments) MOEPROF_RETURN_IF_ERROR(read_segments(*segments, &num_devices));
+    segments_listed_ = segments != nullptr;
     if (num_devices > 65536) return Status::bad_input("more than 65536 devices");
     entries_.resize(num_devices);
     blocks_.resize(num_devices);
@@ -245,6 +247,7 @@ class Importer {
       }
       if (e.action == Action::kOom) {
         MOEPROF_RETURN_IF_ERROR(f.u64("device_free", &e.device_free, false));
+        e.has_device_free = f.find("device_free") != nullptr;
       } else {
         MOEPROF_RETURN_IF_ERROR(f.u64("addr", &e.addr, true));
       }
@@ -310,6 +313,8 @@ class Importer {
         // use by another stream.
         if (state == "active_allocated" || (opt_.free_on == FreeOn::kCompleted && state == "active_pending_free"))
           blocks_[d].push_back(blk);
+        else if (state != "inactive" && state != "active_pending_free")  // counted, not guessed live
+          ++res_.unknown_block_states[sanitize_utf8(state)];
       }
     }
     return Status::ok();
@@ -368,6 +373,7 @@ class Importer {
     sum.device = d;
     sum.entries = entries.size();
     sum.has_segments = has_segments_[d];
+    sum.end_state_checked = segments_listed_;
     sum.end_reserved_bytes = seg_bytes_[d];
     const Action free_action = opt_.free_on == FreeOn::kCompleted ? Action::kFreeCompleted : Action::kFreeRequested;
 
@@ -407,7 +413,7 @@ class Importer {
       }
     }
     sum.synthesized_from_segments = synth.size() - sum.synthesized_from_frees;
-    if (sum.has_segments) {
+    if (sum.end_state_checked) {
       for (const auto& [addr, bytes] : live) sum.end_state_mismatches += block_addrs.count(addr) == 0;
     }
     // Reserved bytes before the first entry: the segments' total less the entries' net change;
@@ -467,8 +473,9 @@ class Importer {
           break;
         }
         case Action::kOom: {
-          const StrId name = res_.trace.strings.intern("oom: " + std::to_string(e.size) + " B requested, " +
-                                                        std::to_string(e.device_free) + " B free on the device");
+          const StrId name = res_.trace.strings.intern(
+              "oom: " + std::to_string(e.size) + " B requested, " +
+              (e.has_device_free ? std::to_string(e.device_free) + " B free on the device" : "the device's free bytes not recorded"));
           for (EventKind k : {EventKind::kMarkerBegin, EventKind::kMarkerEnd}) {
             TraceRecord& r = add(k, d, e.ts, e.index, 0, e.size, e.stream);
             r.name_id = name;
@@ -501,6 +508,11 @@ class Importer {
     uint64_t ooms = 0;
     for (const auto& d : res_.devices) ooms += d.oom_events;
     if (ooms) m.extra["oom_events"] = std::to_string(ooms);
+    if (!res_.unknown_block_states.empty()) {
+      std::string s;
+      for (const auto& [name, n] : res_.unknown_block_states) s += (s.empty() ? "" : ", ") + name + " x" + std::to_string(n);
+      m.extra["unknown_block_states"] = s;
+    }
     if (!res_.skipped_actions.empty()) {
       std::string s;
       for (const auto& [name, n] : res_.skipped_actions) s += (s.empty() ? "" : ", ") + name + " x" + std::to_string(n);
@@ -532,6 +544,7 @@ class Importer {
   std::vector<std::vector<Block>> blocks_;
   std::vector<uint64_t> seg_bytes_;
   std::vector<bool> has_segments_;
+  bool segments_listed_ = false;
   std::unordered_map<int64_t, uint32_t> streams_;
   std::vector<int64_t> stream_order_;
   std::unordered_map<const PyContainer*, StackId> stack_cache_;

@@ -67,12 +67,15 @@ struct TorchDeviceSummary {
   uint64_t synthesized_from_segments = 0;
   uint64_t segment_events = 0, oom_events = 0, skipped_entries = 0;
   bool has_segments = false;                // the snapshot lists segments of this device
+  // The snapshot has a `segments` list: it covers every device (one absent from it held nothing
+  // at the end), so the end state is checked on each, has_segments or not.
+  bool end_state_checked = false;
   uint64_t initial_reserved_bytes = 0;      // reserved before the first entry
   uint64_t end_reserved_bytes = 0;          // the segments' total_size (0 without segments)
   uint64_t end_live_bytes = 0;              // live at the end of the imported trace
   uint64_t snapshot_live_bytes = 0;         // requested_size of the blocks the policy counts live
   // Addresses where the end of the trace and the segments disagree (live in one and not in the
-  // other, or sizes differ); 0 for a consistent snapshot. Meaningful when has_segments.
+  // other, or sizes differ); 0 for a consistent snapshot. Meaningful when end_state_checked.
   uint64_t end_state_mismatches = 0;
   uint64_t synthesized() const { return synthesized_from_frees + synthesized_from_segments; }
 };
@@ -83,6 +86,9 @@ struct TorchImportResult {
   uint64_t entries = 0;                      // over all devices
   uint64_t synthesized_allocs = 0;
   std::map<std::string, uint64_t> skipped_actions;  // unknown actions and how often they appear
+  // Block states other than active_allocated, active_pending_free and inactive, and how often they
+  // appear: such a block is not counted live (nor synthesized).
+  std::map<std::string, uint64_t> unknown_block_states;
 };
 
 // Converts a parsed snapshot. Errors (kBadInput) name the offending field, for example

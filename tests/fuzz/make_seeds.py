@@ -86,6 +86,7 @@ def traces():
                    record(30, 0x1000, 0, FREE, 1, 2, 3, seq=3), record(40, 0x2000, 0, FREE, seq=4)]) + stat(0, 4) + end())
     write("trace", "valid.mtrace", ok)
     write("trace", "no-end.mtrace", ok[:-16])                       # killed: no END frame
+    write("trace", "joined.mtrace", ok + ok)                        # two files joined: bytes after END
     write("trace", "cut-mid-frame.mtrace", ok[:len(ok) - 40])      # cut inside STAT
     write("trace", "empty-records.mtrace", header() + meta() + records([]) + end())
     big = 1 << 63

@@ -97,5 +97,18 @@ TEST_CASE("import cli: malformed or unsupported pickles exit 2 with one line, wr
   auto unwritable = run_cli("import " + q(golden_dir() + "/torch/empty.pickle") + " --out " + q((dir / "no/such/dir/x.mtrace").string()));
   CHECK(unwritable.rc == 2);
   CHECK(unwritable.err.rfind("moeprof import: error: cannot create trace ", 0) == 0);
+  // `-` is not stdout for a trace (it had written a file named '-'), and a name must be UTF-8.
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  auto dash = run_cli("import " + q(golden_dir() + "/torch/two_devices.pickle") + " --out - --json");
+  std::filesystem::current_path(cwd);
+  CHECK(dash.rc == 2);
+  CHECK(dash.out.empty());
+  CHECK(dash.err == "moeprof import: error: --out: a trace is written to a file, not to stdout ('-')\n");
+  CHECK_FALSE(std::filesystem::exists(dir / "-"));
+  auto bad_name = run_cli("import " + q(golden_dir() + "/torch/two_devices.pickle") + " --out " + q(out) + " --name \"$(printf 'a\\377b')\"");
+  CHECK(bad_name.rc == 2);
+  CHECK(bad_name.err == "moeprof import: error: run name 'a\uFFFDb' is not valid UTF-8\n");
+  CHECK_FALSE(std::filesystem::exists(out));
   std::filesystem::remove_all(dir);
 }

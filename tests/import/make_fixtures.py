@@ -239,7 +239,8 @@ class Sim:
                     series.append((dev.truth[start + k][policy], k))
                 peak = max(p[0] for p in series)
                 first = next(i for i, p in enumerate(series) if p[0] == peak)  # the first instant at the peak
-                peak_entry = series[first][1]
+                # None: the peak is what was live before the first kept entry (no entry reached it)
+                peak_entry = series[first][1] if first > 0 else None
                 at = start + peak_entry + 1 if first > 0 else start  # live just before entry `at`
                 live_at_peak = [a for a in dev.allocs if live_before(a, at)]
                 reserved_before = dev.truth[start - 1]["reserved"] if start > 0 else 0
@@ -463,6 +464,21 @@ def build_segments_only():
     return sim
 
 
+# Fixture 4: the ring buffer kept only entries after the peak (frees, then a small allocation):
+# the peak is what was live before the first kept entry, which no entry reached.
+
+def build_peak_before_history():
+    sim = Sim(1, seed=11)
+    s = stacks_two_devices()
+    base = 0x7F20_0000_0000
+    sim.segment_alloc(0, base, 20 * MIB)
+    sim.alloc(0, base, 5_000_001, frames=s["linear"])
+    sim.alloc(0, base + 8 * MIB, 3_333, frames=s["gelu"])
+    sim.free(0, base)
+    sim.alloc(0, base + 12 * MIB, 1_001, frames=s["native_only"])
+    return sim, 3  # free_requested, free_completed, alloc
+
+
 def write_pickle(path, obj, protocol):
     with open(path, "wb") as f:
         pickle.dump(obj, f, protocol=protocol)
@@ -602,6 +618,10 @@ def main():
     write_pickle(os.path.join(out, "segments_only.pickle"), snap, 4)
     write_json(os.path.join(out, "segments_only.expected.json"), {"policies": sim.expected(0)})
 
+    sim, keep = build_peak_before_history()
+    write_pickle(os.path.join(out, "peak_before_history.pickle"), sim.snapshot(keep), 4)
+    write_json(os.path.join(out, "peak_before_history.expected.json"), {"policies": sim.expected(keep)})
+
     write_pickle(os.path.join(out, "empty.pickle"), {"segments": [], "device_traces": [[]], "allocator_settings": {}}, 4)
     # Timestamps that go backwards or are missing: the importer keeps the entries' order.
     e = lambda action, addr, size, t=None: dict(action=action, addr=addr, size=size, stream=0,  # noqa: E731
@@ -610,6 +630,16 @@ def main():
                  {"device_traces": [[e("alloc", 4096, 10, 1000), e("alloc", 8192, 20, 900), e("free_requested", 4096, 10),
                                      e("free_completed", 4096, 10), e("free_requested", 8192, 20, 2000),
                                      e("free_completed", 8192, 20, 1999)]]}, 4)
+    # Odd but well-formed: segments only on device 0 while device 1's entries leave 777 B live (a
+    # mismatch: the list covers every device), an oom without device_free, a block state torch
+    # does not have.
+    write_pickle(os.path.join(out, "odd_states.pickle"), {
+        "segments": [{"device": 0, "address": 0x10000, "total_size": 2 * MIB, "stream": 0, "blocks": [
+            {"address": 0x10000, "size": 1024, "requested_size": 1000, "state": "active_allocated", "frames": []},
+            {"address": 0x10400, "size": 512, "requested_size": 100, "state": "zombie", "frames": []},
+            {"address": 0x10600, "size": 2 * MIB - 0x600, "requested_size": 0, "state": "inactive", "frames": []}]}],
+        "device_traces": [[e("alloc", 0x10000, 1000, 5), e("oom", 0, 3 * MIB, 6)],
+                          [e("alloc", 0x90000, 777, 7)]]}, 4)
     hostile(os.path.join(out, "hostile"), valid_p2, valid_p4)
     print(f"wrote fixtures under {out}")
 

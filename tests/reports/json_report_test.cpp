@@ -10,6 +10,7 @@
 #include "reports/html_report.h"
 #include "reports/markdown_report.h"
 #include "reports/report_file.h"
+#include "reports/text_report.h"
 #include "tests/reports/golden_traces.h"
 #include "tests/reports/test_util.h"
 
@@ -219,6 +220,28 @@ TEST_CASE("markdown report lists runs and the comparison", "[report]") {
   CHECK(md.find("| freed | moe_output | layer.0/moe | - | 7x48 | 672 B | - | -672 B |") != std::string::npos);
   CHECK(md.find("| added | attn_workspace | - | layer.0/attn | 333 | - | 333 B | +333 B |") != std::string::npos);
   CHECK(md.find("| **sum** | | | | | 672 B | 333 B | **-339 B** |") != std::string::npos);
+}
+
+// Names and scopes come from the traced program: a newline or a tab in one had broken its row
+// of `plan`'s text table.
+TEST_CASE("text report: control characters in names and scopes are escaped, one row per entry", "[report]") {
+  Trace t;
+  testing::GoldenBuilder b(&t);
+  b.alloc(100, 0x1000, 7001, "tab\there", "s\rc", "3x7", Category::kActivation);
+  b.alloc(200, 0x3000, 3003, "x\ny", "layer.0", "", Category::kActivation);
+  b.alloc(300, 0x5000, 1009, "bell\x07", "", "", Category::kActivation);
+  const std::string text = reports::run_text(reports::make_run_json(planner::analyze(t), "odd"));
+  CHECK(text.find("tab\\x09here") != std::string::npos);
+  CHECK(text.find("x\\x0ay") != std::string::npos);
+  CHECK(text.find("bell\\x07") != std::string::npos);
+  CHECK(text.find("s\\x0dc") != std::string::npos);
+  CHECK(text.find('\t') == std::string::npos);
+  CHECK(text.find('\r') == std::string::npos);
+  const size_t at = text.find("largest live allocations at the peak:\n");
+  REQUIRE(at != std::string::npos);
+  const size_t end = text.find("\n\n", at);
+  const std::string rows = text.substr(at, end - at);
+  CHECK(std::count(rows.begin(), rows.end(), '\n') == 3);  // the heading's line break and one per entry
 }
 
 TEST_CASE("comparison: the live-at-peak diff sums to the change of the peak", "[report]") {
