@@ -1,6 +1,8 @@
 // moeprof run: executes the DeepSeek-V2-family model in one or more memory modes (baseline, reuse,
 // fixes), records one trace per mode, analyses them, predicts the reuse and fixes runs from the
 // baseline trace with the shipped what-if rules, and writes DIR/report.json (+ .md, .html).
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <pthread.h>
 #include <signal.h>
@@ -236,7 +238,9 @@ int run_command(const RunArgs& a) {
   // Defaults: the seed case on a GPU, the tiny model on the CPU.
   RunPlan plan;
   plan.model = a.model.empty() ? (on_gpu ? "kimi-k2.5" : "tiny") : a.model;
-  plan.tokens = a.tokens > 0 ? a.tokens : (on_gpu ? 16384 : (plan.model == "tiny" ? 100 : 64));
+  std::string builtin = plan.model;  // built-in names are case-insensitive
+  std::transform(builtin.begin(), builtin.end(), builtin.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  plan.tokens = a.tokens > 0 ? a.tokens : (on_gpu ? 16384 : (builtin == "tiny" ? 100 : 64));
   plan.tp = a.tp > 0 ? a.tp : a.routing.ep > 1 ? 1 : (rank_mode ? args.world : (multi_gpu ? a.gpus : (on_gpu && a.model.empty() ? 4 : 1)));
   plan.symm_mem = args.symm_mem == "on";
   plan.symm_pool_bytes = args.symm_pool_mb << 20;
@@ -694,10 +698,13 @@ int run_command(const RunArgs& a) {
   out += op_tables;
   out += "\ntraces:";
   for (const auto& m : r.modes) out += " " + shown(m.trace_path);
-  if (r.ep_ranks.size() > 1) {  // every emulated rank's traces are written too
+  if (r.ep_ranks.size() > 1) {  // every rank's traces are written too
     size_t n = 0;
     for (const auto& rm : r.ep_rank_modes) n += rm.size();
-    out += fmt::format(" (each mode's budget rank; all {} ranks' {} traces: MODE.epR.mtrace beside them)", r.ep_ranks.size(), n);
+    if (r.ep_emulated)
+      out += fmt::format(" (each mode's budget rank; all {} ranks' {} traces: MODE.epR.mtrace beside them)", r.ep_ranks.size(), n);
+    else  // real ranks: the mode's trace merges them (as for real TP)
+      out += fmt::format(" (each mode's {} ranks merged; the {} traces of the ranks: MODE.rankR.mtrace beside them)", r.ep_ranks.size(), n);
   }
   out += fmt::format("\nreport: {} (+ report.md, report.html); {} in all\n", shown(report_path), seconds(total_seconds));
 #ifdef MOEPROF_HAVE_CUDA
@@ -729,7 +736,7 @@ void register_run(CLI::App& app, int* exit_code) {
   cmd->add_option("--mode", args->mode, "memory modes to run: both = baseline and reuse, all = baseline, reuse and fixes")
       ->check(CLI::IsMember({"baseline", "reuse", "fixes", "both", "all"}))
       ->capture_default_str();
-  cmd->add_option("--tokens", args->tokens, "prefill tokens, 1 to 2^40 [default: 16384 on a GPU, 100 for tiny, 64 otherwise]")
+  cmd->add_option("--tokens", args->tokens, "prefill tokens, 1 to 2^40 [default: 16384 on a GPU, 100 for the built-in tiny, 64 otherwise]")
       ->check(integer_range(1, int64_t{1} << 40))
       ->type_name("N");
   cmd->add_option("--layers", args->layers, "run only the first N layers [default: all of the model's]")

@@ -337,3 +337,28 @@ TEST_CASE("moeprof run --ep N --gpus N on the CPU: real ranks as threads, per-ra
     CHECK(!fs::exists(dir / "bad"));
   }
 }
+
+// The summary names the rank traces as they are written: MODE.rankR for real ranks (it had said
+// MODE.epR, the emulated ranks' names), MODE.epR for emulated ones.
+TEST_CASE("moeprof run --ep: the summary names the rank traces that exist; the built-in tiny's default tokens in any case", "[cli][run][ep]") {
+  const fs::path dir = moeprof::testing::temp_dir("run_cli_ep_names");
+  auto real = run_moeprof("run --backend cpu --model tiny --tokens 29 --ep 2 --gpus 2 --routing uniform --quiet --out '" + (dir / "real").string() + "'");
+  INFO(real.out << real.err);
+  REQUIRE(real.rc == 0);
+  CHECK(real.out.find("(each mode's 2 ranks merged; the 4 traces of the ranks: MODE.rankR.mtrace beside them)") != std::string::npos);
+  for (const char* f : {"baseline.rank0.mtrace", "baseline.rank1.mtrace", "reuse.rank0.mtrace", "reuse.rank1.mtrace"}) CHECK(fs::exists(dir / "real" / f));
+  auto emu = run_moeprof("run --backend meta --model tiny --tokens 29 --ep 2 --routing uniform --quiet --out '" + (dir / "emu").string() + "'");
+  INFO(emu.out << emu.err);
+  REQUIRE(emu.rc == 0);
+  CHECK(emu.out.find("(each mode's budget rank; all 2 ranks' 4 traces: MODE.epR.mtrace beside them)") != std::string::npos);
+  for (const char* f : {"baseline.ep0.mtrace", "baseline.ep1.mtrace", "reuse.ep0.mtrace", "reuse.ep1.mtrace"}) CHECK(fs::exists(dir / "emu" / f));
+  for (const char* model : {"tiny", "TINY", "Tiny"}) {
+    auto t = run_moeprof(std::string("run --backend meta --model ") + model + " --mode baseline --json --quiet --out '" + (dir / model).string() + "'");
+    REQUIRE(t.rc == 0);
+    CHECK(nlohmann::json::parse(t.out)["runs"][0]["tokens"] == 100);
+  }
+  auto cfg = run_moeprof("run --backend meta --model '" + std::string(MOEPROF_SOURCE_DIR) + "/examples/configs/tiny.json' --mode baseline --json --quiet --out '" +
+                         (dir / "cfg").string() + "'");
+  REQUIRE(cfg.rc == 0);
+  CHECK(nlohmann::json::parse(cfg.out)["runs"][0]["tokens"] == 64);
+}
