@@ -5,6 +5,7 @@
 #include "core/utf8.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -91,12 +92,13 @@ Result<ArenaCsv> parse_arena_csv(std::string_view text, std::string_view name) {
     return Status::bad_input(std::string(name) + " line " + std::to_string(line) + ": " + what);
   };
 
+  // Lines end in LF, CRLF or a lone CR (old Mac files and some spreadsheet exports).
   size_t line_no = 0, pos = 0;
   while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
+    size_t nl = text.find_first_of("\r\n", pos);
     if (nl == std::string_view::npos) nl = text.size();
     std::string_view line = text.substr(pos, nl - pos);
-    pos = nl + 1;
+    pos = nl + (nl + 1 < text.size() && text[nl] == '\r' && text[nl + 1] == '\n' ? 2 : 1);
     ++line_no;
     if (line_no == 1 && line.size() >= 3 && line.substr(0, 3) == "\xEF\xBB\xBF") line.remove_prefix(3);  // UTF-8 BOM
     // Blank lines and comments ('#' first, after blanks only: a quoted "#..." field is data).
@@ -187,6 +189,8 @@ Result<ArenaCsv> parse_arena_csv(std::string_view text, std::string_view name) {
 }
 
 Result<ArenaCsv> read_arena_csv(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return Status::bad_input(path + ": is a directory, not a CSV file");
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::bad_input(path + ": cannot open");
   std::ostringstream ss;

@@ -126,8 +126,12 @@ class TimeIndex {
 // Greedy placement orders (the keys sort descending unless said otherwise; ties: size
 // descending, then lower ascending). kPressure: the most bytes live at once during the buffer's
 // lifetime (the heaviest clique it is part of); kConflict: the bytes of the buffers it overlaps.
-enum class Key : uint8_t { kSize, kDuration, kArea, kLower, kPressure, kConflict };
-inline constexpr int kNumKeys = 6;
+// Two orders are largest first, greedy by size: kSize breaks ties by the longer lifetime, then
+// the earlier start (the better first answer on traced programs, where long-lived buffers of a
+// size go to the bottom), kSizeStart by the earlier start, then the longer (the textbook order:
+// with one size alone, any fit in start order reaches LOAD).
+enum class Key : uint8_t { kSize, kDuration, kArea, kLower, kPressure, kConflict, kSizeStart };
+inline constexpr int kNumKeys = 7;
 std::string_view key_name(Key k);
 std::vector<uint32_t> placement_order(const Problem& p, Key key);
 

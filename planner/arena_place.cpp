@@ -45,6 +45,7 @@ std::string_view key_name(Key k) {
     case Key::kLower: return "lower_asc";
     case Key::kPressure: return "pressure_desc";
     case Key::kConflict: return "conflict_desc";
+    case Key::kSizeStart: return "size_desc_by_start";
   }
   return "invalid";
 }
@@ -98,6 +99,10 @@ std::vector<uint32_t> placement_order(const Problem& p, Key key) {
         if (p.size[a] != p.size[b]) return p.size[a] > p.size[b];
         if (dur(a) != dur(b)) return dur(a) > dur(b);
         return p.tlo[a] < p.tlo[b];
+      case Key::kSizeStart:
+        if (p.size[a] != p.size[b]) return p.size[a] > p.size[b];
+        if (p.tlo[a] != p.tlo[b]) return p.tlo[a] < p.tlo[b];
+        return dur(a) > dur(b);
       case Key::kDuration:
         if (dur(a) != dur(b)) return dur(a) > dur(b);
         if (p.size[a] != p.size[b]) return p.size[a] > p.size[b];

@@ -153,11 +153,14 @@ bool parse_program(const std::string& name, uint64_t seed, bench::GenSpec* spec)
   return true;
 }
 
-void dump_csv(const std::string& dir, const std::string& name, const std::vector<Buffer>& bs) {
+// The alignment the benchmark solves with goes into the file (as a column), so `moeprof arena FILE`
+// plans the instance that was benchmarked.
+void dump_csv(const std::string& dir, const std::string& name, const std::vector<Buffer>& bs, uint64_t alignment) {
   if (dir.empty()) return;
-  std::string text = "id,lower,upper,size\n";
+  const std::string al = alignment > 1 ? "," + std::to_string(alignment) : "";
+  std::string text = alignment > 1 ? "id,lower,upper,size,alignment\n" : "id,lower,upper,size\n";
   for (const Buffer& b : bs)
-    text += std::to_string(b.id) + "," + std::to_string(b.lower) + "," + std::to_string(b.upper) + "," + std::to_string(b.size) + "\n";
+    text += std::to_string(b.id) + "," + std::to_string(b.lower) + "," + std::to_string(b.upper) + "," + std::to_string(b.size) + al + "\n";
   if (FILE* f = std::fopen((dir + "/" + name + ".csv").c_str(), "w")) {
     std::fwrite(text.data(), 1, text.size(), f);
     std::fclose(f);
@@ -238,7 +241,7 @@ int main(int argc, char** argv) {
     }
     if (!wanted(name)) continue;
     const std::vector<Buffer> bs = bench::generate_program(spec);
-    dump_csv(dump_dir, name, bs);
+    dump_csv(dump_dir, name, bs, 1);
     print_row(solve(name, bs, 1, gen_limit, seed), history);
   }
   // The seed case's shape: one 16,384-token forward of the executor's Kimi-K2.5 layer.
@@ -251,7 +254,7 @@ int main(int argc, char** argv) {
       if (!wanted(name)) continue;
       const std::vector<Buffer> bs = kind == 2 ? bench::generate_pipelined(n, seed + n + 2)
                                                : bench::generate_forward(n, seed + n + static_cast<uint64_t>(kind), kind == 1, 0);
-      dump_csv(dump_dir, name, bs);
+      dump_csv(dump_dir, name, bs, 256);
       print_row(solve(name, bs, 256, gen_limit, seed), history);
     }
   for (const auto& path : inputs) {

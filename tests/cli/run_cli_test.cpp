@@ -340,7 +340,7 @@ TEST_CASE("moeprof run --ep N --gpus N on the CPU: real ranks as threads, per-ra
 
 // The summary names the rank traces as they are written: MODE.rankR for real ranks (it had said
 // MODE.epR, the emulated ranks' names), MODE.epR for emulated ones.
-TEST_CASE("moeprof run --ep: the summary names the rank traces that exist; the built-in tiny's default tokens in any case", "[cli][run][ep]") {
+TEST_CASE("moeprof run --ep: the summary names the rank traces that exist, and the built-in tiny gets its default tokens in any case", "[cli][run][ep]") {
   const fs::path dir = moeprof::testing::temp_dir("run_cli_ep_names");
   auto real = run_moeprof("run --backend cpu --model tiny --tokens 29 --ep 2 --gpus 2 --routing uniform --quiet --out '" + (dir / "real").string() + "'");
   INFO(real.out << real.err);

@@ -227,6 +227,6 @@ TEST_CASE("solver: core plans run on components the search does not take, and st
   REQUIRE(quick.is_ok());
   CHECK(quick->arena_bytes <= s.capacity);
   CHECK(quick->fits_capacity);
-  CHECK(quick->improvements.size() <= 2);  // the two fits of largest first, nothing after
+  CHECK(quick->improvements.size() <= 4);  // the four largest-first orders (two ties, two fits), nothing after
   CHECK(quick->seconds < 15);
 }

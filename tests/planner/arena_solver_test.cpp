@@ -272,12 +272,20 @@ TEST_CASE("solver: components, empty and degenerate input, errors", "[planner][a
   CHECK(bad.status().message().find("overflows") != std::string::npos);
   auto huge = solve_arena({buf(uint64_t{1} << 62, 0, 2), buf(uint64_t{1} << 62, 1, 3)}, o);
   REQUIRE_FALSE(huge.is_ok());
-  CHECK(huge.status().message() == "the buffer sizes sum to more than 2^63 bytes");
+  CHECK(huge.status().message() == "the buffer sizes sum to more than 2^63-1 bytes");
+  // Exactly 2^63-1 in all is the byte limit, not past it (it had been refused, naming an alignment
+  // of 1 nobody gave).
+  for (const std::vector<Buffer>& at_limit : {std::vector<Buffer>{buf((uint64_t{1} << 63) - 1, 0, 10)},
+                                              std::vector<Buffer>{buf(uint64_t{1} << 62, 0, 2), buf((uint64_t{1} << 62) - 1, 1, 3)}}) {
+    const ArenaSolution ok = solve_checked(at_limit, o);
+    CHECK(ok.arena_bytes == (uint64_t{1} << 63) - 1);
+    CHECK(ok.proven_optimal);
+  }
   // Small sizes, one alignment that leaves no room below 2^63: the alignment is named, not the sizes.
   auto wide = solve_arena({buf(100, 0, 2, 1), buf(7, 1, 3, uint64_t{1} << 63), buf(5, 0, 1, 8)}, o);
   REQUIRE_FALSE(wide.is_ok());
   CHECK(wide.status().message() ==
-        "buffer 1: its offset alignment 9223372036854775808 is too large: the sizes with their alignment padding sum to more than 2^63 bytes");
+        "buffer 1: its offset alignment 9223372036854775808 is too large: the sizes with their alignment padding sum to more than 2^63-1 bytes");
 }
 
 TEST_CASE("solver: a component with too many overlapping pairs for a pair list gets every greedy order", "[planner][arena][solver]") {

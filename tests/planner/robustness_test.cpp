@@ -102,7 +102,7 @@ TEST_CASE("arena: rounding and sums never wrap", "[planner][arena][bounds]") {
   opt.time_limit_s = 0;
   auto s = solve_arena(bs, opt);
   REQUIRE_FALSE(s.is_ok());
-  CHECK(s.status().message() == "the buffer sizes sum to more than 2^63 bytes");
+  CHECK(s.status().message() == "the buffer sizes sum to more than 2^63-1 bytes");
   CHECK(arena_load(bs, 256) == UINT64_MAX);  // saturated, not wrapped to 356
   // Two sizes of 2^62 with an alignment of 2^62 + 1 each round to more than 2^63 together.
   bs[0] = Buffer{0, uint64_t{1} << 62, 0, 2, 1};
