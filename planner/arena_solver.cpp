@@ -16,7 +16,7 @@ namespace detail {
 namespace {
 
 constexpr size_t kMaxAdjacency = size_t{1} << 23;  // overlapping pairs (64 MiB of neighbour lists)
-constexpr double kGreedyShare = 0.25;  // of the time limit, at most, for the orders after the two by size
+constexpr double kGreedyShare = 0.25;  // of the time limit, at most, for the orders after the first
 constexpr size_t kWindowSizes[] = {1500, 600, 3000, 1000, 2000, 400};  // buffers per window, by round
 constexpr size_t kRegionBuffers = 6000;  // a region re-plan; components above twice this get them
 constexpr uint32_t kRegionSnap = 64;     // how far a region end may move to a boundary fewer cross
@@ -514,16 +514,14 @@ Result<ArenaSolution> solve_arena(const std::vector<Buffer>& buffers, const Aren
     return opt.stop_at_capacity && opt.capacity != 0 && !comps.empty() && comps[top_comp()].arena <= opt.capacity;
   };
 
-  // Greedy: largest first, best fit, always (the first answer, whatever the time limit); the other
-  // largest-first orders when they have the time (greedy by size is the best of those that ran);
-  // then the other orders while they have used less than kGreedyShare of the time (all of them
-  // with no time limit). An order is started only when
+  // Greedy: largest first, best fit, always (the first answer, whatever the time limit); then the
+  // other largest-first orders (greedy by size is the best of those that ran) and the other orders,
+  // while they have used less than kGreedyShare of the time (all of them with no time limit). An order is started only when
   // the time left holds one more as long as the first took: on a 40,000-buffer clique (800 M
   // overlapping pairs) one order takes seconds, and the limit covers the whole call.
   for (size_t r = 0; r < std::size(kRules); ++r) {
     const double spent = seconds_between(t0, Clock::now());
-    if (r >= 1 && limit_s > 0 && spent + sol.first_answer_seconds > limit_s) break;
-    if (r >= kSizeRules && limit_s > 0 && spent > kGreedyShare * limit_s) break;
+    if (r >= 1 && limit_s > 0 && (spent + sol.first_answer_seconds > limit_s || spent > kGreedyShare * limit_s)) break;
     if (r >= kSizeRules && fits()) break;
     for (Component& c : comps) {
       if (r >= 1 && c.arena == c.lower) continue;  // at its lower bound: optimal
