@@ -8,8 +8,8 @@
 //     line (traces: the device with the largest activation peak, 256-byte alignment, as `moeprof
 //     plan --arena`).
 // Per instance: buffers, LOAD, a time-ordered sweep (best fit in start order, as an allocator
-// that sees the program in time order would do), greedy by size (largest first, the better of
-// best fit and first fit), the solver's arena and its gap over LOAD, and the time. Every plan is checked by
+// that sees the program in time order would do), greedy by size (largest first, the best of
+// best fit and first fit with ties to the longer or the earlier start), the solver's arena and its gap over LOAD, and the time. Every plan is checked by
 // validate_plan(); the row says "INVALID" if one fails.
 //
 //   bench_arena [--dir DIR] [--time-limit S] [--gen-time-limit S] [--programs NAME,...]
@@ -153,14 +153,18 @@ bool parse_program(const std::string& name, uint64_t seed, bench::GenSpec* spec)
   return true;
 }
 
-// The alignment the benchmark solves with goes into the file (as a column), so `moeprof arena FILE`
-// plans the instance that was benchmarked.
+// The instance as the benchmark solves it, so `moeprof arena FILE` plans the same one: with an
+// alignment, sizes rounded up to it and the alignment as a column (as `plan --arena-out-csv`
+// writes them; the solver rounds sizes to its global alignment, `arena` reads the column as an
+// offset alignment only).
 void dump_csv(const std::string& dir, const std::string& name, const std::vector<Buffer>& bs, uint64_t alignment) {
   if (dir.empty()) return;
   const std::string al = alignment > 1 ? "," + std::to_string(alignment) : "";
   std::string text = alignment > 1 ? "id,lower,upper,size,alignment\n" : "id,lower,upper,size\n";
-  for (const Buffer& b : bs)
-    text += std::to_string(b.id) + "," + std::to_string(b.lower) + "," + std::to_string(b.upper) + "," + std::to_string(b.size) + al + "\n";
+  for (const Buffer& b : bs) {
+    const uint64_t size = alignment > 1 ? (b.size + alignment - 1) / alignment * alignment : b.size;
+    text += std::to_string(b.id) + "," + std::to_string(b.lower) + "," + std::to_string(b.upper) + "," + std::to_string(size) + al + "\n";
+  }
   if (FILE* f = std::fopen((dir + "/" + name + ".csv").c_str(), "w")) {
     std::fwrite(text.data(), 1, text.size(), f);
     std::fclose(f);

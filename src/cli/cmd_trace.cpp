@@ -128,6 +128,8 @@ int run_trace(TraceOptions o) {
   if (o.command.empty()) {
     return fail("trace", Status::bad_input("no command given (usage: moeprof trace [OPTIONS] -- CMD ARGS...)"));
   }
+  if (o.out == "-")  // a trace is a file of frames, read back by seeking; never stdout (as import)
+    return fail("trace", Status::bad_input("--out: a trace is written to a file, not to stdout ('-')"));
   std::string tried;
   std::string lib = find_inject_lib(o.inject_lib, &tried);
   if (lib.empty()) {

@@ -112,3 +112,28 @@ TEST_CASE("import cli: malformed or unsupported pickles exit 2 with one line, wr
   CHECK_FALSE(std::filesystem::exists(out));
   std::filesystem::remove_all(dir);
 }
+
+// A peak that no kept entry reached: no entry is named, in JSON (null) or in text.
+TEST_CASE("import cli: a peak from before the kept history names no entry") {
+  const auto dir = temp_dir("import_cli_before");
+  const std::string in = golden_dir() + "/torch/peak_before_history.pickle";
+  const std::string out = (dir / "b.mtrace").string();
+  const json exp = json::parse(slurp(golden_dir() + "/torch/peak_before_history.expected.json"))["policies"]["completed"];
+  auto r = run_cli("import " + q(in) + " --out " + q(out) + " --json");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const json j = json::parse(r.out);
+  REQUIRE(j["devices"].size() == 1);
+  const json& d = j["devices"][0];
+  CHECK(d["peak_bytes"] == exp[0]["peak_bytes"]);
+  CHECK(d["peak_entry"].is_null());
+  CHECK(exp[0]["peak_entry"].is_null());
+  REQUIRE(d["top"].size() == 2);
+  for (const json& t : d["top"]) CHECK(t["entry"].is_null());  // both synthesized: allocated before the history
+  CHECK(d["end_state_mismatches"] == 0);
+  auto text = run_cli("import " + q(in) + " --out " + q(out));
+  REQUIRE(text.rc == 0);
+  CHECK(text.out.find("live before the first entry (allocations made before the history began)") != std::string::npos);
+  CHECK(text.out.find("reached at entry") == std::string::npos);
+  std::filesystem::remove_all(dir);
+}
