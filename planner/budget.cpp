@@ -328,6 +328,9 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
   if (!parse_extra_u64(run.meta, "request_kv_tokens_max", &longest, &bad) && !bad.empty()) return Status::bad_input(bad);
   b.request_tokens = opt.request_tokens > 0 ? opt.request_tokens : longest > 0 ? longest : static_cast<uint64_t>(std::max<int64_t>(run.meta.tokens, 0));
   b.requests = requests_for(b, b.kv_tokens);
+  if (!parse_extra_u64(run.meta, "pool_held_requests", &b.pool_held_requests, &bad) && !bad.empty()) return Status::bad_input(bad);
+  if (!parse_extra_u64(run.meta, "kv_pool_tokens", &b.trace_pool_tokens, &bad) && !bad.empty()) return Status::bad_input(bad);
+  b.schedule_unconfirmed = b.pool_held_requests > 0 && b.kv_tokens > b.trace_pool_tokens;
 
   // The worst step and what is live there.
   std::string peak_scope;

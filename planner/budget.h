@@ -108,6 +108,12 @@ struct BudgetResult {
   uint64_t worst_routing_peak_bytes = 0, routing_reserve_bytes = 0;
   std::vector<LiveEntry> live_at_peak;
   size_t live_at_peak_count = 0;
+  // A serving run whose pool held requests back (meta.extra pool_held_requests, kv_pool_tokens):
+  // at a larger pool (kv_tokens > trace_pool_tokens) the scheduler admits them sooner, more prompt
+  // tokens share a prefill step (up to the chunk size), and the worst step can exceed the one
+  // measured. schedule_unconfirmed says so; a run at kv_tokens confirms the budget.
+  uint64_t pool_held_requests = 0, trace_pool_tokens = 0;
+  bool schedule_unconfirmed = false;
   // Steps' own activation high-water marks (scopes step.N), largest first, when the trace has them.
   std::vector<std::pair<std::string, uint64_t>> steps;
 };

@@ -52,6 +52,9 @@ ordered_json budget_json(const BudgetReportInput& in) {
   // is at most this.
   j["request_limit"] = planner::request_limit_at(b, b.kv_tokens);
   j["trace_kv_cache_bytes"] = b.trace_kv_cache_bytes;
+  // The trace's schedule was bounded by its own pool: the worst step at kv_tokens is not measured.
+  j["schedule"] = {{"pool_held_requests", b.pool_held_requests}, {"trace_pool_tokens", b.trace_pool_tokens},
+                   {"unconfirmed", b.schedule_unconfirmed}};
   ordered_json live = ordered_json::array();
   for (const auto& e : b.live_at_peak)
     live.push_back({{"name", e.name}, {"scope", e.scope}, {"shape", e.shape}, {"category", std::string(category_name(e.category))}, {"bytes", e.bytes}});
@@ -158,6 +161,13 @@ std::string budget_text(const ordered_json& j) {
                      with_commas_u(json_u64(j, "kv_tokens")), with_commas_u(json_u64(j, "kv_bytes_per_token")), json_str(j, "kv_cost_source"),
                      json_str(j, "kv_check").empty() ? "" : "; " + json_str(j, "kv_check"), json_u64(j, "page_size"),
                      with_commas_u(json_u64(j, "requests")), with_commas_u(json_u64(j, "request_tokens")), at_limit);
+  if (j.contains("schedule") && j["schedule"].value("unconfirmed", false))
+    out += fmt::format(
+        "NOT CONFIRMED: the run's pool of {} tokens held {} request(s) back. At {} tokens the scheduler admits them sooner, so more "
+        "prompt tokens can share a prefill step (up to --chunked-prefill-size) and the worst step can be larger than measured; run "
+        "the workload again with --kv-tokens {} and budget that trace.\n",
+        with_commas_u(json_u64(j["schedule"], "trace_pool_tokens")), with_commas_u(json_u64(j["schedule"], "pool_held_requests")),
+        with_commas_u(json_u64(j, "kv_tokens")), json_u64(j, "kv_tokens"));
   const auto& w = j["worst_step"];
   out += fmt::format("worst step: {}, activation peak {} (activations {}, workspaces {}); live there, largest first ({} tensors):\n",
                      json_str(w, "step"), format_exact_bytes(json_u64(w, "activation_peak_bytes")), format_exact_bytes(json_u64(w, "activation_bytes")),

@@ -2,8 +2,11 @@
 
 #include "cli/cli_util.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
+#include "core/utf8.h"
 #include "executor/graph_runner.h"
 #include "executor/workload.h"
 #include "reports/format.h"
@@ -55,8 +58,6 @@ void add_serving_options(CLI::App* cmd, ServingArgs* a) {
   auto* disable = cmd->add_flag("--disable-cuda-graph", a->disable_cuda_graph, "decode eagerly, no CUDA graphs")->group(g);
   cmd->add_option("--cuda-graph-bs", a->cuda_graph_bs,
                   "decode batch sizes to capture, comma-separated [default: SGLang's list for the device's memory]")
-      ->delimiter(',')
-      ->check(integer_range(1, int64_t{1} << 16))
       ->type_name("LIST")
       ->excludes(disable)
       ->group(g);
@@ -90,7 +91,23 @@ Result<std::optional<ServingOptions>> serving_options(const ServingArgs& a) {
   o.page_size = a.page_size;
   o.max_running_requests = a.max_running_requests;
   o.context_len = a.context_length;
-  o.cuda_graph_bs = a.cuda_graph_bs;
+  if (std::find(a.given.begin(), a.given.end(), "--cuda-graph-bs") != a.given.end()) {
+    // Each item an integer of 1 to 65536; an empty one (`1,,2`, a trailing comma) is a typo, not
+    // a size to skip. Repeated sizes are captured once, as SGLang's set() does.
+    size_t at = 0;
+    const std::string& text = a.cuda_graph_bs;
+    for (int item = 1;; ++item) {
+      const size_t comma = text.find(',', at);
+      const std::string v = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+      int64_t b = 0;
+      if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos || (b = std::stoll(v)) < 1 || b > 65536)
+        return Status::bad_input("--cuda-graph-bs: item " + std::to_string(item) + " of '" + printable(text) +
+                                 "' must be an integer from 1 to 65,536 (got '" + printable(v) + "')");
+      o.cuda_graph_bs.push_back(b);
+      if (comma == std::string::npos) break;
+      at = comma + 1;
+    }
+  }
   o.cuda_graph_max_bs = a.cuda_graph_max_bs;
   o.disable_cuda_graph = a.disable_cuda_graph;
   return std::optional<ServingOptions>(o);

@@ -23,7 +23,7 @@ struct ServingArgs {
   int64_t page_size = 1;
   int64_t max_running_requests = 0;
   int64_t context_length = 0;
-  std::vector<int64_t> cuda_graph_bs;
+  std::string cuda_graph_bs;  // comma-separated sizes, parsed by serving_options (an empty item is refused)
   int64_t cuda_graph_max_bs = 0;
   bool disable_cuda_graph = false;
   // Which were given on the command line (filled by the callback).

@@ -15,9 +15,17 @@ std::vector<int64_t> default_graph_sizes(uint64_t device_bytes, int64_t max_bs, 
     for (int64_t b = 168; b <= 256; b += 8) v.push_back(b);
   if (device_bytes > 180 * kGiB)
     for (int64_t b = 272; b <= 512; b += 16) v.push_back(b);
+  return graph_capture_sizes(std::move(v), max_bs, max_running_requests);
+}
+
+std::vector<int64_t> graph_capture_sizes(std::vector<int64_t> sizes, int64_t max_bs, int64_t max_running_requests) {
+  if (!sizes.empty() && *std::max_element(sizes.begin(), sizes.end()) > max_running_requests)
+    sizes.push_back(max_running_requests);  // the largest batch that can run gets its graph
   std::vector<int64_t> out;
-  for (int64_t b : v)
-    if ((max_bs <= 0 || b <= max_bs) && b <= max_running_requests) out.push_back(b);
+  for (int64_t b : sizes)
+    if (b > 0 && (max_bs <= 0 || b <= max_bs) && b <= max_running_requests) out.push_back(b);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 

@@ -105,7 +105,12 @@ class DecodeGraphs {
 
 // SGLang's default capture sizes for a device of `device_bytes` (0: unknown): [1, 2, 4, 8] and
 // 16..160 step 8; with more than 96 GiB also 168..256 step 8; with more than 180 GiB also
-// 272..512 step 16. Then only the sizes <= max_bs (when > 0) and <= max_running_requests.
+// 272..512 step 16; then graph_capture_sizes().
 std::vector<int64_t> default_graph_sizes(uint64_t device_bytes, int64_t max_bs, int64_t max_running_requests);
+// The sizes captured from a list (the default or --cuda-graph-bs), as SGLang's
+// get_batch_sizes_to_capture: when the list goes past max_running_requests, that size is added (so
+// the largest batch that can run replays a graph); then only the sizes <= max_bs (when > 0) and
+// <= max_running_requests, ascending, each once.
+std::vector<int64_t> graph_capture_sizes(std::vector<int64_t> sizes, int64_t max_bs, int64_t max_running_requests);
 
 }  // namespace moeprof

@@ -204,6 +204,7 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
           int64_t longest = 0;  // the KV tokens of the workload's largest request (its last token has none)
           for (const RequestSpec& q : workload->requests) longest = std::max(longest, q.prompt_len + q.output_len - 1);
           meta.extra["request_kv_tokens_max"] = std::to_string(longest);
+          meta.extra["pool_held_requests"] = std::to_string(s.pool_held_requests);
           mr.serving = std::move(sr).value();
           out = std::move(fo);
         } else {

@@ -33,13 +33,19 @@ Result<Scheduler> Scheduler::create(const SchedulerConfig& cfg, const Workload& 
                                std::to_string(cfg.context_len));
     if (s.pages_for(need) > s.pool_pages())
       return Status::bad_input(who + " needs " + std::to_string(need) + " KV tokens, more than the whole pool (" +
-                               std::to_string(cfg.pool_tokens) + "): it could never run");
+                               std::to_string(cfg.pool_tokens) + (cfg.pool_tokens == 1 ? " token" : " tokens") +
+                               (cfg.page_size > 1 ? ", " + std::to_string(s.pool_pages()) + " pages of " + std::to_string(cfg.page_size) : "") +
+                               "): it could never run");
     s.arrivals_.push_back(static_cast<int64_t>(i));
   }
   std::stable_sort(s.arrivals_.begin(), s.arrivals_.end(),
                    [&](int64_t a, int64_t b) { return s.reqs_[a].arrival_step < s.reqs_[b].arrival_step; });
   for (int64_t r = 1; r <= cfg.max_running_requests; ++r) s.free_rows_.push_back(r);
   return s;
+}
+
+int64_t Scheduler::pool_held_requests() const {
+  return std::count_if(reqs_.begin(), reqs_.end(), [](const RequestState& r) { return r.pool_held; });
 }
 
 int64_t Scheduler::waited_requests() const {
@@ -88,7 +94,11 @@ StepPlan Scheduler::next() {
     RequestState& r = reqs_[static_cast<size_t>(i)];
     const int64_t need = pages_for(r.prompt_len + r.output_len - 1);
     if (free_rows_.empty() || need > pool_pages() - reserved_) {
-      for (int64_t w : waiting_) reqs_[static_cast<size_t>(w)].waited = true;  // FCFS: all of them wait
+      const bool pool = need > pool_pages() - reserved_;
+      for (int64_t w : waiting_) {  // FCFS: all of them wait
+        reqs_[static_cast<size_t>(w)].waited = true;
+        reqs_[static_cast<size_t>(w)].pool_held |= pool;
+      }
       break;
     }
     waiting_.pop_front();

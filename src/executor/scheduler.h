@@ -68,6 +68,7 @@ struct RequestState {
   std::vector<int32_t> output;    // generated tokens
   int64_t admitted_step = -1, finished_step = -1;
   bool waited = false;            // held back at least once by memory or max_running_requests
+  bool pool_held = false;         // held back at least once because the pool lacked the pages
   bool finished() const { return finished_step >= 0; }
 };
 
@@ -93,6 +94,7 @@ class Scheduler {
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t pool_pages() const { return cfg_.pool_tokens / cfg_.page_size; }
   int64_t waited_requests() const;                        // requests held back at least once
+  int64_t pool_held_requests() const;                     // of them, by the pool's pages
 
  private:
   explicit Scheduler(const SchedulerConfig& cfg) : cfg_(cfg) {}

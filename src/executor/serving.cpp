@@ -178,7 +178,7 @@ Result<int64_t> kv_tokens_from_fraction(double fraction, const DeviceMemory& mem
   if (t < page_size) {
     const uint64_t weights = mem.free_before_weights - std::min(mem.free_before_weights, mem.free_after_weights);
     return Status::bad_input(fmt::format(
-        "Not enough memory for the KV pool: --mem-fraction-static {:.4f} of the {} B free gives {} B, the weights take {}{} B: "
+        "Not enough memory for the KV pool: --mem-fraction-static {} of the {} B free gives {} B, the weights take {}{} B: "
         "{} B are left, less than one page ({} token(s) x {} B). Increase --mem-fraction-static or give --kv-tokens N",
         fraction, commas(mem.free_before_weights), commas(static_cast<uint64_t>(fraction * static_cast<double>(mem.free_before_weights))),
         mem.weights_estimated ? "at least " : "", commas(weights), signed_commas(static_cast<int64_t>(rest)), commas(page_size),
@@ -193,6 +193,7 @@ std::string ServingResult::summary_json() const {
   j["requests"] = requests;
   j["output_tokens"] = output_tokens;
   j["waited_requests"] = waited_requests;
+  j["pool_held_requests"] = pool_held_requests;
   j["kv_pool_tokens"] = kv_pool_tokens;
   j["page_size"] = page_size;
   j["kv_cell_bytes"] = cell_bytes;
@@ -322,15 +323,9 @@ Result<ServingResult> run_serving(Backend& backend, DeepseekModel& model, const 
   // CUDA graphs for decode.
   std::unique_ptr<DecodeGraphs> graphs;
   if (!opt.disable_cuda_graph) {
-    std::vector<int64_t> sizes = opt.cuda_graph_bs;
-    if (sizes.empty()) {
-      sizes = default_graph_sizes(mem.known ? mem.total : 0, opt.cuda_graph_max_bs, max_reqs);
-    } else {
-      std::vector<int64_t> kept;
-      for (int64_t b : sizes)
-        if ((opt.cuda_graph_max_bs <= 0 || b <= opt.cuda_graph_max_bs) && b <= max_reqs) kept.push_back(b);
-      sizes = kept;
-    }
+    const std::vector<int64_t> sizes = opt.cuda_graph_bs.empty()
+                                           ? default_graph_sizes(mem.known ? mem.total : 0, opt.cuda_graph_max_bs, max_reqs)
+                                           : graph_capture_sizes(opt.cuda_graph_bs, opt.cuda_graph_max_bs, max_reqs);
     if (!sizes.empty()) {
       MOEPROF_ASSIGN_OR_RETURN(graphs, DecodeGraphs::capture(backend, model, kv, sizes, static_cast<int32_t>(id_lo), stats));
       res.graphs = true;
@@ -476,6 +471,7 @@ Result<ServingResult> run_serving(Backend& backend, DeepseekModel& model, const 
     res.output_tokens += static_cast<int64_t>(r.output.size());
   }
   res.waited_requests = sched.waited_requests();
+  res.pool_held_requests = sched.pool_held_requests();
   for (StepKindStats* k : {&res.prefill, &res.decode})
     std::sort(k->live_at_peak.begin(), k->live_at_peak.end(), [](const LiveTensor& a, const LiveTensor& b) {
       if (a.bytes != b.bytes) return a.bytes > b.bytes;

@@ -94,6 +94,7 @@ struct OccupancySample {
 struct ServingResult {
   std::string workload;
   int64_t requests = 0, output_tokens = 0, waited_requests = 0;
+  int64_t pool_held_requests = 0;  // of the waited, those held back by the pool's pages (a larger pool schedules otherwise)
   int64_t kv_pool_tokens = 0, page_size = 1, context_len = 0, max_running_requests = 0, chunked_prefill_size = 0;
   uint64_t cell_bytes = 0, kv_pool_bytes = 0, req_to_token_bytes = 0;
   uint64_t req_to_token_row_bytes = 0;        // one row of the request table: (context_len + 4) x 4 B

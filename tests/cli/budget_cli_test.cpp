@@ -351,3 +351,38 @@ TEST_CASE("moeprof budget: traces of other runs are not modes, EP refuses a work
   }
   CHECK(u[0] - u[1] == Approx(0.125).margin(1e-6));
 }
+
+// Found by a user: the trace's pool held requests back, so its schedule ran one prompt per prefill
+// step; at the budget's far larger pool all of them share one step and the run ran out of memory.
+// The budget now says the worst step there is not measured.
+TEST_CASE("moeprof budget: a schedule held back by the run's own pool is not confirmed at a larger pool", "[cli][budget][serving]") {
+  const fs::path dir = moeprof::testing::temp_dir("budget_cli_held");
+  const std::string common = "run --backend meta --model tiny --mode baseline --workload synthetic:8,20,5 --disable-cuda-graph "
+                             "--max-running-requests 8 --gpu-memory 100000000 --quiet ";
+  auto held = run_cli(common + "--kv-tokens 24 -o '" + (dir / "held").string() + "'");
+  INFO(held.err);
+  REQUIRE(held.rc == 0);
+  auto b = run_cli("budget '" + (dir / "held" / "baseline.mtrace").string() + "' --gpu-memory 100000000 --json");
+  INFO(b.err);
+  REQUIRE(b.rc == 0);
+  const auto j = nlohmann::json::parse(b.out);
+  CHECK(j["schedule"]["pool_held_requests"] == 7);
+  CHECK(j["schedule"]["trace_pool_tokens"] == 24);
+  CHECK(j["schedule"]["unconfirmed"] == true);
+  const uint64_t k = j["kv_tokens"].get<uint64_t>();
+  REQUIRE(k > 24);
+  auto text = run_cli("budget '" + (dir / "held" / "baseline.mtrace").string() + "' --gpu-memory 100000000");
+  CHECK(text.out.find("NOT CONFIRMED: the run's pool of 24 tokens held 7 request(s) back") != std::string::npos);
+  CHECK(text.out.find("--kv-tokens " + std::to_string(k) + " and budget that trace") != std::string::npos);
+  // What the note warns of: at that pool the eight prompts share a step, which does not fit.
+  auto at_k = run_cli(common + "--kv-tokens " + std::to_string(k) + " -o '" + (dir / "at_k").string() + "'");
+  CHECK(at_k.rc == 3);
+  // A pool that held nothing back (the workload's whole need) is confirmed.
+  auto whole = run_cli(common + "-o '" + (dir / "whole").string() + "'");
+  REQUIRE(whole.rc == 0);
+  auto bw = run_cli("budget '" + (dir / "whole" / "baseline.mtrace").string() + "' --gpu-memory 100000000 --json");
+  REQUIRE(bw.rc == 0);
+  const auto jw = nlohmann::json::parse(bw.out);
+  CHECK(jw["schedule"]["pool_held_requests"] == 0);
+  CHECK(jw["schedule"]["unconfirmed"] == false);
+}

@@ -69,7 +69,7 @@ TEST_CASE("newcomer: a mistyped run leaves the earlier results byte for byte", "
   typos.push_back({"run --backend cpu --model tiny --workload " + q(bad_ids), 2,
                    "moeprof run: error: " + bad_ids + " line 1: token id 999999 is outside the vocabulary (1000)"});
   typos.push_back({"run --backend cpu --model tiny --workload " + q(long_prompt) + " --kv-tokens 100", 2,
-                   "moeprof run: error: request 1 (line 2) needs 502 KV tokens, more than the whole pool (100): it could never run"});
+                   "moeprof run: error: request 1 (line 2) needs 502 KV tokens, more than the whole pool (100 tokens): it could never run"});
   typos.push_back({"run --backend cpu --model tiny --workload " + q(long_prompt) + " --context-length 100", 2,
                    "moeprof run: error: request 1 (line 2) needs 502 positions (prompt + output - 1), more than the context length 100"});
   typos.push_back({"run --backend meta --model tiny --workload " + q(long_prompt) + " --mem-fraction-static 0.8", 2,
@@ -80,11 +80,11 @@ TEST_CASE("newcomer: a mistyped run leaves the earlier results byte for byte", "
   // A pool from --mem-fraction-static: on the meta backend the weights are known before the run.
   typos.push_back({"run --backend meta --model tiny --workload " + q(long_prompt) + " --gpu-memory 100000000 --mem-fraction-static 0.01",
                    2,
-                   "moeprof run: error: Not enough memory for the KV pool: --mem-fraction-static 0.0100 of the 100,000,000 B free gives "
+                   "moeprof run: error: Not enough memory for the KV pool: --mem-fraction-static 0.01 of the 100,000,000 B free gives "
                    "1,000,000 B, the weights take at least 4,662,816 B: -3,662,816 B are left, less than one page (1 token(s) x 384 B). "
                    "Increase --mem-fraction-static or give --kv-tokens N"});
   typos.push_back({"run --backend meta --model tiny --workload " + q(long_prompt) + " --gpu-memory 100000000 --mem-fraction-static 0.0468",
-                   2, "moeprof run: error: request 1 (line 2) needs 502 KV tokens, more than the whole pool (44): it could never run "
+                   2, "moeprof run: error: request 1 (line 2) needs 502 KV tokens, more than the whole pool (44 tokens): it could never run "
                    "(--mem-fraction-static 0.0468 gives a pool of at most 44 tokens on this device)"});
   typos.push_back({"run --backend cpu --model tiny --seed -1", 2,
                    "moeprof run: error: --seed: must be an integer from 0 to 18,446,744,073,709,551,615 (got -1) (see moeprof run --help)"});
@@ -93,7 +93,12 @@ TEST_CASE("newcomer: a mistyped run leaves the earlier results byte for byte", "
   typos.push_back({"run -q --backend cpu --model tiny --tp 2 --symm-mem on --symm-outside-layer 4", 2,
                    "moeprof run: error: --symm-outside-layer 4: the run has layers 0 to 3"});
   typos.push_back({"run --backend cpu --model tiny --workload synthetic:2,3,4 --cuda-graph-bs ''", 2,
-                   "moeprof run: error: --cuda-graph-bs: must be an integer from 1 to 65,536 (got ) (see moeprof run --help)"});
+                   "moeprof run: error: --cuda-graph-bs: item 1 of '' must be an integer from 1 to 65,536 (got '')"});
+  // An empty item is a typo, not a size to skip (it had been dropped without a word).
+  typos.push_back({"run --backend cpu --model tiny --workload synthetic:2,3,4 --cuda-graph-bs 1,,2", 2,
+                   "moeprof run: error: --cuda-graph-bs: item 2 of '1,,2' must be an integer from 1 to 65,536 (got '')"});
+  typos.push_back({"run --backend cpu --model tiny --workload synthetic:2,3,4 --cuda-graph-bs 4,65537", 2,
+                   "moeprof run: error: --cuda-graph-bs: item 2 of '4,65537' must be an integer from 1 to 65,536 (got '65537')"});
   typos.push_back({"run --backend cpu --model tiny --workload ''", 2,
                    "moeprof run: error: --workload is empty (a JSONL file, or synthetic:N,PROMPT,OUTPUT[,SEED])"});
   if (moeprof::probe_gpus().usable().empty() || !moeprof::cuda_backend_compiled())
@@ -463,5 +468,5 @@ TEST_CASE("newcomer: the serving pre-check's pool is the run's own on the meta b
   // 202 B less: 4,607 B are left, 1 token, refused before the run.
   auto short_by_two = run_cli(base + "2749454334");
   CHECK(short_by_two.rc == 2);
-  CHECK(short_by_two.err.find("more than the whole pool (1)") != std::string::npos);
+  CHECK(short_by_two.err.find("more than the whole pool (1 token)") != std::string::npos);
 }

@@ -217,7 +217,7 @@ TEST_CASE("moeprof run --workload: bad serving input exits 2 with one line", "[c
   expect("run --backend cpu --model tiny -q --workload synthetic:2,4-1,2",
          "workload synthetic:2,4-1,2: PROMPT must be L or LO-HI with 1 <= LO <= HI <= 2^30 (got \"4-1\")");
   expect("run --backend cpu --model tiny -q --workload synthetic:2,40,30 --kv-tokens 64",
-         "request 0 needs 69 KV tokens, more than the whole pool (64): it could never run");
+         "request 0 needs 69 KV tokens, more than the whole pool (64 tokens): it could never run");
   expect("run --backend cpu --model tiny -q --gpu-memory 1000000000 --workload synthetic:2,4,2",
          "--gpu-memory makes the meta backend a device of that size: add --backend meta (a GPU has its own size)");
   expect("run --backend meta --model tiny -q --workload synthetic:2,4,2 --mem-fraction-static 0.5",

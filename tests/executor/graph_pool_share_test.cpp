@@ -100,3 +100,33 @@ TEST_CASE("graph pool - the need of a subset of sizes, from one run's captures, 
     if (subset.size() == 1) CHECK(predicted->need_bytes == predicted->separate_bytes);
   }
 }
+
+// SGLang's get_batch_sizes_to_capture: a list that goes past --max-running-requests gets that size
+// too, so the largest batch that can run replays a graph (the list had only been cut: a decode
+// batch of 3 under a limit of 3 ran eagerly, and `--cuda-graph-bs 4096` captured nothing).
+TEST_CASE("graph sizes - the request limit is captured when the list goes past it", "[executor][graphs]") {
+  CHECK(graph_capture_sizes({1, 2, 4, 8}, 0, 3) == std::vector<int64_t>{1, 2, 3});
+  CHECK(graph_capture_sizes({4096}, 0, 4) == std::vector<int64_t>{4});
+  CHECK(graph_capture_sizes({1, 2, 4, 8}, 0, 8) == std::vector<int64_t>{1, 2, 4, 8});  // not past it: as given
+  CHECK(graph_capture_sizes({1, 2, 4, 8}, 2, 3) == std::vector<int64_t>{1, 2});        // --cuda-graph-max-bs still cuts
+  CHECK(graph_capture_sizes({8, 2, 2, 4}, 0, 100) == std::vector<int64_t>{2, 4, 8});   // ascending, each once
+  const std::vector<int64_t> d = default_graph_sizes(uint64_t{150} << 30, 0, 37);
+  CHECK(d == std::vector<int64_t>{1, 2, 4, 8, 16, 24, 32, 37});
+  // A run: every decode batch of 3 requests under a limit of 3 replays the graph of 3.
+  auto be = make_cpu_backend();
+  RunPlan plan;
+  plan.model = "tiny";
+  plan.out_dir = (fs::temp_directory_path() / ("moeprof_graph_sizes_" + std::to_string(::getpid()))).string();
+  fs::create_directories(plan.out_dir);
+  plan.modes = {MemoryMode::kBaseline};
+  ServingOptions so;
+  so.workload = "synthetic:3,3,3";
+  so.max_running_requests = 3;
+  so.kv_tokens = 64;
+  plan.serving = so;
+  auto r = execute_run_plan(*be, plan);
+  REQUIRE(r.is_ok());
+  REQUIRE(r->modes[0].serving);
+  const ServingResult& s = *r->modes[0].serving;
+  CHECK(s.graph_sizes == std::vector<int64_t>{1, 2, 3});
+}

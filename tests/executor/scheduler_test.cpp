@@ -207,6 +207,7 @@ TEST_CASE("scheduler: a workload larger than the pool completes, requests wait, 
   REQUIRE(s.is_ok());
   Trace t = drive(*s);
   CHECK(s->waited_requests() == 4);
+  CHECK(s->pool_held_requests() == 4);  // the pool's pages held them, not the 100 rows
   CHECK(t.max_pages == 15);
   CHECK(t.max_tokens == 60);
   for (const auto& r : s->requests()) CHECK(r.output.size() == 4);
@@ -223,6 +224,7 @@ TEST_CASE("scheduler: the request limit holds requests back", "[cpu][serving]") 
   Trace t = drive(*s);
   CHECK(t.plans[0].segments.size() == 2);
   CHECK(s->waited_requests() == 3);
+  CHECK(s->pool_held_requests() == 0);  // the rows held them: a larger pool schedules the same
 }
 
 TEST_CASE("scheduler: arrivals, and requests that could never run", "[cpu][serving]") {
@@ -233,7 +235,7 @@ TEST_CASE("scheduler: arrivals, and requests that could never run", "[cpu][servi
   CHECK(t.plans.front().index == 10);  // idle steps are skipped up to the first arrival
   auto too_big = Scheduler::create(cfg, requests({{8, 2}, {60, 6}}));
   REQUIRE(!too_big.is_ok());
-  CHECK(too_big.status().message() == "request 1 needs 65 KV tokens, more than the whole pool (64): it could never run");
+  CHECK(too_big.status().message() == "request 1 needs 65 KV tokens, more than the whole pool (64 tokens, 16 pages of 4): it could never run");
   auto too_long = Scheduler::create(SchedulerConfig{64, 4, 4, 400, 50}, requests({{48, 4}}));
   REQUIRE(!too_long.is_ok());
   CHECK(too_long.status().message() ==
