@@ -357,6 +357,22 @@ Result<Tensor> DeepseekModel::ep_routed_experts(int64_t l, Tensor& moe_in, const
   // there already with ep_compute_all, and are not computed otherwise). DP attention: each rank
   // keeps its own rows.
   if (dp) return out;
+  if (!real && !all) {
+    // Emulated without the other ranks' computation (the CUDA and meta backends): their slices'
+    // rows are not computed here. Zeros, outside the trace, so that they do not hold whatever the
+    // buffer held before: a fresh block in one mode, the previous layer's hidden states in the
+    // reuse mode, which had made the modes' outputs differ on a GPU.
+    Unrecorded quiet(be_, ep_quiet_, true);
+    for (int s = 0; s < N; ++s) {
+      const EpSlice sl = ep_token_slice(T, N, s);
+      if (s == r || sl.size() == 0) continue;
+      const std::vector<int32_t> none(static_cast<size_t>(sl.size()), -1);  // no row: zeros whatever the table
+      MOEPROF_ASSIGN_OR_RETURN(Tensor idx_t, act(DType::kI32, 1, sl.size(), "ep_zero_index", cs));
+      MOEPROF_RETURN_IF_ERROR(be_.copy_from_host(idx_t, none.data()));
+      Tensor o = out.rows_view(sl.begin - row0, sl.size());
+      MOEPROF_RETURN_IF_ERROR(be_.embedding(idx_t, out, 0, o));
+    }
+  }
   std::vector<int64_t> slice_rows(static_cast<size_t>(N));
   for (int s = 0; s < N; ++s) slice_rows[static_cast<size_t>(s)] = ep_token_slice(T, N, s).size();
   MOEPROF_RETURN_IF_ERROR(op("ep_all_gather", real ? be_.all_gather_rows(out, slice_rows) : Status::ok(), {&out}, {&out}));

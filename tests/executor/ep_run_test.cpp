@@ -15,6 +15,7 @@
 
 #include "core/trace_io.h"
 #include "executor/backends.h"
+#include "executor/deepseek_model.h"
 #include "executor/run.h"
 #include "executor/tp_run.h"
 #include "model/config.h"
@@ -429,4 +430,39 @@ TEST_CASE("ep runs - DP attention: each real rank's request gives what it gives 
   auto no = execute_run_plan(*cpu, bad);
   REQUIRE_FALSE(no.is_ok());
   CHECK(no.status().message().find("--dp on one device needs a drawn routing") != std::string::npos);
+}
+
+// An emulated rank that computes only its own experts (the CUDA and meta backends; here the CPU
+// reference with ep_compute_all off) leaves the other slices' MoE output rows uncomputed. They are
+// zeros: they had held whatever the buffer held (a fresh block in the baseline, the previous
+// layer's hidden states in the reuse mode), and the modes' outputs differed on an H100.
+TEST_CASE("ep runs - an emulated rank without the others' experts gives the same outputs in every mode", "[executor][ep]") {
+  auto cfg = resolve_model_config("tiny");
+  REQUIRE(cfg.is_ok());
+  auto be = make_cpu_backend();
+  auto spec = parse_routing("uniform");
+  REQUIRE(spec.is_ok());
+  for (int rank : {0, 1}) {
+    std::vector<uint64_t> hidden, logits;
+    for (MemoryMode mode : {MemoryMode::kBaseline, MemoryMode::kReuse, MemoryMode::kFixes}) {
+      auto shape = make_rank_shape(*cfg, 45, 1, 0, 0);
+      REQUIRE(shape.is_ok());
+      shape->ep_size = 2;
+      shape->ep_rank = rank;
+      ModelOptions mo;
+      mo.routing = *spec;
+      mo.ep_compute_all = false;
+      auto model = DeepseekModel::create(*be, *cfg, *shape, mode, mo);
+      REQUIRE(model.is_ok());
+      auto out = model.value()->forward();
+      REQUIRE(out.is_ok());
+      hidden.push_back(out->hidden_hash);
+      logits.push_back(out->logits_hash);
+    }
+    INFO("rank " << rank);
+    CHECK(hidden[1] == hidden[0]);
+    CHECK(hidden[2] == hidden[0]);
+    CHECK(logits[1] == logits[0]);
+    CHECK(logits[2] == logits[0]);
+  }
 }
