@@ -32,14 +32,20 @@ std::string cupti_disagreement(const planner::RunAnalysis& c, const CategoryCoun
     const auto cat = static_cast<Category>(i);
     // The CUDA backend placed some tensors twice (once more after its pool grew for them): CUPTI
     // saw both placements, the executor's accounting one (executor/cuda_backend.cpp, do_allocate).
-    uint64_t settled = 0;
-    auto it = c.meta.extra.find("cuda.pool_settle_bytes." + std::string(category_name(cat)));
-    if (it != c.meta.extra.end() && !it->second.empty() && it->second.find_first_not_of("0123456789") == std::string::npos &&
-        it->second.size() < 20)
-      settled = std::stoull(it->second);
-    if (d.peak_by_category[cat] != acc.peak[i] || d.churn_by_category[cat] != acc.allocated[i] + settled)
-      diff += fmt::format(" {}: CUPTI peak {} churn {} vs executor peak {} churn {} (+ {} placed twice);", category_name(cat),
-                          d.peak_by_category[cat], d.churn_by_category[cat], acc.peak[i], acc.allocated[i], settled);
+    // And it allocated some outside the trace (an emulated EP rank's copies of other ranks' rows):
+    // CUPTI saw them, the executor's accounting did not.
+    auto extra = [&](const std::string& key) -> uint64_t {
+      auto it = c.meta.extra.find(key + std::string(category_name(cat)));
+      if (it == c.meta.extra.end() || it->second.empty() || it->second.find_first_not_of("0123456789") != std::string::npos ||
+          it->second.size() >= 20)
+        return 0;
+      return std::stoull(it->second);
+    };
+    const uint64_t settled = extra("cuda.pool_settle_bytes."), unrecorded = extra("cuda.unrecorded_bytes.");
+    if (d.peak_by_category[cat] != acc.peak[i] || d.churn_by_category[cat] != acc.allocated[i] + settled + unrecorded)
+      diff += fmt::format(" {}: CUPTI peak {} churn {} vs executor peak {} churn {} (+ {} placed twice, + {} outside the trace);",
+                          category_name(cat), d.peak_by_category[cat], d.churn_by_category[cat], acc.peak[i], acc.allocated[i], settled,
+                          unrecorded);
   }
   return diff;
 }

@@ -160,6 +160,7 @@ Result<void*> CudaBackend::do_allocate(size_t bytes, MemKind kind, const AllocTa
   }
   nvtxRangePop();  // after the second placement too: CUPTI attributes both to the tensor
   if (e == cudaSuccess && (kind == MemKind::kDevice || kind == MemKind::kManaged)) device_live_bytes_ += bytes;
+  if (e == cudaSuccess && unrecorded()) unrecorded_bytes_[static_cast<size_t>(tag.category)] += bytes;
   if (e == cudaSuccess) sample_untraced();
   if (e == cudaErrorMemoryAllocation) {
     cudaGetLastError();
@@ -447,6 +448,7 @@ void CudaBackend::announce_pools() {
   untraced_start_ = untraced_peak_ = 0;
   pool_settles_ = 0;
   settle_bytes_.fill(0);
+  unrecorded_bytes_.fill(0);
   sample_untraced();
 }
 
@@ -476,6 +478,10 @@ std::vector<std::pair<std::string, std::string>> CudaBackend::run_extras() {
     if (settle_bytes_[static_cast<size_t>(c)] > 0)
       x.emplace_back("cuda.pool_settle_bytes." + std::string(category_name(static_cast<Category>(c))),
                      std::to_string(settle_bytes_[static_cast<size_t>(c)]));
+  for (int c = 0; c < kNumCategories; ++c)
+    if (unrecorded_bytes_[static_cast<size_t>(c)] > 0)
+      x.emplace_back("cuda.unrecorded_bytes." + std::string(category_name(static_cast<Category>(c))),
+                     std::to_string(unrecorded_bytes_[static_cast<size_t>(c)]));
   return x;
 }
 

@@ -173,6 +173,9 @@ class CudaBackend : public Backend {
   int64_t pool_trims_ = 0;  // the activation pool given back to the device to retry an allocation (do_allocate)
   int64_t pool_settles_ = 0;  // tensors placed again after the pool grew for them (do_allocate)
   std::array<uint64_t, kNumCategories> settle_bytes_{};  // their bytes per category (a CUPTI trace sees both placements)
+  // Bytes allocated outside the trace (Backend::unrecorded: an emulated rank's copies of the rows
+  // other ranks would send) per category: a CUPTI trace sees them, the executor's records do not.
+  std::array<uint64_t, kNumCategories> unrecorded_bytes_{};
   bool free_failure_reported_ = false;
   // Expert weights stored tiled by do_init_moe_w13 (gemm 1) / do_init_moe_w2 (gemm 2), by code
   // address (erased when freed): their scales' address and the codes' rows, so moe_gemm1_fp4 /
