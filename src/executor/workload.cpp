@@ -1,5 +1,6 @@
 #include "executor/workload.h"
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <fstream>
@@ -42,13 +43,23 @@ Result<Workload> parse_workload_jsonl(const std::string& text, const std::string
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     nlohmann::json j;
+    std::vector<std::string> keys;  // the request object's keys: one given twice is refused, not "the last wins"
+    std::string repeated;
     try {
-      j = nlohmann::json::parse(line);
+      j = nlohmann::json::parse(line, [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        if (depth == 1 && event == nlohmann::json::parse_event_t::key && repeated.empty()) {
+          const std::string k = parsed.is_string() ? parsed.get<std::string>() : std::string();
+          if (std::find(keys.begin(), keys.end(), k) != keys.end()) repeated = k;
+          keys.push_back(k);
+        }
+        return true;
+      });
     } catch (const nlohmann::json::parse_error& e) {
       std::string msg = e.what();
       if (auto p = msg.find("parse error"); p != std::string::npos) msg = msg.substr(p);
       return line_error(source, n, "not JSON (" + msg + ")");
     }
+    if (!repeated.empty()) return line_error(source, n, "key \"" + repeated + "\" given twice");
     if (!j.is_object()) return line_error(source, n, "must be a JSON object {\"prompt_tokens\": ..., \"output_tokens\": ...}");
     for (const auto& [k, v] : j.items())
       if (k != "prompt_tokens" && k != "output_tokens" && k != "arrival_step")

@@ -93,6 +93,10 @@ TEST_CASE("workload: JSONL errors name the line", "[cpu][serving]") {
   CHECK(parse_error("{\"prompt_tokens\": 4, \"output_tokens\": 1, \"arrival_step\": -2}") ==
         "w.jsonl line 1: arrival_step must be an integer in [0, 2^30]");
   CHECK(parse_error("\n  \n") == "w.jsonl: no request (one JSON object per line)");
+  // A key given twice had been read as its last value.
+  CHECK(parse_error("{\"prompt_tokens\": 3, \"output_tokens\": 2, \"prompt_tokens\": 5}") ==
+        "w.jsonl line 1: key \"prompt_tokens\" given twice");
+  CHECK(parse_error("{\"prompt_tokens\": [1, 2], \"output_tokens\": 2}") == "(parsed)");
   auto missing = load_workload("/nonexistent/w.jsonl");
   REQUIRE(!missing.is_ok());
   CHECK(missing.status().message() == "cannot open workload /nonexistent/w.jsonl (a JSONL file, or synthetic:N,PROMPT,OUTPUT[,SEED])");
