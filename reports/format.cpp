@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/thousands.h"
+
 namespace moeprof::reports {
 
 namespace {
@@ -48,17 +50,7 @@ std::string format_duration_ns(uint64_t ns) {
   return with_commas_u(hundredths_s / 100) + "." + (frac < 10 ? "0" : "") + std::to_string(frac) + " s";
 }
 
-std::string with_commas_u(uint64_t mag) {
-  std::string digits = std::to_string(mag);
-  std::string out;
-  int n = 0;
-  for (auto it = digits.rbegin(); it != digits.rend(); ++it) {
-    if (n > 0 && n % 3 == 0) out.push_back(',');
-    out.push_back(*it);
-    ++n;
-  }
-  return std::string(out.rbegin(), out.rend());
-}
+std::string with_commas_u(uint64_t mag) { return group_thousands(mag); }
 
 std::string with_commas(int64_t v) {
   const bool neg = v < 0;

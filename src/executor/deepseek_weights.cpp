@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "core/thousands.h"
 #include "executor/deepseek_weights.h"
 #include "kernels/common/fp_formats.h"
 #include "kernels/common/random.h"
@@ -148,13 +149,8 @@ Result<std::unique_ptr<DeepseekModel>> DeepseekModel::create(Backend& backend, c
         // at most 85% of the free memory.
         if (wb.per_layer > static_cast<uint64_t>(0.85 * double(free_b))) {
           m->weights_shared_ = true;
-          auto grouped = [](uint64_t v) {  // 150,186,029,056: the exact bytes, as every figure moeprof prints
-            std::string d = std::to_string(v), out;
-            for (size_t i = 0; i < d.size(); ++i) out += (i > 0 && (d.size() - i) % 3 == 0 ? "," : "") + d.substr(i, 1);
-            return out;
-          };
-          m->weights_note_ = "per-layer weights (" + grouped(wb.per_layer) + " B, the parameters) are more than 85% of the " +
-                             grouped(free_b) +
+          m->weights_note_ = "per-layer weights (" + group_thousands(wb.per_layer) + " B, the parameters) are more than 85% of the " +
+                             group_thousands(free_b) +
                              " B free (room is left for the KV cache and activations): all MoE layers alias one layer's expert "
                              "weights (activation memory is unchanged)";
         }

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <unordered_map>
 
+#include "core/thousands.h"
 #include "executor/graph_runner.h"
 #include "executor/kv_pool.h"
 #include "executor/scheduler.h"
@@ -20,14 +21,7 @@ namespace moeprof {
 
 namespace {
 
-std::string commas(uint64_t v) {
-  std::string d = std::to_string(v), out;
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i > 0 && (d.size() - i) % 3 == 0) out += ',';
-    out += d[i];
-  }
-  return out;
-}
+std::string commas(uint64_t v) { return group_thousands(v); }
 std::string signed_commas(int64_t v) { return v < 0 ? "-" + commas(static_cast<uint64_t>(0) - static_cast<uint64_t>(v)) : commas(static_cast<uint64_t>(v)); }
 
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "executor/backends.h"
 #include "executor/graph_runner.h"
@@ -17,7 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-ServingResult serve(Backend& be, const std::string& name, std::vector<int64_t> sizes) {
+// A baseline serving run of tiny: the workload of these tests, unless `so` is given.
+ServingResult serve(Backend& be, const std::string& name, std::vector<int64_t> sizes, std::optional<ServingOptions> given = {}) {
   RunPlan plan;
   plan.model = "tiny";
   plan.out_dir = (fs::temp_directory_path() / ("moeprof_graph_share_" + std::to_string(::getpid())) / name).string();
@@ -29,6 +31,7 @@ ServingResult serve(Backend& be, const std::string& name, std::vector<int64_t> s
   so.page_size = 4;
   so.max_running_requests = 8;
   so.kv_tokens = 300;
+  if (given) so = *given;
   so.cuda_graph_bs = std::move(sizes);
   plan.serving = so;
   auto r = execute_run_plan(be, plan);
@@ -114,19 +117,10 @@ TEST_CASE("graph sizes - the request limit is captured when the list goes past i
   CHECK(d == std::vector<int64_t>{1, 2, 4, 8, 16, 24, 32, 37});
   // A run: every decode batch of 3 requests under a limit of 3 replays the graph of 3.
   auto be = make_cpu_backend();
-  RunPlan plan;
-  plan.model = "tiny";
-  plan.out_dir = (fs::temp_directory_path() / ("moeprof_graph_sizes_" + std::to_string(::getpid()))).string();
-  fs::create_directories(plan.out_dir);
-  plan.modes = {MemoryMode::kBaseline};
   ServingOptions so;
   so.workload = "synthetic:3,3,3";
   so.max_running_requests = 3;
   so.kv_tokens = 64;
-  plan.serving = so;
-  auto r = execute_run_plan(*be, plan);
-  REQUIRE(r.is_ok());
-  REQUIRE(r->modes[0].serving);
-  const ServingResult& s = *r->modes[0].serving;
+  const ServingResult s = serve(*be, "limit", {}, so);  // the default list
   CHECK(s.graph_sizes == std::vector<int64_t>{1, 2, 3});
 }
