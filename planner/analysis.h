@@ -255,6 +255,7 @@ struct RunAnalysis {
     uint64_t addresses = 0;         // (device, address) allocation states
     uint64_t lifetime_slots = 0;    // lifetimes held: all when kept, else the most open at once
     uint64_t handoff_held = 0;      // the most allocations and buffers the hand-off search held at once (streamed)
+    bool handoff_thread = false;    // the streamed hand-off search ran in a thread of its own
   } tables;
 
   const std::string& str(StrId id) const { return index_of(id) < strings.size() ? strings[index_of(id)] : strings.at(0); }
@@ -290,6 +291,10 @@ struct AnalyzeOptions {
   // them (about 40 B each) are at most this many; past it the search stops (handoffs_computed false,
   // handoffs_note says why) rather than grow with the trace.
   size_t handoff_max_waiting = size_t{1} << 21;
+  // From this many open allocations on (the search's slot table outgrowing the caches), the
+  // streamed search runs in a thread of its own beside the replay (planner/handoff_stream.h); 0:
+  // from the start; SIZE_MAX: never. Machines with one hardware thread never start it.
+  size_t handoff_thread_slots = 32768;
   bool keep_event_index = false;
   // RunAnalysis::alloc_groups, the (scope, name, frame, bytes) multiset that compare() matches runs
   // by: one entry (16 B) per distinct size of each (scope, name), so up to one per allocation in a

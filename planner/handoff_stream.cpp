@@ -5,8 +5,8 @@
 
 namespace moeprof::planner {
 
-template <class T>
-uint32_t HandoffStream::put(std::vector<T>& v, std::vector<uint32_t>& spare, T x) {
+template <class T, class A>
+uint32_t HandoffStream::put(std::vector<T, A>& v, std::vector<uint32_t>& spare, T x) {
   if (!spare.empty()) {
     const uint32_t id = spare.back();
     spare.pop_back();
@@ -17,42 +17,151 @@ uint32_t HandoffStream::put(std::vector<T>& v, std::vector<uint32_t>& spare, T x
   return static_cast<uint32_t>(v.size() - 1);
 }
 
-void HandoffStream::prefetch_size(uint16_t device, uint64_t bytes, int stage) const {
-  if (stopped_) return;
+HandoffStream::~HandoffStream() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closing_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+HandoffStream::Tally& HandoffStream::tally(uint16_t device) {
+  if (tallies_.size() <= device) tallies_.resize(static_cast<size_t>(device) + 1);
+  Tally& t = tallies_[device];
+  t.seen = true;
+  return t;
+}
+
+// The batch is full (or the trace ended): to the thread when there is one, or when the slot table
+// has outgrown the caches; else decided here.
+void HandoffStream::flush() {
+  if (batch_.empty()) return;
+  if (!threaded_ && !stopped_ && slots_.size() >= thread_slots_) {
+    threaded_ = true;  // from here on only the thread touches the search's state
+    thread_ = std::thread([this] { work(); });
+  }
+  if (!threaded_) {
+    run_batch(batch_);
+    batch_.clear();
+    return;
+  }
+  std::vector<Event> next;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return queue_.size() < kInFlight; });
+    queue_.push_back(std::move(batch_));
+    if (!spare_batches_.empty()) {
+      next = std::move(spare_batches_.back());
+      spare_batches_.pop_back();
+    }
+  }
+  cv_.notify_all();
+  batch_ = std::move(next);
+  batch_.clear();
+  batch_.reserve(kBatch);
+}
+
+void HandoffStream::work() {
+  for (;;) {
+    std::vector<Event> b;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !queue_.empty() || closing_; });
+      if (queue_.empty()) return;  // closing, and every batch decided
+      b = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    cv_.notify_all();  // room in the queue
+    run_batch(b);
+    b.clear();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      spare_batches_.push_back(std::move(b));
+    }
+  }
+}
+
+// Hints run ahead of the decisions within the batch, each stage loading what the one before made
+// readable: the index entry or slot 32 events ahead, the one buffer of an index entry 24 ahead,
+// the key 16 ahead, its order's element and waiting queue 8 ahead, and the buffer and allocation
+// those name 3 ahead (what valid() and settle() read).
+void HandoffStream::run_batch(const std::vector<Event>& b) {
+  constexpr size_t kDist[5] = {32, 24, 16, 8, 3};
+  const size_t n = b.size();
+  const bool hints = slots_.size() >= 32768;
+  for (size_t i = 0; i < n; ++i) {
+    if (hints && !stopped_)
+      for (int stage = 0; stage < 5; ++stage)
+        if (i + kDist[stage] < n) prefetch_event(b[i + kDist[stage]], stage);
+    const Event& e = b[i];
+    switch (e.kind) {
+      case Event::kAlloc: do_alloc(e); break;
+      case Event::kUse: do_use(e); break;
+      case Event::kRelease: do_release(e); break;
+      case Event::kPeak: do_peak(e); break;
+      default: break;
+    }
+  }
+}
+
+void HandoffStream::prefetch_event(const Event& e, int stage) const {
+  if (e.kind == Event::kAlloc) {
+    if (e.bytes == 0) return;
+    if (stage == 0) {
+      key_index_.prefetch({e.device, e.bytes});
+      return;
+    }
+    const uint32_t* v = key_index_.find({e.device, e.bytes});
+    if (v == nullptr) return;
+    if (!(*v & kSingleBit)) prefetch_key(*v - 1, kNone, stage);
+    else if (stage == 1 && (*v & ~kSingleBit) < slots_.size()) prefetch_both_ends(&slots_[*v & ~kSingleBit]);
+    return;
+  }
+  if ((e.kind != Event::kUse && e.kind != Event::kRelease) || e.slot >= slots_.size()) return;
+  const SlotState& s = slots_[e.slot];
   if (stage == 0) {
-    key_index_.prefetch({device, bytes});
+    prefetch_both_ends(&s);
     return;
   }
-  const uint32_t* v = key_index_.find({device, bytes});
-  if (v == nullptr) return;
-  if (*v & kSingleBit) {
-    if (stage == 1) prefetch_slot(*v & ~kSingleBit, 1);
-  } else {
-    prefetch_key(*v - 1, kNone, stage);
+  if (stage == 2 && e.kind == Event::kRelease) {  // what a release reads besides its key
+    if (s.pair < pairs_.size()) __builtin_prefetch(&pairs_[s.pair]);
+    if (s.wait < waits_.size()) __builtin_prefetch(&waits_[s.wait]);
   }
+  // A use appends an element (kNone: the end); a release reads its own.
+  if (stage >= 2) prefetch_key(s.key, e.kind == Event::kUse ? kNone : s.pos, stage);
 }
 
-void HandoffStream::prefetch_slot(uint32_t slot, int stage) const {
-  if (stopped_ || slot >= slots_.size()) return;
-  if (stage == 1) {
-    __builtin_prefetch(&slots_[slot]);
-    return;
-  }
-  const SlotState& s = slots_[slot];
-  prefetch_key(s.key, s.pos, stage);
-}
-
-// Stage 1 or 2: the key; stage 3: its order's element `pos` (or latest). (The waiting queue's ends
-// as well cost more than they saved: one more dependent load.)
 void HandoffStream::prefetch_key(uint32_t key, uint32_t pos, int stage) const {
   if (key >= keys_.size()) return;  // kNone, kSingle
   const Key& k = keys_[key];
-  if (stage <= 2) {
-    __builtin_prefetch(&k);
+  if (stage == 2) {
+    prefetch_both_ends(&k);
     return;
   }
-  if (pos < k.order.size()) __builtin_prefetch(&k.order[pos]);
-  else if (!k.order.empty()) __builtin_prefetch(&k.order.back());
+  const bool waits = k.head < k.queue.size();
+  if (stage == 3) {
+    if (pos < k.order.size()) __builtin_prefetch(&k.order[pos]);
+    else if (pos == kNone && k.order.size() < k.order.capacity()) __builtin_prefetch(k.order.data() + k.order.size());
+    if (!k.order.empty()) __builtin_prefetch(&k.order.back());
+    if (waits) {
+      __builtin_prefetch(&k.queue[k.head]);
+      __builtin_prefetch(&k.queue.back());
+    }
+    return;
+  }
+  if (stage == 4) {
+    if (!k.order.empty()) {
+      const uint32_t ref = k.order.back().ref;
+      if (!(ref & kKeptBit) && ref < slots_.size()) prefetch_both_ends(&slots_[ref]);
+      else if ((ref & kKeptBit) && (ref & ~kKeptBit) < kept_.size()) __builtin_prefetch(&kept_[ref & ~kKeptBit]);
+    }
+    if (waits) {
+      if (k.queue[k.head] < waits_.size()) __builtin_prefetch(&waits_[k.queue[k.head]]);
+      if (k.queue.back() < waits_.size()) __builtin_prefetch(&waits_[k.queue.back()]);
+    }
+  }
 }
 
 void HandoffStream::count_waiting(ptrdiff_t delta) {
@@ -67,9 +176,9 @@ void HandoffStream::stop(std::string reason) {
   stopped_ = true;
   stop_reason_ = std::move(reason);
   // Nothing more is needed: the run reports no hand-offs.
-  std::vector<SlotState>().swap(slots_);
+  decltype(slots_)().swap(slots_);
   key_index_ = PairMap();
-  std::vector<Key>().swap(keys_);
+  decltype(keys_)().swap(keys_);
   std::vector<Kept>().swap(kept_);
   std::vector<Waiting>().swap(waits_);
   std::vector<Pair>().swap(pairs_);
@@ -174,37 +283,39 @@ void HandoffStream::shrink_key(uint32_t key) {
   spare_keys_.push_back(key);
 }
 
-void HandoffStream::alloc(DeviceAnalysis& d, uint32_t slot, const Lifetime& l) {
+void HandoffStream::do_alloc(const Event& e) {
   const uint32_t number = next_number_++;
   if (stopped_) return;
+  const uint32_t slot = e.slot;
   if (slot >= slots_.size()) slots_.resize(static_cast<size_t>(slot) + 1);
   SlotState& s = slots_[slot];
   s = SlotState{};
   s.number = number;
-  s.name = l.name_id;
-  s.scope = l.scope_id;
-  if (l.bytes == 0) return;
-  uint32_t* index = key_index_.find({l.device, l.bytes});
+  s.name = e.name;
+  s.scope = e.scope;
+  if (e.bytes == 0) return;
+  uint32_t* index = key_index_.find({e.device, e.bytes});
   if (index == nullptr) return;  // no used buffer of this size is live and nothing waits: no hand-off
-  const uint32_t key = promote(*index, l.device, l.bytes);
+  const uint32_t key = promote(*index, e.device, e.bytes);
   Waiting w;
-  w.p = l.alloc_index;
+  w.p = e.pos;
   w.number = number;
   w.slot = slot;
-  w.name = l.name_id;
-  w.scope = l.scope_id;
+  w.name = e.name;
+  w.scope = e.scope;
   const uint32_t id = put(waits_, spare_waits_, w);
   s.wait = id;
   Key& k = keys_[key];
   k.queue.push_back(id);
   count_waiting(1);
   if (stopped_) return;
-  if (k.queue.size() - k.head == 1) settle(d, key);
+  if (k.queue.size() - k.head == 1) settle(key);
   shrink_key(key);
 }
 
-void HandoffStream::use(DeviceAnalysis& d, uint32_t slot, const Lifetime& l, uint32_t pos) {
-  if (stopped_ || l.bytes == 0) return;
+void HandoffStream::do_use(const Event& e) {
+  if (stopped_ || e.bytes == 0) return;
+  const uint32_t slot = e.slot, pos = e.pos;
   SlotState& s = slots_[slot];
   if (s.key == kSingle) {  // alone of its size, nothing waits: only its latest use changes
     s.u = pos;
@@ -217,14 +328,14 @@ void HandoffStream::use(DeviceAnalysis& d, uint32_t slot, const Lifetime& l, uin
     blocked = k.blocker == slot && k.blocker_number == s.number;
     ++k.invalid;  // its earlier use was not its last: that element is stale
   } else {
-    uint32_t& index = key_index_[{l.device, l.bytes}];
+    uint32_t& index = key_index_[{e.device, e.bytes}];
     if (index == 0) {  // the first used buffer of its size
       index = kSingleBit | slot;
       s.key = kSingle;
       s.u = pos;
       return;
     }
-    key = promote(index, l.device, l.bytes);
+    key = promote(index, e.device, e.bytes);
     s.key = key;
     ++keys_[key].valid;
   }
@@ -236,12 +347,13 @@ void HandoffStream::use(DeviceAnalysis& d, uint32_t slot, const Lifetime& l, uin
     maybe_compact(k);
     return;
   }
-  settle(d, key);
+  settle(key);
   shrink_key(key);
 }
 
-void HandoffStream::release(DeviceAnalysis& d, uint32_t slot, const Lifetime& l, uint32_t pos) {
+void HandoffStream::do_release(const Event& e) {
   if (stopped_) return;
+  const uint32_t slot = e.slot, pos = e.pos;
   SlotState& s = slots_[slot];
   if (s.wait != kNone) {  // still waiting as an allocation: its free is now known
     waits_[s.wait].free = pos;
@@ -249,22 +361,22 @@ void HandoffStream::release(DeviceAnalysis& d, uint32_t slot, const Lifetime& l,
     s.wait = kNone;
   }
   if (s.pair != kNone) {
-    close(d, s.pair, pos);
+    close(s.pair, pos);
     s.pair = kNone;
   }
   if (s.key == kNone) return;
   if (s.key == kSingle) {  // nothing waits on a size with one buffer
-    key_index_.erase({l.device, l.bytes});
+    key_index_.erase({e.device, e.bytes});
     s.key = kNone;
     return;
   }
   const uint32_t key = s.key;
   Key& k = keys_[key];
-  Element& e = k.order[s.pos];
+  Element& el = k.order[s.pos];
   // Kept only for allocations waiting after its last use: a later allocation comes after its
   // free, and one before its last use can neither take it nor wait on it.
   if (k.head == k.queue.size() || waits_[k.queue.back()].p <= s.u) {
-    drop(k, e);
+    drop(k, el);
     maybe_compact(k);
     shrink_key(key);
     return;
@@ -277,17 +389,17 @@ void HandoffStream::release(DeviceAnalysis& d, uint32_t slot, const Lifetime& l,
   m.name = s.name;
   m.scope = s.scope;
   m.valid = true;
-  e.ref = kKeptBit | put(kept_, spare_kept_, m);
+  el.ref = kKeptBit | put(kept_, spare_kept_, m);
   s.key = kNone;
   ++k.kept;
   count_waiting(1);
   if (stopped_) return;
-  if (blocked) settle(d, key);  // the first waiting allocation can take it now
+  if (blocked) settle(key);  // the first waiting allocation can take it now
   shrink_key(key);
 }
 
 // Decides the waiting allocations of a key in order while their answer is known.
-void HandoffStream::settle(DeviceAnalysis& d, uint32_t key) {
+void HandoffStream::settle(uint32_t key) {
   Key& k = keys_[key];
   k.blocker = kNone;
   while (k.head < k.queue.size()) {
@@ -325,7 +437,7 @@ void HandoffStream::settle(DeviceAnalysis& d, uint32_t key) {
     if (w.slot != kNone) slots_[w.slot].wait = kNone;
     spare_waits_.push_back(wid);
     count_waiting(-1);
-    if (found) take(d, k, w, m);
+    if (found) take(k, w, m);
     if (k.head == k.queue.size()) {
       k.queue.clear();
       k.head = 0;
@@ -340,9 +452,10 @@ void HandoffStream::settle(DeviceAnalysis& d, uint32_t key) {
   maybe_compact(k);
 }
 
-void HandoffStream::take(DeviceAnalysis& d, Key& k, const Waiting& w, const Found& m) {
-  ++d.handoff_count;
-  d.handoff_bytes += k.bytes;
+void HandoffStream::take(Key& k, const Waiting& w, const Found& m) {
+  Tally& t = tally(k.device);
+  ++t.count;
+  t.bytes += k.bytes;
   Pair pr;
   pr.a = w.p;
   pr.b = m.free;
@@ -353,22 +466,22 @@ void HandoffStream::take(DeviceAnalysis& d, Key& k, const Waiting& w, const Foun
   if (limit_ > 0) {
     if (listed_.size() <= k.device) listed_.resize(static_cast<size_t>(k.device) + 1);
     auto& heap = listed_[k.device];
-    auto later = [](const Listed& a, const Listed& b) { return a.h.alloc_lifetime < b.h.alloc_lifetime; };
-    if (heap.size() >= limit_ && heap.front().h.alloc_lifetime > w.number) {
+    auto later = [](const Listed& a, const Listed& b) { return a.alloc_lifetime < b.alloc_lifetime; };
+    if (heap.size() >= limit_ && heap.front().alloc_lifetime > w.number) {
       std::pop_heap(heap.begin(), heap.end(), later);
       if (heap.back().pair != kNone) pairs_[heap.back().pair].listed = false;
       heap.pop_back();
     }
     if (heap.size() < limit_) {
       Listed x;
-      x.h.alloc_lifetime = w.number;
-      x.h.dead_lifetime = m.number;
-      x.h.bytes = k.bytes;
-      x.h.alloc_name = strings_[index_of(w.name)];
-      x.h.alloc_scope = strings_[index_of(w.scope)];
-      x.h.dead_name = strings_[index_of(m.name)];
-      x.h.dead_scope = strings_[index_of(m.scope)];
-      heap.push_back(std::move(x));
+      x.alloc_lifetime = w.number;
+      x.dead_lifetime = m.number;
+      x.bytes = k.bytes;
+      x.alloc_name = w.name;
+      x.alloc_scope = w.scope;
+      x.dead_name = m.name;
+      x.dead_scope = m.scope;
+      heap.push_back(x);
       std::push_heap(heap.begin(), heap.end(), later);
       pr.listed = true;
     }
@@ -376,22 +489,23 @@ void HandoffStream::take(DeviceAnalysis& d, Key& k, const Waiting& w, const Foun
   const uint32_t id = put(pairs_, spare_pairs_, pr);
   if (pr.listed)
     for (Listed& x : listed_[k.device])
-      if (x.h.alloc_lifetime == w.number) x.pair = id;
-  if (w.free != kNoFree || w.slot == kNone) close(d, id, w.free);  // L's free is known (or L never ends)
+      if (x.alloc_lifetime == w.number) x.pair = id;
+  if (w.free != kNoFree || w.slot == kNone) close(id, w.free);  // L's free is known (or L never ends)
   else slots_[w.slot].pair = id;
 }
 
-void HandoffStream::close(DeviceAnalysis& d, uint32_t id, uint32_t l_free) {
+void HandoffStream::close(uint32_t id, uint32_t l_free) {
   const Pair pr = pairs_[id];
   spare_pairs_.push_back(id);
+  Tally& t = tally(pr.device);
   const uint32_t b = std::min(pr.b, l_free);
-  const uint32_t peak = d.peak_activation_index;
-  const bool at_peak = d.peak_activation_bytes > 0 && pr.a <= peak && peak < b;
-  if (at_peak) d.handoff_bytes_at_activation_peak += pr.bytes;
+  const uint32_t peak = t.peak_index;
+  const bool at_peak = t.peak_bytes > 0 && pr.a <= peak && peak < b;
+  if (at_peak) t.at_peak_bytes += pr.bytes;
   if (pr.listed) {
     for (Listed& x : listed_[pr.device])
-      if (x.h.alloc_lifetime == pr.number) {
-        x.h.at_activation_peak = at_peak;
+      if (x.alloc_lifetime == pr.number) {
+        x.at_activation_peak = at_peak;
         x.pair = kNone;
       }
     if (at_peak) {
@@ -401,37 +515,70 @@ void HandoffStream::close(DeviceAnalysis& d, uint32_t id, uint32_t l_free) {
   }
 }
 
-void HandoffStream::peak_moved(DeviceAnalysis& d) {
+void HandoffStream::do_peak(const Event& e) {
   if (stopped_) return;
-  d.handoff_bytes_at_activation_peak = 0;
-  if (d.device >= listed_at_peak_.size() || listed_at_peak_[d.device] == 0) return;
-  for (Listed& x : listed_[d.device])
-    if (x.pair == kNone) x.h.at_activation_peak = false;
-  listed_at_peak_[d.device] = 0;
+  Tally& t = tally(e.device);
+  t.peak_index = e.pos;
+  t.peak_bytes = e.bytes;
+  t.at_peak_bytes = 0;
+  if (e.device >= listed_at_peak_.size() || listed_at_peak_[e.device] == 0) return;
+  for (Listed& x : listed_[e.device])
+    if (x.pair == kNone) x.at_activation_peak = false;
+  listed_at_peak_[e.device] = 0;
 }
 
-void HandoffStream::finish(const std::function<DeviceAnalysis&(uint16_t)>& device) {
+void HandoffStream::finish(const std::function<DeviceAnalysis&(uint16_t)>& device, const std::vector<std::string>& strings) {
+  flush();
+  if (thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closing_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
   if (stopped_) return;
   ended_ = true;
   // What is open stays open: every element is final, every waiting allocation can be decided.
   for (uint32_t key = 0; key < keys_.size(); ++key) {
     Key& k = keys_[key];
-    if (k.head < k.queue.size()) settle(device(k.device), key);
+    if (k.head < k.queue.size()) settle(key);
     if (stopped_) return;
   }
   // Pairs whose allocation is never freed.
   for (SlotState& s : slots_) {
     if (s.pair == kNone) continue;
-    close(device(pairs_[s.pair].device), s.pair, kNoFree);
+    close(s.pair, kNoFree);
     s.pair = kNone;
   }
+  for (size_t dev = 0; dev < tallies_.size(); ++dev) {
+    const Tally& t = tallies_[dev];
+    if (!t.seen) continue;
+    DeviceAnalysis& d = device(static_cast<uint16_t>(dev));
+    d.handoff_count = t.count;
+    d.handoff_bytes = t.bytes;
+    d.handoff_bytes_at_activation_peak = t.at_peak_bytes;
+  }
+  static const std::string kEmpty;
+  auto str = [&](uint32_t id) -> const std::string& { return id < strings.size() ? strings[id] : kEmpty; };
   for (size_t dev = 0; dev < listed_.size(); ++dev) {
     auto& heap = listed_[dev];
     if (heap.empty()) continue;
-    std::sort(heap.begin(), heap.end(), [](const Listed& a, const Listed& b) { return a.h.alloc_lifetime < b.h.alloc_lifetime; });
+    std::sort(heap.begin(), heap.end(), [](const Listed& a, const Listed& b) { return a.alloc_lifetime < b.alloc_lifetime; });
     DeviceAnalysis& d = device(static_cast<uint16_t>(dev));
     d.handoffs.clear();
-    for (Listed& x : heap) d.handoffs.push_back(std::move(x.h));
+    for (const Listed& x : heap) {
+      Handoff h;
+      h.alloc_lifetime = x.alloc_lifetime;
+      h.dead_lifetime = x.dead_lifetime;
+      h.bytes = x.bytes;
+      h.alloc_name = str(x.alloc_name);
+      h.alloc_scope = str(x.alloc_scope);
+      h.dead_name = str(x.dead_name);
+      h.dead_scope = str(x.dead_scope);
+      h.at_activation_peak = x.at_activation_peak;
+      d.handoffs.push_back(std::move(h));
+    }
   }
 }
 

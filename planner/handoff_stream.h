@@ -22,12 +22,23 @@
 // waiting allocations and kept buffers exceed `max_waiting` (a trace whose buffers are used once
 // and held to the end, with many allocations of their size after), the search stops: stopped()
 // says why, and the run reports no hand-offs rather than grow with the trace.
+//
+// Events are queued in batches (32 B each) and decided a batch at a time, with hints for the
+// events ahead in the batch. Once the search's slot table outgrows the caches (`thread_slots`
+// slots), the batches go to a thread of its own: the replay (its own tables of that size) and the
+// search then wait on their cache misses side by side. The search keeps its own copy of each
+// device's activation peak, given by peak_moved(), so it reads nothing of the replay's; names are
+// kept as ids and resolved at finish() (the string table grows while the worker runs).
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "planner/address_map.h"
@@ -37,34 +48,73 @@ namespace moeprof::planner {
 
 class HandoffStream {
  public:
-  HandoffStream(size_t list_limit, size_t max_waiting, const std::vector<std::string>& strings)
-      : limit_(list_limit), max_waiting_(max_waiting), strings_(strings) {}
+  // thread_slots: the slot count from which batches go to a thread of their own (0: from the first
+  // batch; SIZE_MAX: never).
+  HandoffStream(size_t list_limit, size_t max_waiting, size_t thread_slots)
+      : limit_(list_limit), max_waiting_(max_waiting), thread_slots_(thread_slots) {}
+  ~HandoffStream();
+  HandoffStream(const HandoffStream&) = delete;
+  HandoffStream& operator=(const HandoffStream&) = delete;
 
-  // The replayer's events; `slot` is the lifetime's slab slot (reused once released), `d` the
-  // lifetime's device. alloc() is called for every allocation, in replay order (it numbers them as
-  // RunAnalysis::lifetimes would).
-  void alloc(DeviceAnalysis& d, uint32_t slot, const Lifetime& l);
-  void use(DeviceAnalysis& d, uint32_t slot, const Lifetime& l, uint32_t pos);
-  void release(DeviceAnalysis& d, uint32_t slot, const Lifetime& l, uint32_t pos);
-  // The end of the trace: what is open stays open; every decision is made and every pair tested.
-  void finish(const std::function<DeviceAnalysis&(uint16_t)>& device);
-  // The device reached a new activation peak: no pair tested so far lies there (both its frees came
-  // before), so the at-peak bytes and flags start again.
-  void peak_moved(DeviceAnalysis& d);
+  // The replayer's events, in replay order; `slot` is the lifetime's slab slot (reused once
+  // released), `l` the lifetime. alloc() is called for every allocation (it numbers them as
+  // RunAnalysis::lifetimes would). They are queued: nothing is decided before the batch is.
+  void alloc(uint32_t slot, const Lifetime& l) { push(Event{Event::kAlloc, l.device, slot, l.alloc_index, index_of(l.name_id), index_of(l.scope_id), l.bytes}); }
+  void use(uint32_t slot, const Lifetime& l, uint32_t pos) { push(Event{Event::kUse, l.device, slot, pos, 0, 0, l.bytes}); }
+  void release(uint32_t slot, const Lifetime& l, uint32_t pos) { push(Event{Event::kRelease, l.device, slot, pos, 0, 0, l.bytes}); }
+  // The device reached a new activation peak at replay position `index`: no pair tested so far lies
+  // there (both its frees came before), so the at-peak bytes and flags start again.
+  void peak_moved(uint16_t device, uint32_t index, uint64_t bytes) { push(Event{Event::kPeak, device, 0, index, 0, 0, bytes}); }
+  // The end of the trace: every queued event is decided (the thread, if any, is joined), what is
+  // open stays open, every decision is made and every pair tested; each device's counts and listed
+  // hand-offs (names from `strings`) are written into `device(d)`.
+  void finish(const std::function<DeviceAnalysis&(uint16_t)>& device, const std::vector<std::string>& strings);
 
-  // Hints (Replayer::prefetch; stages 0 to 3 as the event comes closer) for an allocation of
-  // (device, bytes), or a use or free of a slot: the index entry, the slot's state, the key they
-  // name, then its order's element and its waiting queue. They change nothing.
-  void prefetch_size(uint16_t device, uint64_t bytes, int stage) const;
-  void prefetch_slot(uint32_t slot, int stage) const;
-
+  // After finish():
   bool stopped() const { return stopped_; }
   const std::string& stop_reason() const { return stop_reason_; }
   // Allocations and kept buffers held now, and the most held at once (tests).
   size_t waiting() const { return waiting_; }
   size_t max_waiting_seen() const { return max_seen_; }
+  // Whether the batches went to a thread of their own (tests).
+  bool threaded() const { return threaded_; }
 
  private:
+  struct Event {  // what the replay saw, as the search needs it
+    enum Kind : uint8_t { kAlloc, kUse, kRelease, kPeak };
+    uint8_t kind;
+    uint16_t device;
+    uint32_t slot, pos;  // kPeak: pos = the peak's replay position
+    uint32_t name, scope;
+    uint64_t bytes;      // kPeak: the peak's bytes
+  };
+  struct Tally {  // per device: the counts, and the activation peak as the replay last told it
+    uint64_t count = 0, bytes = 0, at_peak_bytes = 0, peak_bytes = 0;
+    uint32_t peak_index = 0;
+    bool seen = false;  // the device had an event
+  };
+  static constexpr size_t kBatch = 8192;
+  static constexpr size_t kInFlight = 4;  // batches queued for the thread at most
+
+  void push(const Event& e) {
+    batch_.push_back(e);
+    if (batch_.size() == kBatch) flush();
+  }
+  void flush();                                   // hands the batch on, or decides it here
+  void run_batch(const std::vector<Event>& b);    // decides a batch (hints ahead within it)
+  void work();                                    // the thread
+  Tally& tally(uint16_t device);
+  void do_alloc(const Event& e);
+  void do_use(const Event& e);
+  void do_release(const Event& e);
+  void do_peak(const Event& e);
+  void prefetch_event(const Event& e, int stage) const;
+  template <class T>
+  static void prefetch_both_ends(const T* p) {  // an object that may straddle two cache lines
+    __builtin_prefetch(p);
+    __builtin_prefetch(reinterpret_cast<const char*>(p) + sizeof(T) - 1);
+  }
+
   static constexpr uint32_t kNone = UINT32_MAX;
   static constexpr uint32_t kNoFree = UINT32_MAX;
   static constexpr uint32_t kKeptBit = 1u << 31;
@@ -76,19 +126,19 @@ class HandoffStream {
     uint32_t u = 0, pos = 0;  // its latest use, and that use's element in the key's order
     uint32_t wait = kNone;    // its waiting record (as an allocation L)
     uint32_t pair = kNone;    // its pair (as L) until its free
-    StrId name{}, scope{};
+    uint32_t name = 0, scope = 0;
   };
   struct Element {            // a buffer's use, in its key's order
     uint32_t u, ref, number;  // ref: its slot, or kKeptBit | kept record once freed
   };
   struct Kept {               // a freed buffer held for waiting allocations
     uint32_t u = 0, number = 0, free = 0;
-    StrId name{}, scope{};
+    uint32_t name = 0, scope = 0;
     bool valid = false;
   };
   struct Waiting {            // an allocation L not decided yet
     uint32_t p = 0, number = 0, free = kNoFree, slot = kNone;
-    StrId name{}, scope{};
+    uint32_t name = 0, scope = 0;
   };
   struct Key {
     uint16_t device = 0;
@@ -107,32 +157,43 @@ class HandoffStream {
     uint16_t device = 0;
     bool listed = false;
   };
-  struct Listed {
-    Handoff h;
+  struct Listed {  // a listed hand-off; names as string ids until finish()
+    uint32_t alloc_lifetime = 0, dead_lifetime = 0;
+    uint64_t bytes = 0;
+    uint32_t alloc_name = 0, alloc_scope = 0, dead_name = 0, dead_scope = 0;
+    bool at_activation_peak = false;
     uint32_t pair = kNone;  // open pair whose peak test is pending
   };
   struct Found {  // a candidate, as settle() found it
     uint32_t number, free;
-    StrId name, scope;
+    uint32_t name, scope;
   };
 
   void prefetch_key(uint32_t key, uint32_t pos, int stage) const;
   uint32_t new_key(uint16_t device, uint64_t bytes);
   uint32_t promote(uint32_t& index_value, uint16_t device, uint64_t bytes);
   bool valid(uint32_t key, const Element& e) const;
-  void settle(DeviceAnalysis& d, uint32_t key);
-  void take(DeviceAnalysis& d, Key& k, const Waiting& w, const Found& m);
-  void close(DeviceAnalysis& d, uint32_t pair, uint32_t l_free);
+  void settle(uint32_t key);
+  void take(Key& k, const Waiting& w, const Found& m);
+  void close(uint32_t pair, uint32_t l_free);
   void drop(Key& k, Element& e);  // a current element stops being one
   void maybe_compact(Key& k);
   void shrink_key(uint32_t key);
   void count_waiting(ptrdiff_t delta);
   void stop(std::string reason);
-  template <class T>
-  static uint32_t put(std::vector<T>& v, std::vector<uint32_t>& spare, T x);
+  template <class T, class A>
+  static uint32_t put(std::vector<T, A>& v, std::vector<uint32_t>& spare, T x);
 
-  size_t limit_, max_waiting_;
-  const std::vector<std::string>& strings_;
+  size_t limit_, max_waiting_, thread_slots_;
+  // The queue: the batch being filled; the thread's batches in order, and spent ones to reuse.
+  std::vector<Event> batch_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::vector<Event>> queue_;
+  std::vector<std::vector<Event>> spare_batches_;
+  bool closing_ = false, threaded_ = false;
+  std::thread thread_;
+  std::vector<Tally> tallies_;  // by device number
   bool stopped_ = false, ended_ = false;
   std::string stop_reason_;
   uint32_t next_number_ = 0;

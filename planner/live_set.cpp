@@ -89,7 +89,7 @@ void Replayer::build_live_sets(RunAnalysis* run) {
 void Replayer::finish(RunAnalysis* run, uint32_t num_events) {
   build_live_sets(run);
   if (handoffs_) {
-    handoffs_->finish([&](uint16_t device) -> DeviceAnalysis& { return devs_[static_cast<size_t>(slot_of_[device])].out; });
+    handoffs_->finish([&](uint16_t device) -> DeviceAnalysis& { return devs_[static_cast<size_t>(slot_of_[device])].out; }, strings_);
     if (handoffs_->stopped()) {
       for (DeviceState& ds : devs_) {
         ds.out.handoff_count = ds.out.handoff_bytes = ds.out.handoff_bytes_at_activation_peak = 0;
@@ -131,6 +131,7 @@ void Replayer::finish(RunAnalysis* run, uint32_t num_events) {
   t.addresses = addrs_.size();
   t.lifetime_slots = lts_.size();
   t.handoff_held = handoffs_ ? handoffs_->max_waiting_seen() : 0;
+  t.handoff_thread = handoffs_ && handoffs_->threaded();
 
   // Each label slot's strings; stacks that differ only in library or outer frames share their
   // innermost user frame, so two slots may get one label, and their groups merge below.

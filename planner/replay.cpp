@@ -4,6 +4,7 @@
 // through a sort otherwise.
 #include <algorithm>
 #include <memory>
+#include <thread>
 
 #include "planner/counters.h"
 #include "planner/handoff_stream.h"
@@ -28,7 +29,8 @@ Replayer::Replayer(const std::vector<std::string>& strings, const AnalyzeOptions
     slot_chain_.reserve(expected_allocs);
   }
   if (opt.findings && search == HandoffSearch::kAsItGoes)
-    handoffs_ = std::make_unique<HandoffStream>(opt.handoff_limit, opt.handoff_max_waiting, strings);
+    handoffs_ = std::make_unique<HandoffStream>(opt.handoff_limit, opt.handoff_max_waiting,
+                                                std::thread::hardware_concurrency() >= 2 ? opt.handoff_thread_slots : SIZE_MAX);
 }
 
 Replayer::~Replayer() = default;
@@ -113,7 +115,7 @@ void Replayer::release(DeviceState& d, uint32_t slot, uint64_t ts, uint32_t pos)
   }
   // Live at the device's current activation peak: keep a copy (the slot may be reused).
   if (!keep_all_ && d.out.peak_activation_bytes > 0 && live_at(l, d.out.peak_activation_index)) d.kept.push_back(l);
-  if (handoffs_) handoffs_->release(d.out, slot, l, pos);
+  if (handoffs_) handoffs_->release(slot, l, pos);
 }
 
 void Replayer::on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos) {
@@ -135,7 +137,7 @@ void Replayer::on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos) {
   l.dtype = r.dtype;
   l.mem_kind = r.mem_kind;
   l.data_dependent = (r.flags & kFlagDataDependent) != 0;
-  if (handoffs_) handoffs_->alloc(d.out, li, l);
+  if (handoffs_) handoffs_->alloc(li, l);
   if (r.bytes == 0) ++an_.zero_size_allocs;
   if (r.address == 0 && r.bytes == 0) {
     // malloc(0) returning null: nothing to free later; a zero-length lifetime.
@@ -177,7 +179,7 @@ void Replayer::on_alloc(DeviceState& d, const TraceRecord& r, uint32_t pos) {
     d.out.peak_activation_index = pos;
     d.out.live_at_activation_peak = d.live_cat;
     d.kept.clear();
-    if (handoffs_) handoffs_->peak_moved(d.out);
+    if (handoffs_) handoffs_->peak_moved(r.device, pos, d.live_act);
   }
   const uint32_t chain = scope_chain(r.device, r.scope_id);
   if (slot_chain_.size() <= li) slot_chain_.resize(static_cast<size_t>(li) + 1);
@@ -275,7 +277,6 @@ void Replayer::on_free(DeviceState& d, const TraceRecord& r, uint32_t pos) {
 void Replayer::prefetch(const TraceRecord& r, int stage) {
   if (r.kind == EventKind::kAlloc) {
     if (stage == 0) addrs_.prefetch(r.device, r.address);
-    if (handoffs_ != nullptr && r.bytes != 0) handoffs_->prefetch_size(r.device, r.bytes, stage);
     return;
   }
   if (r.kind != EventKind::kUse && r.kind != EventKind::kFree) return;
@@ -283,15 +284,12 @@ void Replayer::prefetch(const TraceRecord& r, int stage) {
     addrs_.prefetch(r.device, r.address);
     return;
   }
+  if (stage != 1) return;
   const uint32_t* st = addrs_.find(r.device, r.address);
   if (st == nullptr || (*st & AddressMap::kFreedBit) || *st - 1 >= lts_.size()) return;
-  const uint32_t li = *st - 1;
-  if (stage == 1) {
-    const char* l = reinterpret_cast<const char*>(&lts_[li]);
-    __builtin_prefetch(l);
-    __builtin_prefetch(l + sizeof(Lifetime) - 1);
-  }
-  if (handoffs_ != nullptr) handoffs_->prefetch_slot(li, stage);
+  const char* l = reinterpret_cast<const char*>(&lts_[*st - 1]);
+  __builtin_prefetch(l);
+  __builtin_prefetch(l + sizeof(Lifetime) - 1);
 }
 
 void Replayer::on_use(DeviceState& d, const TraceRecord& r, uint32_t pos) {
@@ -307,7 +305,7 @@ void Replayer::on_use(DeviceState& d, const TraceRecord& r, uint32_t pos) {
   l.last_use = r.timestamp_ns;
   l.last_use_index = pos;
   ++l.uses;
-  if (handoffs_) handoffs_->use(d.out, *st - 1, l, pos);
+  if (handoffs_) handoffs_->use(*st - 1, l, pos);
 }
 
 void Replayer::on_pool(DeviceState& d, const TraceRecord& r) {

@@ -95,10 +95,11 @@ class Replayer {
     return true;
   }
   // Hints for an event that comes some events later (the streamed replay's reorder window holds
-  // them), in three stages as it comes closer: 0 loads the hash entries its lookups will read;
-  // 1 (those entries cached) the lifetime and the hand-off search's state they name; 2 the hand-off
-  // key that state names. They change nothing. A replay is random accesses into tables that grow
-  // with what is live; without the hints each event waits for several cache misses in turn.
+  // them), in stages as it comes closer: 0 loads the hash entries its lookups will read; 1 (those
+  // entries cached) the lifetime they name; later stages have nothing more to load (the hand-off
+  // search hints its own state within its batches). They change nothing. A replay is random
+  // accesses into tables that grow with what is live; without the hints each event waits for
+  // several cache misses in turn.
   void prefetch(const TraceRecord& r, int stage);
   // Whether the hints pay: once the lifetimes' slab holds 32,768 slots (3.4 MB of lifetimes, and
   // the address map twice that), its random accesses miss the caches.

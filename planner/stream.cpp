@@ -483,20 +483,18 @@ Result<PassResult> external_pass(Merger& m, const StreamOptions& opt, Sink& sink
 }
 
 // The records the replay will reach a few events from now, hinted to the sink in stages
-// (Replayer::prefetch) once its tables outgrow the caches: the hash entries 48 events ahead, what
-// they name 32 ahead, the hand-off keys 16 ahead, their elements 6 ahead. The window holds those
-// records already. (live65536-v1 of bench/stream at 1e7 events, paired runs on the 2-core
+// (Replayer::prefetch) once its tables outgrow the caches: the hash entries 48 events ahead, the
+// lifetimes they name 32 ahead (the hand-off search hints its own state, planner/handoff_stream.h).
+// The window holds those records already. (live65536-v1 of bench/stream at 1e7 events, paired runs on the 2-core
 // machine: a quarter to a third less time; shapes whose tables fit in the caches ran 5-8% slower
 // with them, so they get none.)
 template <class Sink>
 bool ahead(const Window& w, Sink& sink) {
   if (!sink.prefetching()) return false;
-  constexpr size_t kStage0 = 48, kStage1 = 32, kStage2 = 16, kStage3 = 6;
+  constexpr size_t kStage0 = 48, kStage1 = 32;
   const size_t n = w.size();
   if (n > kStage0) sink.prefetch(w.at(kStage0).r, 0);
   if (n > kStage1) sink.prefetch(w.at(kStage1).r, 1);
-  if (n > kStage2) sink.prefetch(w.at(kStage2).r, 2);
-  if (n > kStage3) sink.prefetch(w.at(kStage3).r, 3);
   return true;
 }
 

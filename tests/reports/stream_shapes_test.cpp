@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <random>
+#include <thread>
 #include <tuple>
 
 #include "core/trace_io.h"
@@ -220,16 +221,23 @@ TEST_CASE("stream shapes: named, scoped and stacked traces of versions 1 and 2 e
       CHECK_FALSE(d.live_set_at_activation_peak.empty());
       for (const auto& h : d.handoffs) CHECK(h.bytes > 0);
     }
-    for (bool parallel : {false, true}) {
-      planner::StreamStats st;
-      auto sr = planner::analyze_stream({p}, stream_opts(parallel), &st);
-      REQUIRE(sr.is_ok());
-      CHECK(st.records == 30011);
-      CHECK(st.restarts == 0);
-      CHECK(sr->handoffs_computed);
-      CHECK(handoffs(*sr) == handoffs(mem));
-      CHECK(report_of(*sr) == report_of(mem));
-    }
+    // The hand-off search decided where the replay runs (these tables fit the caches), and in a
+    // thread of its own from the first batch on (handoff_thread_slots 0).
+    for (size_t thread_slots : {size_t{32768}, size_t{0}})
+      for (bool parallel : {false, true}) {
+        CAPTURE(thread_slots, parallel);
+        planner::StreamOptions so = stream_opts(parallel);
+        so.analyze.handoff_thread_slots = thread_slots;
+        planner::StreamStats st;
+        auto sr = planner::analyze_stream({p}, so, &st);
+        REQUIRE(sr.is_ok());
+        CHECK(st.records == 30011);
+        CHECK(st.restarts == 0);
+        CHECK(sr->handoffs_computed);
+        CHECK(sr->tables.handoff_thread == (thread_slots == 0 && std::thread::hardware_concurrency() >= 2));
+        CHECK(handoffs(*sr) == handoffs(mem));
+        CHECK(report_of(*sr) == report_of(mem));
+      }
     // The two versions hold the same records but for the stacks: the same figures.
     if (version == 1) {
       first = mem;
@@ -242,6 +250,36 @@ TEST_CASE("stream shapes: named, scoped and stacked traces of versions 1 and 2 e
       }
     }
   }
+}
+
+TEST_CASE("stream shapes: a live set past the caches moves the hand-off search to its own thread mid-run, with the same figures", "[stream]") {
+  // 3 devices x 12,000 live allocations: the search's slot table passes 32,768 slots while the
+  // window fills, so the first batches are decided beside the replay and the rest in the thread.
+  Shape s;
+  s.live = 12000;
+  s.seed = 5;
+  s.version = 1;
+  const std::string p = tmp_path("wide.mtrace");
+  write_shape(p, s, 150001);
+  auto back = read_trace(p);
+  REQUIRE(back.is_ok());
+  const planner::RunAnalysis mem = planner::analyze(*back, mem_opts());
+  CHECK(handoffs(mem) > 1000);
+  CHECK(mem.tables.lifetime_slots > 32768);
+  auto sr = planner::analyze_stream({p}, stream_opts(true));
+  REQUIRE(sr.is_ok());
+  CHECK(sr->tables.lifetime_slots > 32768);
+  CHECK(sr->tables.handoff_thread == (std::thread::hardware_concurrency() >= 2));
+  CHECK(sr->handoffs_computed);
+  CHECK(handoffs(*sr) == handoffs(mem));
+  CHECK(report_of(*sr) == report_of(mem));
+  // Never in a thread: the same report.
+  planner::StreamOptions inline_opts = stream_opts(true);
+  inline_opts.analyze.handoff_thread_slots = SIZE_MAX;
+  auto si = planner::analyze_stream({p}, inline_opts);
+  REQUIRE(si.is_ok());
+  CHECK_FALSE(si->tables.handoff_thread);
+  CHECK(report_of(*si) == report_of(mem));
 }
 
 TEST_CASE("stream shapes: a record later than the first window restarts with the full one, then sorts externally", "[stream]") {
@@ -417,13 +455,18 @@ TEST_CASE("stream shapes: a hand-off search that would grow with the trace stops
   CHECK(report_of(*whole) == report_of(mem));
 
   so.analyze.handoff_max_waiting = 50;
-  auto stopped = planner::analyze_stream({p}, so);
-  REQUIRE(stopped.is_ok());
-  CHECK_FALSE(stopped->handoffs_computed);
-  CHECK(stopped->handoffs_note.find("stopped") != std::string::npos);
-  CHECK(stopped->devices[0].handoff_count == 0);
-  CHECK(stopped->tables.handoff_held == 51);
-  CHECK(stopped->peak_activation_bytes == mem.peak_activation_bytes);
+  for (size_t thread_slots : {size_t{32768}, size_t{0}}) {  // decided beside the replay, or in a thread
+    CAPTURE(thread_slots);
+    so.analyze.handoff_thread_slots = thread_slots;
+    auto stopped = planner::analyze_stream({p}, so);
+    REQUIRE(stopped.is_ok());
+    CHECK_FALSE(stopped->handoffs_computed);
+    CHECK(stopped->handoffs_note.find("stopped") != std::string::npos);
+    CHECK(stopped->devices[0].handoff_count == 0);
+    CHECK(stopped->tables.handoff_held == 51);
+    CHECK(stopped->peak_activation_bytes == mem.peak_activation_bytes);
+  }
+  so.analyze.handoff_thread_slots = 32768;
 
   // load_run: auto reads such an input (smaller than auto_bytes) in memory; --stream on does not.
   reports::LoadOptions lo;
