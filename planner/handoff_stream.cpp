@@ -2,6 +2,7 @@
 #include "planner/handoff_stream.h"
 
 #include <algorithm>
+#include <cassert>
 
 namespace moeprof::planner {
 
@@ -74,7 +75,13 @@ void HandoffStream::work() {
       queue_.pop_front();
     }
     cv_.notify_all();  // room in the queue
-    run_batch(b);
+    if (!failure_) {
+      try {
+        run_batch(b);
+      } catch (...) {  // out of memory in the thread: finish() rethrows it on the caller's
+        failure_ = std::current_exception();
+      }
+    }
     b.clear();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -85,15 +92,14 @@ void HandoffStream::work() {
 
 // Hints run ahead of the decisions within the batch, each stage loading what the one before made
 // readable: the index entry or slot 32 events ahead, the one buffer of an index entry 24 ahead,
-// the key 16 ahead, its order's element and waiting queue 8 ahead, and the buffer and allocation
-// those name 3 ahead (what valid() and settle() read).
+// the key 16 ahead, its order's element and waiting queue 8 ahead.
 void HandoffStream::run_batch(const std::vector<Event>& b) {
-  constexpr size_t kDist[5] = {32, 24, 16, 8, 3};
+  constexpr size_t kDist[4] = {32, 24, 16, 8};
   const size_t n = b.size();
   const bool hints = slots_.size() >= 32768;
   for (size_t i = 0; i < n; ++i) {
     if (hints && !stopped_)
-      for (int stage = 0; stage < 5; ++stage)
+      for (int stage = 0; stage < 4; ++stage)
         if (i + kDist[stage] < n) prefetch_event(b[i + kDist[stage]], stage);
     const Event& e = b[i];
     switch (e.kind) {
@@ -129,10 +135,12 @@ void HandoffStream::prefetch_event(const Event& e, int stage) const {
     if (s.pair < pairs_.size()) __builtin_prefetch(&pairs_[s.pair]);
     if (s.wait < waits_.size()) __builtin_prefetch(&waits_[s.wait]);
   }
-  // A use appends an element (kNone: the end); a release reads its own.
-  if (stage >= 2) prefetch_key(s.key, e.kind == Event::kUse ? kNone : s.pos, stage);
+  if (stage >= 2) prefetch_key(s.key, s.pos, stage);
 }
 
+// Stage 2: the key; stage 3: its order's element `pos` (a use marks it stale, a release reads
+// it), the order's end (a use appends there, an allocation's settle() reads back from there) and
+// the waiting queue's ends.
 void HandoffStream::prefetch_key(uint32_t key, uint32_t pos, int stage) const {
   if (key >= keys_.size()) return;  // kNone, kSingle
   const Key& k = keys_[key];
@@ -140,27 +148,13 @@ void HandoffStream::prefetch_key(uint32_t key, uint32_t pos, int stage) const {
     prefetch_both_ends(&k);
     return;
   }
-  const bool waits = k.head < k.queue.size();
-  if (stage == 3) {
-    if (pos < k.order.size()) __builtin_prefetch(&k.order[pos]);
-    else if (pos == kNone && k.order.size() < k.order.capacity()) __builtin_prefetch(k.order.data() + k.order.size());
-    if (!k.order.empty()) __builtin_prefetch(&k.order.back());
-    if (waits) {
-      __builtin_prefetch(&k.queue[k.head]);
-      __builtin_prefetch(&k.queue.back());
-    }
-    return;
-  }
-  if (stage == 4) {
-    if (!k.order.empty()) {
-      const uint32_t ref = k.order.back().ref;
-      if (!(ref & kKeptBit) && ref < slots_.size()) prefetch_both_ends(&slots_[ref]);
-      else if ((ref & kKeptBit) && (ref & ~kKeptBit) < kept_.size()) __builtin_prefetch(&kept_[ref & ~kKeptBit]);
-    }
-    if (waits) {
-      if (k.queue[k.head] < waits_.size()) __builtin_prefetch(&waits_[k.queue[k.head]]);
-      if (k.queue.back() < waits_.size()) __builtin_prefetch(&waits_[k.queue.back()]);
-    }
+  if (stage != 3) return;
+  if (pos < k.order.size()) __builtin_prefetch(&k.order[pos]);
+  if (k.order.size() < k.order.capacity()) __builtin_prefetch(k.order.data() + k.order.size());
+  else if (!k.order.empty()) __builtin_prefetch(&k.order.back());
+  if (k.head < k.queue.size()) {
+    __builtin_prefetch(&k.queue[k.head]);
+    __builtin_prefetch(&k.queue.back());
   }
 }
 
@@ -219,14 +213,27 @@ uint32_t HandoffStream::promote(uint32_t& index_value, uint16_t device, uint64_t
 }
 
 // An element is current while its buffer is open and this is its latest use, or while the freed
-// buffer is kept.
+// buffer is kept. Where it stops being current (a newer use of its buffer, drop()) it is marked
+// stale, so the check reads the element alone, not the buffer's state (a random access each);
+// debug builds check the two agree.
 bool HandoffStream::valid(uint32_t key, const Element& e) const {
-  if (e.ref & kKeptBit) {
+  const bool current = e.ref != kStale;
+#ifndef NDEBUG
+  bool full = false;
+  if (!current) {
+    full = false;
+  } else if (e.ref & kKeptBit) {
     const Kept& m = kept_[e.ref & ~kKeptBit];
-    return m.valid && m.number == e.number;
+    full = m.valid && m.number == e.number;
+  } else {
+    const SlotState& s = slots_[e.ref];
+    full = s.key == key && s.number == e.number && s.u == e.u;
   }
-  const SlotState& s = slots_[e.ref];
-  return s.key == key && s.number == e.number && s.u == e.u;
+  assert(current == full);
+#else
+  (void)key;
+#endif
+  return current;
 }
 
 void HandoffStream::drop(Key& k, Element& e) {
@@ -239,6 +246,7 @@ void HandoffStream::drop(Key& k, Element& e) {
   } else {
     slots_[e.ref].key = kNone;
   }
+  e.ref = kStale;
   --k.valid;
   ++k.invalid;
 }
@@ -326,7 +334,8 @@ void HandoffStream::do_use(const Event& e) {
   if (key != kNone) {
     Key& k = keys_[key];
     blocked = k.blocker == slot && k.blocker_number == s.number;
-    ++k.invalid;  // its earlier use was not its last: that element is stale
+    k.order[s.pos].ref = kStale;  // its earlier use was not its last: that element is stale
+    ++k.invalid;
   } else {
     uint32_t& index = key_index_[{e.device, e.bytes}];
     if (index == 0) {  // the first used buffer of its size
@@ -536,6 +545,7 @@ void HandoffStream::finish(const std::function<DeviceAnalysis&(uint16_t)>& devic
     }
     cv_.notify_all();
     thread_.join();
+    if (failure_) std::rethrow_exception(failure_);
   }
   if (stopped_) return;
   ended_ = true;

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -118,6 +119,7 @@ class HandoffStream {
   static constexpr uint32_t kNone = UINT32_MAX;
   static constexpr uint32_t kNoFree = UINT32_MAX;
   static constexpr uint32_t kKeptBit = 1u << 31;
+  static constexpr uint32_t kStale = UINT32_MAX;  // Element::ref of an element no longer current
   static constexpr uint32_t kSingleBit = 1u << 31;  // in key_index_: the one buffer's slot, no key
   static constexpr uint32_t kSingle = UINT32_MAX - 1;  // SlotState::key of that buffer
   struct SlotState {          // per replayer slot: the lifetime as a buffer M and as an allocation L
@@ -129,7 +131,7 @@ class HandoffStream {
     uint32_t name = 0, scope = 0;
   };
   struct Element {            // a buffer's use, in its key's order
-    uint32_t u, ref, number;  // ref: its slot, or kKeptBit | kept record once freed
+    uint32_t u, ref, number;  // ref: its slot, kKeptBit | kept record once freed, or kStale
   };
   struct Kept {               // a freed buffer held for waiting allocations
     uint32_t u = 0, number = 0, free = 0;
@@ -193,6 +195,7 @@ class HandoffStream {
   std::vector<std::vector<Event>> spare_batches_;
   bool closing_ = false, threaded_ = false;
   std::thread thread_;
+  std::exception_ptr failure_;  // what the thread threw (written by it, read after the join)
   std::vector<Tally> tallies_;  // by device number
   bool stopped_ = false, ended_ = false;
   std::string stop_reason_;
