@@ -96,7 +96,7 @@ void HandoffStream::work() {
 void HandoffStream::run_batch(const std::vector<Event>& b) {
   constexpr size_t kDist[4] = {32, 24, 16, 8};
   const size_t n = b.size();
-  const bool hints = slots_.size() >= 32768;
+  const bool hints = slots_.size() >= kManyLiveSlots;  // as Replayer::prefetching
   for (size_t i = 0; i < n; ++i) {
     if (hints && !stopped_)
       for (int stage = 0; stage < 4; ++stage)

@@ -101,9 +101,10 @@ class Replayer {
   // accesses into tables that grow with what is live; without the hints each event waits for
   // several cache misses in turn.
   void prefetch(const TraceRecord& r, int stage);
-  // Whether the hints pay: once the lifetimes' slab holds 32,768 slots (3.4 MB of lifetimes, and
-  // the address map twice that), its random accesses miss the caches.
-  bool prefetching() const { return lts_.size() >= 32768; }
+  // Whether the hints pay: once the lifetimes' slab holds kManyLiveSlots slots (1.3 MB of
+  // lifetimes, with the address map and the hand-off search's tables past the 2 MB L2 cache), its
+  // random accesses miss the caches.
+  bool prefetching() const { return lts_.size() >= kManyLiveSlots; }
   // A marker between replayed events: `pos` is the number of replayed events before it.
   void marker(const TraceRecord& r, uint32_t pos) {
     if (opt_.keep_event_index && r.kind == EventKind::kMarkerEnd) marker_ends_.push_back(OpEvent{pos, r.device, r.name_id});

@@ -223,7 +223,7 @@ TEST_CASE("stream shapes: named, scoped and stacked traces of versions 1 and 2 e
     }
     // The hand-off search decided where the replay runs (these tables fit the caches), and in a
     // thread of its own from the first batch on (handoff_thread_slots 0).
-    for (size_t thread_slots : {size_t{32768}, size_t{0}})
+    for (size_t thread_slots : {size_t{12288}, size_t{0}})
       for (bool parallel : {false, true}) {
         CAPTURE(thread_slots, parallel);
         planner::StreamOptions so = stream_opts(parallel);
@@ -253,7 +253,7 @@ TEST_CASE("stream shapes: named, scoped and stacked traces of versions 1 and 2 e
 }
 
 TEST_CASE("stream shapes: a live set past the caches moves the hand-off search to its own thread mid-run, with the same figures", "[stream]") {
-  // 3 devices x 12,000 live allocations: the search's slot table passes 32,768 slots while the
+  // 3 devices x 12,000 live allocations: the search's slot table passes 12,288 slots while the
   // window fills, so the first batches are decided beside the replay and the rest in the thread.
   Shape s;
   s.live = 12000;
@@ -265,10 +265,10 @@ TEST_CASE("stream shapes: a live set past the caches moves the hand-off search t
   REQUIRE(back.is_ok());
   const planner::RunAnalysis mem = planner::analyze(*back, mem_opts());
   CHECK(handoffs(mem) > 1000);
-  CHECK(mem.tables.lifetime_slots > 32768);
+  CHECK(mem.tables.lifetime_slots > 3 * 12288);
   auto sr = planner::analyze_stream({p}, stream_opts(true));
   REQUIRE(sr.is_ok());
-  CHECK(sr->tables.lifetime_slots > 32768);
+  CHECK(sr->tables.lifetime_slots > 2 * 12288);  // the thread started well before the window filled
   CHECK(sr->tables.handoff_thread == (std::thread::hardware_concurrency() >= 2));
   CHECK(sr->handoffs_computed);
   CHECK(handoffs(*sr) == handoffs(mem));
@@ -455,7 +455,7 @@ TEST_CASE("stream shapes: a hand-off search that would grow with the trace stops
   CHECK(report_of(*whole) == report_of(mem));
 
   so.analyze.handoff_max_waiting = 50;
-  for (size_t thread_slots : {size_t{32768}, size_t{0}}) {  // decided beside the replay, or in a thread
+  for (size_t thread_slots : {size_t{12288}, size_t{0}}) {  // decided beside the replay, or in a thread
     CAPTURE(thread_slots);
     so.analyze.handoff_thread_slots = thread_slots;
     auto stopped = planner::analyze_stream({p}, so);
@@ -466,7 +466,7 @@ TEST_CASE("stream shapes: a hand-off search that would grow with the trace stops
     CHECK(stopped->tables.handoff_held == 51);
     CHECK(stopped->peak_activation_bytes == mem.peak_activation_bytes);
   }
-  so.analyze.handoff_thread_slots = 32768;
+  so.analyze.handoff_thread_slots = 12288;
 
   // load_run: auto reads such an input (smaller than auto_bytes) in memory; --stream on does not.
   reports::LoadOptions lo;

@@ -227,7 +227,7 @@ TEST_CASE("stream: figures equal the in-memory analysis on random traces", "[str
   }
 }
 
-// A live set past the point where the replay gives hints ahead (Replayer::prefetching: 32,768
+// A live set past the point where the replay gives hints ahead (Replayer::prefetching: 12,288
 // slots): 2 devices, about 20,000 allocations live on each (random victims freed), sizes drawn
 // from 1,500 odd values so that hand-offs wait on buffers of their size, uses of random live
 // buffers. The hints change nothing: the figures equal those of the in-memory analysis.
