@@ -272,7 +272,8 @@ inline bool has_every_lifetime(const RunAnalysis& run) {
 // Open allocations from which the streamed replay's tables outgrow the caches of the 2-core
 // machine: the replay gives hints ahead (Replayer::prefetching) and the hand-off search runs in a
 // thread of its own (AnalyzeOptions::handoff_thread_slots). bench/stream at 1e7 events: 16,384
-// live allocations ran in half the time with both, 8,192 the same.
+// open allocations (4 devices x 4,096) ran in half the time with both; 8,192 (4 x 2,048) ran 15
+// to 30% slower with both from the start, so below this they stay off.
 inline constexpr size_t kManyLiveSlots = 12288;
 
 struct AnalyzeOptions {
@@ -299,7 +300,8 @@ struct AnalyzeOptions {
   size_t handoff_max_waiting = size_t{1} << 21;
   // From this many open allocations on (the search's slot table outgrowing the caches), the
   // streamed search runs in a thread of its own beside the replay (planner/handoff_stream.h); 0:
-  // from the start; SIZE_MAX: never. Machines with one hardware thread never start it.
+  // from the start; SIZE_MAX: never. Where std::thread::hardware_concurrency() reports one hardware
+  // thread (it does not see CPU quotas), or no thread can be started, it never runs.
   size_t handoff_thread_slots = kManyLiveSlots;
   bool keep_event_index = false;
   // RunAnalysis::alloc_groups, the (scope, name, frame, bytes) multiset that compare() matches runs

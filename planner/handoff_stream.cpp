@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <system_error>
 
 namespace moeprof::planner {
 
@@ -18,11 +19,14 @@ uint32_t HandoffStream::put(std::vector<T, A>& v, std::vector<uint32_t>& spare, 
   return static_cast<uint32_t>(v.size() - 1);
 }
 
+// Without finish() (a pass restarted with a larger window, or an error): the queued batches are
+// dropped, not decided.
 HandoffStream::~HandoffStream() {
   if (!thread_.joinable()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     closing_ = true;
+    queue_.clear();
   }
   cv_.notify_all();
   thread_.join();
@@ -40,8 +44,12 @@ HandoffStream::Tally& HandoffStream::tally(uint16_t device) {
 void HandoffStream::flush() {
   if (batch_.empty()) return;
   if (!threaded_ && !stopped_ && slots_.size() >= thread_slots_) {
-    threaded_ = true;  // from here on only the thread touches the search's state
-    thread_ = std::thread([this] { work(); });
+    try {
+      thread_ = std::thread([this] { work(); });
+      threaded_ = true;  // from here on only the thread touches the search's state
+    } catch (const std::system_error&) {
+      thread_slots_ = SIZE_MAX;  // no thread to be had: every batch is decided here
+    }
   }
   if (!threaded_) {
     run_batch(batch_);
@@ -75,17 +83,15 @@ void HandoffStream::work() {
       queue_.pop_front();
     }
     cv_.notify_all();  // room in the queue
-    if (!failure_) {
-      try {
-        run_batch(b);
-      } catch (...) {  // out of memory in the thread: finish() rethrows it on the caller's
-        failure_ = std::current_exception();
-      }
-    }
-    b.clear();
-    {
+    // Out of memory in the thread: finish() rethrows it on the caller's thread, and the batches
+    // after it are dropped.
+    try {
+      if (!failure_) run_batch(b);
+      b.clear();
       std::lock_guard<std::mutex> lock(mu_);
       spare_batches_.push_back(std::move(b));
+    } catch (...) {
+      if (!failure_) failure_ = std::current_exception();
     }
   }
 }
@@ -545,9 +551,9 @@ void HandoffStream::finish(const std::function<DeviceAnalysis&(uint16_t)>& devic
     }
     cv_.notify_all();
     thread_.join();
-    if (failure_) std::rethrow_exception(failure_);
   }
-  if (stopped_) return;
+  if (failure_) std::rethrow_exception(failure_);
+  if (stopped_ || ended_) return;
   ended_ = true;
   // What is open stays open: every element is final, every waiting allocation can be decided.
   for (uint32_t key = 0; key < keys_.size(); ++key) {

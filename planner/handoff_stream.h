@@ -31,6 +31,7 @@
 // kept as ids and resolved at finish() (the string table grows while the worker runs).
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -50,9 +51,10 @@ namespace moeprof::planner {
 class HandoffStream {
  public:
   // thread_slots: the slot count from which batches go to a thread of their own (0: from the first
-  // batch; SIZE_MAX: never).
+  // batch; SIZE_MAX: never; where no thread can be started, every batch is decided on the caller's
+  // thread). max_waiting is held to 2^30 at most, so kept records stay numbered below kStale.
   HandoffStream(size_t list_limit, size_t max_waiting, size_t thread_slots)
-      : limit_(list_limit), max_waiting_(max_waiting), thread_slots_(thread_slots) {}
+      : limit_(list_limit), max_waiting_(std::min(max_waiting, size_t{1} << 30)), thread_slots_(thread_slots) {}
   ~HandoffStream();
   HandoffStream(const HandoffStream&) = delete;
   HandoffStream& operator=(const HandoffStream&) = delete;

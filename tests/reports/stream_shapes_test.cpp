@@ -268,7 +268,7 @@ TEST_CASE("stream shapes: a live set past the caches moves the hand-off search t
   CHECK(mem.tables.lifetime_slots > 3 * 12288);
   auto sr = planner::analyze_stream({p}, stream_opts(true));
   REQUIRE(sr.is_ok());
-  CHECK(sr->tables.lifetime_slots > 2 * 12288);  // the thread started well before the window filled
+  CHECK(sr->tables.lifetime_slots > 2 * 12288);  // past the threshold, and the first batch decided below it
   CHECK(sr->tables.handoff_thread == (std::thread::hardware_concurrency() >= 2));
   CHECK(sr->handoffs_computed);
   CHECK(handoffs(*sr) == handoffs(mem));
@@ -464,9 +464,41 @@ TEST_CASE("stream shapes: a hand-off search that would grow with the trace stops
     CHECK(stopped->handoffs_note.find("stopped") != std::string::npos);
     CHECK(stopped->devices[0].handoff_count == 0);
     CHECK(stopped->tables.handoff_held == 51);
+    CHECK(stopped->tables.handoff_thread == (thread_slots == 0 && std::thread::hardware_concurrency() >= 2));
     CHECK(stopped->peak_activation_bytes == mem.peak_activation_bytes);
   }
   so.analyze.handoff_thread_slots = 12288;
+  {
+    // The same shape, 6,000 allocations long (12,002 events: two batches): the search stops in the
+    // thread during the first batch while the replay goes on sending the second.
+    Trace longer = t;
+    uint64_t lts = ts;
+    for (uint64_t i = 300; i < 6000; ++i) {
+      for (EventKind k : {EventKind::kAlloc, EventKind::kFree}) {
+        TraceRecord& r = longer.add(k, lts += 7, 0x8000 + 0x2000 * i, k == EventKind::kAlloc ? 4097 : 0);
+        r.seq = lts;
+        r.category = Category::kActivation;
+      }
+    }
+    const std::string lp = tmp_path("held_long.mtrace");
+    REQUIRE(write_trace(lp, longer).is_ok());
+    const planner::RunAnalysis lmem = planner::analyze(longer, mem_opts());
+    planner::StreamOptions lo_opts = stream_opts(true);
+    lo_opts.analyze.handoff_thread_slots = 0;
+    auto whole_long = planner::analyze_stream({lp}, lo_opts);
+    REQUIRE(whole_long.is_ok());
+    CHECK(whole_long->handoffs_computed);
+    CHECK(whole_long->tables.handoff_held == 6000);
+    CHECK(report_of(*whole_long) == report_of(lmem));
+    lo_opts.analyze.handoff_max_waiting = 50;
+    auto stopped_long = planner::analyze_stream({lp}, lo_opts);
+    REQUIRE(stopped_long.is_ok());
+    CHECK(stopped_long->tables.handoff_thread == (std::thread::hardware_concurrency() >= 2));
+    CHECK_FALSE(stopped_long->handoffs_computed);
+    CHECK(stopped_long->devices[0].handoff_count == 0);
+    CHECK(stopped_long->tables.handoff_held == 51);
+    CHECK(stopped_long->peak_activation_bytes == lmem.peak_activation_bytes);
+  }
 
   // load_run: auto reads such an input (smaller than auto_bytes) in memory; --stream on does not.
   reports::LoadOptions lo;
