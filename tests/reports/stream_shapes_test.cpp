@@ -429,8 +429,9 @@ TEST_CASE("stream shapes: a hand-off search that would grow with the trace stops
   Trace t;
   t.meta.name = "held";
   uint64_t ts = 0;
+  Trace* into = &t;
   auto add = [&](EventKind k, uint64_t addr, uint64_t bytes) -> TraceRecord& {
-    TraceRecord& r = t.add(k, ts += 7, addr, bytes);
+    TraceRecord& r = into->add(k, ts += 7, addr, bytes);
     r.seq = ts;
     r.category = Category::kActivation;
     return r;
@@ -447,58 +448,42 @@ TEST_CASE("stream shapes: a hand-off search that would grow with the trace stops
   REQUIRE(mem.devices.size() == 1);
   CHECK(mem.devices[0].handoff_count == 1);  // the first takes it; the others find it taken
 
-  planner::StreamOptions so = stream_opts(true);
-  auto whole = planner::analyze_stream({p}, so);
-  REQUIRE(whole.is_ok());
-  CHECK(whole->handoffs_computed);
-  CHECK(whole->tables.handoff_held == 300);
-  CHECK(report_of(*whole) == report_of(mem));
-
-  so.analyze.handoff_max_waiting = 50;
-  for (size_t thread_slots : {size_t{12288}, size_t{0}}) {  // decided beside the replay, or in a thread
-    CAPTURE(thread_slots);
-    so.analyze.handoff_thread_slots = thread_slots;
-    auto stopped = planner::analyze_stream({p}, so);
+  // Streamed, the search decided beside the replay or in a thread (thread_slots 0), on this trace
+  // and on the same shape 6,000 allocations long (12,002 events: two batches, so the search stops
+  // in the thread during the first while the replay goes on sending the second). Whole, it agrees
+  // with the in-memory analysis; held to 50 waiting allocations, it stops.
+  Trace longer = t;
+  into = &longer;
+  for (uint64_t i = 300; i < 6000; ++i) {
+    add(EventKind::kAlloc, 0x8000 + 0x2000 * i, 4097);
+    add(EventKind::kFree, 0x8000 + 0x2000 * i, 0);
+  }
+  const std::string lp = tmp_path("held_long.mtrace");
+  REQUIRE(write_trace(lp, longer).is_ok());
+  for (auto [path, trace, held, thread_slots] : {std::tuple{p, &t, 300, size_t{12288}}, std::tuple{p, &t, 300, size_t{0}},
+                                                 std::tuple{lp, &longer, 6000, size_t{0}}}) {
+    CAPTURE(path, thread_slots);
+    const planner::RunAnalysis in_memory = planner::analyze(*trace, mem_opts());
+    CHECK(in_memory.devices[0].handoff_count == 1);
+    planner::StreamOptions o = stream_opts(true);
+    o.analyze.handoff_thread_slots = thread_slots;
+    auto whole = planner::analyze_stream({path}, o);
+    REQUIRE(whole.is_ok());
+    CHECK(whole->handoffs_computed);
+    CHECK(whole->tables.handoff_held == static_cast<uint64_t>(held));
+    CHECK(report_of(*whole) == report_of(in_memory));
+    o.analyze.handoff_max_waiting = 50;
+    auto stopped = planner::analyze_stream({path}, o);
     REQUIRE(stopped.is_ok());
     CHECK_FALSE(stopped->handoffs_computed);
     CHECK(stopped->handoffs_note.find("stopped") != std::string::npos);
     CHECK(stopped->devices[0].handoff_count == 0);
     CHECK(stopped->tables.handoff_held == 51);
     CHECK(stopped->tables.handoff_thread == (thread_slots == 0 && std::thread::hardware_concurrency() >= 2));
-    CHECK(stopped->peak_activation_bytes == mem.peak_activation_bytes);
+    CHECK(stopped->peak_activation_bytes == in_memory.peak_activation_bytes);
   }
-  so.analyze.handoff_thread_slots = 12288;
-  {
-    // The same shape, 6,000 allocations long (12,002 events: two batches): the search stops in the
-    // thread during the first batch while the replay goes on sending the second.
-    Trace longer = t;
-    uint64_t lts = ts;
-    for (uint64_t i = 300; i < 6000; ++i) {
-      for (EventKind k : {EventKind::kAlloc, EventKind::kFree}) {
-        TraceRecord& r = longer.add(k, lts += 7, 0x8000 + 0x2000 * i, k == EventKind::kAlloc ? 4097 : 0);
-        r.seq = lts;
-        r.category = Category::kActivation;
-      }
-    }
-    const std::string lp = tmp_path("held_long.mtrace");
-    REQUIRE(write_trace(lp, longer).is_ok());
-    const planner::RunAnalysis lmem = planner::analyze(longer, mem_opts());
-    planner::StreamOptions lo_opts = stream_opts(true);
-    lo_opts.analyze.handoff_thread_slots = 0;
-    auto whole_long = planner::analyze_stream({lp}, lo_opts);
-    REQUIRE(whole_long.is_ok());
-    CHECK(whole_long->handoffs_computed);
-    CHECK(whole_long->tables.handoff_held == 6000);
-    CHECK(report_of(*whole_long) == report_of(lmem));
-    lo_opts.analyze.handoff_max_waiting = 50;
-    auto stopped_long = planner::analyze_stream({lp}, lo_opts);
-    REQUIRE(stopped_long.is_ok());
-    CHECK(stopped_long->tables.handoff_thread == (std::thread::hardware_concurrency() >= 2));
-    CHECK_FALSE(stopped_long->handoffs_computed);
-    CHECK(stopped_long->devices[0].handoff_count == 0);
-    CHECK(stopped_long->tables.handoff_held == 51);
-    CHECK(stopped_long->peak_activation_bytes == lmem.peak_activation_bytes);
-  }
+  planner::StreamOptions so = stream_opts(true);
+  so.analyze.handoff_max_waiting = 50;
 
   // load_run: auto reads such an input (smaller than auto_bytes) in memory; --stream on does not.
   reports::LoadOptions lo;
