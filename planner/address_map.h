@@ -18,14 +18,27 @@
 
 namespace moeprof::planner {
 
-// Open-addressing map from a pair of 64-bit words to a uint32, for the hot per-event lookups:
+// A hint: every cache line of the object is loaded (one of 104 B, unaligned, spans two or three
+// lines; prefetching only its ends would leave the middle one to miss).
+template <class T>
+inline void prefetch_object(const T* p) {
+  constexpr uintptr_t kLine = 64;
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~(kLine - 1);
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(p) + sizeof(T) - 1) & ~(kLine - 1);
+  for (uintptr_t a = first; a <= last; a += kLine) __builtin_prefetch(reinterpret_cast<const void*>(a));
+}
+
+// Open-addressing map from a pair of words to a uint32, for the hot per-event lookups:
 // (device, address) -> allocation state, (device, scope) -> scope-chain slots, (scope, name or
 // stack) -> allocation-group label, (device, bytes) -> hand-off key. Linear probing, power-of-two
 // capacity, at most half full; erase() shifts the entries after it back (no tombstones).
-class PairMap {
+// `First` is the first word's type: with a device number (uint16_t: DeviceMap) an entry is 16 B,
+// four to a cache line and never across two; with a 64-bit word (PairMap) it is 24 B.
+template <class First>
+class BasicPairMap {
  public:
-  using Key = std::pair<uint64_t, uint64_t>;
-  PairMap() { rehash(256); }
+  using Key = std::pair<First, uint64_t>;
+  BasicPairMap() { rehash(256); }
 
   // The value for the key, inserted as 0 when absent.
   uint32_t& operator[](Key k) {
@@ -35,12 +48,12 @@ class PairMap {
       Entry& e = entries_[i];
       if (!e.used) {
         e.used = true;
-        e.key = k;
+        e.set(k);
         e.value = 0;
         ++size_;
         return e.value;
       }
-      if (e.key == k) return e.value;
+      if (e.is(k)) return e.value;
       i = (i + 1) & (cap_ - 1);
     }
   }
@@ -50,11 +63,11 @@ class PairMap {
     while (true) {
       Entry& e = entries_[i];
       if (!e.used) return nullptr;
-      if (e.key == k) return &e.value;
+      if (e.is(k)) return &e.value;
       i = (i + 1) & (cap_ - 1);
     }
   }
-  const uint32_t* find(Key k) const { return const_cast<PairMap*>(this)->find(k); }
+  const uint32_t* find(Key k) const { return const_cast<BasicPairMap*>(this)->find(k); }
   // A hint: the key's home entry is loaded into the cache (the streamed replay asks for the
   // entries of records a few places ahead, whose lookups would otherwise each miss).
   void prefetch(Key k) const { __builtin_prefetch(&entries_[hash(k) & (cap_ - 1)]); }
@@ -64,12 +77,12 @@ class PairMap {
     size_t i = hash(k) & mask;
     while (true) {
       if (!entries_[i].used) return false;
-      if (entries_[i].key == k) break;
+      if (entries_[i].is(k)) break;
       i = (i + 1) & mask;
     }
     // Backward shift: an entry after the hole moves into it unless its home lies in (hole, entry].
     for (size_t j = (i + 1) & mask; entries_[j].used; j = (j + 1) & mask) {
-      const size_t home = hash(entries_[j].key) & mask;
+      const size_t home = hash(entries_[j].key()) & mask;
       const bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
       if (stays) continue;
       entries_[i] = entries_[j];
@@ -82,19 +95,24 @@ class PairMap {
   template <typename F>
   void for_each(F&& f) const {
     for (const Entry& e : entries_) {
-      if (e.used) f(e.key, e.value);
+      if (e.used) f(e.key(), e.value);
     }
   }
   size_t size() const { return size_; }
 
  private:
   struct Entry {
-    Key key;
+    uint64_t second = 0;
     uint32_t value = 0;
+    First first{};
     bool used = false;
+    Key key() const { return {first, second}; }
+    bool is(Key k) const { return second == k.second && first == k.first; }
+    void set(Key k) { first = k.first, second = k.second; }
   };
+  static_assert(sizeof(First) > 2 || sizeof(Entry) == 16, "a device map's entry is 16 B");
   static size_t hash(Key k) {
-    uint64_t x = k.first * 0x9e3779b97f4a7c15ULL ^ (k.second + 0x632be59bd9b4e019ULL);
+    uint64_t x = uint64_t{k.first} * 0x9e3779b97f4a7c15ULL ^ (k.second + 0x632be59bd9b4e019ULL);
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdULL;
     x ^= x >> 33;
@@ -108,12 +126,14 @@ class PairMap {
     cap_ = cap;
     size_ = 0;
     for (const Entry& e : old) {
-      if (e.used) (*this)[e.key] = e.value;
+      if (e.used) (*this)[e.key()] = e.value;
     }
   }
   std::vector<Entry> entries_;
   size_t cap_ = 0, size_ = 0;
 };
+using PairMap = BasicPairMap<uint64_t>;
+using DeviceMap = BasicPairMap<uint16_t>;  // (device, a 64-bit word) -> uint32
 
 // (label, bytes) -> count for the allocation groups (AllocGroupCount; a count of 0 marks an empty
 // slot): 16 B an entry, at most 3/4 full, never erased. A trace whose sizes do not repeat has one
@@ -203,7 +223,7 @@ class AddressMap {
   size_t size() const { return map_.size(); }
 
  private:
-  PairMap map_;
+  DeviceMap map_;
 };
 
 }  // namespace moeprof::planner

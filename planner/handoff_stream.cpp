@@ -7,8 +7,8 @@
 
 namespace moeprof::planner {
 
-template <class T, class A>
-uint32_t HandoffStream::put(std::vector<T, A>& v, std::vector<uint32_t>& spare, T x) {
+template <class T>
+uint32_t HandoffStream::put(std::vector<T>& v, std::vector<uint32_t>& spare, T x) {
   if (!spare.empty()) {
     const uint32_t id = spare.back();
     spare.pop_back();
@@ -98,14 +98,16 @@ void HandoffStream::work() {
 
 // Hints run ahead of the decisions within the batch, each stage loading what the one before made
 // readable: the index entry or slot 32 events ahead, the one buffer of an index entry 24 ahead,
-// the key 16 ahead, its order's element and waiting queue 8 ahead.
+// the key 16 ahead, its order's element and waiting queue 8 ahead, the first waiting allocation's
+// record 4 ahead.
 void HandoffStream::run_batch(const std::vector<Event>& b) {
-  constexpr size_t kDist[4] = {32, 24, 16, 8};
+  constexpr int kStages = 5;
+  constexpr size_t kDist[kStages] = {32, 24, 16, 8, 4};
   const size_t n = b.size();
   const bool hints = slots_.size() >= kManyLiveSlots;  // as Replayer::prefetching
   for (size_t i = 0; i < n; ++i) {
     if (hints && !stopped_)
-      for (int stage = 0; stage < 4; ++stage)
+      for (int stage = 0; stage < kStages; ++stage)
         if (i + kDist[stage] < n) prefetch_event(b[i + kDist[stage]], stage);
     const Event& e = b[i];
     switch (e.kind) {
@@ -128,13 +130,13 @@ void HandoffStream::prefetch_event(const Event& e, int stage) const {
     const uint32_t* v = key_index_.find({e.device, e.bytes});
     if (v == nullptr) return;
     if (!(*v & kSingleBit)) prefetch_key(*v - 1, kNone, stage);
-    else if (stage == 1 && (*v & ~kSingleBit) < slots_.size()) prefetch_both_ends(&slots_[*v & ~kSingleBit]);
+    else if (stage == 1 && (*v & ~kSingleBit) < slots_.size()) prefetch_object(&slots_[*v & ~kSingleBit]);
     return;
   }
   if ((e.kind != Event::kUse && e.kind != Event::kRelease) || e.slot >= slots_.size()) return;
   const SlotState& s = slots_[e.slot];
   if (stage == 0) {
-    prefetch_both_ends(&s);
+    prefetch_object(&s);
     return;
   }
   if (stage == 2 && e.kind == Event::kRelease) {  // what a release reads besides its key
@@ -146,12 +148,17 @@ void HandoffStream::prefetch_event(const Event& e, int stage) const {
 
 // Stage 2: the key; stage 3: its order's element `pos` (a use marks it stale, a release reads
 // it), the order's end (a use appends there, an allocation's settle() reads back from there) and
-// the waiting queue's ends.
+// the waiting queue's ends; stage 4: the record of the first waiting allocation (read once
+// settle() decides it).
 void HandoffStream::prefetch_key(uint32_t key, uint32_t pos, int stage) const {
   if (key >= keys_.size()) return;  // kNone, kSingle
   const Key& k = keys_[key];
   if (stage == 2) {
-    prefetch_both_ends(&k);
+    prefetch_object(&k);
+    return;
+  }
+  if (stage == 4) {
+    if (k.head < k.queue.size() && k.queue[k.head].id < waits_.size()) prefetch_object(&waits_[k.queue[k.head].id]);
     return;
   }
   if (stage != 3) return;
@@ -177,7 +184,7 @@ void HandoffStream::stop(std::string reason) {
   stop_reason_ = std::move(reason);
   // Nothing more is needed: the run reports no hand-offs.
   decltype(slots_)().swap(slots_);
-  key_index_ = PairMap();
+  key_index_ = DeviceMap();
   decltype(keys_)().swap(keys_);
   std::vector<Kept>().swap(kept_);
   std::vector<Waiting>().swap(waits_);
@@ -320,7 +327,7 @@ void HandoffStream::do_alloc(const Event& e) {
   const uint32_t id = put(waits_, spare_waits_, w);
   s.wait = id;
   Key& k = keys_[key];
-  k.queue.push_back(id);
+  k.queue.push_back(Queued{id, e.pos});
   count_waiting(1);
   if (stopped_) return;
   if (k.queue.size() - k.head == 1) settle(key);
@@ -390,7 +397,7 @@ void HandoffStream::do_release(const Event& e) {
   Element& el = k.order[s.pos];
   // Kept only for allocations waiting after its last use: a later allocation comes after its
   // free, and one before its last use can neither take it nor wait on it.
-  if (k.head == k.queue.size() || waits_[k.queue.back()].p <= s.u) {
+  if (k.head == k.queue.size() || k.queue.back().p <= s.u) {
     drop(k, el);
     maybe_compact(k);
     shrink_key(key);
@@ -418,10 +425,9 @@ void HandoffStream::settle(uint32_t key) {
   Key& k = keys_[key];
   k.blocker = kNone;
   while (k.head < k.queue.size()) {
-    const uint32_t wid = k.queue[k.head];
-    const Waiting w = waits_[wid];
+    const uint32_t wid = k.queue[k.head].id, p = k.queue[k.head].p;
     // Elements of uses before p, latest first: the first current one decides.
-    auto it = std::lower_bound(k.order.begin(), k.order.end(), w.p, [](const Element& e, uint32_t p) { return e.u < p; });
+    auto it = std::lower_bound(k.order.begin(), k.order.end(), p, [](const Element& e, uint32_t x) { return e.u < x; });
     bool found = false;
     Found m{};
     for (size_t i = static_cast<size_t>(it - k.order.begin()); i-- > 0;) {
@@ -429,7 +435,7 @@ void HandoffStream::settle(uint32_t key) {
       if (!valid(key, e)) continue;
       if (e.ref & kKeptBit) {
         const Kept& km = kept_[e.ref & ~kKeptBit];
-        if (km.free <= w.p) {  // freed before p: no candidate, now or later
+        if (km.free <= p) {  // freed before p: no candidate, now or later
           drop(k, e);
           continue;
         }
@@ -449,6 +455,7 @@ void HandoffStream::settle(uint32_t key) {
       break;
     }
     ++k.head;
+    const Waiting w = waits_[wid];  // decided: the rest of its record
     if (w.slot != kNone) slots_[w.slot].wait = kNone;
     spare_waits_.push_back(wid);
     count_waiting(-1);

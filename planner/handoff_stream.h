@@ -100,6 +100,8 @@ class HandoffStream {
   static constexpr size_t kInFlight = 4;  // batches queued for the thread at most
 
   void push(const Event& e) {
+    // The batch's lines were last read by the thread: ask for them 32 events (16 lines) ahead.
+    if (threaded_ && batch_.size() % 2 == 0 && batch_.size() + 32 < kBatch) __builtin_prefetch(batch_.data() + batch_.size() + 32, 1);
     batch_.push_back(e);
     if (batch_.size() == kBatch) flush();
   }
@@ -112,11 +114,6 @@ class HandoffStream {
   void do_release(const Event& e);
   void do_peak(const Event& e);
   void prefetch_event(const Event& e, int stage) const;
-  template <class T>
-  static void prefetch_both_ends(const T* p) {  // an object that may straddle two cache lines
-    __builtin_prefetch(p);
-    __builtin_prefetch(reinterpret_cast<const char*>(p) + sizeof(T) - 1);
-  }
 
   static constexpr uint32_t kNone = UINT32_MAX;
   static constexpr uint32_t kNoFree = UINT32_MAX;
@@ -144,11 +141,14 @@ class HandoffStream {
     uint32_t p = 0, number = 0, free = kNoFree, slot = kNone;
     uint32_t name = 0, scope = 0;
   };
+  struct Queued {             // a waiting allocation in its key's queue, with its position (read
+    uint32_t id, p;           // where it is decided, or checked against a buffer's last use)
+  };
   struct Key {
     uint16_t device = 0;
     uint64_t bytes = 0;
     std::vector<Element> order;   // by u, ascending
-    std::vector<uint32_t> queue;  // waiting allocations in allocation order, from `head`
+    std::vector<Queued> queue;    // waiting allocations in allocation order, from `head`
     size_t head = 0;
     uint32_t valid = 0, invalid = 0, kept = 0;  // elements: current ones (open or kept), stale ones
     // The open buffer the first waiting allocation waits on: the latest valid element before its
@@ -185,8 +185,8 @@ class HandoffStream {
   void shrink_key(uint32_t key);
   void count_waiting(ptrdiff_t delta);
   void stop(std::string reason);
-  template <class T, class A>
-  static uint32_t put(std::vector<T, A>& v, std::vector<uint32_t>& spare, T x);
+  template <class T>
+  static uint32_t put(std::vector<T>& v, std::vector<uint32_t>& spare, T x);
 
   size_t limit_, max_waiting_, thread_slots_;
   // The queue: the batch being filled; the thread's batches in order, and spent ones to reuse.
@@ -204,7 +204,7 @@ class HandoffStream {
   uint32_t next_number_ = 0;
   size_t waiting_ = 0, max_seen_ = 0;
   std::vector<SlotState> slots_;
-  PairMap key_index_;  // (device, bytes) -> 1 + key, or kSingleBit | slot of the one used buffer
+  DeviceMap key_index_;  // (device, bytes) -> 1 + key, or kSingleBit | slot of the one used buffer
   std::vector<Key> keys_;
   std::vector<Kept> kept_;
   std::vector<Waiting> waits_;

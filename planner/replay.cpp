@@ -287,9 +287,7 @@ void Replayer::prefetch(const TraceRecord& r, int stage) {
   if (stage != 1) return;
   const uint32_t* st = addrs_.find(r.device, r.address);
   if (st == nullptr || (*st & AddressMap::kFreedBit) || *st - 1 >= lts_.size()) return;
-  const char* l = reinterpret_cast<const char*>(&lts_[*st - 1]);
-  __builtin_prefetch(l);
-  __builtin_prefetch(l + sizeof(Lifetime) - 1);
+  prefetch_object(&lts_[*st - 1]);
 }
 
 void Replayer::on_use(DeviceState& d, const TraceRecord& r, uint32_t pos) {

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -701,13 +702,21 @@ TEST_CASE("random traces: a filtered replay equals the replay of the trace witho
 }
 
 // The hand-off search erases (device, bytes) keys as sizes stop being live: after any mix of
-// inserts and erases on colliding keys the map holds exactly what a std::map holds.
-TEST_CASE("PairMap: erase keeps every other key findable", "[planner]") {
-  PairMap m;
-  std::map<std::pair<uint64_t, uint64_t>, uint32_t> ref;
+// inserts and erases on colliding keys the map holds exactly what a std::map holds. Both widths:
+// PairMap (two 64-bit words) and DeviceMap (a device and a 64-bit word, 16-B entries), with words
+// at the ends of their ranges.
+TEMPLATE_TEST_CASE("PairMap: erase keeps every other key findable", "[planner]", PairMap, DeviceMap) {
+  using Key = typename TestType::Key;
+  using First = typename Key::first_type;
+  TestType m;
+  std::map<Key, uint32_t> ref;
   std::mt19937_64 rng(35);
   for (int i = 0; i < 60000; ++i) {
-    const PairMap::Key k{rng() % 7, rng() % 3001};  // few distinct keys: long probe runs, wraps
+    auto first = static_cast<First>(rng() % 7);
+    uint64_t second = rng() % 3001;  // few distinct keys: long probe runs, wraps
+    if (rng() % 5 == 0) first = std::numeric_limits<First>::max() - first;
+    if (rng() % 5 == 0) second |= uint64_t{1} << 63;
+    const Key k{first, second};
     if (rng() % 3 == 0) {
       CHECK(m.erase(k) == (ref.erase(k) == 1));
     } else {
@@ -723,7 +732,7 @@ TEST_CASE("PairMap: erase keeps every other key findable", "[planner]") {
     CHECK(*got == v);
   }
   size_t seen = 0;
-  m.for_each([&](PairMap::Key k, uint32_t v) {
+  m.for_each([&](Key k, uint32_t v) {
     ++seen;
     CHECK(ref.at(k) == v);
   });
