@@ -97,7 +97,8 @@ void HandoffStream::work() {
 }
 
 // Hints run ahead of the decisions within the batch, each stage loading what the one before made
-// readable: the index entry or slot 32 events ahead, the one buffer of an index entry 24 ahead,
+// readable: the index entry or slot 32 events ahead, the one buffer of an index entry or the index
+// entry of a slot 24 ahead,
 // the key 16 ahead, its order's element and waiting queue 8 ahead, the first waiting allocation's
 // record 4 ahead.
 void HandoffStream::run_batch(const std::vector<Event>& b) {
@@ -139,6 +140,10 @@ void HandoffStream::prefetch_event(const Event& e, int stage) const {
     prefetch_object(&s);
     return;
   }
+  // A buffer alone of its size reads its index entry as it is released (erased), and so does the
+  // first use of a buffer with no key (looked up, perhaps inserted).
+  if (stage == 1 && e.bytes != 0 && (e.kind == Event::kRelease ? s.key == kSingle : s.key == kNone))
+    key_index_.prefetch({e.device, e.bytes});
   if (stage == 2 && e.kind == Event::kRelease) {  // what a release reads besides its key
     if (s.pair < pairs_.size()) __builtin_prefetch(&pairs_[s.pair]);
     if (s.wait < waits_.size()) __builtin_prefetch(&waits_[s.wait]);

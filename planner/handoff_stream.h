@@ -54,7 +54,7 @@ class HandoffStream {
   // batch; SIZE_MAX: never; where no thread can be started, every batch is decided on the caller's
   // thread). max_waiting is held to 2^30 at most, so kept records stay numbered below kStale.
   HandoffStream(size_t list_limit, size_t max_waiting, size_t thread_slots)
-      : limit_(list_limit), max_waiting_(std::min(max_waiting, size_t{1} << 30)), thread_slots_(thread_slots) {}
+      : thread_slots_(thread_slots), limit_(list_limit), max_waiting_(std::min(max_waiting, size_t{1} << 30)) {}
   ~HandoffStream();
   HandoffStream(const HandoffStream&) = delete;
   HandoffStream& operator=(const HandoffStream&) = delete;
@@ -188,16 +188,21 @@ class HandoffStream {
   template <class T>
   static uint32_t put(std::vector<T>& v, std::vector<uint32_t>& spare, T x);
 
-  size_t limit_, max_waiting_, thread_slots_;
-  // The queue: the batch being filled; the thread's batches in order, and spent ones to reuse.
-  std::vector<Event> batch_;
-  std::mutex mu_;
+  // The caller's side, written at every event: a cache line of its own. (Beside the search's
+  // settings, read at every decision, each push made the thread's next read a miss.)
+  alignas(64) std::vector<Event> batch_;  // the batch being filled
+  size_t thread_slots_;
+  bool threaded_ = false;
+  // Shared, once a batch: the thread's batches in order, and spent ones to reuse.
+  alignas(64) std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::vector<Event>> queue_;
   std::vector<std::vector<Event>> spare_batches_;
-  bool closing_ = false, threaded_ = false;
+  bool closing_ = false;
   std::thread thread_;
   std::exception_ptr failure_;  // what the thread threw (written by it, read after the join)
+  // The search's state: the thread's once it has one.
+  alignas(64) size_t limit_, max_waiting_;
   std::vector<Tally> tallies_;  // by device number
   bool stopped_ = false, ended_ = false;
   std::string stop_reason_;
