@@ -288,6 +288,8 @@ void Replayer::prefetch(const TraceRecord& r, int stage) {
   const uint32_t* st = addrs_.find(r.device, r.address);
   if (st == nullptr || (*st & AddressMap::kFreedBit) || *st - 1 >= lts_.size()) return;
   prefetch_object(&lts_[*st - 1]);
+  // A free also reads the slot's scope chain (release()).
+  if (r.kind == EventKind::kFree && *st - 1 < slot_chain_.size()) __builtin_prefetch(&slot_chain_[*st - 1]);
 }
 
 void Replayer::on_use(DeviceState& d, const TraceRecord& r, uint32_t pos) {

@@ -96,10 +96,10 @@ class Replayer {
   }
   // Hints for an event that comes some events later (the streamed replay's reorder window holds
   // them), in stages as it comes closer: 0 loads the hash entries its lookups will read; 1 (those
-  // entries cached) the lifetime they name; later stages have nothing more to load (the hand-off
-  // search hints its own state within its batches). They change nothing. A replay is random
-  // accesses into tables that grow with what is live; without the hints each event waits for
-  // several cache misses in turn.
+  // entries cached) the lifetime they name, and for a free its slot's scope chain; later stages
+  // have nothing more to load (the hand-off search hints its own state within its batches). They
+  // change nothing. A replay is random accesses into tables that grow with what is live; without
+  // the hints each event waits for several cache misses in turn.
   void prefetch(const TraceRecord& r, int stage);
   // Whether the hints pay: once the lifetimes' slab holds kManyLiveSlots slots (1.3 MB of
   // lifetimes, with the address map and the hand-off search's tables past the 2 MB L2 cache), its
