@@ -23,6 +23,7 @@ SHAPE_LIST=(
   "stacks-uses-v2|--pattern window --live 64 --names 10 --layers 61 --stacks 64 --uses"
   "live4096-v2|--pattern window --live 4096 --names 10 --layers 61 --uses"
   "traced-v2|--pattern window --live 256 --names 0 --layers 0 --stacks 256 --uses --traced"
+  "live16384-v1|--pattern window --live 16384 --names 10 --layers 61 --uses --version 1"
   "live32768-v1|--pattern window --live 32768 --names 10 --layers 61 --uses --version 1"
   "live65536-v1|--pattern window --live 65536 --names 10 --layers 61 --uses --version 1"
 )
