@@ -99,18 +99,20 @@ class BasicPairMap {
     }
   }
   size_t size() const { return size_; }
+  // The entry where a key's probe starts in a table of `capacity` entries (tests).
+  static size_t home_entry(Key k, size_t capacity) { return hash(k) & (capacity - 1); }
 
  private:
   struct Entry {
     uint64_t second = 0;
     uint32_t value = 0;
-    First first{};
     bool used = false;
+    First first{};
     Key key() const { return {first, second}; }
     bool is(Key k) const { return second == k.second && first == k.first; }
     void set(Key k) { first = k.first, second = k.second; }
   };
-  static_assert(sizeof(First) > 2 || sizeof(Entry) == 16, "a device map's entry is 16 B");
+  static_assert(sizeof(Entry) == (sizeof(First) <= 2 ? 16 : 24), "16-B entries for a device map, 24 B for a pair map");
   static size_t hash(Key k) {
     uint64_t x = uint64_t{k.first} * 0x9e3779b97f4a7c15ULL ^ (k.second + 0x632be59bd9b4e019ULL);
     x ^= x >> 33;

@@ -703,19 +703,26 @@ TEST_CASE("random traces: a filtered replay equals the replay of the trace witho
 
 // The hand-off search erases (device, bytes) keys as sizes stop being live: after any mix of
 // inserts and erases on colliding keys the map holds exactly what a std::map holds. Both widths:
-// PairMap (two 64-bit words) and DeviceMap (a device and a 64-bit word, 16-B entries), with words
-// at the ends of their ranges.
+// PairMap (two 64-bit words, 24-B entries) and DeviceMap (a device and a 64-bit word, 16-B
+// entries), with keys that differ only in the high bits of either word (a map that kept fewer bits
+// would merge them).
 TEMPLATE_TEST_CASE("PairMap: erase keeps every other key findable", "[planner]", PairMap, DeviceMap) {
   using Key = typename TestType::Key;
   using First = typename Key::first_type;
+  constexpr First kHighFirst = First{1} << (8 * sizeof(First) - 1);
   TestType m;
   std::map<Key, uint32_t> ref;
   std::mt19937_64 rng(35);
   for (int i = 0; i < 60000; ++i) {
     auto first = static_cast<First>(rng() % 7);
-    uint64_t second = rng() % 3001;  // few distinct keys: long probe runs, wraps
-    if (rng() % 5 == 0) first = std::numeric_limits<First>::max() - first;
-    if (rng() % 5 == 0) second |= uint64_t{1} << 63;
+    uint64_t second = rng() % 3001;
+    switch (rng() % 4) {  // the same low bits with a high bit set, or the ends of the range
+      case 0: first = static_cast<First>(first | kHighFirst); break;
+      case 1: first = static_cast<First>(first | 0x100); break;
+      case 2: first = static_cast<First>(std::numeric_limits<First>::max() - first); break;
+      default: break;
+    }
+    if (rng() % 4 == 0) second |= uint64_t{1} << 63;
     const Key k{first, second};
     if (rng() % 3 == 0) {
       CHECK(m.erase(k) == (ref.erase(k) == 1));
@@ -724,6 +731,8 @@ TEMPLATE_TEST_CASE("PairMap: erase keeps every other key findable", "[planner]",
       m[k] = v;
       ref[k] = v;
     }
+    const Key absent{static_cast<First>(first ^ 0x40), second ^ (uint64_t{1} << 40)};  // never inserted
+    CHECK(m.find(absent) == nullptr);
   }
   CHECK(m.size() == ref.size());
   for (const auto& [k, v] : ref) {
@@ -737,4 +746,43 @@ TEMPLATE_TEST_CASE("PairMap: erase keeps every other key findable", "[planner]",
     CHECK(ref.at(k) == v);
   });
   CHECK(seen == ref.size());
+}
+
+// A probe run that wraps from the last entry to the first, then erases along it: the keys after a
+// hole shift back across the wrap, or stay where their home says they must, and stay findable.
+// Keys by home in the first table (256 entries), inserted in this order: one at 255 (it takes
+// 255), one at 0 (it takes 0: erasing the first must leave it there), two more at 255 (they take 1
+// and 2) and one at 1 (it takes 3).
+TEMPLATE_TEST_CASE("PairMap: a probe run across the table's end survives erases", "[planner]", PairMap, DeviceMap) {
+  using Key = typename TestType::Key;
+  using First = typename Key::first_type;
+  auto keys_at = [](size_t home, size_t n) {
+    std::vector<Key> out;
+    for (uint64_t w = 1; out.size() < n && w < 1000000; ++w) {
+      const Key k{static_cast<First>(w % 3), w};
+      if (TestType::home_entry(k, 256) == home) out.push_back(k);
+    }
+    return out;
+  };
+  const std::vector<Key> last = keys_at(255, 3), zero = keys_at(0, 1), one = keys_at(1, 1);
+  REQUIRE(last.size() == 3);
+  REQUIRE(zero.size() == 1);
+  REQUIRE(one.size() == 1);
+  const std::vector<Key> keys{last[0], zero[0], last[1], last[2], one[0]};
+  for (size_t first_erased = 0; first_erased < keys.size(); ++first_erased) {
+    TestType m;
+    std::map<Key, uint32_t> ref;
+    for (size_t i = 0; i < keys.size(); ++i) m[keys[i]] = ref[keys[i]] = static_cast<uint32_t>(i + 1);
+    for (size_t j = 0; j < 3; ++j) {  // three erases, starting anywhere along the run
+      const Key gone = keys[(first_erased + 2 * j) % keys.size()];
+      CHECK(m.erase(gone) == (ref.erase(gone) == 1));
+      CHECK(m.find(gone) == nullptr);
+      for (const auto& [k, v] : ref) {
+        const uint32_t* got = m.find(k);
+        REQUIRE(got != nullptr);
+        CHECK(*got == v);
+      }
+      CHECK(m.size() == ref.size());
+    }
+  }
 }
