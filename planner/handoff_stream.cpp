@@ -225,7 +225,7 @@ uint32_t HandoffStream::promote(uint32_t& index_value, uint16_t device, uint64_t
   SlotState& o = slots_[other];
   o.key = key;
   o.pos = 0;
-  keys_[key].order.push_back(Element{o.u, other, o.number});
+  append(keys_[key], o.u, other, o.number);
   keys_[key].valid = 1;
   index_value = key + 1;
   return key;
@@ -255,6 +255,27 @@ bool HandoffStream::valid(uint32_t key, const Element& e) const {
   return current;
 }
 
+void HandoffStream::append(Key& k, uint32_t u, uint32_t ref, uint32_t number) {
+  const auto n = static_cast<uint32_t>(k.order.size());
+  k.order.push_back(Element{u, ref, number, n == 0 ? kNone : n - 1});
+}
+
+// The latest current element before index `end` (kNone: none), found over the back links, which
+// are then pointed at it (path compression): settle() no longer walks the same stale elements again
+// and again when a size has thousands of buffers that are used over and over (a traced program's
+// activations: the walk made the search quadratic in the buffers of a size).
+uint32_t HandoffStream::latest_current(Key& k, uint32_t end) {
+  if (end == 0) return kNone;
+  uint32_t r = end - 1;
+  while (r != kNone && k.order[r].ref == kStale) r = k.order[r].back;
+  for (uint32_t i = end - 1; i != r && k.order[i].ref == kStale;) {
+    const uint32_t next = k.order[i].back;
+    k.order[i].back = r;
+    i = next;
+  }
+  return r;
+}
+
 void HandoffStream::drop(Key& k, Element& e) {
   if (e.ref & kKeptBit) {
     Kept& m = kept_[e.ref & ~kKeptBit];
@@ -276,9 +297,10 @@ void HandoffStream::maybe_compact(Key& k) {
   const auto key = static_cast<uint32_t>(&k - keys_.data());
   size_t n = 0;
   for (size_t i = 0; i < k.order.size(); ++i) {
-    const Element e = k.order[i];
+    Element e = k.order[i];
     if (!valid(key, e)) continue;
     if (!(e.ref & kKeptBit)) slots_[e.ref].pos = static_cast<uint32_t>(n);
+    e.back = n == 0 ? kNone : static_cast<uint32_t>(n - 1);
     k.order[n++] = e;
   }
   k.order.resize(n);
@@ -370,7 +392,7 @@ void HandoffStream::do_use(const Event& e) {
   Key& k = keys_[key];
   s.u = pos;
   s.pos = static_cast<uint32_t>(k.order.size());
-  k.order.push_back(Element{pos, slot, s.number});  // uses come in replay order: the latest is the largest
+  append(k, pos, slot, s.number);  // uses come in replay order: the latest is the largest
   if (!blocked) {
     maybe_compact(k);
     return;
@@ -436,9 +458,9 @@ void HandoffStream::settle(uint32_t key) {
     auto it = std::lower_bound(k.order.begin(), k.order.end(), p, [](const Element& e, uint32_t x) { return e.u < x; });
     bool found = false;
     Found m{};
-    for (size_t i = static_cast<size_t>(it - k.order.begin()); i-- > 0;) {
+    for (uint32_t i = latest_current(k, static_cast<uint32_t>(it - k.order.begin())); i != kNone; i = latest_current(k, i)) {
       Element& e = k.order[i];
-      if (!valid(key, e)) continue;
+      assert(valid(key, e));
       if (e.ref & kKeptBit) {
         const Kept& km = kept_[e.ref & ~kKeptBit];
         if (km.free <= p) {  // freed before p: no candidate, now or later

@@ -131,6 +131,10 @@ class HandoffStream {
   };
   struct Element {            // a buffer's use, in its key's order
     uint32_t u, ref, number;  // ref: its slot, kKeptBit | kept record once freed, or kStale
+    // An index at or before which the latest current element before this one lies (kNone: none):
+    // the previous index when appended, moved back over stale elements as they are skipped (an
+    // element once stale stays stale until compaction, so the links only ever shorten the walk).
+    uint32_t back;
   };
   struct Kept {               // a freed buffer held for waiting allocations
     uint32_t u = 0, number = 0, free = 0;
@@ -174,6 +178,8 @@ class HandoffStream {
   };
 
   void prefetch_key(uint32_t key, uint32_t pos, int stage) const;
+  static void append(Key& k, uint32_t u, uint32_t ref, uint32_t number);
+  static uint32_t latest_current(Key& k, uint32_t end);
   uint32_t new_key(uint16_t device, uint64_t bytes);
   uint32_t promote(uint32_t& index_value, uint16_t device, uint64_t bytes);
   bool valid(uint32_t key, const Element& e) const;

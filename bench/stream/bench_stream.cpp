@@ -1,7 +1,8 @@
 // bench_stream: large traces on disk for the streaming benchmark (bench/stream/run.sh).
 //
 //   bench_stream generate --events N --out PATH [--devices D] [--ranks R] [--version 1|2]
-//                         [--template TRACE | --pattern executor|window [window options]]
+//                         [--template TRACE | --pattern executor|window [window options]
+//                          | --pattern program --csv FILE]
 //       Writes N records to PATH (with --ranks R: R files PATH.rankK.mtrace of N records each, one
 //       device each, as `moeprof run --gpus R` would), in format version 2 (default) or 1. The
 //       pattern: `executor` (default), the synthetic prefill of bench/common/synthetic_trace.h (61
@@ -12,7 +13,10 @@
 //       shapes of shaped_trace.h: --live K (live allocations per device, 64), --names N (10; 0
 //       unnamed), --layers L (61: L x 3 scopes; 0 unscoped), --stacks S (call stacks, version 2;
 //       0), --uses (use records), --traced (as the CUPTI tracer: no categories, kernels, backend
-//       cupti in the metadata), --seed S.
+//       cupti in the metadata), --seed S; `program`, the buffers of an arena instance from a real
+//       program (--csv: a MiniMalloc CSV, e.g. bench/arena/torch/instances/llama-generate.csv)
+//       again and again on D devices in lockstep, with a write and a read use each
+//       (program_trace.h).
 //   bench_stream read PATH
 //       Reads PATH frame by frame on one thread (TraceReader: checksum + decode) and reports MB/s.
 //   bench_stream analyze [--serial] [--no-handoffs] [--window N] PATH...
@@ -30,8 +34,10 @@
 #include <vector>
 
 #include "bench/common/synthetic_trace.h"
+#include "bench/stream/program_trace.h"
 #include "bench/stream/shaped_trace.h"
 #include "core/trace_io.h"
+#include "planner/arena_csv.h"
 #include "planner/stream.h"
 
 using namespace moeprof;
@@ -107,7 +113,7 @@ struct GenerateArgs {
   size_t events = 0;
   int devices = 4, ranks = 0;
   uint32_t version = 2;
-  std::string out, tmpl, pattern = "executor";
+  std::string out, tmpl, pattern = "executor", csv;
   bench::TraceShape shape;
 };
 
@@ -121,6 +127,12 @@ int generate(const GenerateArgs& a) {
     auto t = read_trace(tmpl_path);
     if (!t) die(t.status().message());
     tmpl = std::move(t).value();
+  }
+  std::vector<planner::Buffer> program;
+  if (a.pattern == "program") {
+    auto c = planner::read_arena_csv(a.csv);
+    if (!c) die(c.status().message());
+    program = std::move(c->buffers);
   }
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t bytes = 0;
@@ -162,6 +174,9 @@ int generate(const GenerateArgs& a) {
         return tw.intern_stack(ids);
       };
       bench::generate_shaped(events, shape, intern, intern_stack, emit);
+    } else if (a.pattern == "program") {
+      if (a.version < 2) bench::generate_program(program, events, devs, emit_v1);
+      else bench::generate_program(program, events, devs, emit);
     } else if (tmpl_path.empty()) {
       if (a.version < 2) bench::generate_trace(events, devs, intern, emit_v1);
       else bench::generate_trace(events, devs, intern, emit);
@@ -263,6 +278,7 @@ int main(int argc, char** argv) {
     else if (a == "--template") g.tmpl = v;
     else if (a == "--version") g.version = static_cast<uint32_t>(std::atoi(v));
     else if (a == "--pattern") g.pattern = v;
+    else if (a == "--csv") g.csv = v;
     else if (a == "--live") g.shape.live = std::atoi(v);
     else if (a == "--names") g.shape.names = std::atoi(v);
     else if (a == "--layers") g.shape.layers = std::atoi(v);
@@ -273,8 +289,9 @@ int main(int argc, char** argv) {
   if (g.events == 0 || g.out.empty() || g.devices < 1 || g.devices > 64 || g.ranks < 0 || g.ranks > 64)
     die("generate needs --events N > 0, --out PATH, --devices 1..64, --ranks 0..64");
   if (g.version < 1 || g.version > 2) die("--version is 1 or 2");
-  if (g.pattern != "executor" && g.pattern != "window") die("--pattern is executor or window");
-  if (g.pattern == "window" && !g.tmpl.empty()) die("--template goes with --pattern executor");
+  if (g.pattern != "executor" && g.pattern != "window" && g.pattern != "program") die("--pattern is executor, window or program");
+  if (g.pattern != "executor" && !g.tmpl.empty()) die("--template goes with --pattern executor");
+  if ((g.pattern == "program") != !g.csv.empty()) die("--pattern program goes with --csv FILE, and only it");
   if (g.shape.live < 1 || g.shape.names < 0 || g.shape.layers < 0 || g.shape.stacks < 0)
     die("--live must be at least 1; --names, --layers and --stacks at least 0");
   if (g.shape.stacks > 0 && g.version < 2) die("--stacks needs --version 2 (version 1 has no call stacks)");

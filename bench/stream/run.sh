@@ -26,6 +26,7 @@ SHAPE_LIST=(
   "live16384-v1|--pattern window --live 16384 --names 10 --layers 61 --uses --version 1"
   "live32768-v1|--pattern window --live 32768 --names 10 --layers 61 --uses --version 1"
   "live65536-v1|--pattern window --live 65536 --names 10 --layers 61 --uses --version 1"
+  "llama-gen-v2|--pattern program --csv $(dirname "$0")/../arena/torch/instances/llama-generate.csv"
 )
 row() { printf '%-16s %11s %9s %9s %9s %10s %9s %9s\n' "$@"; }
 measure() {  # label events file cmd...: wall, CPU (user+sys), peak RSS, streamed, hand-offs
