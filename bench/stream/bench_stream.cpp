@@ -15,8 +15,8 @@
 //       0), --uses (use records), --traced (as the CUPTI tracer: no categories, kernels, backend
 //       cupti in the metadata), --seed S; `program`, the buffers of an arena instance from a real
 //       program (--csv: a MiniMalloc CSV, e.g. bench/arena/torch/instances/llama-generate.csv)
-//       again and again on D devices in lockstep, with a write and a read use each
-//       (program_trace.h).
+//       again and again on D devices in lockstep, each with a write use, and a read use when it
+//       lives two steps or more (program_trace.h); the window options do not apply.
 //   bench_stream read PATH
 //       Reads PATH frame by frame on one thread (TraceReader: checksum + decode) and reports MB/s.
 //   bench_stream analyze [--serial] [--no-handoffs] [--window N] PATH...
@@ -133,6 +133,7 @@ int generate(const GenerateArgs& a) {
     auto c = planner::read_arena_csv(a.csv);
     if (!c) die(c.status().message());
     program = std::move(c->buffers);
+    if (program.empty()) die(a.csv + ": no buffers");
   }
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t bytes = 0;

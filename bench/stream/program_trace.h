@@ -7,8 +7,9 @@
 // through its life (when it lives two steps or more: the CSV has no uses, and a last use before
 // the end is what makes a buffer a candidate for a hand-off) and a free at `upper`; at each step
 // the frees come first, then the allocations and their writes, then the reads. A repetition starts
-// after the previous one's last free, at the same addresses (one per buffer, as an allocator that
-// gives a buffer of the program the same block each iteration). Unnamed, unscoped, activations.
+// after the previous one's last free, at the same addresses (one block per buffer, blocks as large
+// as the largest buffer rounded up to 2 MiB, so none overlap: an allocator that gives a buffer of
+// the program the same block each iteration). Unnamed, unscoped, activations.
 #pragma once
 
 #include <algorithm>
@@ -29,6 +30,10 @@ void generate_program(const std::vector<planner::Buffer>& bufs, size_t target_ev
     uint32_t b;
   };
   std::vector<Step> steps;
+  uint64_t largest = 0;
+  for (const planner::Buffer& b : bufs) largest = std::max(largest, b.size);
+  constexpr uint64_t kBlock = uint64_t{2} << 20;
+  const uint64_t stride = (largest + kBlock - 1) / kBlock * kBlock + kBlock;
   for (size_t i = 0; i < bufs.size(); ++i) {
     const auto b = static_cast<uint32_t>(i);
     steps.push_back({bufs[i].lower, 1, b});
@@ -52,7 +57,7 @@ void generate_program(const std::vector<planner::Buffer>& bufs, size_t target_ev
       for (int d = 0; d < devices; ++d) {
         TraceRecord r;
         r.device = static_cast<uint16_t>(d);
-        r.address = 0x7f0000000000ULL + (uint64_t{s.b} << 28);
+        r.address = 0x7f0000000000ULL + uint64_t{s.b} * stride;
         r.bytes = bufs[s.b].size;
         if (s.order == 0) {
           r.kind = EventKind::kFree;

@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The test's files (up to 13 MB each) live in one directory, removed when the process ends.
+// The test's files (up to 17 MB each) live in one directory, removed when the process ends.
 struct TempDir {
   fs::path dir = fs::temp_directory_path() / ("moeprof_stream_shapes_test_" + std::to_string(::getpid()));
   ~TempDir() {
