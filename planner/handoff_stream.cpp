@@ -108,9 +108,10 @@ void HandoffStream::run_batch(const std::vector<Event>& b) {
   for (size_t i = 0; i < n; ++i) {
     // The batch was written on the replay's core: its lines are asked for 64 events ahead.
     if (hints && i % 2 == 0 && i + 64 < n) __builtin_prefetch(&b[i + 64]);
-    if (hints && !stopped_)
+    if (hints && !stopped_) {
       for (int stage = 0; stage < kStages; ++stage)
         if (i + kDist[stage] < n) prefetch_event(b[i + kDist[stage]], stage);
+    }
     const Event& e = b[i];
     switch (e.kind) {
       case Event::kAlloc: do_alloc(e); break;
@@ -288,12 +289,11 @@ void HandoffStream::drop(Key& k, Element& e) {
   }
   e.ref = kStale;
   --k.valid;
-  ++k.invalid;
 }
 
 // Stale elements go once they outnumber the current ones (not while settle() walks the order).
 void HandoffStream::maybe_compact(Key& k) {
-  if (k.invalid <= k.valid + 4) return;
+  if (k.invalid() <= k.valid + 4) return;
   const auto key = static_cast<uint32_t>(&k - keys_.data());
   size_t n = 0;
   for (size_t i = 0; i < k.order.size(); ++i) {
@@ -303,8 +303,7 @@ void HandoffStream::maybe_compact(Key& k) {
     e.back = n == 0 ? kNone : static_cast<uint32_t>(n - 1);
     k.order[n++] = e;
   }
-  k.order.resize(n);
-  k.invalid = 0;
+  k.order.shrink_to(n);
 }
 
 // A key with nothing waiting and nothing kept goes back to an index entry: none when no used buffer
@@ -312,12 +311,10 @@ void HandoffStream::maybe_compact(Key& k) {
 void HandoffStream::shrink_key(uint32_t key) {
   Key& k = keys_[key];
   if (k.valid > 1 || k.kept > 0 || k.head < k.queue.size()) return;
-  uint32_t single = kNone;
-  for (size_t i = k.order.size(); i-- > 0;)
-    if (valid(key, k.order[i])) {
-      single = k.order[i].ref;
-      break;
-    }
+  // The one current element, if any (over the back links: the stale ones after it are not read).
+  const uint32_t last = latest_current(k, static_cast<uint32_t>(k.order.size()));
+  assert(last == kNone || valid(key, k.order[last]));
+  const uint32_t single = last == kNone ? kNone : k.order[last].ref;
   if (single == kNone) {
     key_index_.erase({k.device, k.bytes});
   } else {
@@ -327,7 +324,7 @@ void HandoffStream::shrink_key(uint32_t key) {
   k.order.clear();
   k.queue.clear();
   k.head = 0;
-  k.valid = k.invalid = k.kept = 0;
+  k.valid = k.kept = 0;
   k.blocker = kNone;
   spare_keys_.push_back(key);
 }
@@ -376,7 +373,6 @@ void HandoffStream::do_use(const Event& e) {
     Key& k = keys_[key];
     blocked = k.blocker == slot && k.blocker_number == s.number;
     k.order[s.pos].ref = kStale;  // its earlier use was not its last: that element is stale
-    ++k.invalid;
   } else {
     uint32_t& index = key_index_[{e.device, e.bytes}];
     if (index == 0) {  // the first used buffer of its size
@@ -495,7 +491,7 @@ void HandoffStream::settle(uint32_t key) {
         for (Element& e : k.order)
           if ((e.ref & kKeptBit) && valid(key, e)) drop(k, e);
     } else if (k.head > 64 && 2 * k.head > k.queue.size()) {
-      k.queue.erase(k.queue.begin(), k.queue.begin() + static_cast<ptrdiff_t>(k.head));
+      k.queue.erase_front(k.head);
       k.head = 0;
     }
   }

@@ -35,12 +35,17 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "planner/address_map.h"
@@ -148,17 +153,71 @@ class HandoffStream {
   struct Queued {             // a waiting allocation in its key's queue, with its position (read
     uint32_t id, p;           // where it is decided, or checked against a buffer's last use)
   };
-  struct Key {
-    uint16_t device = 0;
+  // A vector of trivially copyable T in 16 B (pointer, 32-bit size and capacity), so that a Key
+  // fits one cache line.
+  template <class T>
+  class Small {
+   public:
+    Small() = default;
+    Small(Small&& o) noexcept : data_(o.data_), size_(o.size_), cap_(o.cap_) { o.data_ = nullptr, o.size_ = o.cap_ = 0; }
+    Small& operator=(Small&& o) noexcept {
+      if (this != &o) {
+        std::free(data_);
+        data_ = o.data_, size_ = o.size_, cap_ = o.cap_;
+        o.data_ = nullptr, o.size_ = o.cap_ = 0;
+      }
+      return *this;
+    }
+    Small(const Small&) = delete;
+    Small& operator=(const Small&) = delete;
+    ~Small() { std::free(data_); }
+    size_t size() const { return size_; }
+    size_t capacity() const { return cap_; }
+    bool empty() const { return size_ == 0; }
+    T* data() const { return data_; }
+    T* begin() const { return data_; }
+    T* end() const { return data_ + size_; }
+    T& operator[](size_t i) const { return data_[i]; }
+    T& back() const { return data_[size_ - 1]; }
+    void clear() { size_ = 0; }
+    void shrink_to(size_t n) { size_ = static_cast<uint32_t>(n); }  // n <= size()
+    void erase_front(size_t n) {  // n <= size()
+      std::memmove(data_, data_ + n, (size_ - n) * sizeof(T));
+      size_ -= static_cast<uint32_t>(n);
+    }
+    void push_back(const T& x) {
+      if (size_ == cap_) grow();
+      data_[size_++] = x;
+    }
+
+   private:
+    static_assert(std::is_trivially_copyable_v<T>);
+    void grow() {
+      if (cap_ >= (uint32_t{1} << 31)) throw std::length_error("hand-off search: a size's list outgrew 2^31 entries");
+      const uint32_t cap = cap_ == 0 ? 4 : 2 * cap_;
+      void* p = std::realloc(data_, size_t{cap} * sizeof(T));
+      if (p == nullptr) throw std::bad_alloc();
+      data_ = static_cast<T*>(p);
+      cap_ = cap;
+    }
+    T* data_ = nullptr;
+    uint32_t size_ = 0, cap_ = 0;
+  };
+  // A (device, bytes) with an order: one cache line. Its elements are `valid` current ones (open
+  // or kept) and order.size() - valid stale ones.
+  struct alignas(64) Key {
     uint64_t bytes = 0;
-    std::vector<Element> order;   // by u, ascending
-    std::vector<Queued> queue;    // waiting allocations in allocation order, from `head`
-    size_t head = 0;
-    uint32_t valid = 0, invalid = 0, kept = 0;  // elements: current ones (open or kept), stale ones
+    Small<Element> order;   // by u, ascending
+    Small<Queued> queue;    // waiting allocations in allocation order, from `head`
+    uint32_t head = 0;
+    uint32_t valid = 0, kept = 0;
     // The open buffer the first waiting allocation waits on: the latest valid element before its
     // position (every element between is stale). Only its next use or its free decides.
     uint32_t blocker = kNone, blocker_number = 0;
+    uint16_t device = 0;
+    size_t invalid() const { return order.size() - valid; }
   };
+  static_assert(sizeof(Key) == 64, "a hand-off key is one cache line");
   struct Pair {
     uint32_t a = 0, b = 0, number = 0;  // [a, b): L.alloc to M.free so far; number: L's
     uint64_t bytes = 0;
