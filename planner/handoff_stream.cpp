@@ -450,6 +450,8 @@ void HandoffStream::settle(uint32_t key) {
   k.blocker = kNone;
   while (k.head < k.queue.size()) {
     const uint32_t wid = k.queue[k.head].id, p = k.queue[k.head].p;
+    // The next waiting allocation's record, read if this one is decided and it is too.
+    if (k.head + 1 < k.queue.size()) prefetch_object(&waits_[k.queue[k.head + 1].id]);
     // Elements of uses before p, latest first: the first current one decides.
     auto it = std::lower_bound(k.order.begin(), k.order.end(), p, [](const Element& e, uint32_t x) { return e.u < x; });
     bool found = false;
