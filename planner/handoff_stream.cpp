@@ -304,6 +304,7 @@ void HandoffStream::maybe_compact(Key& k) {
     k.order[n++] = e;
   }
   k.order.shrink_to(n);
+  assert(n == k.valid);  // the stale count, order.size() - valid, is now 0
 }
 
 // A key with nothing waiting and nothing kept goes back to an index entry: none when no used buffer

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cassert>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -177,11 +178,18 @@ class HandoffStream {
     T* data() const { return data_; }
     T* begin() const { return data_; }
     T* end() const { return data_ + size_; }
-    T& operator[](size_t i) const { return data_[i]; }
+    T& operator[](size_t i) const {
+      assert(i < size_);
+      return data_[i];
+    }
     T& back() const { return data_[size_ - 1]; }
     void clear() { size_ = 0; }
-    void shrink_to(size_t n) { size_ = static_cast<uint32_t>(n); }  // n <= size()
-    void erase_front(size_t n) {  // n <= size()
+    void shrink_to(size_t n) {
+      assert(n <= size_);
+      size_ = static_cast<uint32_t>(n);
+    }
+    void erase_front(size_t n) {
+      assert(n <= size_);
       std::memmove(data_, data_ + n, (size_ - n) * sizeof(T));
       size_ -= static_cast<uint32_t>(n);
     }
@@ -218,6 +226,7 @@ class HandoffStream {
     size_t invalid() const { return order.size() - valid; }
   };
   static_assert(sizeof(Key) == 64, "a hand-off key is one cache line");
+  static_assert(std::is_nothrow_move_constructible_v<Key>, "keys_ moves its keys as it grows");
   struct Pair {
     uint32_t a = 0, b = 0, number = 0;  // [a, b): L.alloc to M.free so far; number: L's
     uint64_t bytes = 0;
