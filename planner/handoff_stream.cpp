@@ -108,10 +108,9 @@ void HandoffStream::run_batch(const std::vector<Event>& b) {
   for (size_t i = 0; i < n; ++i) {
     // The batch was written on the replay's core: its lines are asked for 64 events ahead.
     if (hints && i % 2 == 0 && i + 64 < n) __builtin_prefetch(&b[i + 64]);
-    if (hints && !stopped_) {
+    if (hints && !stopped_)
       for (int stage = 0; stage < kStages; ++stage)
         if (i + kDist[stage] < n) prefetch_event(b[i + kDist[stage]], stage);
-    }
     const Event& e = b[i];
     switch (e.kind) {
       case Event::kAlloc: do_alloc(e); break;

@@ -175,14 +175,19 @@ class HandoffStream {
     size_t size() const { return size_; }
     size_t capacity() const { return cap_; }
     bool empty() const { return size_ == 0; }
-    T* data() const { return data_; }
-    T* begin() const { return data_; }
-    T* end() const { return data_ + size_; }
-    T& operator[](size_t i) const {
+    T* data() { return data_; }
+    const T* data() const { return data_; }
+    T* begin() { return data_; }
+    T* end() { return data_ + size_; }
+    T& operator[](size_t i) {
       assert(i < size_);
       return data_[i];
     }
-    T& back() const { return data_[size_ - 1]; }
+    const T& operator[](size_t i) const {
+      assert(i < size_);
+      return data_[i];
+    }
+    const T& back() const { return (*this)[size_ - 1]; }
     void clear() { size_ = 0; }
     void shrink_to(size_t n) {
       assert(n <= size_);
