@@ -4,18 +4,19 @@
 #include <algorithm>
 #include <cassert>
 #include <system_error>
+#include <utility>
 
 namespace moeprof::planner {
 
-template <class T>
-uint32_t HandoffStream::put(std::vector<T>& v, std::vector<uint32_t>& spare, T x) {
+template <class T, class U>
+uint32_t HandoffStream::put(std::vector<T>& v, std::vector<uint32_t>& spare, U&& x) {
   if (!spare.empty()) {
     const uint32_t id = spare.back();
     spare.pop_back();
-    v[id] = std::move(x);
+    v[id] = std::forward<U>(x);
     return id;
   }
-  v.push_back(std::move(x));
+  v.push_back(std::forward<U>(x));
   return static_cast<uint32_t>(v.size() - 1);
 }
 
@@ -97,20 +98,28 @@ void HandoffStream::work() {
 }
 
 // Hints run ahead of the decisions within the batch, each stage loading what the one before made
-// readable: the index entry or slot 32 events ahead, the one buffer of an index entry or the index
-// entry of a slot 24 ahead, the key 16 ahead, its order's element and waiting queue 8 ahead, the
-// first waiting allocation's record 4 ahead.
+// readable: the index entry or slot 32 events ahead; 24 ahead, the key that the entry or slot
+// names is noted in a ring (with the one buffer of an index entry, or a slot's index entry, pair
+// and waiting record, hinted); the key 16 ahead, its order's element and waiting queue 8 ahead,
+// the first waiting allocation's record 4 ahead, all from the ring. (Each stage once looked the
+// event up again: four hash probes per allocation, twice the instructions of the decisions.)
 void HandoffStream::run_batch(const std::vector<Event>& b) {
-  constexpr int kStages = 5;
-  constexpr size_t kDist[kStages] = {32, 24, 16, 8, 4};
+  constexpr size_t kDist[5] = {32, 24, 16, 8, 4};
+  constexpr size_t kRing = 32;  // more than the 20 events between a note and its last reader
   const size_t n = b.size();
   const bool hints = slots_.size() >= kManyLiveSlots;  // as Replayer::prefetching
+  Hint ring[kRing];
+  std::fill(std::begin(ring), std::end(ring), Hint{kNone, kNone});
   for (size_t i = 0; i < n; ++i) {
-    // The batch was written on the replay's core: its lines are asked for 64 events ahead.
-    if (hints && i % 2 == 0 && i + 64 < n) __builtin_prefetch(&b[i + 64]);
-    if (hints && !stopped_)
-      for (int stage = 0; stage < kStages; ++stage)
-        if (i + kDist[stage] < n) prefetch_event(b[i + kDist[stage]], stage);
+    if (hints && !stopped_) {
+      // The batch was written on the replay's core: its lines are asked for 64 events ahead.
+      if (i % 2 == 0 && i + 64 < n) __builtin_prefetch(&b[i + 64]);
+      if (i + kDist[0] < n) hint_first(b[i + kDist[0]]);
+      if (i + kDist[1] < n) ring[(i + kDist[1]) % kRing] = hint_key_of(b[i + kDist[1]]);
+      if (i + kDist[2] < n) prefetch_key(ring[(i + kDist[2]) % kRing], 2);
+      if (i + kDist[3] < n) prefetch_key(ring[(i + kDist[3]) % kRing], 3);
+      if (i + kDist[4] < n) prefetch_key(ring[(i + kDist[4]) % kRing], 4);
+    }
     const Event& e = b[i];
     switch (e.kind) {
       case Event::kAlloc: do_alloc(e); break;
@@ -122,43 +131,45 @@ void HandoffStream::run_batch(const std::vector<Event>& b) {
   }
 }
 
-void HandoffStream::prefetch_event(const Event& e, int stage) const {
+// Stage 0: what the event looks up first, its size's index entry or its slot.
+void HandoffStream::hint_first(const Event& e) const {
   if (e.kind == Event::kAlloc) {
-    if (e.bytes == 0) return;
-    if (stage == 0) {
-      key_index_.prefetch({e.device, e.bytes});
-      return;
-    }
+    if (e.bytes != 0) key_index_.prefetch({e.device, e.bytes});
+  } else if ((e.kind == Event::kUse || e.kind == Event::kRelease) && e.slot < slots_.size()) {
+    prefetch_object(&slots_[e.slot]);
+  }
+}
+
+// Stage 1: the key the event will read, and its element's index for a use or a release.
+HandoffStream::Hint HandoffStream::hint_key_of(const Event& e) const {
+  if (e.kind == Event::kAlloc) {
+    if (e.bytes == 0) return Hint{kNone, kNone};
     const uint32_t* v = key_index_.find({e.device, e.bytes});
-    if (v == nullptr) return;
-    if (!(*v & kSingleBit)) prefetch_key(*v - 1, kNone, stage);
-    else if (stage == 1 && (*v & ~kSingleBit) < slots_.size()) prefetch_object(&slots_[*v & ~kSingleBit]);
-    return;
+    if (v == nullptr) return Hint{kNone, kNone};
+    if (!(*v & kSingleBit)) return Hint{*v - 1, kNone};
+    if ((*v & ~kSingleBit) < slots_.size()) prefetch_object(&slots_[*v & ~kSingleBit]);  // the one buffer
+    return Hint{kNone, kNone};
   }
-  if ((e.kind != Event::kUse && e.kind != Event::kRelease) || e.slot >= slots_.size()) return;
+  if ((e.kind != Event::kUse && e.kind != Event::kRelease) || e.slot >= slots_.size()) return Hint{kNone, kNone};
   const SlotState& s = slots_[e.slot];
-  if (stage == 0) {
-    prefetch_object(&s);
-    return;
-  }
   // A buffer alone of its size reads its index entry as it is released (erased), and so does the
   // first use of a buffer with no key (looked up, perhaps inserted).
-  if (stage == 1 && e.bytes != 0 && (e.kind == Event::kRelease ? s.key == kSingle : s.key == kNone))
-    key_index_.prefetch({e.device, e.bytes});
-  if (stage == 2 && e.kind == Event::kRelease) {  // what a release reads besides its key
+  if (e.bytes != 0 && (e.kind == Event::kRelease ? s.key == kSingle : s.key == kNone)) key_index_.prefetch({e.device, e.bytes});
+  if (e.kind == Event::kRelease) {  // what a release reads besides its key
     if (s.pair < pairs_.size()) __builtin_prefetch(&pairs_[s.pair]);
     if (s.wait < waits_.size()) __builtin_prefetch(&waits_[s.wait]);
   }
-  if (stage >= 2) prefetch_key(s.key, s.pos, stage);
+  return Hint{s.key, s.pos};
 }
 
 // Stage 2: the key; stage 3: its order's element `pos` (a use marks it stale, a release reads
 // it), the order's end (a use appends there, an allocation's settle() reads back from there) and
 // the waiting queue's ends; stage 4: the record of the first waiting allocation (read once
 // settle() decides it).
-void HandoffStream::prefetch_key(uint32_t key, uint32_t pos, int stage) const {
-  if (key >= keys_.size()) return;  // kNone, kSingle
-  const Key& k = keys_[key];
+void HandoffStream::prefetch_key(Hint h, int stage) const {
+  if (h.key >= keys_.size()) return;  // kNone, kSingle (or a key since freed: a hint only)
+  const Key& k = keys_[h.key];
+  const uint32_t pos = h.pos;
   if (stage == 2) {
     prefetch_object(&k);
     return;
@@ -192,6 +203,7 @@ void HandoffStream::stop(std::string reason) {
   decltype(slots_)().swap(slots_);
   key_index_ = DeviceMap();
   decltype(keys_)().swap(keys_);
+  blocks_.clear();
   std::vector<Kept>().swap(kept_);
   std::vector<Waiting>().swap(waits_);
   std::vector<Pair>().swap(pairs_);
@@ -257,7 +269,7 @@ bool HandoffStream::valid(uint32_t key, const Element& e) const {
 
 void HandoffStream::append(Key& k, uint32_t u, uint32_t ref, uint32_t number) {
   const auto n = static_cast<uint32_t>(k.order.size());
-  k.order.push_back(Element{u, ref, number, n == 0 ? kNone : n - 1});
+  k.order.push_back(Element{u, ref, number, n == 0 ? kNone : n - 1}, blocks_);
 }
 
 // The latest current element before index `end` (kNone: none), found over the back links, which
@@ -352,7 +364,7 @@ void HandoffStream::do_alloc(const Event& e) {
   const uint32_t id = put(waits_, spare_waits_, w);
   s.wait = id;
   Key& k = keys_[key];
-  k.queue.push_back(Queued{id, e.pos});
+  k.queue.push_back(Queued{id, e.pos}, blocks_);
   count_waiting(1);
   if (stopped_) return;
   if (k.queue.size() - k.head == 1) settle(key);
@@ -453,7 +465,10 @@ void HandoffStream::settle(uint32_t key) {
     // The next waiting allocation's record, read if this one is decided and it is too.
     if (k.head + 1 < k.queue.size()) prefetch_object(&waits_[k.queue[k.head + 1].id]);
     // Elements of uses before p, latest first: the first current one decides.
-    auto it = std::lower_bound(k.order.begin(), k.order.end(), p, [](const Element& e, uint32_t x) { return e.u < x; });
+    // (An allocation just made comes after every use: the search starts at the order's end.)
+    auto it = k.order.empty() || k.order.back().u < p
+                  ? k.order.end()
+                  : std::lower_bound(k.order.begin(), k.order.end(), p, [](const Element& e, uint32_t x) { return e.u < x; });
     bool found = false;
     Found m{};
     for (uint32_t i = latest_current(k, static_cast<uint32_t>(it - k.order.begin())); i != kNone; i = latest_current(k, i)) {

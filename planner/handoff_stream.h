@@ -41,6 +41,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <iterator>
 #include <mutex>
 #include <new>
 #include <stdexcept>
@@ -119,7 +120,11 @@ class HandoffStream {
   void do_use(const Event& e);
   void do_release(const Event& e);
   void do_peak(const Event& e);
-  void prefetch_event(const Event& e, int stage) const;
+  struct Hint {  // what a stage of the hints found for an event, for the later stages
+    uint32_t key, pos;
+  };
+  void hint_first(const Event& e) const;
+  Hint hint_key_of(const Event& e) const;
 
   static constexpr uint32_t kNone = UINT32_MAX;
   static constexpr uint32_t kNoFree = UINT32_MAX;
@@ -127,7 +132,9 @@ class HandoffStream {
   static constexpr uint32_t kStale = UINT32_MAX;  // Element::ref of an element no longer current
   static constexpr uint32_t kSingleBit = 1u << 31;  // in key_index_: the one buffer's slot, no key
   static constexpr uint32_t kSingle = UINT32_MAX - 1;  // SlotState::key of that buffer
-  struct SlotState {          // per replayer slot: the lifetime as a buffer M and as an allocation L
+  // The records read at random are 32-byte aligned, so that none spans two cache lines (16-byte
+  // aligned, as malloc gives them, half of them did: two misses where one would do).
+  struct alignas(32) SlotState {  // per replayer slot: the lifetime as a buffer M and as an allocation L
     uint32_t number = 0;      // the lifetime's number (allocation order)
     uint32_t key = kNone;     // its key while it is an open, used buffer (kSingle: alone, no key)
     uint32_t u = 0, pos = 0;  // its latest use, and that use's element in the key's order
@@ -142,20 +149,80 @@ class HandoffStream {
     // element once stale stays stale until compaction, so the links only ever shorten the walk).
     uint32_t back;
   };
-  struct Kept {               // a freed buffer held for waiting allocations
+  struct alignas(32) Kept {   // a freed buffer held for waiting allocations
     uint32_t u = 0, number = 0, free = 0;
     uint32_t name = 0, scope = 0;
     bool valid = false;
   };
-  struct Waiting {            // an allocation L not decided yet
+  struct alignas(32) Waiting {  // an allocation L not decided yet
     uint32_t p = 0, number = 0, free = kNoFree, slot = kNone;
     uint32_t name = 0, scope = 0;
   };
   struct Queued {             // a waiting allocation in its key's queue, with its position (read
     uint32_t id, p;           // where it is decided, or checked against a buffer's last use)
   };
+  // The blocks of the keys' vectors: 64-byte aligned, of 64 B to 4 KiB in powers of two, carved
+  // from 1-MiB chunks and kept on a free list per size once given back; larger ones come from
+  // aligned_alloc. (From malloc, a block of 64 B had a 16-byte header before it and spanned two
+  // cache lines three times in four, and malloc's own bookkeeping missed the caches too.)
+  class BlockPool {
+   public:
+    static constexpr size_t kMin = 64, kMaxPooled = 4096, kChunk = size_t{1} << 20;
+    BlockPool() = default;
+    BlockPool(const BlockPool&) = delete;
+    BlockPool& operator=(const BlockPool&) = delete;
+    ~BlockPool() { clear(); }
+    // A block of `bytes`, a power of two of at least kMin.
+    void* get(size_t bytes) {
+      assert(bytes >= kMin && (bytes & (bytes - 1)) == 0);
+      if (bytes > kMaxPooled) return checked(std::aligned_alloc(kMin, bytes));
+      void*& head = free_[list_of(bytes)];
+      if (head != nullptr) {
+        void* b = head;
+        std::memcpy(&head, b, sizeof head);
+        return b;
+      }
+      if (static_cast<size_t>(end_ - next_) < bytes) {
+        chunks_.push_back(nullptr);  // room first: the chunk is not lost if this throws
+        chunks_.back() = checked(std::aligned_alloc(kMin, kChunk));
+        next_ = static_cast<char*>(chunks_.back());
+        end_ = next_ + kChunk;
+      }
+      void* b = next_;
+      next_ += bytes;
+      return b;
+    }
+    void put(void* b, size_t bytes) {
+      if (b == nullptr) return;
+      if (bytes > kMaxPooled) {
+        std::free(b);
+        return;
+      }
+      void*& head = free_[list_of(bytes)];
+      std::memcpy(b, &head, sizeof head);
+      head = b;
+    }
+    // Every pooled block at once (the blocks of kMaxPooled and less need not be given back).
+    void clear() {
+      for (void* c : chunks_) std::free(c);
+      chunks_.clear();
+      std::fill(std::begin(free_), std::end(free_), nullptr);
+      next_ = end_ = nullptr;
+    }
+
+   private:
+    static void* checked(void* p) {
+      if (p == nullptr) throw std::bad_alloc();
+      return p;
+    }
+    static size_t list_of(size_t bytes) { return static_cast<size_t>(__builtin_ctzll(bytes / kMin)); }
+    void* free_[7] = {};  // 64 B .. 4 KiB
+    std::vector<void*> chunks_;
+    char *next_ = nullptr, *end_ = nullptr;
+  };
   // A vector of trivially copyable T in 16 B (pointer, 32-bit size and capacity), so that a Key
-  // fits one cache line.
+  // fits one cache line. Its block comes from the search's BlockPool (growth takes the pool); the
+  // pool owns the blocks of its chunks, so a vector frees only a block larger than those.
   template <class T>
   class Small {
    public:
@@ -163,7 +230,7 @@ class HandoffStream {
     Small(Small&& o) noexcept : data_(o.data_), size_(o.size_), cap_(o.cap_) { o.data_ = nullptr, o.size_ = o.cap_ = 0; }
     Small& operator=(Small&& o) noexcept {
       if (this != &o) {
-        std::free(data_);
+        release();
         data_ = o.data_, size_ = o.size_, cap_ = o.cap_;
         o.data_ = nullptr, o.size_ = o.cap_ = 0;
       }
@@ -171,7 +238,7 @@ class HandoffStream {
     }
     Small(const Small&) = delete;
     Small& operator=(const Small&) = delete;
-    ~Small() { std::free(data_); }
+    ~Small() { release(); }
     size_t size() const { return size_; }
     size_t capacity() const { return cap_; }
     bool empty() const { return size_ == 0; }
@@ -198,20 +265,26 @@ class HandoffStream {
       std::memmove(data_, data_ + n, (size_ - n) * sizeof(T));
       size_ -= static_cast<uint32_t>(n);
     }
-    void push_back(const T& x) {
-      if (size_ == cap_) grow();
+    void push_back(const T& x, BlockPool& pool) {
+      if (size_ == cap_) grow(pool);
       data_[size_++] = x;
     }
 
    private:
-    static_assert(std::is_trivially_copyable_v<T>);
-    void grow() {
+    static_assert(std::is_trivially_copyable_v<T> && (sizeof(T) & (sizeof(T) - 1)) == 0 && sizeof(T) <= BlockPool::kMin);
+    void grow(BlockPool& pool) {
       if (cap_ >= (uint32_t{1} << 31)) throw std::length_error("hand-off search: a size's list outgrew 2^31 entries");
-      const uint32_t cap = cap_ == 0 ? 4 : 2 * cap_;
-      void* p = std::realloc(data_, size_t{cap} * sizeof(T));
-      if (p == nullptr) throw std::bad_alloc();
-      data_ = static_cast<T*>(p);
+      const uint32_t cap = cap_ == 0 ? static_cast<uint32_t>(BlockPool::kMin / sizeof(T)) : 2 * cap_;
+      T* p = static_cast<T*>(pool.get(size_t{cap} * sizeof(T)));
+      if (size_ > 0) std::memcpy(p, data_, size_t{size_} * sizeof(T));
+      pool.put(data_, size_t{cap_} * sizeof(T));
+      data_ = p;
       cap_ = cap;
+    }
+    void release() {
+      if (size_t{cap_} * sizeof(T) > BlockPool::kMaxPooled) std::free(data_);
+      data_ = nullptr;
+      size_ = cap_ = 0;
     }
     T* data_ = nullptr;
     uint32_t size_ = 0, cap_ = 0;
@@ -231,13 +304,16 @@ class HandoffStream {
     size_t invalid() const { return order.size() - valid; }
   };
   static_assert(sizeof(Key) == 64, "a hand-off key is one cache line");
+
   static_assert(std::is_nothrow_move_constructible_v<Key>, "keys_ moves its keys as it grows");
-  struct Pair {
+  struct alignas(32) Pair {
     uint32_t a = 0, b = 0, number = 0;  // [a, b): L.alloc to M.free so far; number: L's
     uint64_t bytes = 0;
     uint16_t device = 0;
     bool listed = false;
   };
+  static_assert(sizeof(SlotState) == 32 && sizeof(Kept) == 32 && sizeof(Waiting) == 32 && sizeof(Pair) == 32,
+                "records of half a line");
   struct Listed {  // a listed hand-off; names as string ids until finish()
     uint32_t alloc_lifetime = 0, dead_lifetime = 0;
     uint64_t bytes = 0;
@@ -250,8 +326,8 @@ class HandoffStream {
     uint32_t name, scope;
   };
 
-  void prefetch_key(uint32_t key, uint32_t pos, int stage) const;
-  static void append(Key& k, uint32_t u, uint32_t ref, uint32_t number);
+  void prefetch_key(Hint h, int stage) const;
+  void append(Key& k, uint32_t u, uint32_t ref, uint32_t number);
   static uint32_t latest_current(Key& k, uint32_t end);
   uint32_t new_key(uint16_t device, uint64_t bytes);
   uint32_t promote(uint32_t& index_value, uint16_t device, uint64_t bytes);
@@ -264,8 +340,8 @@ class HandoffStream {
   void shrink_key(uint32_t key);
   void count_waiting(ptrdiff_t delta);
   void stop(std::string reason);
-  template <class T>
-  static uint32_t put(std::vector<T>& v, std::vector<uint32_t>& spare, T x);
+  template <class T, class U>
+  static uint32_t put(std::vector<T>& v, std::vector<uint32_t>& spare, U&& x);
 
   // The caller's side, written at every event: a cache line of its own. (Beside the search's
   // settings, read at every decision, each push made the thread's next read a miss.)
@@ -289,6 +365,7 @@ class HandoffStream {
   size_t waiting_ = 0, max_seen_ = 0;
   std::vector<SlotState> slots_;
   DeviceMap key_index_;  // (device, bytes) -> 1 + key, or kSingleBit | slot of the one used buffer
+  BlockPool blocks_;     // the keys' vectors (declared first: it outlives them)
   std::vector<Key> keys_;
   std::vector<Kept> kept_;
   std::vector<Waiting> waits_;
