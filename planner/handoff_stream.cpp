@@ -99,12 +99,12 @@ void HandoffStream::work() {
 
 // Hints run ahead of the decisions within the batch, each stage loading what the one before made
 // readable: the index entry or slot 32 events ahead; 24 ahead, the key that the entry or slot
-// names is noted in a ring (with the one buffer of an index entry, or a slot's index entry, pair
-// and waiting record, hinted); the key 16 ahead, its order's element and waiting queue 8 ahead,
-// the first waiting allocation's record 4 ahead, all from the ring. (Each stage once looked the
-// event up again: four hash probes per allocation, twice the instructions of the decisions.)
+// names (with the one buffer of an index entry, or a slot's index entry, pair and waiting record),
+// noted in a ring; its order's element and waiting queue 8 ahead, and the first waiting
+// allocation's record 4 ahead, both from the ring. (Each stage once looked the event up again:
+// four hash probes per allocation, more instructions than the decisions.)
 void HandoffStream::run_batch(const std::vector<Event>& b) {
-  constexpr size_t kDist[5] = {32, 24, 16, 8, 4};
+  constexpr size_t kFirst = 32, kKey = 24, kOrder = 8, kRecord = 4;
   constexpr size_t kRing = 32;  // more than the 20 events between a note and its last reader
   const size_t n = b.size();
   const bool hints = slots_.size() >= kManyLiveSlots;  // as Replayer::prefetching
@@ -114,11 +114,10 @@ void HandoffStream::run_batch(const std::vector<Event>& b) {
     if (hints && !stopped_) {
       // The batch was written on the replay's core: its lines are asked for 64 events ahead.
       if (i % 2 == 0 && i + 64 < n) __builtin_prefetch(&b[i + 64]);
-      if (i + kDist[0] < n) hint_first(b[i + kDist[0]]);
-      if (i + kDist[1] < n) ring[(i + kDist[1]) % kRing] = hint_key_of(b[i + kDist[1]]);
-      if (i + kDist[2] < n) prefetch_key(ring[(i + kDist[2]) % kRing], 2);
-      if (i + kDist[3] < n) prefetch_key(ring[(i + kDist[3]) % kRing], 3);
-      if (i + kDist[4] < n) prefetch_key(ring[(i + kDist[4]) % kRing], 4);
+      if (i + kFirst < n) hint_first(b[i + kFirst]);
+      if (i + kKey < n) ring[(i + kKey) % kRing] = hint_key_of(b[i + kKey]);
+      if (i + kOrder < n) hint_order(ring[(i + kOrder) % kRing]);
+      if (i + kRecord < n) hint_record(ring[(i + kRecord) % kRing]);
     }
     const Event& e = b[i];
     switch (e.kind) {
@@ -140,52 +139,54 @@ void HandoffStream::hint_first(const Event& e) const {
   }
 }
 
-// Stage 1: the key the event will read, and its element's index for a use or a release.
+// Stage 1: the key the event will read (its line is asked for at once: its address needs no
+// load), and its element's index for a use or a release.
 HandoffStream::Hint HandoffStream::hint_key_of(const Event& e) const {
+  Hint h{kNone, kNone};
   if (e.kind == Event::kAlloc) {
-    if (e.bytes == 0) return Hint{kNone, kNone};
+    if (e.bytes == 0) return h;
     const uint32_t* v = key_index_.find({e.device, e.bytes});
-    if (v == nullptr) return Hint{kNone, kNone};
-    if (!(*v & kSingleBit)) return Hint{*v - 1, kNone};
-    if ((*v & ~kSingleBit) < slots_.size()) prefetch_object(&slots_[*v & ~kSingleBit]);  // the one buffer
-    return Hint{kNone, kNone};
+    if (v == nullptr) return h;
+    if (*v & kSingleBit) {
+      if ((*v & ~kSingleBit) < slots_.size()) prefetch_object(&slots_[*v & ~kSingleBit]);  // the one buffer
+      return h;
+    }
+    h.key = *v - 1;
+  } else if ((e.kind == Event::kUse || e.kind == Event::kRelease) && e.slot < slots_.size()) {
+    const SlotState& s = slots_[e.slot];
+    // A buffer alone of its size reads its index entry as it is released (erased), and so does the
+    // first use of a buffer with no key (looked up, perhaps inserted).
+    if (e.bytes != 0 && (e.kind == Event::kRelease ? s.key == kSingle : s.key == kNone)) key_index_.prefetch({e.device, e.bytes});
+    if (e.kind == Event::kRelease) {  // what a release reads besides its key
+      if (s.pair < pairs_.size()) __builtin_prefetch(&pairs_[s.pair]);
+      if (s.wait < waits_.size()) __builtin_prefetch(&waits_[s.wait]);
+    }
+    h = Hint{s.key, s.pos};
   }
-  if ((e.kind != Event::kUse && e.kind != Event::kRelease) || e.slot >= slots_.size()) return Hint{kNone, kNone};
-  const SlotState& s = slots_[e.slot];
-  // A buffer alone of its size reads its index entry as it is released (erased), and so does the
-  // first use of a buffer with no key (looked up, perhaps inserted).
-  if (e.bytes != 0 && (e.kind == Event::kRelease ? s.key == kSingle : s.key == kNone)) key_index_.prefetch({e.device, e.bytes});
-  if (e.kind == Event::kRelease) {  // what a release reads besides its key
-    if (s.pair < pairs_.size()) __builtin_prefetch(&pairs_[s.pair]);
-    if (s.wait < waits_.size()) __builtin_prefetch(&waits_[s.wait]);
-  }
-  return Hint{s.key, s.pos};
+  if (h.key < keys_.size()) prefetch_object(&keys_[h.key]);  // not kNone or kSingle
+  return h;
 }
 
-// Stage 2: the key; stage 3: its order's element `pos` (a use marks it stale, a release reads
-// it), the order's end (a use appends there, an allocation's settle() reads back from there) and
-// the waiting queue's ends; stage 4: the record of the first waiting allocation (read once
-// settle() decides it).
-void HandoffStream::prefetch_key(Hint h, int stage) const {
-  if (h.key >= keys_.size()) return;  // kNone, kSingle (or a key since freed: a hint only)
+// Stage 2: the key's order element `pos` (a use marks it stale, a release reads it), the order's
+// end (a use appends there, an allocation's settle() reads back from there) and the waiting
+// queue's ends. A key noted in the ring may have been freed or reused since: a hint only.
+void HandoffStream::hint_order(Hint h) const {
+  if (h.key >= keys_.size()) return;
   const Key& k = keys_[h.key];
-  const uint32_t pos = h.pos;
-  if (stage == 2) {
-    prefetch_object(&k);
-    return;
-  }
-  if (stage == 4) {
-    if (k.head < k.queue.size() && k.queue[k.head].id < waits_.size()) prefetch_object(&waits_[k.queue[k.head].id]);
-    return;
-  }
-  if (stage != 3) return;
-  if (pos < k.order.size()) __builtin_prefetch(&k.order[pos]);
+  if (h.pos < k.order.size()) __builtin_prefetch(&k.order[h.pos]);
   if (k.order.size() < k.order.capacity()) __builtin_prefetch(k.order.data() + k.order.size());
   else if (!k.order.empty()) __builtin_prefetch(&k.order.back());
   if (k.head < k.queue.size()) {
     __builtin_prefetch(&k.queue[k.head]);
     __builtin_prefetch(&k.queue.back());
   }
+}
+
+// Stage 3: the record of the key's first waiting allocation (read once settle() decides it).
+void HandoffStream::hint_record(Hint h) const {
+  if (h.key >= keys_.size()) return;
+  const Key& k = keys_[h.key];
+  if (k.head < k.queue.size() && k.queue[k.head].id < waits_.size()) prefetch_object(&waits_[k.queue[k.head].id]);
 }
 
 void HandoffStream::count_waiting(ptrdiff_t delta) {

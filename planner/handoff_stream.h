@@ -125,6 +125,8 @@ class HandoffStream {
   };
   void hint_first(const Event& e) const;
   Hint hint_key_of(const Event& e) const;
+  void hint_order(Hint h) const;
+  void hint_record(Hint h) const;
 
   static constexpr uint32_t kNone = UINT32_MAX;
   static constexpr uint32_t kNoFree = UINT32_MAX;
@@ -326,7 +328,6 @@ class HandoffStream {
     uint32_t name, scope;
   };
 
-  void prefetch_key(Hint h, int stage) const;
   void append(Key& k, uint32_t u, uint32_t ref, uint32_t number);
   static uint32_t latest_current(Key& k, uint32_t end);
   uint32_t new_key(uint16_t device, uint64_t bytes);
