@@ -12,11 +12,6 @@
 
 namespace moeprof::planner {
 
-bool is_replayed(EventKind kind) {
-  return kind == EventKind::kAlloc || kind == EventKind::kFree || kind == EventKind::kUse ||
-         kind == EventKind::kPoolReserve || kind == EventKind::kGraphMem;
-}
-
 Replayer::Replayer(const std::vector<std::string>& strings, const AnalyzeOptions& opt, uint64_t t0, uint64_t t1,
                    size_t expected_allocs, const StackTable* stacks, HandoffSearch search)
     : opt_(opt), keep_all_(opt.keep_lifetimes || (opt.findings && search == HandoffSearch::kAtEnd)), t0_(t0), t1_(t1),

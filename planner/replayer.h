@@ -32,7 +32,11 @@ inline constexpr uint32_t kNoIndex = UINT32_MAX;
 // this bit set, the stack id of an unnamed allocation.
 inline constexpr uint64_t kGroupByStack = uint64_t{1} << 31;
 
-bool is_replayed(EventKind kind);
+// Asked of every record: inline.
+inline bool is_replayed(EventKind kind) {
+  return kind == EventKind::kAlloc || kind == EventKind::kFree || kind == EventKind::kUse ||
+         kind == EventKind::kPoolReserve || kind == EventKind::kGraphMem;
+}
 inline bool live_at(const Lifetime& l, uint32_t pos) {
   return l.alloc_index <= pos && pos < l.free_index && l.bytes > 0;
 }

@@ -28,7 +28,7 @@ class Timeline {
     if (points > 0 && buckets_ == 0) buckets_ = 1;
     points_ = points;
     adaptive_ = true;
-    width_ = 1;
+    width_log2_ = 0;
     started_ = false;
   }
   void sample(uint64_t ts, uint64_t v) {
@@ -38,10 +38,13 @@ class Timeline {
         t0_ = ts;
         started_ = true;
       }
-      uint64_t b = ts > t0_ ? (ts - t0_) / width_ : 0;
+      // The width is a power of two: a shift, not a division (two samples per allocation and
+      // free, on the replay's critical path).
+      const uint64_t dt = ts > t0_ ? ts - t0_ : 0;
+      uint64_t b = dt >> width_log2_;
       while (b >= buckets_) {
         widen();
-        b = ts > t0_ ? (ts - t0_) / width_ : 0;
+        b = width_log2_ < 64 ? dt >> width_log2_ : 0;  // (a width of 2^64 holds any range)
       }
       put(b, ts, v);
       return;
@@ -85,7 +88,7 @@ class Timeline {
     if (v > k.hi.second) k.hi = {ts, v};
   }
   void widen() {
-    width_ *= 2;
+    ++width_log2_;  // at most 64: sample() stops there
     std::vector<Bucket> merged;
     for (Bucket k : out_) {
       k.bucket /= 2;
@@ -103,7 +106,7 @@ class Timeline {
   uint64_t t0_ = 0;
   double scale_ = 0.0;
   bool adaptive_ = false, started_ = false;
-  uint64_t width_ = 1;
+  unsigned width_log2_ = 0;  // the buckets' width is 2^width_log2_ ns
   std::vector<Bucket> out_;
 };
 

@@ -91,6 +91,59 @@ TEST_CASE("timeline: samples outside the time range land in the end buckets", "[
   CHECK(run.anomalies.unknown_frees == 1);
 }
 
+TEST_CASE("timeline: the adaptive buckets keep each one's first minimum and maximum, over any range", "[planner][bounds]") {
+  // Reference: the buckets of the final width 2^k recomputed from every sample by division. The
+  // adaptive timeline reaches the same points by merging as it widens (by shifts).
+  uint64_t rng = 12345;
+  auto next = [&] {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return rng;
+  };
+  for (int round = 0; round < 40; ++round) {
+    const size_t points = 3 + next() % 61;  // odd sizes too
+    Timeline tl;
+    tl.init_adaptive(points);
+    std::vector<std::pair<uint64_t, uint64_t>> samples;
+    uint64_t ts = next() % 1000;
+    const int n = 1 + static_cast<int>(next() % 3000);
+    for (int i = 0; i < n; ++i) {
+      ts += next() % (round < 20 ? 50 : 1000000);  // a few buckets' widths, or many doublings
+      samples.push_back({ts, next() % 1000});
+      tl.sample(samples.back().first, samples.back().second);
+    }
+    const size_t buckets = points / 2;
+    const uint64_t t0 = samples.front().first;
+    unsigned k = 0;
+    while ((samples.back().first - t0) / (uint64_t{1} << k) >= buckets) ++k;
+    std::vector<std::pair<uint64_t, uint64_t>> want;
+    for (size_t i = 0; i < samples.size();) {
+      const uint64_t b = (samples[i].first - t0) / (uint64_t{1} << k);
+      auto lo = samples[i], hi = samples[i];
+      size_t j = i + 1;
+      for (; j < samples.size() && (samples[j].first - t0) / (uint64_t{1} << k) == b; ++j) {
+        if (samples[j].second < lo.second) lo = samples[j];
+        if (samples[j].second > hi.second) hi = samples[j];
+      }
+      if (lo == hi) {
+        want.push_back(lo);
+      } else if (lo.first <= hi.first) {
+        want.push_back(lo), want.push_back(hi);
+      } else {
+        want.push_back(hi), want.push_back(lo);
+      }
+      i = j;
+    }
+    INFO("round " << round << ", " << n << " samples, " << points << " points, width 2^" << k);
+    CHECK(tl.points() == want);
+  }
+  // The whole 64-bit range in two samples, into one bucket (points 2): the width reaches 2^64.
+  Timeline one;
+  one.init_adaptive(2);
+  one.sample(0, 3);
+  one.sample(UINT64_MAX, 9);
+  CHECK(one.points() == std::vector<std::pair<uint64_t, uint64_t>>{{0, 3}, {UINT64_MAX, 9}});
+}
+
 TEST_CASE("arena: rounding and sums never wrap", "[planner][arena][bounds]") {
   // A size near 2^64 rounded up to the alignment used to wrap to a tiny size; the solver now sees
   // a saturated size and refuses the instance.
