@@ -16,6 +16,7 @@ uint32_t HandoffStream::put(std::vector<T>& v, std::vector<uint32_t>& spare, U&&
     v[id] = std::forward<U>(x);
     return id;
   }
+  reserve_huge(v, v.size() + 1);
   v.push_back(std::forward<U>(x));
   return static_cast<uint32_t>(v.size() - 1);
 }
@@ -346,7 +347,10 @@ void HandoffStream::do_alloc(const Event& e) {
   const uint32_t number = next_number_++;
   if (stopped_) return;
   const uint32_t slot = e.slot;
-  if (slot >= slots_.size()) slots_.resize(static_cast<size_t>(slot) + 1);
+  if (slot >= slots_.size()) {
+    reserve_huge(slots_, static_cast<size_t>(slot) + 1);
+    slots_.resize(static_cast<size_t>(slot) + 1);
+  }
   SlotState& s = slots_[slot];
   s = SlotState{};
   s.number = number;

@@ -164,12 +164,12 @@ class HandoffStream {
     uint32_t id, p;           // where it is decided, or checked against a buffer's last use)
   };
   // The blocks of the keys' vectors: 64-byte aligned, of 64 B to 4 KiB in powers of two, carved
-  // from 1-MiB chunks and kept on a free list per size once given back; larger ones come from
+  // from chunks of 64 KiB to 4 MiB and kept on a free list per size once given back; larger ones come from
   // aligned_alloc. (From malloc, a block of 64 B had a 16-byte header before it and spanned two
   // cache lines three times in four, and malloc's own bookkeeping missed the caches too.)
   class BlockPool {
    public:
-    static constexpr size_t kMin = 64, kMaxPooled = 4096, kChunk = size_t{1} << 20;
+    static constexpr size_t kMin = 64, kMaxPooled = 4096, kFirstChunk = size_t{64} << 10, kChunk = size_t{4} << 20;
     BlockPool() = default;
     BlockPool(const BlockPool&) = delete;
     BlockPool& operator=(const BlockPool&) = delete;
@@ -185,10 +185,15 @@ class HandoffStream {
         return b;
       }
       if (static_cast<size_t>(end_ - next_) < bytes) {
+        // Chunks of 64 KiB first, each twice the last up to kChunk (aligned to their size, the
+        // largest advised for huge pages): a small search keeps a small footprint.
+        const size_t chunk = chunks_.empty() ? kFirstChunk : std::min(kChunk, 2 * chunk_);
         chunks_.push_back(nullptr);  // room first: the chunk is not lost if this throws
-        chunks_.back() = checked(std::aligned_alloc(kMin, kChunk));
+        chunks_.back() = checked(std::aligned_alloc(chunk, chunk));
+        advise_huge(chunks_.back(), chunk);
+        chunk_ = chunk;
         next_ = static_cast<char*>(chunks_.back());
-        end_ = next_ + kChunk;
+        end_ = next_ + chunk;
       }
       void* b = next_;
       next_ += bytes;
@@ -208,6 +213,7 @@ class HandoffStream {
     void clear() {
       for (void* c : chunks_) std::free(c);
       chunks_.clear();
+      chunk_ = 0;
       std::fill(std::begin(free_), std::end(free_), nullptr);
       next_ = end_ = nullptr;
     }
@@ -220,6 +226,7 @@ class HandoffStream {
     static size_t list_of(size_t bytes) { return static_cast<size_t>(__builtin_ctzll(bytes / kMin)); }
     void* free_[7] = {};  // 64 B .. 4 KiB
     std::vector<void*> chunks_;
+    size_t chunk_ = 0;  // the last chunk's size
     char *next_ = nullptr, *end_ = nullptr;
   };
   // A vector of trivially copyable T in 16 B (pointer, 32-bit size and capacity), so that a Key

@@ -39,6 +39,7 @@ void Replayer::build_live_sets(RunAnalysis* run) {
     DeviceAnalysis& d = devs_[s].out;
     const uint32_t pa = d.peak_activation_index;
     if (d.peak_activation_bytes == 0 || !live_at(l, pa) || !counts_as_activation(l.category)) return;
+    reserve_huge(d.live_set_at_activation_peak, d.live_set_at_activation_peak.size() + 1);
     d.live_set_at_activation_peak.push_back(make_entry(l, *run, pa));
     if (l.uses > 0 && l.last_use_index < pa) d.held_after_last_use_bytes += l.bytes;
     if (l.uses == 0) d.never_used_at_peak_bytes += l.bytes;

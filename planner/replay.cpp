@@ -85,6 +85,7 @@ uint32_t Replayer::new_slot() {
     lts_[s] = Lifetime{};
     return s;
   }
+  if (!keep_all_) reserve_huge(lts_, lts_.size() + 1);  // the slab of open lifetimes (keep_all_: reserved once)
   lts_.emplace_back();
   return static_cast<uint32_t>(lts_.size() - 1);
 }
@@ -109,7 +110,10 @@ void Replayer::release(DeviceState& d, uint32_t slot, uint64_t ts, uint32_t pos)
     if (act) s.act_live -= b;
   }
   // Live at the device's current activation peak: keep a copy (the slot may be reused).
-  if (!keep_all_ && d.out.peak_activation_bytes > 0 && live_at(l, d.out.peak_activation_index)) d.kept.push_back(l);
+  if (!keep_all_ && d.out.peak_activation_bytes > 0 && live_at(l, d.out.peak_activation_index)) {
+    reserve_huge(d.kept, d.kept.size() + 1);
+    d.kept.push_back(l);
+  }
   if (handoffs_) handoffs_->release(slot, l, pos);
 }
 

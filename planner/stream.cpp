@@ -276,6 +276,7 @@ class Window {
     // Held is trivially copyable: raw storage, written before it is read.
     std::unique_ptr<Held, Free> nb(static_cast<Held*>(std::malloc(cap * sizeof(Held))));
     if (!nb) throw std::bad_alloc();
+    advise_huge(nb.get(), cap * sizeof(Held));
     for (size_t i = 0; i < size_; ++i) nb.get()[i] = at(i);
     buf_ = std::move(nb);
     mask_ = cap - 1;
