@@ -22,6 +22,8 @@ Replayer::Replayer(const std::vector<std::string>& strings, const AnalyzeOptions
   if (keep_all_) {
     lts_.reserve(expected_allocs);
     slot_chain_.reserve(expected_allocs);
+    advise_huge(lts_.data(), lts_.capacity() * sizeof(Lifetime));
+    advise_huge(slot_chain_.data(), slot_chain_.capacity() * sizeof(uint32_t));
   }
   if (opt.findings && search == HandoffSearch::kAsItGoes)
     handoffs_ = std::make_unique<HandoffStream>(opt.handoff_limit, opt.handoff_max_waiting,

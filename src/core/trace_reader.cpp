@@ -10,6 +10,7 @@
 
 #include "core/checked.h"
 #include "core/file_kind.h"
+#include "core/huge_pages.h"
 #include "core/trace_format.h"
 #include "core/trace_io.h"
 #include "core/utf8.h"
@@ -348,6 +349,7 @@ Result<Trace> read_all(std::unique_ptr<TraceReader> reader, const std::string& p
   // held the old and the new array at once: up to 2.5x the records at the peak).
   try {
     t.records.reserve(static_cast<size_t>(reader->file_bytes() / sizeof(TraceRecord)) + 1);
+    advise_huge(t.records.data(), t.records.capacity() * sizeof(TraceRecord));
   } catch (const std::bad_alloc&) {  // larger than the address space allows: grow as read (and fail there)
   }
   std::vector<TraceRecord> batch;
