@@ -49,6 +49,7 @@ for n in "${COUNTS[@]}"; do
     if [ -n "${SHAPES:-}" ] && [[ ",$SHAPES," != *",$name,"* ]]; then continue; fi
     # shellcheck disable=SC2086
     "$G" generate --events "$n" --devices 4 $opts --out "$W/t.mtrace" > /dev/null
+    sync  # the trace's write-back done before the timing (it ran beside the first shapes' plans)
     size=$(du -h "$W/t.mtrace" | cut -f1)
     measure "$name" "$n" "$size" "$M" plan "$W/t.mtrace" --json
     if [ "$n" = "${COUNTS[0]}" ] && [ "$name" = "executor-v2" ]; then
