@@ -15,10 +15,6 @@
 #include "core/huge_pages.h"
 #include "planner/analysis.h"
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
 namespace moeprof::planner {
 
 // Room for `need` elements in a table that grows with what is live: capacity doubles (as
@@ -203,9 +199,7 @@ class GroupCounter {
     const size_t bytes = cap * sizeof(AllocGroupCount);
     void* p = bytes >= kHuge ? std::aligned_alloc(kHuge, bytes) : std::malloc(bytes);
     if (p == nullptr) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-    if (bytes >= kHuge) madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without it, 4 KiB pages
-#endif
+    advise_huge(p, bytes);  // from 2 MiB on aligned to 2 MiB: all of it
     std::memset(p, 0, bytes);
     cap_ = cap;
     return Table(static_cast<AllocGroupCount*>(p));
