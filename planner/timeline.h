@@ -41,10 +41,11 @@ class Timeline {
       // The width is a power of two: a shift, not a division (two samples per allocation and
       // free, on the replay's critical path).
       const uint64_t dt = ts > t0_ ? ts - t0_ : 0;
-      uint64_t b = dt >> width_log2_;
+      auto bucket = [&] { return width_log2_ < 64 ? dt >> width_log2_ : 0; };  // (2^64 holds any range)
+      uint64_t b = bucket();
       while (b >= buckets_) {
         widen();
-        b = width_log2_ < 64 ? dt >> width_log2_ : 0;  // (a width of 2^64 holds any range)
+        b = bucket();
       }
       put(b, ts, v);
       return;
