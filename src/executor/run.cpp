@@ -62,6 +62,21 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
   meta.extra["moe_tile"] = std::to_string(shape.moe_tile);
   meta.extra["padded_rows"] = std::to_string(shape.padded_rows);
   meta.extra["config_source"] = cfg.source;
+  // The run's identity (what `plan A B` checks to merge rank traces, read_trace_meta: the metadata
+  // before the first records) goes into the first META frame: a run that outlasts the writer's
+  // flush interval has records in the file before the final META.
+  const bool ep_real = shape.ep_size > 1 && !opt.tp_emulated && backend.collectives_real();
+  meta.extra["ep_size"] = std::to_string(shape.ep_size);
+  if (shape.ep_size > 1) {
+    meta.extra["ep_rank"] = std::to_string(shape.ep_rank);
+    meta.extra["ep_emulated"] = ep_real ? "false" : "true";
+    if (shape.dp_attention) {
+      meta.extra["dp_attention"] = "true";
+      meta.extra["batch_tokens"] = std::to_string(shape.batch_tokens);
+      meta.extra["token_offset"] = std::to_string(shape.token_offset);
+    }
+    meta.extra["ep_buffers"] = std::string(ep_buffers_name(plan.ep_buffers));
+  }
   // Records reach the file at least once a second, also while one op computes for long without
   // allocating: a run killed at any point leaves a trace that reads up to about then.
   TraceWriterOptions wo;
@@ -95,20 +110,8 @@ Result<ModeResult> run_rank_mode(Backend& backend, const ModelConfig& cfg, const
   // Real EP ranks (`--ep N --gpus N`) move the rows through the backend's collectives. Emulated,
   // the CPU reference computes every rank's experts (the outputs are the model's); with real ranks
   // on it each rank holds its experts' values of the whole model (the same outputs again).
-  const bool ep_real = shape.ep_size > 1 && !opt.tp_emulated && backend.collectives_real();
   mo.ep_compute_all = shape.ep_size > 1 && backend.name() == "cpu" && !ep_real && !shape.dp_attention;
   mo.ep_model_values = ep_real && backend.name() == "cpu";
-  meta.extra["ep_size"] = std::to_string(shape.ep_size);
-  if (shape.ep_size > 1) {
-    meta.extra["ep_rank"] = std::to_string(shape.ep_rank);
-    meta.extra["ep_emulated"] = ep_real ? "false" : "true";
-    if (shape.dp_attention) {
-      meta.extra["dp_attention"] = "true";
-      meta.extra["batch_tokens"] = std::to_string(shape.batch_tokens);
-      meta.extra["token_offset"] = std::to_string(shape.token_offset);
-    }
-    meta.extra["ep_buffers"] = std::string(ep_buffers_name(plan.ep_buffers));
-  }
   meta.extra["routing"] = plan.routing.text();
   meta.extra["moe_rows"] = std::string(moe_rows_name(plan.moe_rows));
   // Serving: the workload (parsed before any allocation), the device's memory before the weights

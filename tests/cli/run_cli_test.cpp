@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/trace_format.h"
+#include "core/trace_io.h"
 #include "executor/backends.h"
 #include "model/config.h"
 #include "tests/cli/cli_util.h"
@@ -22,6 +24,29 @@ namespace {
 
 moeprof::testing::CliResult run_moeprof(const std::string& args) { return moeprof::testing::run_cli(args); }
 size_t lines(const std::string& s) { return moeprof::testing::count_lines(s); }
+
+// The metadata of a trace's first frame, which must be its META frame: what the writer knew when
+// the trace opened. `plan A B` reads a rank's identity from the frames before the first records
+// (read_trace_meta), and a run longer than the writer's flush interval writes records before its
+// final META, so the identity must already be in the first one.
+moeprof::RunMeta first_meta(const fs::path& path) {
+  namespace tf = moeprof::trace_format;
+  std::ifstream in(path, std::ios::binary);
+  tf::FileHeader h{};
+  in.read(reinterpret_cast<char*>(&h), sizeof(h));
+  REQUIRE(in.good());
+  in.seekg(h.header_size);
+  tf::FrameHeader fh{};
+  in.read(reinterpret_cast<char*>(&fh), sizeof(fh));
+  REQUIRE(in.good());
+  REQUIRE(fh.type == tf::kFrameMeta);
+  std::string text(fh.bytes, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  REQUIRE(in.good());
+  moeprof::RunMeta m;
+  REQUIRE(moeprof::run_meta_from_json(text, &m).is_ok());
+  return m;
+}
 
 }  // namespace
 
@@ -295,6 +320,13 @@ TEST_CASE("moeprof run --ep N --gpus N on the CPU: real ranks as threads, per-ra
     CHECK(run["ranks"][k]["peak_activation_worst_routing_bytes"] == mr[k]["peak_activation_worst_routing_bytes"]);
     CHECK(run["ranks"][k]["rows_received"] == mr[k]["rows_received"]);
     CHECK(fs::exists(dir / run["ranks"][k]["trace"].get<std::string>()));
+    // Each rank's identity is in its trace's first META frame, however long the run takes.
+    const auto head = first_meta(dir / run["ranks"][k]["trace"].get<std::string>());
+    CHECK((head.extra.count("ep_size") == 1 && head.extra.at("ep_size") == "2"));
+    CHECK((head.extra.count("ep_rank") == 1 && head.extra.at("ep_rank") == std::to_string(k)));
+    CHECK((head.extra.count("ep_emulated") == 1 && head.extra.at("ep_emulated") == "false"));
+    CHECK(head.mode == "baseline");
+    CHECK(head.tokens == 45);
   }
   CHECK(mj["runs"][0]["ep"]["emulated"] == true);
   CHECK(run["ep"]["dp_attention"] == false);
@@ -322,6 +354,12 @@ TEST_CASE("moeprof run --ep N --gpus N on the CPU: real ranks as threads, per-ra
   auto dj = nlohmann::json::parse(dp.out);
   CHECK(dj["runs"][0]["ep"]["dp_attention"] == true);
   REQUIRE(dj["runs"][0]["ranks"].size() == 2);
+  for (size_t k = 0; k < 2; ++k) {
+    const auto head = first_meta(dir / "dp" / dj["runs"][0]["ranks"][k]["trace"].get<std::string>());
+    CHECK((head.extra.count("dp_attention") == 1 && head.extra.at("dp_attention") == "true"));
+    CHECK((head.extra.count("batch_tokens") == 1 && head.extra.at("batch_tokens") == "45"));
+    CHECK((head.extra.count("ep_rank") == 1 && head.extra.at("ep_rank") == std::to_string(k)));
+  }
   for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
            {"--ep 4 --gpus 2", "--ep 4 over real ranks needs --gpus 4 (one EP rank per device; got --gpus 2)"},
            {"--ep 2 --gpus 2 --ep-rank 1", "--ep-rank picks the rank to emulate on one device: drop it with --gpus"},
