@@ -33,14 +33,17 @@ inline void reserve_huge(V& v, size_t need) {
   v.swap(fresh);
 }
 
-// A hint: every cache line of the object is loaded (one of 104 B, unaligned, spans two or three
-// lines; prefetching only its ends would leave the middle one to miss).
-template <class T>
-inline void prefetch_object(const T* p) {
+// A hint: every cache line of [p, p + n) is loaded (an object of 104 B, unaligned, spans two or
+// three lines; prefetching only its ends would leave the middle one to miss).
+inline void prefetch_bytes(const void* p, size_t n) {
   constexpr uintptr_t kLine = 64;
   const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~(kLine - 1);
-  const uintptr_t last = (reinterpret_cast<uintptr_t>(p) + sizeof(T) - 1) & ~(kLine - 1);
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(p) + n - 1) & ~(kLine - 1);
   for (uintptr_t a = first; a <= last; a += kLine) __builtin_prefetch(reinterpret_cast<const void*>(a));
+}
+template <class T>
+inline void prefetch_object(const T* p) {
+  prefetch_bytes(p, sizeof(T));
 }
 
 // Open-addressing map from a pair of words to a uint32, for the hot per-event lookups:

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -39,33 +40,37 @@ struct CategoryBytes {
   uint64_t activation() const;
 };
 
-// One allocation, from its kAlloc to its kFree (or the end of the trace).
+// One allocation, from its kAlloc to its kFree (or the end of the trace). What a use reads and
+// writes comes first (kUseFields bytes): a replay hints only those lines for a use, one or two of
+// the two or three the whole lifetime spans.
 struct Lifetime {
-  uint64_t seq = 0;
-  uint64_t address = 0;
   uint64_t bytes = 0;
-  uint64_t t_alloc = 0;              // timestamp_ns of the alloc
-  uint64_t t_free = kNever;          // timestamp_ns of the free; kNever = never freed
   uint64_t first_use = 0;            // timestamps of the first/last kUse; meaningful iff uses > 0
   uint64_t last_use = 0;
-  uint32_t alloc_index = 0;          // position of the alloc in replay order (all replayed events)
-  uint32_t free_index = 0;           // position of the free; UINT32_MAX = never freed
   uint32_t last_use_index = 0;       // position of the last kUse; meaningful iff uses > 0
   uint32_t uses = 0;                 // number of kUse events that hit this allocation
-  StrId name_id{};                   // ids into RunAnalysis::strings (same ids as the trace)
-  StrId scope_id{};
-  StrId shape_id{};
-  StackId stack_id{};
-  uint32_t stream = 0;
   uint16_t device = 0;
   Category category = Category::kUnknown;
   DType dtype = DType::kUnknown;
   MemKind mem_kind = MemKind::kHost;
   bool data_dependent = false;       // the alloc record's kFlagDataDependent
+  uint32_t alloc_index = 0;          // position of the alloc in replay order (all replayed events)
+  uint32_t free_index = 0;           // position of the free; UINT32_MAX = never freed
+  uint64_t seq = 0;
+  uint64_t address = 0;
+  uint64_t t_alloc = 0;              // timestamp_ns of the alloc
+  uint64_t t_free = kNever;          // timestamp_ns of the free; kNever = never freed
+  StrId name_id{};                   // ids into RunAnalysis::strings (same ids as the trace)
+  StrId scope_id{};
+  StrId shape_id{};
+  StackId stack_id{};
+  uint32_t stream = 0;
 
+  static constexpr size_t kUseFields = 34;  // bytes, first_use, last_use, last_use_index, uses, device
   bool freed() const { return t_free != kNever; }
   bool used() const { return uses > 0; }
 };
+static_assert(offsetof(Lifetime, device) + sizeof(uint16_t) == Lifetime::kUseFields);
 
 // An allocation live at a peak (strings resolved).
 struct LiveEntry {

@@ -288,9 +288,14 @@ void Replayer::prefetch(const TraceRecord& r, int stage) {
   if (stage != 1) return;
   const uint32_t* st = addrs_.find(r.device, r.address);
   if (st == nullptr || (*st & AddressMap::kFreedBit) || *st - 1 >= lts_.size()) return;
+  // A use reads and writes the lifetime's first fields; a free reads all of it, and the slot's
+  // scope chain (release()).
+  if (r.kind == EventKind::kUse) {
+    prefetch_bytes(&lts_[*st - 1], Lifetime::kUseFields);
+    return;
+  }
   prefetch_object(&lts_[*st - 1]);
-  // A free also reads the slot's scope chain (release()).
-  if (r.kind == EventKind::kFree && *st - 1 < slot_chain_.size()) __builtin_prefetch(&slot_chain_[*st - 1]);
+  if (*st - 1 < slot_chain_.size()) __builtin_prefetch(&slot_chain_[*st - 1]);
 }
 
 void Replayer::on_use(DeviceState& d, const TraceRecord& r, uint32_t pos) {

@@ -363,6 +363,90 @@ TEST_CASE("options: live-set limit, no lifetimes, no timeline", "[planner][analy
   CHECK(r.anomalies.never_freed == 9);
 }
 
+// The live set at each device's peak, ordered by (bytes desc, t_alloc, alloc index) with many ties
+// in size and time, is what a brute force over every lifetime finds; a limit keeps its first
+// entries; and the replay that keeps only what is open (copies of what was freed after the peak)
+// gives the same entries as the one that keeps every lifetime.
+TEST_CASE("live set at the peak: brute-force order with ties, a limit keeps its prefix, both replays agree",
+          "[planner][analysis]") {
+  std::mt19937_64 rng(2718);
+  for (int iter = 0; iter < 12; ++iter) {
+    TraceBuilder b;
+    const uint64_t sizes[] = {96, 160, 416, 160};
+    std::vector<std::vector<uint64_t>> open(2);
+    uint64_t ts = 1, next_addr = 0x1000;
+    const int n = 150 + static_cast<int>(rng() % 250);
+    for (int i = 0; i < n; ++i) {
+      ts += rng() % 2;  // many allocations share a timestamp
+      const auto dev = static_cast<uint16_t>(rng() % 2);
+      auto& o = open[dev];
+      if (!o.empty() && rng() % 5 < 2) {
+        const size_t k = rng() % o.size();
+        b.free(ts, o[k], dev);
+        o[k] = o.back();
+        o.pop_back();
+        continue;
+      }
+      const Category c = rng() % 6 == 0 ? Category::kWeights : Category::kActivation;
+      b.alloc(ts, next_addr, sizes[rng() % 4], c, "s", "a" + std::to_string(i), dev);
+      if (rng() % 7 == 0) b.use(ts, next_addr, dev);
+      o.push_back(next_addr);
+      next_addr += 0x1000;
+    }
+    AnalyzeOptions all;
+    all.findings = false;
+    const RunAnalysis full = analyze(b.trace, all);  // keeps every lifetime
+    AnalyzeOptions slab = all;
+    slab.keep_lifetimes = false;
+    const RunAnalysis open_only = analyze(b.trace, slab);
+    REQUIRE(full.devices.size() == open_only.devices.size());
+    for (size_t dv = 0; dv < full.devices.size(); ++dv) {
+      INFO("iteration " << iter << ", device " << dv);
+      const DeviceAnalysis& d = full.devices[dv];
+      std::vector<const Lifetime*> want;
+      for (const Lifetime& l : full.lifetimes)
+        if (l.device == d.device && d.peak_activation_bytes > 0 && l.alloc_index <= d.peak_activation_index &&
+            d.peak_activation_index < l.free_index && counts_as_activation(l.category))
+          want.push_back(&l);
+      std::sort(want.begin(), want.end(), [](const Lifetime* x, const Lifetime* y) {
+        if (x->bytes != y->bytes) return x->bytes > y->bytes;
+        if (x->t_alloc != y->t_alloc) return x->t_alloc < y->t_alloc;
+        return x->alloc_index < y->alloc_index;
+      });
+      const auto& got = d.live_set_at_activation_peak;
+      REQUIRE(got.size() == want.size());
+      uint64_t bytes = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        CHECK(got[i].alloc_index == want[i]->alloc_index);
+        CHECK(got[i].bytes == want[i]->bytes);
+        bytes += got[i].bytes;
+      }
+      CHECK(bytes == d.peak_activation_bytes);
+      const auto& other = open_only.devices[dv].live_set_at_activation_peak;
+      REQUIRE(other.size() == got.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        CHECK(other[i].alloc_index == got[i].alloc_index);
+        CHECK(other[i].name == got[i].name);
+        CHECK(other[i].held_after_last_use == got[i].held_after_last_use);
+      }
+      CHECK(open_only.devices[dv].held_after_last_use_bytes == d.held_after_last_use_bytes);
+      CHECK(open_only.devices[dv].never_used_at_peak_bytes == d.never_used_at_peak_bytes);
+    }
+    for (size_t limit : {size_t{1}, size_t{5}, size_t{1000}}) {
+      AnalyzeOptions lim = slab;
+      lim.live_set_limit = limit;
+      const RunAnalysis cut = analyze(b.trace, lim);
+      for (size_t dv = 0; dv < full.devices.size(); ++dv) {
+        const auto& whole = full.devices[dv].live_set_at_activation_peak;
+        const auto& first = cut.devices[dv].live_set_at_activation_peak;
+        REQUIRE(first.size() == std::min(limit, whole.size()));
+        for (size_t i = 0; i < first.size(); ++i) CHECK(first[i].alloc_index == whole[i].alloc_index);
+        CHECK(cut.devices[dv].held_after_last_use_bytes == full.devices[dv].held_after_last_use_bytes);
+      }
+    }
+  }
+}
+
 namespace {
 struct Ev {
   uint64_t ts;
