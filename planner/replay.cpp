@@ -32,22 +32,19 @@ Replayer::Replayer(const std::vector<std::string>& strings, const AnalyzeOptions
 
 Replayer::~Replayer() = default;
 
-DeviceState& Replayer::dev_state(uint16_t device) {
-  int32_t s = slot_of_[device];
-  if (s < 0) {
-    s = static_cast<int32_t>(devs_.size());
-    slot_of_[device] = s;
-    devs_.emplace_back();
-    devs_.back().out.device = device;
-    if (t1_ == UINT64_MAX) {  // streaming: the time range is not known in advance
-      devs_.back().tl_total.init_adaptive(opt_.timeline_points);
-      devs_.back().tl_act.init_adaptive(opt_.timeline_points);
-    } else {
-      devs_.back().tl_total.init(opt_.timeline_points, t0_, t1_);
-      devs_.back().tl_act.init(opt_.timeline_points, t0_, t1_);
-    }
+DeviceState& Replayer::new_device(uint16_t device) {
+  const auto s = static_cast<int32_t>(devs_.size());
+  slot_of_[device] = s;
+  devs_.emplace_back();
+  devs_.back().out.device = device;
+  if (t1_ == UINT64_MAX) {  // streaming: the time range is not known in advance
+    devs_.back().tl_total.init_adaptive(opt_.timeline_points);
+    devs_.back().tl_act.init_adaptive(opt_.timeline_points);
+  } else {
+    devs_.back().tl_total.init(opt_.timeline_points, t0_, t1_);
+    devs_.back().tl_act.init(opt_.timeline_points, t0_, t1_);
   }
-  return devs_[static_cast<size_t>(s)];
+  return devs_.back();
 }
 
 // The scope slots an allocation of (device, scope) counts toward.

@@ -118,7 +118,12 @@ class Replayer {
   void finish(RunAnalysis* run, uint32_t num_events);
 
  private:
-  DeviceState& dev_state(uint16_t device);
+  // Every event asks: inline, the first event of a device out of line.
+  DeviceState& dev_state(uint16_t device) {
+    const int32_t s = slot_of_[device];
+    return s >= 0 ? devs_[static_cast<size_t>(s)] : new_device(device);
+  }
+  DeviceState& new_device(uint16_t device);
   std::pair<uint32_t, uint32_t> scope_slots(uint16_t device, StrId scope);
   uint32_t scope_chain(uint16_t device, StrId scope);
   void release(DeviceState& d, uint32_t slot, uint64_t ts, uint32_t pos);
