@@ -31,7 +31,39 @@ class Timeline {
     width_log2_ = 0;
     started_ = false;
   }
+  // Two samples per allocation and free: the common case, a sample in the last bucket of a
+  // started adaptive timeline, is inline; the rest goes to sample_slow().
   void sample(uint64_t ts, uint64_t v) {
+    if (adaptive_ && started_ && ts >= t0_ && width_log2_ < 64 && !out_.empty()) {
+      Bucket& k = out_.back();
+      if (((ts - t0_) >> width_log2_) == k.bucket) {
+        if (v < k.lo.second) k.lo = {ts, v};
+        if (v > k.hi.second) k.hi = {ts, v};
+        return;
+      }
+    }
+    sample_slow(ts, v);
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> points() const {
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    for (const Bucket& k : out_) {
+      const auto a = k.lo, c = k.hi;
+      if (a == c) {
+        out.push_back(a);
+      } else if (a.first <= c.first) {
+        out.push_back(a);
+        out.push_back(c);
+      } else {
+        out.push_back(c);
+        out.push_back(a);
+      }
+    }
+    if (out.size() > points_) out.resize(points_);  // only when points_ == 1
+    return out;
+  }
+
+ private:
+  void sample_slow(uint64_t ts, uint64_t v) {
     if (buckets_ == 0) return;
     if (adaptive_) {
       if (!started_) {
@@ -56,25 +88,6 @@ class Timeline {
     const size_t b = x >= static_cast<double>(buckets_ - 1) ? buckets_ - 1 : static_cast<size_t>(x);
     put(b, ts, v);
   }
-  std::vector<std::pair<uint64_t, uint64_t>> points() const {
-    std::vector<std::pair<uint64_t, uint64_t>> out;
-    for (const Bucket& k : out_) {
-      const auto a = k.lo, c = k.hi;
-      if (a == c) {
-        out.push_back(a);
-      } else if (a.first <= c.first) {
-        out.push_back(a);
-        out.push_back(c);
-      } else {
-        out.push_back(c);
-        out.push_back(a);
-      }
-    }
-    if (out.size() > points_) out.resize(points_);  // only when points_ == 1
-    return out;
-  }
-
- private:
   struct Bucket {
     size_t bucket;
     std::pair<uint64_t, uint64_t> lo, hi;
