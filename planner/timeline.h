@@ -63,7 +63,8 @@ class Timeline {
   }
 
  private:
-  void sample_slow(uint64_t ts, uint64_t v) {
+  // Out of line, so that sample() stays small enough to be inlined at its callers.
+  __attribute__((noinline)) void sample_slow(uint64_t ts, uint64_t v) {
     if (buckets_ == 0) return;
     if (adaptive_) {
       if (!started_) {
