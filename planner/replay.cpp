@@ -52,10 +52,12 @@ std::pair<uint32_t, uint32_t> Replayer::scope_slots(uint16_t device, StrId scope
   return chain_ranges_[scope_chain(device, scope)];
 }
 
-// The index into chain_ranges_ of (device, scope): the device's last one, else one hash lookup.
+// The index into chain_ranges_ of (device, scope): from the device's cache of recent ones, else
+// one hash lookup.
 uint32_t Replayer::scope_chain(uint16_t device, StrId scope) {
   DeviceState& d = devs_[static_cast<size_t>(slot_of_[device])];
-  if (d.last_scope == index_of(scope)) return d.last_chain;
+  DeviceState::ChainHit& hit = d.chain_cache[index_of(scope) % DeviceState::kChainCache];
+  if (hit.scope == index_of(scope)) return hit.chain;
   uint32_t& c = chain_of_[{device, index_of(scope)}];
   if (c == 0) {
     auto [cb, ce] = scopes_.chain(scope);
@@ -72,8 +74,7 @@ uint32_t Replayer::scope_chain(uint16_t device, StrId scope) {
     chain_ranges_.emplace_back(begin, static_cast<uint32_t>(chain_slots_.size()));
     c = static_cast<uint32_t>(chain_ranges_.size());
   }
-  d.last_scope = index_of(scope);
-  d.last_chain = c - 1;
+  hit = DeviceState::ChainHit{index_of(scope), c - 1};
   return c - 1;
 }
 

@@ -11,6 +11,7 @@
 // are the live set at the peak.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -52,7 +53,13 @@ struct DeviceState {
   };
   std::vector<Pool> pools;
   Timeline tl_total, tl_act;
-  uint32_t last_scope = UINT32_MAX, last_chain = 0;  // the device's last (scope id, chain index)
+  // Recent (scope id, chain index) pairs, by scope id modulo their count: scopes alternate from one
+  // allocation to the next (a layer's attention and MoE tensors), each a hash lookup otherwise.
+  static constexpr size_t kChainCache = 256;
+  struct ChainHit {
+    uint32_t scope = UINT32_MAX, chain = 0;
+  };
+  std::array<ChainHit, kChainCache> chain_cache{};
 };
 
 // Per (device, scope node) counters.

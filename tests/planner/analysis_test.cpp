@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <map>
 #include <random>
@@ -445,6 +446,72 @@ TEST_CASE("live set at the peak: brute-force order with ties, a limit keeps its 
       }
     }
   }
+}
+
+// Per-scope figures over many scopes whose string ids collide in the replay's cache of recent
+// scopes (ids apart by multiples of its size), allocations alternating between them on two
+// devices: every scope node's churn, count and high water equal a brute force over the records.
+TEST_CASE("scopes: hundreds of scopes alternating on two devices match a brute force", "[planner][analysis]") {
+  std::mt19937_64 rng(4242);
+  TraceBuilder b;
+  std::vector<std::string> scopes;
+  for (int i = 0; i < 700; ++i) scopes.push_back("L" + std::to_string(i % 37) + "/s" + std::to_string(i));
+  // Interned up front, in order: consecutive ids, so scopes 256 apart collide in a cache of 256.
+  for (size_t i = 0; i < scopes.size(); ++i) b.trace.strings.intern(scopes[i]);
+  struct Open {
+    uint64_t addr, bytes;
+    size_t scope;
+  };
+  std::vector<std::vector<Open>> open(2);
+  // Brute force: per (device, node) live bytes, high water, churn and count.
+  std::map<std::pair<uint16_t, std::string>, std::array<uint64_t, 4>> want;
+  auto nodes_of = [](const std::string& s) {
+    return std::vector<std::string>{s.substr(0, s.find('/')), s};
+  };
+  uint64_t ts = 1, addr = 0x10000;
+  for (int i = 0; i < 6000; ++i) {
+    ++ts;
+    const auto dev = static_cast<uint16_t>(rng() % 2);
+    auto& o = open[dev];
+    if (!o.empty() && rng() % 2 == 0) {
+      const size_t k = rng() % o.size();
+      b.free(ts, o[k].addr, dev);
+      for (const auto& n : nodes_of(scopes[o[k].scope])) want[{dev, n}][0] -= o[k].bytes;
+      o[k] = o.back();
+      o.pop_back();
+      continue;
+    }
+    // Scope ids 256 apart in turn: a cache indexed by id modulo 256 sees a collision each time.
+    const size_t sc = (rng() % 2 ? 256 * (rng() % 2) : 512) + rng() % 3;
+    const uint64_t bytes = 64 + 32 * (rng() % 100);
+    b.alloc(ts, addr, bytes, Category::kActivation, scopes[sc], "", dev);
+    o.push_back(Open{addr, bytes, sc});
+    addr += 0x10000;
+    for (const auto& n : nodes_of(scopes[sc])) {
+      auto& w = want[{dev, n}];
+      w[0] += bytes;
+      w[1] = std::max(w[1], w[0]);
+      w[2] += bytes;
+      w[3] += 1;
+    }
+  }
+  AnalyzeOptions opt;
+  opt.findings = false;
+  opt.keep_lifetimes = false;
+  const RunAnalysis r = analyze(b.trace, opt);
+  size_t seen = 0;
+  for (const DeviceAnalysis& d : r.devices)
+    for (const ScopeStat& st : d.scopes) {
+      if (st.scope.empty()) continue;
+      INFO("device " << d.device << ", scope " << st.scope);
+      auto it = want.find({d.device, st.scope});
+      REQUIRE(it != want.end());
+      CHECK(st.high_water_bytes == it->second[1]);
+      CHECK(st.allocated_bytes == it->second[2]);
+      CHECK(st.allocations == it->second[3]);
+      ++seen;
+    }
+  CHECK(seen == want.size());
 }
 
 namespace {
