@@ -33,8 +33,8 @@ inline void reserve_huge(V& v, size_t need) {
   v.swap(fresh);
 }
 
-// A hint: every cache line of [p, p + n) is loaded (an object of 104 B, unaligned, spans two or
-// three lines; prefetching only its ends would leave the middle one to miss).
+// A hint: every cache line of [p, p + n) is loaded (an object of more than a line, or unaligned,
+// spans two or three; prefetching only its ends would leave the middle one to miss).
 inline void prefetch_bytes(const void* p, size_t n) {
   constexpr uintptr_t kLine = 64;
   const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~(kLine - 1);

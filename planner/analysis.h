@@ -41,12 +41,12 @@ struct CategoryBytes {
 };
 
 // One allocation, from its kAlloc to its kFree (or the end of the trace). What a use reads and
-// writes comes first (kUseFields bytes): a replay hints only those lines for a use, one or two of
-// the two or three the whole lifetime spans.
-struct Lifetime {
+// writes comes first (kUseFields bytes), and a lifetime is 96 B aligned to 32:
+// in a replay's table, a use touches one cache line and an allocation or a free two (at 104 B,
+// unaligned, a lifetime spanned two or three lines and its use fields one or two).
+struct alignas(32) Lifetime {
   uint64_t bytes = 0;
-  uint64_t first_use = 0;            // timestamps of the first/last kUse; meaningful iff uses > 0
-  uint64_t last_use = 0;
+  uint64_t last_use = 0;             // timestamp of the last kUse; meaningful iff uses > 0
   uint32_t last_use_index = 0;       // position of the last kUse; meaningful iff uses > 0
   uint32_t uses = 0;                 // number of kUse events that hit this allocation
   uint16_t device = 0;
@@ -66,11 +66,12 @@ struct Lifetime {
   StackId stack_id{};
   uint32_t stream = 0;
 
-  static constexpr size_t kUseFields = 34;  // bytes, first_use, last_use, last_use_index, uses, device
+  static constexpr size_t kUseFields = 24;  // bytes, last_use, last_use_index, uses
   bool freed() const { return t_free != kNever; }
   bool used() const { return uses > 0; }
 };
-static_assert(offsetof(Lifetime, device) + sizeof(uint16_t) == Lifetime::kUseFields);
+static_assert(offsetof(Lifetime, uses) + sizeof(uint32_t) == Lifetime::kUseFields);
+static_assert(sizeof(Lifetime) == 96, "a lifetime is three half lines");
 
 // An allocation live at a peak (strings resolved).
 struct LiveEntry {
@@ -120,6 +121,9 @@ struct DeviceAnalysis {
   CategoryBytes peak_by_category;   // each category's own high-water mark
   CategoryBytes churn_by_category;  // bytes allocated in total, per category
   std::vector<LiveEntry> live_set_at_activation_peak;  // activation categories; bytes desc, then t_alloc
+  // The whole live set's size and bytes, also when AnalyzeOptions::live_set_limit lists only its
+  // first entries.
+  uint64_t live_set_entries = 0, live_set_bytes = 0;
   std::vector<ScopeStat> scopes;                        // sorted by scope name
   uint64_t churn_bytes = 0, allocations = 0, frees = 0;
   uint64_t pool_reserved_peak_bytes = 0;  // max kPoolReserve bytes (summed over pools)
@@ -284,7 +288,7 @@ inline constexpr size_t kManyLiveSlots = 12288;
 struct AnalyzeOptions {
   size_t timeline_points = 2000;  // per timeline; 0 = no timeline
   bool keep_lifetimes = true;
-  size_t live_set_limit = 0;      // 0 = all
+  size_t live_set_limit = 0;      // entries listed per device, the largest (0 = all); counts are complete
   size_t handoff_limit = 100;     // handoffs listed per device (counts are always complete)
   // Which allocations take part (docs/metrics.md, "Filters"): bit i of category_mask = Category i,
   // bit i of mem_kind_mask = MemKind i (out-of-range values count as kUnknown / kOther). An alloc

@@ -70,7 +70,7 @@ class HandoffStream {
   // released), `l` the lifetime. alloc() is called for every allocation (it numbers them as
   // RunAnalysis::lifetimes would). They are queued: nothing is decided before the batch is.
   void alloc(uint32_t slot, const Lifetime& l) { push(Event{Event::kAlloc, l.device, slot, l.alloc_index, index_of(l.name_id), index_of(l.scope_id), l.bytes}); }
-  void use(uint32_t slot, const Lifetime& l, uint32_t pos) { push(Event{Event::kUse, l.device, slot, pos, 0, 0, l.bytes}); }
+  void use(uint32_t slot, uint16_t device, uint64_t bytes, uint32_t pos) { push(Event{Event::kUse, device, slot, pos, 0, 0, bytes}); }
   void release(uint32_t slot, const Lifetime& l, uint32_t pos) { push(Event{Event::kRelease, l.device, slot, pos, 0, 0, l.bytes}); }
   // The device reached a new activation peak at replay position `index`: no pair tested so far lies
   // there (both its frees came before), so the at-peak bytes and flags start again.

@@ -305,11 +305,10 @@ void Replayer::on_use(DeviceState& d, const TraceRecord& r, uint32_t pos) {
     return;
   }
   Lifetime& l = lts_[*st - 1];
-  if (l.uses == 0) l.first_use = r.timestamp_ns;
   l.last_use = r.timestamp_ns;
   l.last_use_index = pos;
   ++l.uses;
-  if (handoffs_) handoffs_->use(*st - 1, l, pos);
+  if (handoffs_) handoffs_->use(*st - 1, r.device, l.bytes, pos);
 }
 
 void Replayer::on_pool(DeviceState& d, const TraceRecord& r) {
