@@ -338,7 +338,7 @@ Result<BudgetResult> memory_budget(const RunAnalysis& run, const BudgetOptions& 
     if (e.alloc_index == d.peak_activation_index) peak_scope = e.scope;
   const std::string step = step_of(peak_scope);
   b.worst_step = step.empty() ? "prefill" : step;
-  b.live_at_peak_count = d.live_set_at_activation_peak.size();
+  b.live_at_peak_count = d.live_set_entries;
   for (size_t i = 0; i < d.live_set_at_activation_peak.size() && i < opt.live_limit; ++i) b.live_at_peak.push_back(d.live_set_at_activation_peak[i]);
   for (const auto& s : d.scopes)
     if (s.depth == 1 && s.scope.rfind("step.", 0) == 0) b.steps.emplace_back(s.scope, s.activation_high_water_bytes);

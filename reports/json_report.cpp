@@ -72,17 +72,20 @@ ordered_json live_at_peak_json(const planner::RunAnalysis& run, const ReportOpti
   j["activation_bytes"] = d.live_at_activation_peak.activation();
   j["total_bytes"] = d.live_at_activation_peak.total();
   j["by_category"] = category_object(d.live_at_activation_peak);
-  j["entries"] = d.live_set_at_activation_peak.size();
+  // The analysis may list only the first entries (AnalyzeOptions::live_set_limit); its counts
+  // are of the whole live set.
+  const auto& listed = d.live_set_at_activation_peak;
+  const size_t shown = std::min(listed.size(), opts.top_entries);
+  j["entries"] = d.live_set_entries;
   ordered_json top = ordered_json::array();
-  uint64_t omitted_bytes = 0;
-  for (size_t i = 0; i < d.live_set_at_activation_peak.size(); ++i) {
-    const auto& e = d.live_set_at_activation_peak[i];
-    if (i < opts.top_entries) top.push_back(live_entry_json(e, run));
-    else omitted_bytes += e.bytes;
+  uint64_t shown_bytes = 0;
+  for (size_t i = 0; i < shown; ++i) {
+    top.push_back(live_entry_json(listed[i], run));
+    shown_bytes += listed[i].bytes;
   }
   j["top"] = top;
-  j["omitted_entries"] = d.live_set_at_activation_peak.size() - std::min(d.live_set_at_activation_peak.size(), opts.top_entries);
-  j["omitted_bytes"] = omitted_bytes;
+  j["omitted_entries"] = d.live_set_entries - shown;
+  j["omitted_bytes"] = d.live_set_bytes - shown_bytes;
   return j;
 }
 
