@@ -121,9 +121,9 @@ struct DeviceAnalysis {
   CategoryBytes peak_by_category;   // each category's own high-water mark
   CategoryBytes churn_by_category;  // bytes allocated in total, per category
   std::vector<LiveEntry> live_set_at_activation_peak;  // activation categories; bytes desc, then t_alloc
-  // The whole live set's size and bytes, also when AnalyzeOptions::live_set_limit lists only its
-  // first entries.
-  uint64_t live_set_entries = 0, live_set_bytes = 0;
+  // The whole live set's size, also when AnalyzeOptions::live_set_limit lists only its first
+  // entries (their bytes add up to live_at_activation_peak.activation()).
+  uint64_t live_set_entries = 0;
   std::vector<ScopeStat> scopes;                        // sorted by scope name
   uint64_t churn_bytes = 0, allocations = 0, frees = 0;
   uint64_t pool_reserved_peak_bytes = 0;  // max kPoolReserve bytes (summed over pools)

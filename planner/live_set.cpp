@@ -80,7 +80,6 @@ void Replayer::build_live_sets(RunAnalysis* run) {
       return std::tie(a.t_alloc, a.alloc_index) < std::tie(b.t_alloc, b.alloc_index);
     };
     d.live_set_entries = r.size();
-    for (const LiveRef& x : r) d.live_set_bytes += x.bytes;
     const size_t n = opt_.live_set_limit > 0 ? std::min(r.size(), opt_.live_set_limit) : r.size();
     if (n < r.size()) std::partial_sort(r.begin(), r.begin() + static_cast<std::ptrdiff_t>(n), r.end(), before);
     else std::sort(r.begin(), r.end(), before);

@@ -72,8 +72,8 @@ ordered_json live_at_peak_json(const planner::RunAnalysis& run, const ReportOpti
   j["activation_bytes"] = d.live_at_activation_peak.activation();
   j["total_bytes"] = d.live_at_activation_peak.total();
   j["by_category"] = category_object(d.live_at_activation_peak);
-  // The analysis may list only the first entries (AnalyzeOptions::live_set_limit); its counts
-  // are of the whole live set.
+  // The analysis may list only the first entries (AnalyzeOptions::live_set_limit): the count is
+  // the whole set's, and its bytes are the activation bytes live at the peak.
   const auto& listed = d.live_set_at_activation_peak;
   const size_t shown = std::min(listed.size(), opts.top_entries);
   j["entries"] = d.live_set_entries;
@@ -85,7 +85,7 @@ ordered_json live_at_peak_json(const planner::RunAnalysis& run, const ReportOpti
   }
   j["top"] = top;
   j["omitted_entries"] = d.live_set_entries - shown;
-  j["omitted_bytes"] = d.live_set_bytes - shown_bytes;
+  j["omitted_bytes"] = d.live_at_activation_peak.activation() - shown_bytes;
   return j;
 }
 
